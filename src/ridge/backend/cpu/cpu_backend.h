@@ -1,0 +1,46 @@
+// CpuBackend: the reference implementation of every op (backend.h). fp32 activations and
+// accumulation; weights stay in their stored dtype and are converted a row at a time inside the
+// matmul. Multithreaded over output rows/heads with a static split (deterministic results).
+#pragma once
+
+#include <memory>
+
+#include "ridge/backend/backend.h"
+#include "ridge/core/thread_pool.h"
+
+namespace ridge::backend {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads = 0);
+  Device device() const override { return Device::cpu; }
+  std::string name() const override;
+  DType activation_dtype() const override { return DType::f32; }
+  int threads() const { return pool_.size(); }
+
+  Buffer allocate(size_t bytes) override;
+  void upload(const Stream& s, void* dst, const void* src, size_t bytes) override;
+  void download(const Stream& s, void* dst, const void* src, size_t bytes) override;
+  void synchronize(const Stream&) override {}
+
+  void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) override;
+  void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
+               Tensor& out) override;
+  void add_rmsnorm(const Stream& s, Tensor& residual, const Tensor& x, const Tensor& weight,
+                   float eps, Tensor& out) override;
+  void matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+              Tensor& out) override;
+  void rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& positions,
+            const Tensor& inv_freq) override;
+  void kv_store(const Stream& s, const Tensor& k, const Tensor& v, const Tensor& slots,
+                KvLayer& kv) override;
+  void attention(const Stream& s, const Tensor& q, const KvLayer& kv, const AttentionMeta& meta,
+                 float scale, Tensor& out) override;
+  void silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) override;
+  void gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) override;
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace ridge::backend

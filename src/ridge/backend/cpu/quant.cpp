@@ -1,0 +1,241 @@
+#include "ridge/backend/cpu/quant.h"
+
+#include <cstring>
+
+#include "ridge/core/error.h"
+#include "ridge/core/half.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define RIDGE_X86 1
+#endif
+
+namespace ridge::backend::cpu {
+
+namespace {
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+void dequant_q8_0(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 34, dst += 32) {
+    const float d = f16_to_f32(load_u16(src));
+    const auto* q = reinterpret_cast<const int8_t*>(src + 2);
+    for (int i = 0; i < 32; ++i) dst[i] = d * float(q[i]);
+  }
+}
+
+void dequant_q4_0(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 18, dst += 32) {
+    const float d = f16_to_f32(load_u16(src));
+    const uint8_t* q = src + 2;
+    for (int i = 0; i < 16; ++i) {
+      dst[i] = d * float(int(q[i] & 15) - 8);
+      dst[i + 16] = d * float(int(q[i] >> 4) - 8);
+    }
+  }
+}
+
+void dequant_q4_1(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 20, dst += 32) {
+    const float d = f16_to_f32(load_u16(src));
+    const float m = f16_to_f32(load_u16(src + 2));
+    const uint8_t* q = src + 4;
+    for (int i = 0; i < 16; ++i) {
+      dst[i] = d * float(q[i] & 15) + m;
+      dst[i + 16] = d * float(q[i] >> 4) + m;
+    }
+  }
+}
+
+#if RIDGE_X86
+#define RIDGE_SIMD __attribute__((target("avx2,fma,f16c")))
+
+RIDGE_SIMD inline __m256 nibbles_to_f32(__m128i bytes8) {  // 8 bytes (low 64 bits) -> 8 floats
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes8));
+}
+
+RIDGE_SIMD void dequant_q4_1_avx2(const uint8_t* src, float* dst, int64_t n) {
+  const __m128i mask = _mm_set1_epi8(15);
+  for (int64_t b = 0; b < n / 32; ++b, src += 20, dst += 32) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(src)));
+    const __m256 m = _mm256_set1_ps(f16_to_f32(load_u16(src + 2)));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 4));
+    const __m128i lo = _mm_and_si128(q, mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+    // d * q + m as a separate multiply and add, to round like the scalar reference
+    _mm256_storeu_ps(dst + 0, _mm256_add_ps(_mm256_mul_ps(d, nibbles_to_f32(lo)), m));
+    _mm256_storeu_ps(dst + 8, _mm256_add_ps(_mm256_mul_ps(d, nibbles_to_f32(_mm_srli_si128(lo, 8))), m));
+    _mm256_storeu_ps(dst + 16, _mm256_add_ps(_mm256_mul_ps(d, nibbles_to_f32(hi)), m));
+    _mm256_storeu_ps(dst + 24, _mm256_add_ps(_mm256_mul_ps(d, nibbles_to_f32(_mm_srli_si128(hi, 8))), m));
+  }
+}
+
+RIDGE_SIMD void dequant_q4_0_avx2(const uint8_t* src, float* dst, int64_t n) {
+  const __m128i mask = _mm_set1_epi8(15);
+  const __m256 eight = _mm256_set1_ps(8.0f);
+  for (int64_t b = 0; b < n / 32; ++b, src += 18, dst += 32) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(src)));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2));
+    const __m128i lo = _mm_and_si128(q, mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+    _mm256_storeu_ps(dst, _mm256_mul_ps(d, _mm256_sub_ps(nibbles_to_f32(lo), eight)));
+    _mm256_storeu_ps(dst + 8, _mm256_mul_ps(d, _mm256_sub_ps(nibbles_to_f32(_mm_srli_si128(lo, 8)), eight)));
+    _mm256_storeu_ps(dst + 16, _mm256_mul_ps(d, _mm256_sub_ps(nibbles_to_f32(hi), eight)));
+    _mm256_storeu_ps(dst + 24, _mm256_mul_ps(d, _mm256_sub_ps(nibbles_to_f32(_mm_srli_si128(hi, 8)), eight)));
+  }
+}
+
+RIDGE_SIMD void dequant_q8_0_avx2(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 34, dst += 32) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(src)));
+    for (int i = 0; i < 32; i += 8) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 2 + i));
+      _mm256_storeu_ps(dst + i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+    }
+  }
+}
+
+RIDGE_SIMD void f16_row_avx2(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+RIDGE_SIMD void bf16_row_avx2(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+  }
+  for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+RIDGE_SIMD float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  __m256 acc = _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  float r = _mm_cvtss_f32(s);
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
+}
+
+RIDGE_SIMD void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+const bool g_simd = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}();
+#else
+const bool g_simd = false;
+#endif
+
+}  // namespace
+
+bool simd_available() { return g_simd; }
+
+void dequantize_row_reference(DType dtype, const void* src_, float* dst, int64_t n) {
+  const auto* src = static_cast<const uint8_t*>(src_);
+  switch (dtype) {
+    case DType::f32:
+      std::memcpy(dst, src, size_t(n) * 4);
+      return;
+    case DType::f16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(src + 2 * i));
+      return;
+    case DType::bf16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src + 2 * i));
+      return;
+    case DType::q8_0:
+      return dequant_q8_0(src, dst, n);
+    case DType::q4_0:
+      return dequant_q4_0(src, dst, n);
+    case DType::q4_1:
+      return dequant_q4_1(src, dst, n);
+    default:
+      fail("dequantize_row: unsupported dtype {}", dtype_name(dtype));
+  }
+}
+
+void dequantize_row(DType dtype, const void* src, float* dst, int64_t n) {
+#if RIDGE_X86
+  if (g_simd) {
+    const auto* s = static_cast<const uint8_t*>(src);
+    switch (dtype) {
+      case DType::q4_1:
+        return dequant_q4_1_avx2(s, dst, n);
+      case DType::q4_0:
+        return dequant_q4_0_avx2(s, dst, n);
+      case DType::q8_0:
+        return dequant_q8_0_avx2(s, dst, n);
+      case DType::f16:
+        return f16_row_avx2(static_cast<const uint16_t*>(src), dst, n);
+      case DType::bf16:
+        return bf16_row_avx2(static_cast<const uint16_t*>(src), dst, n);
+      default:
+        break;
+    }
+  }
+#endif
+  dequantize_row_reference(dtype, src, dst, n);
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+#if RIDGE_X86
+  if (g_simd) return dot_avx2(a, b, n);
+#endif
+  double r = 0;
+  for (int64_t i = 0; i < n; ++i) r += double(a[i]) * b[i];
+  return float(r);
+}
+
+void axpy(float alpha, const float* x, float* y, int64_t n) {
+#if RIDGE_X86
+  if (g_simd) return axpy_avx2(alpha, x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void store_row(DType dtype, const float* src, void* dst, int64_t n) {
+  switch (dtype) {
+    case DType::f32:
+      std::memcpy(dst, src, size_t(n) * 4);
+      return;
+    case DType::f16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case DType::bf16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    default:
+      fail("store_row: unsupported dtype {}", dtype_name(dtype));
+  }
+}
+
+}  // namespace ridge::backend::cpu

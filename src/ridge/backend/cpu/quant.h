@@ -1,0 +1,23 @@
+// Host conversions of stored weight rows to fp32, and fp32 dot products. AVX2+FMA+F16C versions
+// are chosen at run time when the CPU has them; the scalar versions are the reference.
+#pragma once
+
+#include <cstdint>
+
+#include "ridge/core/dtype.h"
+
+namespace ridge::backend::cpu {
+
+// dst[0..n) = row of n elements stored as `dtype` at src (n a multiple of the block size).
+void dequantize_row(DType dtype, const void* src, float* dst, int64_t n);
+// Scalar reference of the same (used by tests to check the SIMD path).
+void dequantize_row_reference(DType dtype, const void* src, float* dst, int64_t n);
+// sum a[i] * b[i], fp32 accumulation in a fixed order for a given n.
+float dot(const float* a, const float* b, int64_t n);
+// y[i] += alpha * x[i]
+void axpy(float alpha, const float* x, float* y, int64_t n);
+// Stores n fp32 values as dtype (f32, f16 or bf16) at dst.
+void store_row(DType dtype, const float* src, void* dst, int64_t n);
+bool simd_available();
+
+}  // namespace ridge::backend::cpu

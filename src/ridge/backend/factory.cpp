@@ -1,0 +1,37 @@
+#include "ridge/backend/factory.h"
+
+#include "ridge/backend/cpu/cpu_backend.h"
+#include "ridge/core/error.h"
+
+namespace ridge::backend {
+
+#if RIDGE_BACKEND_HAS_CUDA
+std::unique_ptr<Backend> make_cuda_backend();  // backend/cuda
+bool cuda_device_present(std::string* why);
+#endif
+
+bool cuda_available(std::string* why) {
+#if RIDGE_BACKEND_HAS_CUDA
+  return cuda_device_present(why);
+#else
+  if (why) *why = "this build of ridge has no CUDA backend";
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view device, int cpu_threads) {
+  if (device == "cpu") return std::make_unique<CpuBackend>(cpu_threads);
+  if (device == "auto" || device == "cuda") {
+    std::string why;
+    if (cuda_available(&why)) {
+#if RIDGE_BACKEND_HAS_CUDA
+      return make_cuda_backend();
+#endif
+    }
+    if (device == "cuda") fail("--device cuda: no usable GPU ({})", why);
+    return std::make_unique<CpuBackend>(cpu_threads);
+  }
+  fail("unknown device '{}' (expected auto, cpu or cuda)", device);
+}
+
+}  // namespace ridge::backend
