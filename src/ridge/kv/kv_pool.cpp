@@ -1,0 +1,32 @@
+#include "ridge/kv/kv_pool.h"
+
+#include "ridge/core/error.h"
+
+namespace ridge::kv {
+
+size_t KvPool::bytes_per_token(const model::ModelConfig& c, DType dtype) {
+  return 2 * size_t(c.n_layers) * ridge::row_bytes(dtype, c.kv_dim());
+}
+
+KvPool::KvPool(backend::Backend& be, const model::ModelConfig& c, int64_t num_blocks,
+               int64_t block_size, DType dtype)
+    : num_blocks_(num_blocks), block_size_(block_size), dtype_(dtype) {
+  RIDGE_CHECK(block_size == 16 || block_size == 32 || block_size == 64,
+              "KV block size {} is not one of 16, 32, 64", block_size);
+  RIDGE_CHECK(num_blocks > 0, "KV pool needs at least one block, got {}", num_blocks);
+  RIDGE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16,
+              "KV dtype {} is not one of f32, bf16, f16", dtype_name(dtype));
+  const size_t layer_bytes = size_t(num_blocks * block_size) * ridge::row_bytes(dtype, c.kv_dim());
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    backend::KvLayer layer;
+    for (Tensor* t : {&layer.k, &layer.v}) {
+      buffers_.push_back(be.allocate(layer_bytes));
+      *t = Tensor(buffers_.back().data(), dtype, {num_blocks, block_size, c.n_kv_heads, c.head_dim},
+                  be.device());
+      bytes_ += layer_bytes;
+    }
+    layers_.push_back(layer);
+  }
+}
+
+}  // namespace ridge::kv
