@@ -82,6 +82,11 @@ class Backend {
   virtual void upload(const Stream& s, void* dst, const void* src, size_t bytes) = 0;
   virtual void download(const Stream& s, void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize(const Stream& s) = 0;
+  // Makes a weight usable by this backend's ops. `host` is a view in its stored dtype (e.g. in a
+  // mapped file, alive as long as the model). The CPU backend returns the view itself; a GPU
+  // backend copies it to device memory (converting quantized types to bf16) and keeps it alive
+  // until the backend is destroyed.
+  virtual Tensor upload_weight(const Tensor& host) = 0;
 
   virtual void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) = 0;
   virtual void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,

@@ -44,9 +44,15 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const Tensor& rope_freqs)
 
 LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
     : weights_(weights), backend_(be) {
-  RIDGE_CHECK(be.device() == Device::cpu,
-              "LlamaModel: the {} backend does not run models yet (weights are host views)",
-              be.name());
+  auto up = [&](const Tensor& t) { return t.data ? be.upload_weight(t) : Tensor{}; };
+  token_embd_ = up(weights.token_embd);
+  output_norm_ = up(weights.output_norm);
+  output_ = weights.output.data == weights.token_embd.data ? token_embd_ : up(weights.output);
+  for (const LayerWeights& l : weights.layers) {
+    layers_.push_back({up(l.attn_norm), up(l.wq), up(l.wk), up(l.wv), up(l.bq), up(l.bk),
+                       up(l.bv), up(l.wo), up(l.ffn_norm), up(l.w_gate), up(l.w_up),
+                       up(l.w_down)});
+  }
   inv_freq_host_ = rope_inv_freq(weights.config(), weights.rope_freqs);
   inv_freq_ = be.allocate(inv_freq_host_.size() * sizeof(float));
   be.upload({}, inv_freq_.data(), inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float));
@@ -157,9 +163,9 @@ void LlamaModel::forward(const backend::Stream& stream, const ForwardBatch& batc
   const float eps = float(c.rms_norm_eps);
   auto bias = [](const Tensor& b) { return b.data ? &b : nullptr; };
 
-  be.embedding(stream, weights_.token_embd, ids, x);
+  be.embedding(stream, token_embd_, ids, x);
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    const LayerWeights& l = weights_.layers[size_t(i)];
+    const LayerWeights& l = layers_[size_t(i)];
     if (i == 0) {
       be.rmsnorm(stream, x, l.attn_norm, eps, h);
     } else {
@@ -188,10 +194,10 @@ void LlamaModel::forward(const backend::Stream& stream, const ForwardBatch& batc
   Tensor xr = buffer(19, R, H);
   be.gather_rows(stream, x, rows, xr);
   be.gather_rows(stream, proj, rows, last);
-  be.add_rmsnorm(stream, xr, last, weights_.output_norm, eps, last_normed);
+  be.add_rmsnorm(stream, xr, last, output_norm_, eps, last_normed);
   const size_t logit_bytes = size_t(R * c.vocab) * 4;
   Tensor out(scratch(20, logit_bytes).data(), DType::f32, {R, c.vocab}, dev);
-  be.matmul(stream, last_normed, weights_.output, nullptr, out);
+  be.matmul(stream, last_normed, output_, nullptr, out);
   be.download(stream, logits, out.data, logit_bytes);
   be.synchronize(stream);
 }

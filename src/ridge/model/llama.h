@@ -40,6 +40,9 @@ class LlamaModel {
 
   const ModelWeights& weights_;
   backend::Backend& backend_;
+  // The weights as the backend uses them (host views on the CPU, device copies on a GPU).
+  Tensor token_embd_, output_norm_, output_;
+  std::vector<LayerWeights> layers_;
   std::vector<float> inv_freq_host_;
   backend::Buffer inv_freq_;
   std::vector<backend::Buffer> scratch_;

@@ -22,6 +22,7 @@ class CpuBackend final : public Backend {
   void upload(const Stream& s, void* dst, const void* src, size_t bytes) override;
   void download(const Stream& s, void* dst, const void* src, size_t bytes) override;
   void synchronize(const Stream&) override {}
+  Tensor upload_weight(const Tensor& host) override { return host; }
 
   void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) override;
   void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
