@@ -1,0 +1,107 @@
+// perf/hardware: the accelerator database (data/hardware.json) and measured profiles.
+//
+// Every number in the file is {value, unit, source}; the loader converts to SI (FLOP/s, bytes,
+// bytes/s per direction, W, USD/h, s), checks the unit belongs to the quantity and the value
+// lies in a plausible range, and throws ridge::Error naming the file, accelerator and field.
+// A profile (what `ridge bench ceilings` writes) is a file of the same format whose entries name
+// a `base` entry: it inherits every field of the base and overrides the measured ones.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ridge::perf {
+
+struct Link {
+  std::string name;        // "nvlink", "pcie"
+  std::string generation;  // "NVLink 4", "PCIe 6.0 x16"
+  double bytes_per_s = 0;  // per direction
+};
+
+struct Hardware {
+  std::string id;    // database key, e.g. "h100-sxm"
+  std::string name;  // marketing name
+  std::string base;  // for a profile: the entry it was merged over
+  bool measured = false;
+  std::map<std::string, double> dense_flops;  // format ("bf16", "fp8", "fp4", ...) -> FLOP/s
+  double memory_bytes = 0;
+  std::string memory_type;
+  double memory_bw = 0;                 // bytes/s
+  std::optional<double> l2_bytes;
+  std::optional<int> sms;
+  int max_warps_per_sm = 64;
+  std::map<std::string, Link> links;
+  std::optional<double> tdp_w;
+  std::optional<double> idle_w;         // measured idle power (profiles)
+  std::optional<double> price_per_hour; // USD
+  double kernel_overhead_s = 2e-6;
+  std::map<std::string, std::string> sources;  // field path -> source text
+  std::vector<std::string> estimates;          // field paths whose figure is an estimate
+
+  // Peak dense FLOP/s for a number format; throws naming the formats that are known.
+  double peak(std::string_view format) const;
+  bool has_peak(std::string_view format) const { return dense_flops.count(std::string(format)) > 0; }
+  // Critical arithmetic intensity (FLOP per byte) = peak / memory bandwidth.
+  double critical_intensity(std::string_view format) const { return peak(format) / memory_bw; }
+  // Per-direction bandwidth of a named link; throws if the device has no such link.
+  const Link& link(std::string_view name) const;
+  // A copy whose compute, bandwidth and SMs are a fraction of this device (an SM partition of
+  // one GPU, e.g. through green contexts). Bandwidth is assumed to split with the SMs.
+  Hardware partition(double fraction) const;
+  std::string describe() const;
+};
+
+class HardwareDb {
+ public:
+  // Parses and validates a database document; `origin` names it in errors (a file path).
+  static HardwareDb parse(const nlohmann::json& doc, const std::string& origin);
+  static HardwareDb load_file(const std::string& path);
+  // data/hardware.json, found through $RIDGE_DATA_DIR, then the source tree the build came from,
+  // then ./data and ../share/ridge/data next to the working directory.
+  static HardwareDb load_default();
+  static std::string default_path();
+
+  // Merges a profile document over this database (entries with `base` inherit from entries
+  // already here); returns the ids it added.
+  std::vector<std::string> merge(const nlohmann::json& doc, const std::string& origin);
+
+  // By id or alias (case-insensitive); throws listing the known ids.
+  const Hardware& get(std::string_view id_or_alias) const;
+  const Hardware* find(std::string_view id_or_alias) const;
+  std::vector<std::string> ids() const;
+
+  // A spec is an id/alias, or the path of a profile file: then the profile is merged over this
+  // database and its (first) entry returned.
+  Hardware resolve(const std::string& spec) const;
+
+ private:
+  std::map<std::string, Hardware> entries_;
+  std::map<std::string, std::string> aliases_;
+  nlohmann::json defaults_;
+  std::map<std::string, nlohmann::json> raw_;  // merged raw entries, for profiles' bases
+  void add_entry(const std::string& id, const nlohmann::json& raw, const std::string& origin);
+};
+
+// What `ridge bench ceilings` measured, written as a profile over a database entry.
+struct Measurement {
+  std::string field;   // "memory_bandwidth", "dense_flops.bf16", "l2", "sms", "idle_power", "tdp"
+  double value = 0;
+  std::string unit;    // a unit the loader accepts for that field ("TB/s", "TFLOP/s", "W", ...)
+  std::string source;  // how it was measured: method, GPU name, driver, date
+};
+nlohmann::json make_profile(const std::string& id, const std::string& base, const std::string& name,
+                            const std::vector<Measurement>& measurements);
+// Writes atomically (temp file + rename); throws naming the path.
+void write_profile(const std::string& path, const nlohmann::json& profile);
+
+// Unit conversion used by the loader (exposed for tests): value in `unit` -> SI for `quantity`
+// ("flops", "bytes", "bandwidth", "power", "price", "time", "count"). Throws naming the unit and
+// the units accepted for the quantity.
+double to_si(std::string_view quantity, double value, std::string_view unit);
+
+}  // namespace ridge::perf
