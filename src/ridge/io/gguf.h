@@ -5,6 +5,13 @@
 // (each offset relative to the data start, aligned). Strings are {u64 length, bytes}.
 // Every count, length, offset and dimension is validated against the file size; a bad file
 // throws ridge::Error naming the file, the field and the bad value.
+//
+// Tensors of ggml types ridge cannot compute with (K-quants, IQ*, integers, F64, ...) do not make
+// the file unreadable: their layout is validated like any other tensor's (sizes, alignment,
+// overlap), they are listed in tensor_infos() with supported == false, they are left out of
+// tensors(), and tensor(name) on one throws naming the tensor and its type. So the metadata
+// (e.g. a tokenizer) of such a file can still be read. A type number ggml does not define at all
+// is an error at open, naming the tensor and the number.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +50,24 @@ struct GgufValue {
   const std::vector<GgufValue>& as_array(std::string_view key) const;
 };
 
+// One tensor info record as the file states it (every tensor, supported or not, in file order).
+struct GgufTensorInfo {
+  std::string name;
+  uint32_t ggml_type = 0;
+  std::vector<int64_t> shape;  // outermost first (ne[] reversed)
+  uint64_t offset = 0;         // relative to the start of the tensor data section
+  uint64_t nbytes = 0;
+  bool supported = false;      // ggml type maps to a ridge DType
+};
+
 class GgufFile {
  public:
+  // Limits beyond the format's own: a file past them is refused rather than allowed to make the
+  // reader allocate without bound. Nested arrays deeper than this are refused (stack depth).
+  static constexpr int kMaxArrayDepth = 8;
+  // Total metadata values (array elements included); real vocabularies hold < 1M.
+  static constexpr uint64_t kMaxMetadataValues = uint64_t(1) << 24;
+
   // Opens and validates; throws ridge::Error on any bad field.
   static GgufFile open(const std::string& path);
   // Parses an in-memory image (used by the fuzzer and tests); `name` stands for the path in errors.
@@ -54,6 +77,8 @@ class GgufFile {
   const std::string& path() const { return name_; }
   uint32_t version() const { return version_; }
   size_t alignment() const { return alignment_; }
+  // Absolute file offset where the tensor data section starts (the header end, aligned).
+  size_t data_offset() const { return data_offset_; }
 
   const std::map<std::string, GgufValue, std::less<>>& metadata() const { return metadata_; }
   bool has(std::string_view key) const;
@@ -72,18 +97,29 @@ class GgufFile {
   std::optional<bool> try_bool(std::string_view key) const;
   std::optional<std::string> try_string(std::string_view key) const;
 
+  // Tensors of supported types, in file order.
   const std::vector<TensorData>& tensors() const { return tensors_; }
+  // nullptr when absent or of an unsupported type (tensor() says which).
   const TensorData* find_tensor(std::string_view name) const;
-  const TensorData& tensor(std::string_view name) const;  // throws naming the tensor
+  // Throws naming the tensor when absent, or naming it and its ggml type when unsupported.
+  const TensorData& tensor(std::string_view name) const;
+  // Every tensor info of the file, in file order, supported or not.
+  const std::vector<GgufTensorInfo>& tensor_infos() const { return infos_; }
+  const GgufTensorInfo* find_tensor_info(std::string_view name) const;
 
  private:
   std::shared_ptr<MappedFile> file_;  // null when parsed from memory
   std::string name_;
   uint32_t version_ = 0;
   size_t alignment_ = 32;
+  size_t data_offset_ = 0;
   std::map<std::string, GgufValue, std::less<>> metadata_;
   std::vector<TensorData> tensors_;
-  std::map<std::string, size_t, std::less<>> tensor_index_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;  // name -> index in tensors_
+  std::vector<GgufTensorInfo> infos_;
+  std::map<std::string, size_t, std::less<>> info_index_;  // name -> index in infos_
+
+  friend class GgufParser;
 };
 
 }  // namespace ridge::io
