@@ -121,8 +121,25 @@ void CpuBackend::matmul(const Stream&, const Tensor& x, const Tensor& w, const T
     b.resize(N);
     dequantize_row(bias->dtype, bias->data, b.data(), N);
   }
-  // Each thread converts a few weight rows at a time to fp32 and takes their dot products with
-  // every token; x stays cache-resident across the rows.
+  if (T <= 4) {
+    // Decode: the weight row is converted inside the dot product (one pass over the weights).
+    std::vector<float> sums(size_t(T * (K / 32 + 1)));
+    if (w.dtype == DType::q4_1)
+      for (int64_t t = 0; t < T; ++t) cpu::block_sums(frow(x, t), &sums[size_t(t * (K / 32 + 1))], K);
+    pool_.parallel_for(
+        N,
+        [&](int64_t n0, int64_t n1) {
+          for (int64_t n = n0; n < n1; ++n)
+            for (int64_t t = 0; t < T; ++t)
+              frow(out, t)[n] = cpu::dot_row(w.dtype, w.row(n), frow(x, t),
+                                             &sums[size_t(t * (K / 32 + 1))], K) +
+                                (bias ? b[n] : 0.0f);
+        },
+        16);
+    return;
+  }
+  // Prefill: each thread converts a few weight rows at a time to fp32 and takes their dot
+  // products with every token; x stays cache-resident across the rows.
   constexpr int64_t kRows = 4;
   pool_.parallel_for(
       N,

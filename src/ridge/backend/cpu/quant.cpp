@@ -1,6 +1,7 @@
 #include "ridge/backend/cpu/quant.h"
 
 #include <cstring>
+#include <vector>
 
 #include "ridge/core/error.h"
 #include "ridge/core/half.h"
@@ -143,6 +144,83 @@ RIDGE_SIMD void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
+RIDGE_SIMD inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// sum_b d_b * (q_b · x_b) + m_b * sum(x_b)
+RIDGE_SIMD float dot_q4_1_avx2(const uint8_t* w, const float* x, const float* bsum, int64_t n) {
+  const __m128i mask = _mm_set1_epi8(15);
+  __m256 total = _mm256_setzero_ps();
+  float msum = 0;
+  for (int64_t b = 0; b < n / 32; ++b, w += 20, x += 32) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(w)));
+    msum += f16_to_f32(load_u16(w + 2)) * bsum[b];
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 4));
+    const __m128i lo = _mm_and_si128(q, mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+    __m256 acc = _mm256_mul_ps(nibbles_to_f32(lo), _mm256_loadu_ps(x));
+    acc = _mm256_fmadd_ps(nibbles_to_f32(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(x + 8), acc);
+    acc = _mm256_fmadd_ps(nibbles_to_f32(hi), _mm256_loadu_ps(x + 16), acc);
+    acc = _mm256_fmadd_ps(nibbles_to_f32(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), acc);
+    total = _mm256_fmadd_ps(d, acc, total);
+  }
+  return hsum(total) + msum;
+}
+
+RIDGE_SIMD float dot_q4_0_avx2(const uint8_t* w, const float* x, int64_t n) {
+  const __m128i mask = _mm_set1_epi8(15);
+  const __m256 eight = _mm256_set1_ps(8.0f);
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 32; ++b, w += 18, x += 32) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(w)));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    const __m128i lo = _mm_and_si128(q, mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+    __m256 acc = _mm256_mul_ps(_mm256_sub_ps(nibbles_to_f32(lo), eight), _mm256_loadu_ps(x));
+    acc = _mm256_fmadd_ps(_mm256_sub_ps(nibbles_to_f32(_mm_srli_si128(lo, 8)), eight), _mm256_loadu_ps(x + 8), acc);
+    acc = _mm256_fmadd_ps(_mm256_sub_ps(nibbles_to_f32(hi), eight), _mm256_loadu_ps(x + 16), acc);
+    acc = _mm256_fmadd_ps(_mm256_sub_ps(nibbles_to_f32(_mm_srli_si128(hi, 8)), eight), _mm256_loadu_ps(x + 24), acc);
+    total = _mm256_fmadd_ps(d, acc, total);
+  }
+  return hsum(total);
+}
+
+RIDGE_SIMD float dot_q8_0_avx2(const uint8_t* w, const float* x, int64_t n) {
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 32; ++b, w += 34, x += 32) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(w)));
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < 32; i += 8) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 2 + i));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_loadu_ps(x + i), acc);
+    }
+    total = _mm256_fmadd_ps(d, acc, total);
+  }
+  return hsum(total);
+}
+
+RIDGE_SIMD float dot_half_avx2(const uint16_t* w, const float* x, int64_t n, bool bf16) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  auto load = [bf16](const uint16_t* p) __attribute__((target("avx2,fma,f16c"))) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                : _mm256_cvtph_ps(h);
+  };
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_fmadd_ps(load(w + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(load(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+  }
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load(w + i), _mm256_loadu_ps(x + i), a0);
+  float r = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) r += (bf16 ? bf16_to_f32(w[i]) : f16_to_f32(w[i])) * x[i];
+  return r;
+}
+
 const bool g_simd = [] {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -209,6 +287,42 @@ float dot(const float* a, const float* b, int64_t n) {
   double r = 0;
   for (int64_t i = 0; i < n; ++i) r += double(a[i]) * b[i];
   return float(r);
+}
+
+void block_sums(const float* x, float* out, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    float s = 0;
+    for (int i = 0; i < 32; ++i) s += x[b * 32 + i];
+    out[b] = s;
+  }
+}
+
+float dot_row(DType dtype, const void* w, const float* x, const float* bsum, int64_t n) {
+#if RIDGE_X86
+  if (g_simd) {
+    const auto* q = static_cast<const uint8_t*>(w);
+    switch (dtype) {
+      case DType::f32:
+        return dot_avx2(static_cast<const float*>(w), x, n);
+      case DType::f16:
+        return dot_half_avx2(static_cast<const uint16_t*>(w), x, n, false);
+      case DType::bf16:
+        return dot_half_avx2(static_cast<const uint16_t*>(w), x, n, true);
+      case DType::q4_1:
+        return dot_q4_1_avx2(q, x, bsum, n);
+      case DType::q4_0:
+        return dot_q4_0_avx2(q, x, n);
+      case DType::q8_0:
+        return dot_q8_0_avx2(q, x, n);
+      default:
+        break;
+    }
+  }
+#endif
+  // Reference: convert the row, then an fp32 dot product.
+  std::vector<float> row(static_cast<size_t>(n));
+  dequantize_row_reference(dtype, w, row.data(), n);
+  return dot(row.data(), x, n);
 }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {

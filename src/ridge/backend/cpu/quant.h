@@ -14,6 +14,12 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n);
 void dequantize_row_reference(DType dtype, const void* src, float* dst, int64_t n);
 // sum a[i] * b[i], fp32 accumulation in a fixed order for a given n.
 float dot(const float* a, const float* b, int64_t n);
+// sum w[i] * x[i] with w a stored row of n elements (converted inside the dot product, no
+// intermediate row). block_sums: for q4_1 the sums of x over each 32-element block (n / 32
+// values, see block_sums()); ignored for other types.
+float dot_row(DType dtype, const void* w, const float* x, const float* block_sums, int64_t n);
+// out[b] = sum of x[32b .. 32b+31]
+void block_sums(const float* x, float* out, int64_t n);
 // y[i] += alpha * x[i]
 void axpy(float alpha, const float* x, float* y, int64_t n);
 // Stores n fp32 values as dtype (f32, f16 or bf16) at dst.
