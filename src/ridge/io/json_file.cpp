@@ -30,6 +30,9 @@ nlohmann::json read_json_file(const std::string& path) {
       }
     }
     fail("{}: invalid JSON at line {}, column {} (byte {}): {}", path, line, column, e.byte, e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // A number too large for a double (1e400) is out_of_range.406, which has no position.
+    fail("{}: invalid JSON: {}", path, e.what());
   }
 }
 

@@ -57,6 +57,9 @@ nlohmann::json parse_header(const char* begin, const char* end, const std::strin
   } catch (const nlohmann::json::parse_error& e) {
     fail("{}: header is not valid JSON (error at header byte {}, file offset {}): {}", file, e.byte,
          e.byte + 8, e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // Not only parse_error: a number too large for a double (1e400) is out_of_range.406.
+    fail("{}: header is not valid JSON: {}", file, e.what());
   }
 }
 
