@@ -43,6 +43,8 @@ struct GgufValue {
 
   bool is_array() const { return type == GgufType::array; }
   // Conversions; each throws ridge::Error naming the key if the stored type does not fit.
+  // as_int takes any integer type (a u64 above INT64_MAX does not fit); as_float takes f32, f64
+  // and integers; as_bool only bool; as_string only string; as_array only arrays.
   int64_t as_int(std::string_view key) const;
   double as_float(std::string_view key) const;
   bool as_bool(std::string_view key) const;

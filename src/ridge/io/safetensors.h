@@ -9,7 +9,9 @@
 // like any other, is listed in tensor_infos() with supported == false and left out of tensors();
 // tensor(name) on it throws naming the tensor and its dtype. (So a checkpoint with, say, an I64
 // buffer beside its weights still opens.) A dtype string the reader does not know is an error
-// at open. Shapes of any rank are read; TensorData::view() refuses rank > 4.
+// at open. Shapes of any rank are read; TensorData::view() refuses rank > 4. Duplicate JSON keys
+// are refused; gaps between tensors' data are allowed (the reference writer leaves none). Tensor
+// data is only as aligned as the file makes it (the reference writer pads the header to 8).
 #pragma once
 
 #include <map>
