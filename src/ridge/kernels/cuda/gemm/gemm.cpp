@@ -1,0 +1,111 @@
+// Host side of the GEMM kernels: precondition checks (ridge::Error, nothing launched on bad
+// input), dispatch by shape, and TMA tensor maps.
+#include "ridge/kernels/cuda/gemm/gemm.h"
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "ridge/core/error.h"
+#include "ridge/kernels/cuda/gemm/check.h"
+#include "ridge/kernels/cuda/gemm/launch.h"
+
+namespace ridge::kernels {
+namespace {
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+void check_common(const char* what, const bf16* X, const bf16* W, const bf16* Y,
+                  const bf16* residual, int M, int N, int K) {
+  RIDGE_CHECK(M >= 1 && N >= 1 && K >= 1, "{}: shape M={} N={} K={} must be positive", what, M,
+              N, K);
+  RIDGE_CHECK(K % 8 == 0, "{}: K = {} must be a multiple of 8 (16-byte rows)", what, K);
+  RIDGE_CHECK(N % 8 == 0, "{}: N = {} must be a multiple of 8", what, N);
+  RIDGE_CHECK(X && W && Y, "{}: null pointer (X={}, W={}, Y={})", what,
+              static_cast<const void*>(X), static_cast<const void*>(W),
+              static_cast<const void*>(Y));
+  RIDGE_CHECK(aligned16(X) && aligned16(W) && aligned16(Y) && aligned16(residual),
+              "{}: X, W, Y and residual must be 16-byte aligned", what);
+}
+
+void check_sm90(const char* what) {
+  int device = 0;
+  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+  int major = 0, minor = 0;
+  RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  RIDGE_CHECK(major == 9 && minor == 0, "{}: needs an sm_90 (Hopper) GPU, device {} is sm_{}{}",
+              what, device, major, minor);
+}
+
+}  // namespace
+
+void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
+                      cudaStream_t stream, const bf16* residual) {
+  check_common("gemm_bf16_skinny", X, W, Y, residual, M, N, K);
+  RIDGE_CHECK(N <= 65535 * 16, "gemm_bf16_skinny: N = {} is larger than {}", N, 65535 * 16);
+  detail::launch_skinny(X, W, Y, residual, M, N, K, stream);
+}
+
+void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
+                    cudaStream_t stream, const bf16* residual, const Sm90GemmOptions& options) {
+  check_common("gemm_bf16_sm90", X, W, Y, residual, M, N, K);
+  check_sm90("gemm_bf16_sm90");
+  detail::launch_sm90(X, W, Y, residual, M, N, N, K, false, options, stream);
+}
+
+void gemm_bf16_swiglu(const bf16* X, const bf16* W_gate_up, bf16* Out, int M, int F, int K,
+                      cudaStream_t stream) {
+  check_common("gemm_bf16_swiglu", X, W_gate_up, Out, nullptr, M, F, K);
+  RIDGE_CHECK(F % 128 == 0, "gemm_bf16_swiglu: F = {} must be a multiple of 128", F);
+  check_sm90("gemm_bf16_swiglu");
+  detail::launch_sm90(X, W_gate_up, Out, nullptr, M, F, 2 * F, K, true, {}, stream);
+}
+
+void gemm_bf16(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K, cudaStream_t stream,
+               const bf16* residual) {
+  if (M <= 64)
+    gemm_bf16_skinny(X, W, Y, M, N, K, stream, residual);
+  else
+    gemm_bf16_sm90(X, W, Y, M, N, K, stream, residual);
+}
+
+namespace detail {
+
+namespace {
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn encode_tiled_fn() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  RIDGE_GEMM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                         cudaEnableDefault, &status));
+  RIDGE_CHECK(fn != nullptr && status == cudaDriverEntryPointSuccess,
+              "cuTensorMapEncodeTiled not found in the CUDA driver (status {})",
+              static_cast<int>(status));
+  return reinterpret_cast<EncodeTiledFn>(fn);
+}
+}  // namespace
+
+CUtensorMap make_tensor_map_bf16(const void* base, uint64_t rows, uint64_t cols,
+                                 uint32_t box_rows, uint32_t box_cols) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * 2};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode_tiled_fn()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  RIDGE_CHECK(r == CUDA_SUCCESS,
+              "cuTensorMapEncodeTiled failed ({}) for a [{}, {}] bf16 matrix, box {}x{}",
+              static_cast<int>(r), rows, cols, box_rows, box_cols);
+  return map;
+}
+
+}  // namespace detail
+}  // namespace ridge::kernels

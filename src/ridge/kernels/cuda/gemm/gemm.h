@@ -1,0 +1,52 @@
+// Dense bf16 GEMM for the linear layers: Y = X · Wᵀ (+ residual), fp32 accumulation.
+//
+// Layouts (all row-major, densely packed, device memory):
+//   X        [M, K] bf16   activations, one token per row
+//   W        [N, K] bf16   weights in nn.Linear layout (K contiguous)
+//   Y        [M, N] bf16   output
+//   residual [M, N] bf16   optional; Y = X·Wᵀ + residual (may alias Y)
+// Preconditions, checked on the host (ridge::Error otherwise; nothing is launched):
+//   M, N, K ≥ 1; K % 8 == 0 and N % 8 == 0 (16-byte rows for vector loads and TMA);
+//   X, W, Y, residual 16-byte aligned; the current device is sm_90 (Hopper) for the sm90 path.
+// Shapes need not be tile multiples: partial tiles are masked (TMA zero-fills, stores are
+// bounds-checked). Every function runs on the stream it is given and never synchronizes it.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ridge::kernels {
+
+using bf16 = __nv_bfloat16;
+
+// Picks the kernel by shape: skinny (tensor-core GEMV, M ≤ 64) or the warp-specialized
+// TMA + wgmma GEMM.
+void gemm_bf16(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K, cudaStream_t stream,
+               const bf16* residual = nullptr);
+
+// Fused gate_up + SwiGLU: W_gate_up is [2F, K] with the F gate rows first, then the F up rows
+// (the fused gate_up weight). Out [M, F] = silu(X·W_gateᵀ) ⊙ (X·W_upᵀ), fp32 math, bf16 out.
+// F % 128 == 0, K % 8 == 0.
+void gemm_bf16_swiglu(const bf16* X, const bf16* W_gate_up, bf16* Out, int M, int F, int K,
+                      cudaStream_t stream);
+
+// Decode GEMV / skinny GEMM (tensor-core mma.sync, weights streamed once with 16-byte loads,
+// split-K over the warps of a block). Meant for M ≤ 64; larger M runs in tiles of 64 tokens.
+void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
+                      cudaStream_t stream, const bf16* residual = nullptr);
+
+// The warp-specialized Hopper GEMM (TMA producer warpgroup, two wgmma consumer warpgroups,
+// mbarrier pipeline, 128×256×64 tiles). Options exist so the ladder in bench/gemm can time
+// each step; the defaults are the production choice.
+struct Sm90GemmOptions {
+  bool persistent = true;   // grid = #SMs, tiles walked by a scheduler; else one CTA per tile
+  int group_m = 8;          // grouped raster: GROUP_M tile rows walked column by column (1 = row order)
+  int max_ctas = 0;         // persistent grid size; 0 = number of SMs
+};
+void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
+                    cudaStream_t stream, const bf16* residual = nullptr,
+                    const Sm90GemmOptions& options = {});
+
+}  // namespace ridge::kernels

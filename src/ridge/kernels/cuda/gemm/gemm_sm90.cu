@@ -1,0 +1,230 @@
+// Warp-specialized Hopper GEMM: Y[M,N] = X[M,K] · W[N,K]ᵀ (+ residual), or the fused
+// gate_up + SwiGLU variant. bf16 in, fp32 accumulate, bf16 out.
+//
+// Launch shape: 384 threads = 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA
+// loads of 128×64 X tiles and 256×64 W tiles (two 128-row boxes) into a 4-stage ring of shared
+// memory (48 KiB a stage), each stage guarded by a `full` mbarrier (TMA transaction count) and
+// an `empty` mbarrier (one arrival per consumer warp). Warpgroups 1 and 2 are consumers: each
+// owns 64 rows of the 128×256 output tile, issues wgmma m64n256k16 from shared memory and keeps
+// 128 fp32 accumulators per thread. setmaxnreg moves registers from the producer (40) to the
+// consumers (232). The grid is persistent (one CTA per SM) and walks output tiles in grouped
+// order (GROUP_M tile rows column by column) so that concurrent tiles share X and W in L2; the
+// producer runs ahead into the next tile while the consumers store the last one.
+// Layout: X, W, residual, Y row-major, K contiguous; tiles are K-major with 128-byte swizzle.
+// Limits (host-checked): sm_90, K % 8 == 0, N % 8 == 0, 16-byte aligned pointers; SwiGLU needs
+// F % 128 == 0. Partial M/N/K tiles: TMA zero-fills loads, stores are bounds-checked.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ridge/kernels/cuda/gemm/check.h"
+#include "ridge/kernels/cuda/gemm/launch.h"
+#include "ridge/kernels/cuda/gemm/sm90.cuh"
+
+namespace ridge::kernels {
+namespace {
+
+using namespace sm90;
+
+constexpr int kBM = 128;
+constexpr int kBN = 256;
+constexpr int kBK = 64;
+constexpr int kStages = 4;
+constexpr int kConsumers = 2;
+constexpr int kThreads = 128 * (kConsumers + 1);
+constexpr uint32_t kStageBytes = (kBM + kBN) * kBK * sizeof(bf16);
+
+struct alignas(1024) SharedStorage {
+  bf16 a[kStages][kBM * kBK];
+  bf16 b[kStages][kBN * kBK];
+  uint64_t full[kStages];
+  uint64_t empty[kStages];
+};
+constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + slack to align the base
+
+enum class Epilogue : int { kStore = 0, kSwiGLU = 1 };
+
+struct TileCoord {
+  int m;
+  int n;
+};
+
+// Grouped raster: tiles advance down GROUP_M tile rows, then to the next tile column.
+__device__ __forceinline__ TileCoord tile_coord(int tile, int tiles_m, int tiles_n, int group_m) {
+  const int per_group = group_m * tiles_n;
+  const int group = tile / per_group;
+  const int first_m = group * group_m;
+  const int rows = min(tiles_m - first_m, group_m);
+  const int local = tile - group * per_group;
+  return {first_m + local % rows, local / rows};
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+
+// out_n: columns of Y (N, or F for SwiGLU); w_second_row_offset: where the second 128-row box
+// of a W tile starts relative to the first (128 for a plain tile, F for the up half).
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_sm90_ws_kernel(const __grid_constant__ CUtensorMap tmap_x,
+                        const __grid_constant__ CUtensorMap tmap_w, bf16* Y,
+                        const bf16* residual, int M, int out_n, int K, int epilogue,
+                        int group_m) {
+  extern __shared__ uint8_t smem_raw[];
+  SharedStorage& s = *reinterpret_cast<SharedStorage*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+
+  const bool swiglu = epilogue == static_cast<int>(Epilogue::kSwiGLU);
+  const int tile_n_cols = swiglu ? kBN / 2 : kBN;  // output columns per tile
+  const int tiles_m = (M + kBM - 1) / kBM;
+  const int tiles_n = (out_n + tile_n_cols - 1) / tile_n_cols;
+  const int tiles = tiles_m * tiles_n;
+  const int k_blocks = (K + kBK - 1) / kBK;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&s.full[i], 1);
+      mbar_init(&s.empty[i], kConsumers * 4);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const TileCoord tc = tile_coord(tile, tiles_m, tiles_n, group_m);
+        const int w_row0 = tc.n * tile_n_cols;
+        const int w_row1 = swiglu ? out_n + w_row0 : w_row0 + kBN / 2;
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          mbar_wait(&s.empty[stage], phase ^ 1);
+          mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
+          tma_load_2d(s.a[stage], &tmap_x, &s.full[stage], kb * kBK, tc.m * kBM);
+          tma_load_2d(s.b[stage], &tmap_w, &s.full[stage], kb * kBK, w_row0);
+          tma_load_2d(s.b[stage] + (kBN / 2) * kBK, &tmap_w, &s.full[stage], kb * kBK, w_row1);
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int consumer = warpgroup - 1;
+  const int lane = threadIdx.x & 31;
+  const int warp_in_group = (threadIdx.x / 32) & 3;
+  const bool release_thread = lane == 0;
+  float acc[128];
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const TileCoord tc = tile_coord(tile, tiles_m, tiles_n, group_m);
+    int prev_stage = 0;
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      mbar_wait(&s.full[stage], phase);
+      wgmma_fence();
+      const bf16* a_tile = s.a[stage] + consumer * 64 * kBK;
+      const bf16* b_tile = s.b[stage];
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        wgmma_m64n256k16_bf16(acc, make_desc_k128(a_tile + kk * 16),
+                              make_desc_k128(b_tile + kk * 16), (kb > 0 || kk > 0) ? 1 : 0);
+      }
+      wgmma_commit();
+      if (kb > 0) {
+        // The previous stage's wgmmas are done once at most this batch is in flight.
+        wgmma_wait<1>();
+        if (release_thread) mbar_arrive(&s.empty[prev_stage]);
+      }
+      prev_stage = stage;
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    wgmma_wait<0>();
+    if (release_thread) mbar_arrive(&s.empty[prev_stage]);
+
+    // Accumulator fragment of m64nN: register 4i+{0,1} holds (row 16w + lane/4, cols 8i +
+    // 2(lane%4) + {0,1}); 4i+{2,3} the same columns 8 rows lower.
+    const int row_base = tc.m * kBM + consumer * 64 + warp_in_group * 16 + (lane >> 2);
+    const int col_base = tc.n * tile_n_cols + 2 * (lane & 3);
+    if (!swiglu) {
+#pragma unroll
+      for (int i = 0; i < kBN / 8; ++i) {
+        const int col = col_base + 8 * i;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row_base + 8 * h;
+          if (row < M && col < out_n) {
+            const size_t idx = static_cast<size_t>(row) * out_n + col;
+            float v0 = acc[4 * i + 2 * h];
+            float v1 = acc[4 * i + 2 * h + 1];
+            if (residual != nullptr) {
+              const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(residual + idx);
+              v0 += __low2float(r);
+              v1 += __high2float(r);
+            }
+            *reinterpret_cast<__nv_bfloat162*>(Y + idx) = __floats2bfloat162_rn(v0, v1);
+          }
+        }
+      }
+    } else {
+      // Columns 0..127 of the tile are gate, 128..255 the matching up columns (16 registers
+      // of 4 further in the same thread).
+#pragma unroll
+      for (int i = 0; i < kBN / 16; ++i) {
+        const int col = col_base + 8 * i;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row_base + 8 * h;
+          if (row < M && col < out_n) {
+            const size_t idx = static_cast<size_t>(row) * out_n + col;
+            const float g0 = acc[4 * i + 2 * h], g1 = acc[4 * i + 2 * h + 1];
+            const float u0 = acc[4 * (i + 16) + 2 * h], u1 = acc[4 * (i + 16) + 2 * h + 1];
+            *reinterpret_cast<__nv_bfloat162*>(Y + idx) =
+                __floats2bfloat162_rn(silu(g0) * u0, silu(g1) * u1);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int out_n,
+                 int w_rows, int K, bool swiglu, const Sm90GemmOptions& options,
+                 cudaStream_t stream) {
+  const CUtensorMap tmap_x = make_tensor_map_bf16(X, M, K, kBM, kBK);
+  const CUtensorMap tmap_w = make_tensor_map_bf16(W, w_rows, K, kBN / 2, kBK);
+  const int tile_n_cols = swiglu ? kBN / 2 : kBN;
+  const long long tiles =
+      static_cast<long long>((M + kBM - 1) / kBM) * ((out_n + tile_n_cols - 1) / tile_n_cols);
+  int device = 0, sms = 0;
+  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+  RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  long long grid = tiles;
+  if (options.persistent)
+    grid = std::min<long long>(grid, options.max_ctas > 0 ? options.max_ctas : sms);
+  if (grid > 0x7fffffff) grid = 0x7fffffff;  // a non-persistent grid this large strides anyway
+  RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_ws_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(kSmemBytes)));
+  gemm_sm90_ws_kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(
+      tmap_x, tmap_w, Y, residual, M, out_n, K,
+      static_cast<int>(swiglu ? Epilogue::kSwiGLU : Epilogue::kStore), std::max(1, options.group_m));
+  RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace detail
+}  // namespace ridge::kernels

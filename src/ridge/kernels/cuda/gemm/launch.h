@@ -1,0 +1,26 @@
+// Internal: the raw launchers behind gemm.h. Callers have checked the preconditions (gemm.cpp);
+// these only pick the configuration and launch on `stream`.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include "ridge/kernels/cuda/gemm/gemm.h"
+
+namespace ridge::kernels::detail {
+
+void launch_skinny(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int N,
+                   int K, cudaStream_t stream);
+
+// out_n: columns of Y; w_rows: rows of W (N, or 2F for SwiGLU); swiglu: gate/up epilogue.
+void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int out_n,
+                 int w_rows, int K, bool swiglu, const Sm90GemmOptions& options,
+                 cudaStream_t stream);
+
+// Tensor map of a row-major bf16 matrix [rows, cols] (cols contiguous, cols % 8 == 0, base
+// 16-byte aligned), read in boxes of box_rows × box_cols with 128-byte swizzle (box_cols = 64).
+CUtensorMap make_tensor_map_bf16(const void* base, uint64_t rows, uint64_t cols,
+                                 uint32_t box_rows, uint32_t box_cols);
+
+}  // namespace ridge::kernels::detail

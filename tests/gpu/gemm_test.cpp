@@ -1,0 +1,277 @@
+// GEMM kernels against a CPU fp64 reference and cuBLASLt: fresh random inputs (never zeros),
+// outputs poisoned with NaN beforehand, error by ‖out − ref‖ / ‖ref‖ within bf16 bounds, shapes
+// that are not tile multiples, refusals of unsupported shapes, bitwise determinism. Skips where
+// no GPU is present.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ridge/core/error.h"
+#include "ridge/kernels/cuda/gemm/cublaslt_gemm.h"
+#include "ridge/kernels/cuda/gemm/gemm.h"
+
+namespace {
+
+using ridge::kernels::bf16;
+
+bool gpu_present() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+bool is_sm90() {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major == 9 && minor == 0;
+}
+
+#define SKIP_WITHOUT_GPU()                                          \
+  do {                                                              \
+    if (!gpu_present()) GTEST_SKIP() << "no CUDA GPU present";      \
+  } while (0)
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+template <typename T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  size_t count = 0;
+  explicit DeviceBuffer(size_t n) : count(n) {
+    if (cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(T)) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+std::vector<bf16> random_bf16(size_t n, std::mt19937& rng, float scale = 1.f) {
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<bf16> v(n);
+  for (auto& x : v) {
+    float f = d(rng);
+    if (f == 0.f) f = scale * 0.5f;  // never zeros
+    x = __float2bfloat16(f);
+  }
+  return v;
+}
+
+struct Problem {
+  int M, N, K;
+  bool residual = false;
+};
+
+std::string name(const Problem& p) {
+  return "M" + std::to_string(p.M) + "_N" + std::to_string(p.N) + "_K" + std::to_string(p.K) +
+         (p.residual ? "_res" : "");
+}
+
+struct Result {
+  double rel_err = 0;  // ‖out − ref‖ / ‖ref‖
+  size_t non_finite = 0;
+};
+
+Result compare(const std::vector<bf16>& out, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  Result r;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double o = __bfloat162float(out[i]);
+    if (!std::isfinite(o)) {
+      ++r.non_finite;
+      continue;
+    }
+    num += (o - ref[i]) * (o - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  r.rel_err = std::sqrt(num / den);
+  return r;
+}
+
+// fp64 reference of Y = X·Wᵀ (+ residual) on the bf16-rounded inputs.
+std::vector<double> reference(const std::vector<bf16>& X, const std::vector<bf16>& W,
+                              const std::vector<bf16>* R, int M, int N, int K) {
+  std::vector<double> Wd(W.size());
+  for (size_t i = 0; i < W.size(); ++i) Wd[i] = __bfloat162float(W[i]);
+  std::vector<double> Y(static_cast<size_t>(M) * N);
+  std::vector<double> x(K);
+  for (int m = 0; m < M; ++m) {
+    for (int k = 0; k < K; ++k) x[k] = __bfloat162float(X[static_cast<size_t>(m) * K + k]);
+    for (int n = 0; n < N; ++n) {
+      const double* w = &Wd[static_cast<size_t>(n) * K];
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += x[k] * w[k];
+      if (R) s += __bfloat162float((*R)[static_cast<size_t>(m) * N + n]);
+      Y[static_cast<size_t>(m) * N + n] = s;
+    }
+  }
+  return Y;
+}
+
+// bf16 output rounding alone gives ~2^-9 per element; fp32 accumulation order adds little.
+constexpr double kTolerance = 8e-3;
+
+enum class Kernel { kDispatch, kSkinny, kSm90 };
+
+void run_kernel(Kernel k, const bf16* X, const bf16* W, bf16* Y, const Problem& p,
+                const bf16* R, cudaStream_t s) {
+  switch (k) {
+    case Kernel::kDispatch: ridge::kernels::gemm_bf16(X, W, Y, p.M, p.N, p.K, s, R); break;
+    case Kernel::kSkinny: ridge::kernels::gemm_bf16_skinny(X, W, Y, p.M, p.N, p.K, s, R); break;
+    case Kernel::kSm90: ridge::kernels::gemm_bf16_sm90(X, W, Y, p.M, p.N, p.K, s, R); break;
+  }
+}
+
+void check_problem(Kernel kernel, const Problem& p, uint32_t seed) {
+  SCOPED_TRACE(name(p));
+  std::mt19937 rng(seed);
+  const size_t nx = static_cast<size_t>(p.M) * p.K, nw = static_cast<size_t>(p.N) * p.K,
+               ny = static_cast<size_t>(p.M) * p.N;
+  auto hX = random_bf16(nx, rng), hW = random_bf16(nw, rng), hR = random_bf16(ny, rng, 4.f);
+  DeviceBuffer<bf16> X(nx), W(nw), Y(ny), Yc(ny), R(ny);
+  ASSERT_TRUE(X.ptr && W.ptr && Y.ptr && Yc.ptr && R.ptr);
+  CUDA_OK(cudaMemcpy(X.ptr, hX.data(), nx * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(W.ptr, hW.data(), nw * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(R.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  CUDA_OK(cudaMemset(Y.ptr, 0xFF, ny * 2));  // NaN poison: unwritten outputs fail
+  run_kernel(kernel, X.ptr, W.ptr, Y.ptr, p, p.residual ? R.ptr : nullptr, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<bf16> hY(ny);
+  CUDA_OK(cudaMemcpy(hY.data(), Y.ptr, ny * 2, cudaMemcpyDeviceToHost));
+
+  const auto ref = reference(hX, hW, p.residual ? &hR : nullptr, p.M, p.N, p.K);
+  const Result r = compare(hY, ref);
+  EXPECT_EQ(r.non_finite, 0u) << "unwritten or non-finite outputs";
+  EXPECT_LT(r.rel_err, kTolerance) << "vs fp64 reference";
+
+  // Same inputs again: bitwise identical (no races, fixed reduction order).
+  CUDA_OK(cudaMemset(Yc.ptr, 0xFF, ny * 2));
+  run_kernel(kernel, X.ptr, W.ptr, Yc.ptr, p, p.residual ? R.ptr : nullptr, stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<bf16> hY2(ny);
+  CUDA_OK(cudaMemcpy(hY2.data(), Yc.ptr, ny * 2, cudaMemcpyDeviceToHost));
+  size_t diff = 0;
+  for (size_t i = 0; i < ny; ++i)
+    diff += reinterpret_cast<const uint16_t*>(hY.data())[i] !=
+            reinterpret_cast<const uint16_t*>(hY2.data())[i];
+  EXPECT_EQ(diff, 0u) << "second run differs";
+
+  // Against cuBLASLt (no residual there: compare the plain product).
+  if (!p.residual) {
+    ridge::kernels::CublasLtGemm cublas;
+    CUDA_OK(cudaMemset(Yc.ptr, 0xFF, ny * 2));
+    cublas.run(X.ptr, W.ptr, Yc.ptr, p.M, p.N, p.K, stream);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaMemcpy(hY2.data(), Yc.ptr, ny * 2, cudaMemcpyDeviceToHost));
+    const Result rc = compare(hY2, ref);
+    EXPECT_LT(rc.rel_err, kTolerance) << "cuBLASLt itself vs fp64";
+    // Ours is no further from the reference than bf16 rounding allows, cuBLAS's error included.
+    EXPECT_LT(r.rel_err, rc.rel_err * 1.5 + 1e-3) << "ours " << r.rel_err << " cuBLAS " << rc.rel_err;
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+TEST(GemmSkinny, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const Problem problems[] = {
+      {1, 128, 64},     {1, 4096, 4096},  {2, 136, 1032},  {3, 264, 520},   {8, 256, 4096},
+      {9, 520, 1000},   {13, 264, 520},   {16, 1024, 2048}, {17, 512, 1024}, {31, 200, 2048},
+      {32, 1024, 4096}, {33, 200, 2048},  {64, 1024, 4096}, {100, 264, 520}, {5, 1032, 11008},
+      {7, 264, 520, true}, {48, 1024, 1024, true}};
+  uint32_t seed = 1;
+  for (const auto& p : problems) check_problem(Kernel::kSkinny, p, seed++);
+}
+
+TEST(GemmSm90, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  const Problem problems[] = {
+      {128, 256, 64},    {1, 256, 64},      {65, 264, 136},   {200, 520, 1000},
+      {256, 512, 4096},  {129, 1032, 520},  {384, 768, 2048}, {1000, 776, 520},
+      {300, 264, 72, true}, {512, 1024, 1024, true}};
+  uint32_t seed = 100;
+  for (const auto& p : problems) check_problem(Kernel::kSm90, p, seed++);
+}
+
+TEST(GemmSm90, PersistentAndNonPersistentAgree) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  const int M = 1000, N = 1536, K = 1024;  // 8 × 6 tiles, uneven against a 5-CTA grid
+  std::mt19937 rng(7);
+  auto hX = random_bf16(static_cast<size_t>(M) * K, rng);
+  auto hW = random_bf16(static_cast<size_t>(N) * K, rng);
+  DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y1(static_cast<size_t>(M) * N),
+      Y2(static_cast<size_t>(M) * N);
+  CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(Y1.ptr, 0xFF, Y1.count * 2));
+  CUDA_OK(cudaMemset(Y2.ptr, 0xFF, Y2.count * 2));
+  ridge::kernels::Sm90GemmOptions a, b;
+  a.persistent = false;
+  a.group_m = 1;
+  b.max_ctas = 5;
+  b.group_m = 3;
+  ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y1.ptr, M, N, K, nullptr, nullptr, a);
+  ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y2.ptr, M, N, K, nullptr, nullptr, b);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<bf16> h1(Y1.count), h2(Y2.count);
+  CUDA_OK(cudaMemcpy(h1.data(), Y1.ptr, Y1.count * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(h2.data(), Y2.ptr, Y2.count * 2, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::memcmp(h1.data(), h2.data(), h1.size() * 2), 0);
+  const auto ref = reference(hX, hW, nullptr, M, N, K);
+  const Result r = compare(h1, ref);
+  EXPECT_EQ(r.non_finite, 0u);
+  EXPECT_LT(r.rel_err, kTolerance);
+}
+
+TEST(GemmSwiGLU, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  const int M = 130, F = 384, K = 520;
+  std::mt19937 rng(11);
+  auto hX = random_bf16(static_cast<size_t>(M) * K, rng);
+  auto hW = random_bf16(static_cast<size_t>(2 * F) * K, rng);
+  DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y(static_cast<size_t>(M) * F);
+  CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
+  ridge::kernels::gemm_bf16_swiglu(X.ptr, W.ptr, Y.ptr, M, F, K, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<bf16> hY(Y.count);
+  CUDA_OK(cudaMemcpy(hY.data(), Y.ptr, Y.count * 2, cudaMemcpyDeviceToHost));
+  const auto gu = reference(hX, hW, nullptr, M, 2 * F, K);
+  std::vector<double> ref(static_cast<size_t>(M) * F);
+  for (int m = 0; m < M; ++m)
+    for (int f = 0; f < F; ++f) {
+      const double g = gu[static_cast<size_t>(m) * 2 * F + f];
+      const double u = gu[static_cast<size_t>(m) * 2 * F + F + f];
+      ref[static_cast<size_t>(m) * F + f] = g / (1 + std::exp(-g)) * u;
+    }
+  const Result r = compare(hY, ref);
+  EXPECT_EQ(r.non_finite, 0u);
+  EXPECT_LT(r.rel_err, kTolerance);
+}
+
+TEST(Gemm, RefusesUnsupportedShapes) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer<bf16> X(4096), W(4096), Y(4096);
+  using ridge::kernels::gemm_bf16;
+  EXPECT_THROW(gemm_bf16(X.ptr, W.ptr, Y.ptr, 4, 16, 12, nullptr), ridge::Error);  // K % 8
+  EXPECT_THROW(gemm_bf16(X.ptr, W.ptr, Y.ptr, 4, 12, 16, nullptr), ridge::Error);  // N % 8
+  EXPECT_THROW(gemm_bf16(X.ptr, W.ptr, Y.ptr, 0, 16, 16, nullptr), ridge::Error);
+  EXPECT_THROW(gemm_bf16(X.ptr + 1, W.ptr, Y.ptr, 4, 16, 16, nullptr), ridge::Error);
+  EXPECT_THROW(gemm_bf16(nullptr, W.ptr, Y.ptr, 4, 16, 16, nullptr), ridge::Error);
+  EXPECT_THROW(ridge::kernels::gemm_bf16_swiglu(X.ptr, W.ptr, Y.ptr, 4, 24, 16, nullptr),
+               ridge::Error);  // F % 128
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // nothing was launched
+}
+
+}  // namespace
