@@ -59,6 +59,7 @@ class Tokenizer {
   struct Impl;
 
  private:
+  friend class IncrementalDecoder;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -66,19 +67,37 @@ class Tokenizer {
 // Turns a stream of token ids into text pieces, never emitting half a UTF-8 character:
 // bytes of an incomplete sequence are held until it completes. Invalid bytes become U+FFFD
 // exactly as the batch decode would render them.
+//
+// The concatenation of every push() and the final flush() equals decode(ids, skip_special)
+// exactly (the batch decode is the same stream run to its end). Each push costs time in the
+// token only, not in the length of the stream. Text is held back only while a later token can
+// still change it: the bytes of an incomplete UTF-8 character, or a run of <0xNN> byte-fallback
+// tokens (an invalid run renders as one U+FFFD per byte). After flush() the decoder starts a new
+// stream.
 class IncrementalDecoder {
  public:
   explicit IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special = true);
+  ~IncrementalDecoder();
+  IncrementalDecoder(IncrementalDecoder&&) noexcept;
+  IncrementalDecoder& operator=(IncrementalDecoder&&) noexcept;
+
   // Text that became complete with this token (possibly empty).
   std::string push(TokenId id);
   // Whatever is still held (incomplete bytes rendered as U+FFFD).
   std::string flush();
+
+  // The ids pushed since the start of the stream, and the bytes of text returned for them.
+  const std::vector<TokenId>& ids() const { return ids_; }
+  size_t emitted_bytes() const { return emitted_bytes_; }
+
+  struct Stream;
 
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_;
   std::vector<TokenId> ids_;
   size_t emitted_bytes_ = 0;  // of decode(ids_) already returned
+  std::unique_ptr<Stream> stream_;
 };
 
 }  // namespace ridge::tokenizer
