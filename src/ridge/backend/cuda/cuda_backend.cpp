@@ -1,0 +1,339 @@
+#include "ridge/backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "ridge/core/error.h"
+#include "ridge/kernels/cuda/attention/paged_attention.h"
+#include "ridge/kernels/cuda/elementwise/check.h"
+#include "ridge/kernels/cuda/elementwise/elementwise.h"
+
+namespace ridge::backend {
+
+namespace {
+
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;    // cuBLASLt's advice for Hopper
+constexpr size_t kAttentionWorkspaceBytes = size_t(64) << 20; // split-KV partials
+constexpr size_t kUploadChunkBytes = size_t(64) << 20;        // staging for weight conversion
+
+void expect(bool ok, const char* op, const std::string& what) {
+  if (!ok) fail("cuda backend {}: {}", op, what);
+}
+
+// A 2-D device tensor of `dtype` with contiguous rows (any row stride).
+void expect_2d(const Tensor& t, DType dtype, const char* op, const char* name) {
+  expect(t.device == Device::cuda && t.dtype == dtype && t.ndim == 2 && t.stride[1] == 1 &&
+             t.stride[0] >= t.shape[1] && t.data,
+         op,
+         fmt::format("{} must be a 2-D {} device tensor with contiguous rows, got {}{}", name,
+                     dtype_name(dtype), t.describe(),
+                     t.device == Device::cuda ? "" : " on the host"));
+}
+
+void expect_i32(const Tensor& t, int64_t n, const char* op, const char* name) {
+  expect(t.device == Device::cuda && t.dtype == DType::i32 && t.numel() == n &&
+             (n == 0 || t.data),
+         op, fmt::format("{} must be {} device i32 values, got {}", name, n, t.describe()));
+}
+
+void expect_vector(const Tensor& t, int64_t n, const char* op, const char* name) {
+  expect(t.device == Device::cuda && (t.dtype == DType::f32 || t.dtype == DType::bf16) &&
+             t.numel() == n && t.is_contiguous(),
+         op,
+         fmt::format("{} must be {} device f32 or bf16 values (from upload_weight), got {}", name,
+                     n, t.describe()));
+}
+
+uint16_t* bf16(const Tensor& t) { return static_cast<uint16_t*>(t.data); }
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  RIDGE_CHECK_CUDA(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  RIDGE_CHECK_CUDA(cudaGetDeviceProperties(&prop, device_));
+  sm_count_ = prop.multiProcessorCount;
+  name_ = fmt::format("cuda ({}, {} SMs, sm_{}{}, {:.0f} GiB)", prop.name, sm_count_, prop.major,
+                      prop.minor, double(prop.totalGlobalMem) / double(1ull << 30));
+  stream_ = std::make_unique<cuda::OwnedStream>();
+  lt_ = std::make_unique<cuda::CublasLtHandle>();
+  matmul_ = std::make_unique<cuda::LtMatmul>(lt_->get());
+  kernels::init_paged_attention();
+  workspace_for(stream_->get());
+}
+
+CudaBackend::~CudaBackend() {
+  // Work still queued may use the weights and workspaces freed below.
+  if (stream_) (void)cudaStreamSynchronize(stream_->get());
+  (void)cudaDeviceSynchronize();
+}
+
+cudaStream_t CudaBackend::stream_of(const Stream& s) const {
+  return s.handle ? static_cast<cudaStream_t>(s.handle) : stream_->get();
+}
+
+CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
+  std::lock_guard lock(workspace_mutex_);
+  auto& w = workspaces_[stream];
+  if (!w) {
+    w = std::make_unique<Workspace>();
+    w->cublas = cuda::DeviceMemory(kCublasWorkspaceBytes);
+    w->attention = cuda::DeviceMemory(kAttentionWorkspaceBytes);
+  }
+  return *w;
+}
+
+Buffer CudaBackend::allocate(size_t bytes) {
+  auto mem = std::make_shared<cuda::DeviceMemory>(bytes);
+  void* p = mem->data();
+  return Buffer(p, bytes, [mem](void*) mutable { mem.reset(); });
+}
+
+void CudaBackend::upload(const Stream& s, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  RIDGE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(s)));
+}
+
+void CudaBackend::download(const Stream& s, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  RIDGE_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(s)));
+}
+
+void CudaBackend::synchronize(const Stream& s) {
+  RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream_of(s)));
+}
+
+Tensor CudaBackend::upload_weight(const Tensor& host) {
+  expect(host.device == Device::cpu && host.data && host.ndim >= 1 && host.is_contiguous(),
+         "upload_weight", fmt::format("expected a contiguous host tensor, got {}", host.describe()));
+  const bool vector = host.ndim == 1 && !is_quantized(host.dtype);
+  const DType target = vector ? DType::f32 : DType::bf16;
+  const int64_t n = host.numel();
+  cuda::DeviceMemory dst(size_t(n) * (target == DType::f32 ? 4 : 2));
+  cudaStream_t stream = stream_->get();
+  if (host.dtype == target) {
+    RIDGE_CHECK_CUDA(cudaMemcpyAsync(dst.data(), host.data, host.nbytes(), cudaMemcpyHostToDevice,
+                                     stream));
+  } else {
+    // Copy the stored bytes in chunks of whole blocks and convert each chunk on the GPU.
+    const DTypeInfo& info = dtype_info(host.dtype);
+    expect(n % info.block_elems == 0, "upload_weight",
+           fmt::format("{} has {} elements, not a multiple of the {}-element block",
+                       host.describe(), n, info.block_elems));
+    const int64_t blocks = n / info.block_elems;
+    const int64_t chunk_blocks = std::max<int64_t>(1, int64_t(kUploadChunkBytes) / info.block_bytes);
+    cuda::DeviceMemory staging(size_t(std::min(blocks, chunk_blocks) * info.block_bytes));
+    const size_t dst_elem = target == DType::f32 ? 4 : 2;
+    for (int64_t b0 = 0; b0 < blocks; b0 += chunk_blocks) {
+      const int64_t nb = std::min(chunk_blocks, blocks - b0);
+      RIDGE_CHECK_CUDA(cudaMemcpyAsync(staging.data(),
+                                       static_cast<const char*>(host.data) + b0 * info.block_bytes,
+                                       size_t(nb * info.block_bytes), cudaMemcpyHostToDevice,
+                                       stream));
+      kernels::convert_weight(staging.data(), host.dtype, nb * info.block_elems,
+                              static_cast<char*>(dst.data()) + b0 * info.block_elems * dst_elem,
+                              target, stream);
+    }
+    RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));  // before the staging memory is freed
+  }
+  RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));  // the host view may be unmapped after load
+  Tensor out = Tensor::contiguous(dst.data(), target, host.shape.data(), host.ndim, Device::cuda);
+  weights_.push_back(std::move(dst));
+  return out;
+}
+
+void CudaBackend::embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) {
+  expect_2d(out, DType::bf16, "embedding", "out");
+  expect_2d(table, DType::bf16, "embedding", "table");
+  expect(table.shape[1] == out.shape[1] && table.stride[0] == table.shape[1], "embedding",
+         fmt::format("table {} (contiguous, from upload_weight) does not match out {}",
+                     table.describe(), out.describe()));
+  expect_i32(ids, out.shape[0], "embedding", "ids");
+  kernels::embedding_bf16(bf16(table), table.shape[0], table.shape[1], ids.ptr<int32_t>(),
+                          out.shape[0], bf16(out), out.stride[0], stream_of(s));
+}
+
+void CudaBackend::rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
+                          Tensor& out) {
+  expect_2d(x, DType::bf16, "rmsnorm", "x");
+  expect_2d(out, DType::bf16, "rmsnorm", "out");
+  expect(out.shape == x.shape, "rmsnorm",
+         fmt::format("x {} does not match out {}", x.describe(), out.describe()));
+  expect_vector(weight, x.shape[1], "rmsnorm", "weight");
+  kernels::rmsnorm_bf16(bf16(x), x.stride[0], weight.data, weight.dtype, x.shape[0], x.shape[1],
+                        eps, bf16(out), out.stride[0], stream_of(s));
+}
+
+void CudaBackend::add_rmsnorm(const Stream& s, Tensor& residual, const Tensor& x,
+                              const Tensor& weight, float eps, Tensor& out) {
+  expect_2d(residual, DType::bf16, "add_rmsnorm", "residual");
+  expect_2d(x, DType::bf16, "add_rmsnorm", "x");
+  expect_2d(out, DType::bf16, "add_rmsnorm", "out");
+  expect(residual.shape == x.shape && out.shape == x.shape, "add_rmsnorm",
+         fmt::format("residual {}, x {}, out {}", residual.describe(), x.describe(),
+                     out.describe()));
+  expect_vector(weight, x.shape[1], "add_rmsnorm", "weight");
+  kernels::add_rmsnorm_bf16(bf16(residual), residual.stride[0], bf16(x), x.stride[0], weight.data,
+                            weight.dtype, x.shape[0], x.shape[1], eps, bf16(out), out.stride[0],
+                            stream_of(s));
+}
+
+void CudaBackend::matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                         Tensor& out) {
+  expect_2d(x, DType::bf16, "matmul", "x");
+  expect(out.dtype == DType::bf16 || out.dtype == DType::f32, "matmul",
+         fmt::format("out must be bf16 or f32, got {}", out.describe()));
+  expect_2d(out, out.dtype, "matmul", "out");
+  expect_2d(w, DType::bf16, "matmul", "w (from upload_weight)");
+  const int64_t T = x.shape[0], K = x.shape[1], N = w.shape[0];
+  expect(w.shape[1] == K && w.stride[0] == K && out.shape[0] == T && out.shape[1] == N, "matmul",
+         fmt::format("x {} · w {}ᵀ does not give out {}", x.describe(), w.describe(),
+                     out.describe()));
+  if (bias) expect_vector(*bias, N, "matmul", "bias");
+  cudaStream_t stream = stream_of(s);
+  Workspace& ws = workspace_for(stream);
+  matmul_->run(bf16(x), x.stride[0], bf16(w), T, N, K, out.data, out.dtype, out.stride[0],
+               ws.cublas.data(), ws.cublas.size(), stream);
+  if (bias)
+    kernels::add_bias(out.data, out.dtype, out.stride[0], T, N, bias->data, bias->dtype, stream);
+}
+
+void CudaBackend::rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& positions,
+                       const Tensor& inv_freq) {
+  expect_2d(q, DType::bf16, "rope", "q");
+  expect_2d(k, DType::bf16, "rope", "k");
+  const int64_t half = inv_freq.numel(), hd = 2 * half, T = q.shape[0];
+  expect(inv_freq.device == Device::cuda && inv_freq.dtype == DType::f32 && half >= 1 &&
+             q.shape[1] % hd == 0 && k.shape[1] % hd == 0 && k.shape[0] == T,
+         "rope",
+         fmt::format("q {}, k {}, inv_freq {}", q.describe(), k.describe(), inv_freq.describe()));
+  expect_i32(positions, T, "rope", "positions");
+  kernels::rope_bf16(bf16(q), q.stride[0], q.shape[1] / hd, bf16(k), k.stride[0], k.shape[1] / hd,
+                     hd, positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, stream_of(s));
+}
+
+void CudaBackend::kv_store(const Stream& s, const Tensor& k, const Tensor& v, const Tensor& slots,
+                           KvLayer& kv) {
+  expect_2d(k, DType::bf16, "kv_store", "k");
+  expect_2d(v, DType::bf16, "kv_store", "v");
+  expect(kv.k.device == Device::cuda && kv.k.dtype == DType::bf16 && kv.k.ndim == 4 &&
+             kv.k.is_contiguous() && kv.v.dtype == DType::bf16 && kv.v.is_contiguous() &&
+             kv.v.shape == kv.k.shape,
+         "kv_store",
+         fmt::format("KV pools must be contiguous bf16 [blocks, block_size, nkv, hd] device "
+                     "tensors, got {} and {}",
+                     kv.k.describe(), kv.v.describe()));
+  const int64_t width = kv.k.shape[2] * kv.k.shape[3];
+  expect(k.shape[1] == width && v.shape == k.shape, "kv_store",
+         fmt::format("k {}, v {} vs pool {}", k.describe(), v.describe(), kv.k.describe()));
+  expect_i32(slots, k.shape[0], "kv_store", "slots");
+  kernels::kv_store_bf16(bf16(k), k.stride[0], bf16(v), v.stride[0], slots.ptr<int32_t>(),
+                         k.shape[0], width, bf16(kv.k), bf16(kv.v),
+                         kv.k.shape[0] * kv.k.shape[1], stream_of(s));
+}
+
+void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
+                            const AttentionMeta& meta, float scale, Tensor& out) {
+  expect_2d(q, DType::bf16, "attention", "q");
+  expect_2d(out, DType::bf16, "attention", "out");
+  expect(kv.k.device == Device::cuda && kv.k.dtype == DType::bf16 && kv.k.ndim == 4 &&
+             kv.k.is_contiguous() && kv.v.dtype == DType::bf16 && kv.v.is_contiguous() &&
+             kv.v.shape == kv.k.shape,
+         "attention",
+         fmt::format("KV pools must be contiguous bf16 device tensors, got {} and {}",
+                     kv.k.describe(), kv.v.describe()));
+  const int64_t nkv = kv.k.shape[2], hd = kv.k.shape[3];
+  expect(q.shape[1] % hd == 0 && out.shape == q.shape, "attention",
+         fmt::format("q {}, pool {}, out {}", q.describe(), kv.k.describe(), out.describe()));
+  expect(meta.host_cu_seqlens_q && meta.host_context_lens && meta.num_seqs >= 0, "attention",
+         "AttentionMeta needs the host mirrors of cu_seqlens_q and context_lens for planning");
+  expect_i32(meta.cu_seqlens_q, meta.num_seqs + 1, "attention", "cu_seqlens_q");
+  expect_i32(meta.context_lens, meta.num_seqs, "attention", "context_lens");
+  expect_i32(meta.block_tables, int64_t(meta.num_seqs) * meta.max_blocks_per_seq, "attention",
+             "block_tables");
+  const int32_t* cu = meta.host_cu_seqlens_q;
+  expect(meta.num_seqs == 0 || (cu[0] == 0 && cu[meta.num_seqs] <= q.shape[0]), "attention",
+         fmt::format("cu_seqlens_q must start at 0 and end within q's {} rows", q.shape[0]));
+  kernels::PagedAttentionArgs a;
+  a.q = bf16(q);
+  a.ld_q = q.stride[0];
+  a.out = bf16(out);
+  a.ld_out = out.stride[0];
+  a.k_pool = bf16(kv.k);
+  a.v_pool = bf16(kv.v);
+  a.num_blocks = kv.k.shape[0];
+  a.block_size = int(kv.k.shape[1]);
+  a.num_kv_heads = int(nkv);
+  a.num_q_heads = int(q.shape[1] / hd);
+  a.head_dim = int(hd);
+  a.cu_seqlens_q = meta.cu_seqlens_q.ptr<int32_t>();
+  a.context_lens = meta.context_lens.ptr<int32_t>();
+  a.block_tables = meta.block_tables.ptr<int32_t>();
+  a.max_blocks_per_seq = meta.max_blocks_per_seq;
+  a.num_seqs = meta.num_seqs;
+  a.scale = scale;
+  a.host_cu_seqlens_q = meta.host_cu_seqlens_q;
+  a.host_context_lens = meta.host_context_lens;
+  cudaStream_t stream = stream_of(s);
+  Workspace& ws = workspace_for(stream);
+  // Two waves of blocks: 2 resident 87 KB blocks per SM at hd 128 (more at hd 64).
+  const kernels::PagedAttentionPlan plan =
+      kernels::plan_paged_attention(a, 4 * sm_count_, ws.attention.size());
+  last_attention_splits_ = plan.num_splits;
+  kernels::paged_attention_bf16(a, plan, ws.attention.data(), stream);
+}
+
+void CudaBackend::silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) {
+  expect_2d(gate_up, DType::bf16, "silu_mul", "gate_up");
+  expect_2d(out, DType::bf16, "silu_mul", "out");
+  const int64_t F = out.shape[1];
+  expect(gate_up.shape[1] == 2 * F && gate_up.shape[0] == out.shape[0], "silu_mul",
+         fmt::format("gate_up {} does not match out {}", gate_up.describe(), out.describe()));
+  kernels::silu_mul_bf16(bf16(gate_up), gate_up.stride[0], out.shape[0], F, bf16(out),
+                         out.stride[0], stream_of(s));
+}
+
+void CudaBackend::gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) {
+  expect(x.dtype == DType::bf16 || x.dtype == DType::f32, "gather_rows",
+         fmt::format("x must be bf16 or f32, got {}", x.describe()));
+  expect_2d(x, x.dtype, "gather_rows", "x");
+  expect_2d(out, x.dtype, "gather_rows", "out");
+  expect(out.shape[1] == x.shape[1], "gather_rows",
+         fmt::format("x {} does not match out {}", x.describe(), out.describe()));
+  expect_i32(rows, out.shape[0], "gather_rows", "rows");
+  kernels::gather_rows(x.data, x.stride[0], x.shape[0], rows.ptr<int32_t>(), out.shape[0],
+                       x.shape[1], x.dtype == DType::f32 ? 4 : 2, out.data, out.stride[0],
+                       stream_of(s));
+}
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(0); }
+
+bool cuda_device_present(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why) *why = fmt::format("CUDA reports {} ({})", cudaGetErrorName(err), cudaGetErrorString(err));
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "no CUDA device";
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why) *why = "cudaGetDeviceProperties failed";
+    return false;
+  }
+  if (prop.major != 9 || prop.minor != 0) {
+    if (why)
+      *why = fmt::format("{} is sm_{}{}; this build of ridge has kernels for sm_90a (Hopper) only",
+                         prop.name, prop.major, prop.minor);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace ridge::backend

@@ -1,0 +1,87 @@
+// CudaBackend: every op of backend.h on one NVIDIA GPU (built for sm_90a: Hopper).
+//
+// Numerics: bf16 activations, fp32 math inside every op (norms, softmax, RoPE, SwiGLU), matmul
+// through cuBLASLt with bf16 operands and fp32 accumulation (f32 output for the logits).
+// Weights (upload_weight): matrices (ndim >= 2) become bf16 on the device: f32/f16 converted,
+// bf16 copied, GGUF q8_0/q4_0/q4_1 dequantized by a kernel on the GPU. Vectors (ndim 1: norm
+// weights, biases) stored as f32/f16/bf16 become f32 (they are tiny, and the norms read them in
+// fp32 anyway). The KV pools are bf16.
+//
+// Streams: every op runs on the Stream passed in; a null handle means the backend's own stream.
+// Ops never allocate and never synchronize (except download to the host). Each stream gets its own
+// workspace (cuBLASLt's, and attention's split-KV partials), allocated once at the stream's first
+// use, so two ForwardBatches on two streams never share scratch memory.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ridge/backend/backend.h"
+#include "ridge/backend/cuda/cuda_matmul.h"
+#include "ridge/backend/cuda/cuda_resources.h"
+
+namespace ridge::backend {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+  Device device() const override { return Device::cuda; }
+  std::string name() const override { return name_; }
+  DType activation_dtype() const override { return DType::bf16; }
+
+  Buffer allocate(size_t bytes) override;
+  void upload(const Stream& s, void* dst, const void* src, size_t bytes) override;
+  void download(const Stream& s, void* dst, const void* src, size_t bytes) override;
+  void synchronize(const Stream& s) override;
+  Tensor upload_weight(const Tensor& host) override;
+
+  void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) override;
+  void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
+               Tensor& out) override;
+  void add_rmsnorm(const Stream& s, Tensor& residual, const Tensor& x, const Tensor& weight,
+                   float eps, Tensor& out) override;
+  void matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+              Tensor& out) override;
+  void rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& positions,
+            const Tensor& inv_freq) override;
+  void kv_store(const Stream& s, const Tensor& k, const Tensor& v, const Tensor& slots,
+                KvLayer& kv) override;
+  void attention(const Stream& s, const Tensor& q, const KvLayer& kv, const AttentionMeta& meta,
+                 float scale, Tensor& out) override;
+  void silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) override;
+  void gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) override;
+
+  int sm_count() const { return sm_count_; }
+  // How many KV splits attention chose on its last call (for tests and benchmarks).
+  int last_attention_splits() const { return last_attention_splits_; }
+
+ private:
+  struct Workspace {
+    cuda::DeviceMemory cublas;
+    cuda::DeviceMemory attention;
+  };
+  cudaStream_t stream_of(const Stream& s) const;
+  Workspace& workspace_for(cudaStream_t stream);
+
+  int device_ = 0;
+  int sm_count_ = 0;
+  std::string name_;
+  std::unique_ptr<cuda::OwnedStream> stream_;
+  std::unique_ptr<cuda::CublasLtHandle> lt_;
+  std::unique_ptr<cuda::LtMatmul> matmul_;
+  std::mutex workspace_mutex_;
+  std::unordered_map<cudaStream_t, std::unique_ptr<Workspace>> workspaces_;
+  std::vector<cuda::DeviceMemory> weights_;
+  int last_attention_splits_ = 0;
+};
+
+std::unique_ptr<Backend> make_cuda_backend();
+// True when a GPU this build can run on (compute capability 9.0) is present; otherwise false
+// with the reason in *why.
+bool cuda_device_present(std::string* why);
+
+}  // namespace ridge::backend

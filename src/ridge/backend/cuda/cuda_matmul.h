@@ -1,0 +1,48 @@
+// The CUDA backend's one matmul entry point: out[T, N] = x[T, K] · w[N, K]ᵀ, bf16 operands, fp32
+// accumulation, bf16 or f32 output, through cuBLASLt for now. It sits behind this one class so
+// that ridge's own GEMM kernels (kernels/cuda/gemm) can replace it per shape later.
+//
+// Layouts: x row-major with row stride ld_x, w row-major contiguous [N, K] (nn.Linear), out
+// row-major with row stride ld_out (a column slice of a wider buffer is fine). In cuBLASLt's
+// column-major terms: D (N x T, ld ld_out) = op_T(W: K x N, ld K) · X (K x T, ld ld_x).
+//
+// Plans (descriptors + chosen algorithm) are cached per (T, N, K, strides, output dtype, pointer
+// alignment); the cache is cleared when it grows past a bound. The cuBLASLt workspace is passed
+// in by the caller (one per stream).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "ridge/core/dtype.h"
+
+namespace ridge::backend::cuda {
+
+class LtMatmul {
+ public:
+  explicit LtMatmul(cublasLtHandle_t handle);
+  ~LtMatmul();
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+
+  void run(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N, int64_t K,
+           void* out, DType out_dtype, int64_t ld_out, void* workspace, size_t workspace_bytes,
+           cudaStream_t stream);
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, size_t>;
+  Plan& plan_for(const Key& key, size_t workspace_bytes);
+
+  cublasLtHandle_t handle_;
+  std::mutex mutex_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace ridge::backend::cuda

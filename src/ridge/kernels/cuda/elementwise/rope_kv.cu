@@ -1,0 +1,101 @@
+// RoPE (in place) and the KV-cache store.
+//
+// rope: one thread per rotated pair (token, head, i < hd/2) over q's and k's heads together;
+//   blocks of 256 threads, 1-D grid. Pairing (i, i + hd/2) (rotate-half, as HF transformers).
+//   angle = float(pos) * inv_freq[i] in fp32, then sincosf (full range reduction: positions up
+//   to 2^24 stay exact). Limits: hd even, T * (nq + nk) * hd/2 < 2^62.
+// kv_store: one thread per 16-byte chunk (8 bf16) of a row when rows, strides and pointers allow
+//   it, else one thread per element; 1-D grid of 256-thread blocks. Pools are rows of `width`
+//   elements (slot = block * block_size + offset). A slot outside [0, num_slots) is skipped.
+#include "ridge/kernels/cuda/elementwise/check.h"
+#include "ridge/kernels/cuda/elementwise/device_util.cuh"
+#include "ridge/kernels/cuda/elementwise/elementwise.h"
+
+namespace ridge::kernels {
+namespace {
+
+using detail::bf16_bits_to_f32;
+using detail::f32_to_bf16_bits;
+
+constexpr int kThreads = 256;
+
+__global__ void rope_kernel(uint16_t* __restrict__ q, int64_t ld_q, int64_t nq,
+                            uint16_t* __restrict__ k, int64_t ld_k, int64_t nk, int64_t half,
+                            const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, int64_t total) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  const int64_t i = idx % half;
+  const int64_t th = idx / half;
+  const int64_t heads = nq + nk;
+  const int64_t t = th / heads, h = th % heads;
+  uint16_t* x = h < nq ? q + t * ld_q + h * 2 * half : k + t * ld_k + (h - nq) * 2 * half;
+  const float angle = float(positions[t]) * inv_freq[i];
+  float s, c;
+  sincosf(angle, &s, &c);
+  const float a = bf16_bits_to_f32(x[i]), b = bf16_bits_to_f32(x[i + half]);
+  x[i] = f32_to_bf16_bits(a * c - b * s);
+  x[i + half] = f32_to_bf16_bits(b * c + a * s);
+}
+
+template <typename Chunk>
+__global__ void kv_store_kernel(const Chunk* __restrict__ k, int64_t ld_k,
+                                const Chunk* __restrict__ v, int64_t ld_v,
+                                const int32_t* __restrict__ slots, int64_t chunks_per_row,
+                                Chunk* __restrict__ k_pool, Chunk* __restrict__ v_pool,
+                                int64_t num_slots, int64_t total) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  const int64_t t = idx / chunks_per_row, c = idx % chunks_per_row;
+  const int64_t slot = slots[t];
+  if (slot < 0 || slot >= num_slots) return;
+  k_pool[slot * chunks_per_row + c] = k[t * ld_k + c];
+  v_pool[slot * chunks_per_row + c] = v[t * ld_v + c];
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void rope_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k, int64_t nk,
+               int64_t head_dim, const int32_t* positions, const float* inv_freq, int64_t T,
+               cudaStream_t stream) {
+  RIDGE_KERNEL_EXPECT(head_dim >= 2 && head_dim % 2 == 0 && nq >= 0 && nk >= 0 &&
+                          ld_q >= nq * head_dim && ld_k >= nk * head_dim && T >= 0,
+                      "rope_bf16",
+                      "q " + detail::shape_text(T, nq * head_dim, ld_q) + ", k " +
+                          detail::shape_text(T, nk * head_dim, ld_k) + ", head_dim " +
+                          std::to_string(head_dim));
+  const int64_t total = T * (nq + nk) * (head_dim / 2);
+  if (total == 0) return;
+  rope_kernel<<<unsigned(detail::ceil_div(total, kThreads)), kThreads, 0, stream>>>(
+      q, ld_q, nq, k, ld_k, nk, head_dim / 2, positions, inv_freq, total);
+  RIDGE_CHECK_LAUNCH("rope_kernel");
+}
+
+void kv_store_bf16(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t ld_v,
+                   const int32_t* slots, int64_t T, int64_t width, uint16_t* k_pool,
+                   uint16_t* v_pool, int64_t num_slots, cudaStream_t stream) {
+  RIDGE_KERNEL_EXPECT(T >= 0 && width >= 1 && ld_k >= width && ld_v >= width && num_slots >= 0,
+                      "kv_store_bf16",
+                      "k " + detail::shape_text(T, width, ld_k) + ", v " +
+                          detail::shape_text(T, width, ld_v));
+  if (T == 0) return;
+  const bool vec = width % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 && aligned16(k) &&
+                   aligned16(v) && aligned16(k_pool) && aligned16(v_pool);
+  if (vec) {
+    const int64_t cpr = width / 8, total = T * cpr;
+    kv_store_kernel<uint4><<<unsigned(detail::ceil_div(total, kThreads)), kThreads, 0, stream>>>(
+        reinterpret_cast<const uint4*>(k), ld_k / 8, reinterpret_cast<const uint4*>(v), ld_v / 8,
+        slots, cpr, reinterpret_cast<uint4*>(k_pool), reinterpret_cast<uint4*>(v_pool), num_slots,
+        total);
+  } else {
+    const int64_t total = T * width;
+    kv_store_kernel<uint16_t><<<unsigned(detail::ceil_div(total, kThreads)), kThreads, 0,
+                                stream>>>(k, ld_k, v, ld_v, slots, width, k_pool, v_pool,
+                                          num_slots, total);
+  }
+  RIDGE_CHECK_LAUNCH("kv_store_kernel");
+}
+
+}  // namespace ridge::kernels

@@ -1,0 +1,135 @@
+// Row-wise copies and activations: embedding lookup, SwiGLU (silu_mul), gather_rows, bias add.
+// Launch: 2-D grid (column chunks of 256 threads, rows); one thread per element.
+// Limits: rows < 2^31 (grid.y is split into chunks of 65535 rows); columns < 2^40.
+#include <algorithm>
+
+#include "ridge/kernels/cuda/elementwise/check.h"
+#include "ridge/kernels/cuda/elementwise/device_util.cuh"
+#include "ridge/kernels/cuda/elementwise/elementwise.h"
+
+namespace ridge::kernels {
+namespace {
+
+using detail::bf16_bits_to_f32;
+using detail::f32_to_bf16_bits;
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxGridY = 65535;
+
+// Runs launch(grid, row_offset) over row chunks that fit grid.y.
+template <typename Launch>
+void for_row_chunks(int64_t rows, int64_t cols, Launch launch) {
+  const unsigned gx = unsigned(detail::ceil_div(cols, kThreads));
+  for (int64_t r0 = 0; r0 < rows; r0 += kMaxGridY)
+    launch(dim3(gx, unsigned(std::min(kMaxGridY, rows - r0))), r0);
+}
+
+__global__ void embedding_kernel(const uint16_t* __restrict__ table, int64_t vocab, int64_t hidden,
+                                 const int32_t* __restrict__ ids, uint16_t* __restrict__ out,
+                                 int64_t ld_out, int64_t row0) {
+  const int64_t t = row0 + blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= hidden) return;
+  const int64_t id = ids[t];
+  out[t * ld_out + i] = (id >= 0 && id < vocab) ? table[id * hidden + i] : uint16_t(0x7fc0);
+}
+
+__global__ void silu_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t ld_gu, int64_t F,
+                                uint16_t* __restrict__ out, int64_t ld_out, int64_t row0) {
+  const int64_t t = row0 + blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= F) return;
+  const float g = bf16_bits_to_f32(gate_up[t * ld_gu + i]);
+  const float u = bf16_bits_to_f32(gate_up[t * ld_gu + F + i]);
+  out[t * ld_out + i] = f32_to_bf16_bits(g / (1.0f + expf(-g)) * u);
+}
+
+template <typename E>
+__global__ void gather_rows_kernel(const E* __restrict__ x, int64_t ld_x, int64_t rows_x,
+                                   const int32_t* __restrict__ rows, int64_t cols,
+                                   E* __restrict__ out, int64_t ld_out, int64_t row0) {
+  const int64_t r = row0 + blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= cols) return;
+  const int64_t src = rows[r];
+  E nan_bits;
+  memset(&nan_bits, 0xff, sizeof(E));  // NaN in bf16 and f32
+  out[r * ld_out + i] = (src >= 0 && src < rows_x) ? x[src * ld_x + i] : nan_bits;
+}
+
+__global__ void add_bias_kernel(void* __restrict__ out, bool out_f32, int64_t ld_out, int64_t N,
+                                const void* __restrict__ bias, bool bias_f32, int64_t row0) {
+  const int64_t t = row0 + blockIdx.y;
+  const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float b = detail::load_vector_weight(bias, bias_f32, n);
+  if (out_f32) {
+    static_cast<float*>(out)[t * ld_out + n] += b;
+  } else {
+    uint16_t* o = static_cast<uint16_t*>(out) + t * ld_out + n;
+    *o = f32_to_bf16_bits(bf16_bits_to_f32(*o) + b);
+  }
+}
+
+}  // namespace
+
+void embedding_bf16(const uint16_t* table, int64_t vocab, int64_t hidden, const int32_t* ids,
+                    int64_t T, uint16_t* out, int64_t ld_out, cudaStream_t stream) {
+  RIDGE_KERNEL_EXPECT(vocab >= 1 && hidden >= 1 && T >= 0 && ld_out >= hidden, "embedding_bf16",
+                      "table [" + std::to_string(vocab) + ", " + std::to_string(hidden) +
+                          "], out " + detail::shape_text(T, hidden, ld_out));
+  for_row_chunks(T, hidden, [&](dim3 grid, int64_t r0) {
+    embedding_kernel<<<grid, kThreads, 0, stream>>>(table, vocab, hidden, ids, out, ld_out, r0);
+    RIDGE_CHECK_LAUNCH("embedding_kernel");
+  });
+}
+
+void silu_mul_bf16(const uint16_t* gate_up, int64_t ld_gu, int64_t T, int64_t F, uint16_t* out,
+                   int64_t ld_out, cudaStream_t stream) {
+  RIDGE_KERNEL_EXPECT(T >= 0 && F >= 1 && ld_gu >= 2 * F && ld_out >= F, "silu_mul_bf16",
+                      "gate_up " + detail::shape_text(T, 2 * F, ld_gu) + ", out " +
+                          detail::shape_text(T, F, ld_out));
+  for_row_chunks(T, F, [&](dim3 grid, int64_t r0) {
+    silu_mul_kernel<<<grid, kThreads, 0, stream>>>(gate_up, ld_gu, F, out, ld_out, r0);
+    RIDGE_CHECK_LAUNCH("silu_mul_kernel");
+  });
+}
+
+void gather_rows(const void* x, int64_t ld_x, int64_t rows_x, const int32_t* rows, int64_t R,
+                 int64_t cols, int elem_bytes, void* out, int64_t ld_out, cudaStream_t stream) {
+  RIDGE_KERNEL_EXPECT((elem_bytes == 2 || elem_bytes == 4) && R >= 0 && cols >= 1 &&
+                          ld_x >= cols && ld_out >= cols && rows_x >= 0,
+                      "gather_rows",
+                      "x " + detail::shape_text(rows_x, cols, ld_x) + ", out " +
+                          detail::shape_text(R, cols, ld_out) + ", element bytes " +
+                          std::to_string(elem_bytes));
+  for_row_chunks(R, cols, [&](dim3 grid, int64_t r0) {
+    if (elem_bytes == 2)
+      gather_rows_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(
+          static_cast<const uint16_t*>(x), ld_x, rows_x, rows, cols, static_cast<uint16_t*>(out),
+          ld_out, r0);
+    else
+      gather_rows_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(
+          static_cast<const uint32_t*>(x), ld_x, rows_x, rows, cols, static_cast<uint32_t*>(out),
+          ld_out, r0);
+    RIDGE_CHECK_LAUNCH("gather_rows_kernel");
+  });
+}
+
+void add_bias(void* out, DType out_dtype, int64_t ld_out, int64_t T, int64_t N, const void* bias,
+              DType bias_dtype, cudaStream_t stream) {
+  RIDGE_KERNEL_EXPECT((out_dtype == DType::f32 || out_dtype == DType::bf16) &&
+                          detail::is_vector_weight_dtype(bias_dtype) && T >= 0 && N >= 1 &&
+                          ld_out >= N,
+                      "add_bias",
+                      "out " + std::string(dtype_name(out_dtype)) +
+                          detail::shape_text(T, N, ld_out) + ", bias " +
+                          std::string(dtype_name(bias_dtype)));
+  for_row_chunks(T, N, [&](dim3 grid, int64_t r0) {
+    add_bias_kernel<<<grid, kThreads, 0, stream>>>(out, out_dtype == DType::f32, ld_out, N, bias,
+                                                   bias_dtype == DType::f32, r0);
+    RIDGE_CHECK_LAUNCH("add_bias_kernel");
+  });
+}
+
+}  // namespace ridge::kernels

@@ -1,0 +1,156 @@
+// Paged attention, CUDA vs CPU reference: decode-only, prefill-only, chunked prefill and mixed
+// batches; GQA ratios 1/4/8; head dims 64/128; block sizes 16/32/64; lengths on and across page
+// boundaries; shuffled block tables; q as a strided view of a qkv buffer. The GpuBackendLarge
+// cases (a 32k-token decode, a 1k-token prefill) are left out of the sanitizer runs.
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "harness.h"
+#include "ridge/backend/factory.h"
+
+namespace ridge::backend::gpu_test {
+namespace {
+
+
+struct Seq {
+  int32_t q_len, ctx;
+};
+
+void run_attention(const std::vector<Seq>& seqs, int64_t nkv, int64_t group, int64_t hd,
+                   int64_t bs) {
+  const int64_t nh = nkv * group, S = int64_t(seqs.size());
+  std::vector<int32_t> cu{0}, ctx;
+  int64_t max_blocks = 1, total_blocks = 3;  // a few spare blocks nobody owns
+  for (const Seq& s : seqs) {
+    cu.push_back(cu.back() + s.q_len);
+    ctx.push_back(s.ctx);
+    max_blocks = std::max<int64_t>(max_blocks, (s.ctx + bs - 1) / bs);
+    total_blocks += (s.ctx + bs - 1) / bs;
+  }
+  const int64_t T = cu.back();
+  // Shuffled pages; unused table entries hold -1 (never read).
+  std::vector<int32_t> ids(static_cast<size_t>(total_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng());
+  std::vector<int32_t> tables(size_t(S * max_blocks), -1);
+  size_t next = 0;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < (seqs[size_t(s)].ctx + bs - 1) / bs; ++b)
+      tables[size_t(s * max_blocks + b)] = ids[next++];
+
+  const int64_t width = nkv * hd, pool_rows = total_blocks * bs;
+  std::vector<float> pk = random_bf16(size_t(pool_rows * width));
+  std::vector<float> pv = random_bf16(size_t(pool_rows * width));
+  std::vector<float> q = random_bf16(size_t(T * nh * hd));
+  std::vector<uint16_t> hk = to_bf16_bits(pk), hv = to_bf16_bits(pv);
+
+  AttentionMeta meta;
+  meta.num_seqs = int32_t(S);
+  meta.max_blocks_per_seq = int32_t(max_blocks);
+  for (const Seq& s : seqs) {
+    meta.max_q_len = std::max(meta.max_q_len, s.q_len);
+    meta.max_context_len = std::max(meta.max_context_len, s.ctx);
+  }
+  meta.host_cu_seqlens_q = cu.data();
+  meta.host_context_lens = ctx.data();
+  meta.host_block_tables = tables.data();
+  const float scale = 1.0f / std::sqrt(float(hd));
+
+  // CPU reference over the same bf16 pools.
+  AttentionMeta cpu_meta = meta;
+  cpu_meta.cu_seqlens_q = Tensor(cu.data(), DType::i32, {S + 1});
+  cpu_meta.context_lens = Tensor(ctx.data(), DType::i32, {S});
+  cpu_meta.block_tables = Tensor(tables.data(), DType::i32, {S, max_blocks});
+  const KvLayer cpu_kv{Tensor(hk.data(), DType::bf16, {total_blocks, bs, nkv, hd}),
+                       Tensor(hv.data(), DType::bf16, {total_blocks, bs, nkv, hd})};
+  std::vector<float> ref(size_t(T * nh * hd));
+  Tensor ref_t = host_f32(ref, T, nh * hd);
+  cpu().attention({}, host_f32(q, T, nh * hd), cpu_kv, cpu_meta, scale, ref_t);
+
+  // GPU: q is the head of a qkv row (row stride nh*hd + 2*nkv*hd), out is poisoned.
+  DeviceMatrix qd = device_bf16(T, nh * hd, q, nh * hd + 2 * width, 0);
+  DeviceMatrix kd = device_bf16(pool_rows, width, pk), vd = device_bf16(pool_rows, width, pv);
+  DeviceMatrix out = device_bf16(T, nh * hd, {});
+  Buffer cu_b, ctx_b, tab_b;
+  AttentionMeta dev_meta = meta;
+  dev_meta.cu_seqlens_q = device_i32(cu_b, cu);
+  dev_meta.context_lens = device_i32(ctx_b, ctx);
+  dev_meta.block_tables = device_i32(tab_b, tables);
+  dev_meta.block_tables.shape = {S, max_blocks};
+  dev_meta.block_tables.ndim = 2;
+  dev_meta.block_tables.stride = {max_blocks, 1};
+  const KvLayer kv{Tensor(kd.view.data, DType::bf16, {total_blocks, bs, nkv, hd}, Device::cuda),
+                   Tensor(vd.view.data, DType::bf16, {total_blocks, bs, nkv, hd}, Device::cuda)};
+  cuda().attention({}, qd.view, kv, dev_meta, scale, out.view);
+  std::string lens;
+  for (size_t i = 0; i < seqs.size() && i < 6; ++i)
+    lens += fmt::format("{}{}/{}", i ? "," : "", seqs[i].q_len, seqs[i].ctx);
+  if (seqs.size() > 6) lens += fmt::format(",..({} seqs)", seqs.size());
+  const std::string what =
+      fmt::format("hd={} nkv={} g={} bs={} q/ctx={}", hd, nkv, group, bs, lens);
+  expect_close("attention", what, download_view(out), ref, 1e-2);
+  expect_untouched_outside("attention", out);
+}
+
+TEST_F(GpuBackend, AttentionDecode) {
+  for (int64_t hd : {64, 128})
+    for (int64_t group : {1, 4, 8})
+      for (int64_t bs : {16, 32, 64}) {
+        const int64_t nkv = group == 1 ? 4 : 2;
+        run_attention({{1, 1}, {1, int32_t(bs)}, {1, int32_t(bs) + 1}, {1, 100}, {1, 777}},
+                      nkv, group, hd, bs);
+      }
+}
+
+TEST_F(GpuBackend, AttentionPrefill) {
+  for (int64_t hd : {64, 128})
+    for (int64_t group : {1, 4, 8})
+      for (int64_t bs : {16, 64})
+        run_attention({{1, 1}, {37, 37}, {int32_t(bs) * 2 + 1, int32_t(bs) * 2 + 1}, {130, 130}},
+                      2, group, hd, bs);
+}
+
+TEST_F(GpuBackend, AttentionChunkedPrefillAndMixed) {
+  for (int64_t hd : {64, 128})
+    for (int64_t group : {1, 4, 8})
+      for (int64_t bs : {16, 32, 64})
+        // a later prefill chunk, decodes, a fresh prefill, a chunk ending on a page boundary
+        run_attention({{50, 300}, {1, 65}, {19, 19}, {1, 1000}, {int32_t(bs), 3 * int32_t(bs)}},
+                      2, group, hd, bs);
+}
+
+TEST_F(GpuBackend, AttentionManyDecodes) {
+  std::vector<Seq> seqs;
+  std::uniform_int_distribution<int32_t> len(1, 2000);
+  for (int i = 0; i < 70; ++i) seqs.push_back({1, len(rng())});
+  run_attention(seqs, 8, 4, 128, 16);
+  run_attention(seqs, 2, 8, 64, 32);
+}
+
+// Enough blocks without splitting: the single-split path writes out directly.
+TEST_F(GpuBackend, AttentionManyPrefills) {
+  std::vector<Seq> seqs;
+  std::uniform_int_distribution<int32_t> len(1, 40);
+  for (int i = 0; i < 100; ++i) {
+    const int32_t q = len(rng());
+    seqs.push_back({q, q + (i % 3) * len(rng())});
+  }
+  for (int64_t hd : {64, 128}) run_attention(seqs, 4, 4, hd, 16);
+}
+
+TEST_F(GpuBackend, AttentionGroupSixteen) { run_attention({{3, 40}, {1, 200}}, 1, 16, 128, 16); }
+
+TEST_F(GpuBackendLarge, AttentionLongDecode32k) {
+  run_attention({{1, 32768}}, 8, 4, 128, 16);  // Llama-3-8B shape: split across blocks
+  run_attention({{1, 32000}, {1, 5}}, 4, 8, 64, 64);
+}
+
+TEST_F(GpuBackendLarge, AttentionLongPrefill) {
+  run_attention({{1024, 1024}}, 8, 4, 128, 16);
+  run_attention({{512, 4096}, {1, 3000}, {1, 1}}, 8, 4, 128, 32);
+}
+
+}  // namespace
+}  // namespace ridge::backend::gpu_test

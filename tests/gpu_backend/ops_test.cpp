@@ -1,0 +1,291 @@
+// CUDA backend vs CPU reference: weight upload/conversion, embedding, rmsnorm, add_rmsnorm,
+// matmul (every stored weight dtype, bias, strided column-slice outputs, f32 logits), rope,
+// kv_store, silu_mul, gather_rows. Fresh random inputs (never zeros) each run; outputs poisoned
+// first; normalized error bounds for bf16; any NaN fails; writes outside the output view fail.
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "harness.h"
+#include "ridge/backend/cpu/quant.h"
+#include "ridge/backend/factory.h"
+#include "ridge/core/error.h"
+
+namespace ridge::backend::gpu_test {
+namespace {
+
+
+// Stored weight bytes of `dtype` for n random values (GGUF block layouts for quantized types).
+std::vector<uint8_t> random_weight(DType dtype, int64_t n) {
+  std::vector<uint8_t> b(row_bytes(dtype, n));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.002f, 0.03f);
+  auto put16 = [&](size_t at, uint16_t v) { std::memcpy(&b[at], &v, 2); };
+  switch (dtype) {
+    case DType::f32: {
+      const auto v = random_bf16(size_t(n), 0.05f);
+      std::vector<float> f(v);
+      for (auto& x : f) x *= 1.0f + 1e-3f;  // not bf16-representable: conversion rounds
+      std::memcpy(b.data(), f.data(), b.size());
+      break;
+    }
+    case DType::f16:
+    case DType::bf16: {
+      std::normal_distribution<float> d(0.0f, 0.05f);
+      for (int64_t i = 0; i < n; ++i)
+        put16(size_t(2 * i), dtype == DType::f16 ? f32_to_f16(d(rng())) : f32_to_bf16(d(rng())));
+      break;
+    }
+    default: {
+      const DTypeInfo& info = dtype_info(dtype);
+      for (auto& x : b) x = uint8_t(byte(rng()));
+      for (int64_t blk = 0; blk < n / 32; ++blk) {
+        const size_t at = size_t(blk * info.block_bytes);
+        put16(at, f32_to_f16(byte(rng()) & 1 ? scale(rng()) : -scale(rng())));
+        if (dtype == DType::q4_1) put16(at + 2, f32_to_f16(-8.0f * scale(rng())));
+      }
+    }
+  }
+  return b;
+}
+
+const DType kWeightTypes[] = {DType::f32, DType::f16, DType::bf16,
+                              DType::q8_0, DType::q4_0, DType::q4_1};
+
+TEST_F(GpuBackend, UploadWeightMatchesCpuDequantization) {
+  for (DType t : kWeightTypes) {
+    const int64_t rows = 7, cols = 96;
+    std::vector<uint8_t> bytes = random_weight(t, rows * cols);
+    const Tensor host(bytes.data(), t, {rows, cols});
+    const Tensor dev = cuda().upload_weight(host);
+    ASSERT_EQ(dev.dtype, DType::bf16);
+    ASSERT_EQ(dev.device, Device::cuda);
+    std::vector<uint16_t> got(size_t(rows * cols));
+    cuda().download({}, got.data(), dev.data, got.size() * 2);
+    cuda().synchronize({});
+    std::vector<float> ref(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      cpu::dequantize_row_reference(t, host.row(r), &ref[size_t(r * cols)], cols);
+    size_t mismatched = 0;
+    for (size_t i = 0; i < got.size(); ++i) mismatched += got[i] != f32_to_bf16(ref[i]);
+    EXPECT_EQ(mismatched, 0u) << "dequantized " << dtype_name(t)
+                              << " differs from the CPU value rounded to bf16";
+  }
+  // Vectors (norm weights, biases) become f32.
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    std::vector<uint8_t> bytes = random_weight(t, 37);
+    const Tensor host(bytes.data(), t, {37});
+    const Tensor dev = cuda().upload_weight(host);
+    ASSERT_EQ(dev.dtype, DType::f32);
+    std::vector<float> got(37), ref(37);
+    cuda().download({}, got.data(), dev.data, 37 * 4);
+    cuda().synchronize({});
+    cpu::dequantize_row_reference(t, bytes.data(), ref.data(), 37);
+    EXPECT_EQ(std::memcmp(got.data(), ref.data(), 37 * 4), 0) << dtype_name(t) << " vector";
+  }
+}
+
+TEST_F(GpuBackend, Embedding) {
+  for (DType t : {DType::bf16, DType::f32, DType::q8_0, DType::q4_1}) {
+    const int64_t V = 1001, H = t == DType::bf16 ? 515 : 576, T = 19;
+    std::vector<uint8_t> bytes = random_weight(t, V * H);
+    const Tensor host(bytes.data(), t, {V, H});
+    const Tensor dev = cuda().upload_weight(host);
+    std::uniform_int_distribution<int32_t> id(0, int32_t(V - 1));
+    std::vector<int32_t> ids(T);
+    for (auto& i : ids) i = id(rng());
+    ids[0] = 0;
+    ids[1] = int32_t(V - 1);
+    std::vector<float> ref(size_t(T * H));
+    Tensor ref_t = host_f32(ref, T, H);
+    cpu().embedding({}, host, Tensor(ids.data(), DType::i32, {T}), ref_t);
+    Buffer ids_buf;
+    const Tensor ids_d = device_i32(ids_buf, ids);
+    DeviceMatrix out = device_bf16(T, H, {}, H + 5, 3);
+    cuda().embedding({}, dev, ids_d, out.view);
+    expect_close("embedding", fmt::format("{} V={} H={} T={}", dtype_name(t), V, H, T),
+                 download_view(out), ref, t == DType::bf16 ? 0.0 : 5e-3);
+    expect_untouched_outside("embedding", out);
+  }
+}
+
+void run_rmsnorm(int64_t T, int64_t H, bool fused) {
+  std::vector<float> x = random_bf16(size_t(T * H));
+  std::vector<float> res = random_bf16(size_t(T * H), 2.0f);
+  std::vector<float> w = random_bf16(size_t(H), 0.3f);
+  for (auto& v : w) v += 1.0f;
+  const Tensor w_host(w.data(), DType::f32, {H});
+  const Tensor w_dev = cuda().upload_weight(w_host);
+  std::vector<float> ref(size_t(T * H)), res_ref(res);
+  Tensor ref_t = host_f32(ref, T, H), res_t = host_f32(res_ref, T, H), x_t = host_f32(x, T, H);
+  DeviceMatrix xd = device_bf16(T, H, x, H + 3, 1);
+  DeviceMatrix rd = device_bf16(T, H, res, H, 0);
+  DeviceMatrix out = device_bf16(T, H, {}, H + 8, 8);
+  const std::string what = fmt::format("T={} H={}", T, H);
+  if (!fused) {
+    cpu().rmsnorm({}, x_t, w_host, 1e-5f, ref_t);
+    cuda().rmsnorm({}, xd.view, w_dev, 1e-5f, out.view);
+    expect_close("rmsnorm", what, download_view(out), ref, 5e-3);
+  } else {
+    cpu().add_rmsnorm({}, res_t, x_t, w_host, 1e-5f, ref_t);
+    cuda().add_rmsnorm({}, rd.view, xd.view, w_dev, 1e-5f, out.view);
+    expect_close("add_rmsnorm", what + " out", download_view(out), ref, 1e-2);
+    expect_close("add_rmsnorm", what + " residual", download_view(rd), res_ref, 5e-3);
+    expect_untouched_outside("add_rmsnorm", rd);
+  }
+  expect_untouched_outside(fused ? "add_rmsnorm" : "rmsnorm", out);
+}
+
+TEST_F(GpuBackend, RmsNorm) {
+  for (auto [T, H] : {std::pair<int64_t, int64_t>{1, 576}, {7, 1000}, {64, 4096}, {3, 8192}, {33, 33}})
+    run_rmsnorm(T, H, false);
+}
+
+TEST_F(GpuBackend, AddRmsNorm) {
+  for (auto [T, H] : {std::pair<int64_t, int64_t>{1, 576}, {7, 1000}, {64, 4096}, {33, 33}})
+    run_rmsnorm(T, H, true);
+}
+
+// out (a column slice [col0, col0 + N) of a [T, ld] buffer, or f32 logits) = x · wᵀ (+ bias).
+void run_matmul(int64_t T, int64_t N, int64_t K, DType wt, bool bias, bool f32_out,
+                int64_t ld_extra, int64_t col0) {
+  std::vector<float> x = random_bf16(size_t(T * K));
+  std::vector<uint8_t> wbytes = random_weight(wt, N * K);
+  const Tensor w_host(wbytes.data(), wt, {N, K});
+  const Tensor w_dev = cuda().upload_weight(w_host);
+  std::vector<float> b = random_bf16(size_t(N), 0.5f);
+  const Tensor b_host(b.data(), DType::f32, {N});
+  const Tensor b_dev = cuda().upload_weight(b_host);
+  std::vector<float> ref(size_t(T * N));
+  Tensor ref_t = host_f32(ref, T, N), x_t = host_f32(x, T, K);
+  cpu().matmul({}, x_t, w_host, bias ? &b_host : nullptr, ref_t);
+  DeviceMatrix xd = device_bf16(T, K, x);
+  DeviceMatrix out = f32_out ? device_f32(T, N, N + ld_extra, col0)
+                             : device_bf16(T, N, {}, N + ld_extra, col0);
+  cuda().matmul({}, xd.view, w_dev, bias ? &b_dev : nullptr, out.view);
+  const std::string what = fmt::format("{} T={} N={} K={}{}{}{}", dtype_name(wt), T, N, K,
+                                       bias ? " bias" : "", f32_out ? " f32out" : "",
+                                       ld_extra ? fmt::format(" ld+{}@{}", ld_extra, col0) : "");
+  expect_close("matmul", what, download_view(out), ref, f32_out ? 5e-3 : 1e-2);
+  expect_untouched_outside("matmul", out);
+}
+
+TEST_F(GpuBackend, MatmulWeightTypes) {
+  for (DType t : kWeightTypes) run_matmul(5, 96, 160, t, false, false, 0, 0);
+}
+
+TEST_F(GpuBackend, MatmulShapes) {
+  run_matmul(1, 576, 576, DType::q4_1, false, false, 128, 0);       // decode q of a qkv buffer
+  run_matmul(1, 64, 576, DType::q8_0, true, false, 640, 576);       // k slice with a bias
+  run_matmul(7, 1536, 576, DType::bf16, false, false, 1536, 1536);  // up half of gate_up
+  run_matmul(33, 1000, 320, DType::f16, true, false, 0, 0);
+  run_matmul(3, 1001, 64, DType::bf16, false, true, 0, 0);          // odd vocab logits, f32
+  run_matmul(130, 384, 256, DType::f32, true, false, 7, 3);         // odd stride and offset
+  run_matmul(17, 49152, 64, DType::bf16, false, true, 0, 0);        // wide logits
+}
+
+TEST_F(GpuBackend, Rope) {
+  for (auto [nh, nkv, hd] : {std::tuple<int64_t, int64_t, int64_t>{9, 3, 64}, {32, 8, 128},
+                             {4, 4, 128}, {15, 5, 64}}) {
+    const int64_t T = 37, Q = nh * hd, KV = nkv * hd, ld = Q + 2 * KV;
+    std::vector<float> q = random_bf16(size_t(T * Q)), k = random_bf16(size_t(T * KV));
+    std::vector<int32_t> pos(T);
+    std::uniform_int_distribution<int32_t> p(0, 40000);
+    for (auto& v : pos) v = p(rng());
+    pos[0] = 0;
+    std::vector<float> inv(size_t(hd / 2));
+    for (int64_t i = 0; i < hd / 2; ++i)
+      inv[size_t(i)] = 1.0f / std::pow(hd == 128 ? 500000.0f : 10000.0f, float(2 * i) / float(hd));
+    std::vector<float> qr(q), kr(k);
+    Tensor qt = host_f32(qr, T, Q), kt = host_f32(kr, T, KV);
+    cpu().rope({}, qt, kt, Tensor(pos.data(), DType::i32, {T}),
+               Tensor(inv.data(), DType::f32, {hd / 2}));
+    DeviceMatrix qd = device_bf16(T, Q, q, ld, 0), kd = device_bf16(T, KV, k, ld, Q);
+    Buffer pos_buf, inv_buf = cuda().allocate(inv.size() * 4);
+    cuda().upload({}, inv_buf.data(), inv.data(), inv.size() * 4);
+    const Tensor pos_d = device_i32(pos_buf, pos);
+    const Tensor inv_d(inv_buf.data(), DType::f32, {hd / 2}, Device::cuda);
+    cuda().rope({}, qd.view, kd.view, pos_d, inv_d);
+    const std::string what = fmt::format("T={} nh={} nkv={} hd={}", T, nh, nkv, hd);
+    expect_close("rope", what + " q", download_view(qd), qr, 5e-3);
+    expect_close("rope", what + " k", download_view(kd), kr, 5e-3);
+  }
+}
+
+TEST_F(GpuBackend, KvStore) {
+  for (auto [bs, nkv, hd] : {std::tuple<int64_t, int64_t, int64_t>{16, 2, 64}, {32, 8, 128},
+                             {64, 1, 128}}) {
+    const int64_t blocks = 9, slots_n = blocks * bs, width = nkv * hd, T = 2 * bs + 5;
+    const int64_t ld = 32 * hd + 2 * width;
+    std::vector<float> pool_k = random_bf16(size_t(slots_n * width));
+    std::vector<float> pool_v = random_bf16(size_t(slots_n * width));
+    std::vector<float> k = random_bf16(size_t(T * width)), v = random_bf16(size_t(T * width));
+    std::vector<int32_t> slots(static_cast<size_t>(slots_n));
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng());
+    slots.resize(size_t(T));
+    // CPU: pools stored as bf16 host tensors.
+    std::vector<uint16_t> hk = to_bf16_bits(pool_k), hv = to_bf16_bits(pool_v);
+    KvLayer cpu_kv{Tensor(hk.data(), DType::bf16, {blocks, bs, nkv, hd}),
+                   Tensor(hv.data(), DType::bf16, {blocks, bs, nkv, hd})};
+    cpu().kv_store({}, host_f32(k, T, width), host_f32(v, T, width),
+                   Tensor(slots.data(), DType::i32, {T}), cpu_kv);
+    DeviceMatrix pk = device_bf16(slots_n, width, pool_k), pv = device_bf16(slots_n, width, pool_v);
+    DeviceMatrix kd = device_bf16(T, width, k, ld, 32 * hd), vd = device_bf16(T, width, v, ld, 32 * hd + width);
+    KvLayer kv{Tensor(pk.view.data, DType::bf16, {blocks, bs, nkv, hd}, Device::cuda),
+               Tensor(pv.view.data, DType::bf16, {blocks, bs, nkv, hd}, Device::cuda)};
+    Buffer slot_buf;
+    cuda().kv_store({}, kd.view, vd.view, device_i32(slot_buf, slots), kv);
+    std::vector<float> rk(hk.size()), rv(hv.size());
+    for (size_t i = 0; i < hk.size(); ++i) rk[i] = bf16_to_f32(hk[i]), rv[i] = bf16_to_f32(hv[i]);
+    const std::string what = fmt::format("bs={} nkv={} hd={} T={}", bs, nkv, hd, T);
+    expect_close("kv_store", what + " K pool", download_view(pk), rk, 0.0);
+    expect_close("kv_store", what + " V pool", download_view(pv), rv, 0.0);
+  }
+}
+
+TEST_F(GpuBackend, SiluMul) {
+  for (auto [T, F] : {std::pair<int64_t, int64_t>{1, 1536}, {9, 1000}, {64, 14336}, {5, 7}}) {
+    std::vector<float> gu = random_bf16(size_t(T * 2 * F), 2.0f);
+    std::vector<float> ref(size_t(T * F));
+    Tensor ref_t = host_f32(ref, T, F);
+    cpu().silu_mul({}, host_f32(gu, T, 2 * F), ref_t);
+    DeviceMatrix gd = device_bf16(T, 2 * F, gu), out = device_bf16(T, F, {}, F + 1, 1);
+    cuda().silu_mul({}, gd.view, out.view);
+    expect_close("silu_mul", fmt::format("T={} F={}", T, F), download_view(out), ref, 5e-3);
+    expect_untouched_outside("silu_mul", out);
+  }
+}
+
+TEST_F(GpuBackend, GatherRows) {
+  for (auto [T, H, R] : {std::tuple<int64_t, int64_t, int64_t>{17, 576, 3}, {1, 33, 1},
+                         {300, 4096, 64}}) {
+    std::vector<float> x = random_bf16(size_t(T * H));
+    std::vector<int32_t> rows(static_cast<size_t>(R));
+    std::uniform_int_distribution<int32_t> r(0, int32_t(T - 1));
+    for (auto& v : rows) v = r(rng());
+    rows.back() = int32_t(T - 1);
+    std::vector<float> ref(size_t(R * H));
+    Tensor ref_t = host_f32(ref, R, H);
+    cpu().gather_rows({}, host_f32(x, T, H), Tensor(rows.data(), DType::i32, {R}), ref_t);
+    DeviceMatrix xd = device_bf16(T, H, x), out = device_bf16(R, H, {}, H + 2, 2);
+    Buffer rows_buf;
+    cuda().gather_rows({}, xd.view, device_i32(rows_buf, rows), out.view);
+    expect_close("gather_rows", fmt::format("T={} H={} R={}", T, H, R), download_view(out), ref,
+                 0.0);
+    expect_untouched_outside("gather_rows", out);
+  }
+}
+
+TEST_F(GpuBackend, RejectsWrongDtypes) {
+  std::vector<float> x(16, 1.0f);
+  Tensor host = host_f32(x, 4, 4);
+  DeviceMatrix out = device_bf16(4, 4, {});
+  EXPECT_THROW(cuda().silu_mul({}, host, out.view), Error);
+  DeviceMatrix f = device_f32(4, 8);
+  EXPECT_THROW(cuda().silu_mul({}, f.view, out.view), Error);
+}
+
+}  // namespace
+}  // namespace ridge::backend::gpu_test
