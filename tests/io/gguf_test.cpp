@@ -445,10 +445,13 @@ TEST(Gguf, UnsupportedTypeIsRefusedWhenUsed) {
   EXPECT_EQ(info->ggml_type, 12u);
   EXPECT_EQ(info->shape, (std::vector<int64_t>{2, 256}));
   EXPECT_EQ(info->nbytes, 288u);
-  EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight"), nullptr);
   std::string e = error_of([&] { f.tensor("blk.0.ffn_down.weight"); });
   EXPECT_HAS(e, "k.gguf");
   EXPECT_HAS(e, "tensor 'blk.0.ffn_down.weight' has ggml type 12 (Q4_K), which ridge does not support");
+  // An optional lookup must not take it as absent either.
+  e = error_of([&] { f.find_tensor("blk.0.ffn_down.weight"); });
+  EXPECT_HAS(e, "tensor 'blk.0.ffn_down.weight' has ggml type 12 (Q4_K)");
+  EXPECT_EQ(f.find_tensor("absent"), nullptr);
 }
 
 TEST(GgufMalformed, UnsupportedTypeLayoutIsStillValidated) {

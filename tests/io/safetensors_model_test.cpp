@@ -153,7 +153,8 @@ TEST(SafetensorsModel, UnsupportedDTypeNamedWhenUsed) {
                                                    {"ids", "I32", {2}, pattern_bytes(8)}}));
   SafetensorsModel m = SafetensorsModel::open(dir.path().string());
   EXPECT_EQ(m.tensors().size(), 1u);
-  EXPECT_EQ(m.find_tensor("ids"), nullptr);
+  EXPECT_HAS(error_of([&] { m.find_tensor("ids"); }), "tensor 'ids' has dtype I32");
+  EXPECT_EQ(m.find_tensor("absent"), nullptr);
   EXPECT_HAS(error_of([&] { m.tensor("ids"); }), "tensor 'ids' has dtype I32, which ridge does not support");
 }
 

@@ -103,7 +103,7 @@ TEST(Safetensors, UnsupportedDTypeIsRefusedWhenUsed) {
   EXPECT_EQ(f.tensors()[0].name, "w");
   ASSERT_EQ(f.tensor_infos().size(), 4u);
   EXPECT_FALSE(f.find_tensor_info("position_ids")->supported);
-  EXPECT_EQ(f.find_tensor("position_ids"), nullptr);
+  EXPECT_HAS(error_of([&] { f.find_tensor("position_ids"); }), "tensor 'position_ids' has dtype I64");
   std::string e = error_of([&] { f.tensor("position_ids"); });
   EXPECT_HAS(e, "m.safetensors");
   EXPECT_HAS(e, "tensor 'position_ids' has dtype I64, which ridge does not support");

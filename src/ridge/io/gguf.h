@@ -9,7 +9,8 @@
 // Tensors of ggml types ridge cannot compute with (K-quants, IQ*, integers, F64, ...) do not make
 // the file unreadable: their layout is validated like any other tensor's (sizes, alignment,
 // overlap), they are listed in tensor_infos() with supported == false, they are left out of
-// tensors(), and tensor(name) on one throws naming the tensor and its type. So the metadata
+// tensors(), and tensor(name) or find_tensor(name) on one throws naming the tensor and its type
+// (find_tensor_info() probes without throwing). So the metadata
 // (e.g. a tokenizer) of such a file can still be read. A type number ggml does not define at all
 // is an error at open, naming the tensor and the number.
 #pragma once
@@ -101,7 +102,8 @@ class GgufFile {
 
   // Tensors of supported types, in file order.
   const std::vector<TensorData>& tensors() const { return tensors_; }
-  // nullptr when absent or of an unsupported type (tensor() says which).
+  // nullptr when absent; throws naming the tensor and its ggml type when it is present but of an
+  // unsupported type (so an optional weight is never silently taken as missing).
   const TensorData* find_tensor(std::string_view name) const;
   // Throws naming the tensor when absent, or naming it and its ggml type when unsupported.
   const TensorData& tensor(std::string_view name) const;

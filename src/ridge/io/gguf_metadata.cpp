@@ -168,23 +168,24 @@ std::optional<std::string> GgufFile::try_string(std::string_view key) const {
   return get_string(key);
 }
 
-const TensorData* GgufFile::find_tensor(std::string_view name) const {
-  auto it = tensor_index_.find(name);
-  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
-}
-
 const GgufTensorInfo* GgufFile::find_tensor_info(std::string_view name) const {
   auto it = info_index_.find(name);
   return it == info_index_.end() ? nullptr : &infos_[it->second];
 }
 
-const TensorData& GgufFile::tensor(std::string_view name) const {
-  if (const TensorData* t = find_tensor(name)) return *t;
+const TensorData* GgufFile::find_tensor(std::string_view name) const {
+  auto it = tensor_index_.find(name);
+  if (it != tensor_index_.end()) return &tensors_[it->second];
   if (const GgufTensorInfo* info = find_tensor_info(name)) {
     const GgmlTypeInfo* ti = ggml_type_info(info->ggml_type);
     fail("{}: tensor '{}' has ggml type {} ({}), which ridge does not support (supported: {})",
          name_, name, info->ggml_type, ti ? ti->name : "unknown", supported_ggml_types());
   }
+  return nullptr;
+}
+
+const TensorData& GgufFile::tensor(std::string_view name) const {
+  if (const TensorData* t = find_tensor(name)) return *t;
   fail("{}: tensor '{}' is not in the file ({} tensors)", name_, name, infos_.size());
 }
 

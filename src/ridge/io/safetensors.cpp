@@ -226,14 +226,15 @@ const SafetensorsTensorInfo* SafetensorsFile::find_tensor_info(std::string_view 
 
 const TensorData* SafetensorsFile::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(name);
-  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+  if (it != tensor_index_.end()) return &tensors_[it->second];
+  if (const SafetensorsTensorInfo* info = find_tensor_info(name))
+    fail("{}: tensor '{}' has dtype {}, which ridge does not support (supported: F32, F16, BF16)",
+         name_, name, info->dtype);
+  return nullptr;
 }
 
 const TensorData& SafetensorsFile::tensor(std::string_view name) const {
   if (const TensorData* t = find_tensor(name)) return *t;
-  if (const SafetensorsTensorInfo* info = find_tensor_info(name))
-    fail("{}: tensor '{}' has dtype {}, which ridge does not support (supported: F32, F16, BF16)",
-         name_, name, info->dtype);
   fail("{}: tensor '{}' is not in the file ({} tensors)", name_, name, infos_.size());
 }
 

@@ -7,7 +7,7 @@
 // Refusal of other dtypes happens when the tensor is asked for, not at open: a tensor of a dtype
 // the format defines with a whole-byte size (I64, U8, F64, F8_E4M3, ...) has its layout validated
 // like any other, is listed in tensor_infos() with supported == false and left out of tensors();
-// tensor(name) on it throws naming the tensor and its dtype. (So a checkpoint with, say, an I64
+// tensor(name) and find_tensor(name) on it throw naming the tensor and its dtype. (So a checkpoint with, say, an I64
 // buffer beside its weights still opens.) A dtype string the reader does not know is an error
 // at open. Shapes of any rank are read; TensorData::view() refuses rank > 4. Duplicate JSON keys
 // are refused; gaps between tensors' data are allowed (the reference writer leaves none). Tensor
@@ -55,7 +55,8 @@ class SafetensorsFile {
   // Every header entry (supported or not), in data order.
   const std::vector<SafetensorsTensorInfo>& tensor_infos() const { return infos_; }
   const SafetensorsTensorInfo* find_tensor_info(std::string_view name) const;
-  // nullptr when absent or of an unsupported dtype (tensor() says which).
+  // nullptr when absent; throws naming the tensor and its dtype when it is present but of an
+  // unsupported dtype (so an optional weight is never silently taken as missing).
   const TensorData* find_tensor(std::string_view name) const;
   // Throws naming the tensor when absent, or naming it and its dtype when unsupported.
   const TensorData& tensor(std::string_view name) const;
@@ -94,6 +95,7 @@ class SafetensorsModel {
   const std::string& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }  // config.json
   const std::vector<const TensorData*>& tensors() const { return all_; }
+  // nullptr when absent; throws naming the dtype when present but unsupported.
   const TensorData* find_tensor(std::string_view name) const;
   const TensorData& tensor(std::string_view name) const;  // throws naming the tensor
   const std::vector<SafetensorsFile>& files() const { return files_; }

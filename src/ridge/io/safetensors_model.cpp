@@ -141,13 +141,14 @@ SafetensorsModel SafetensorsModel::open(const std::string& path) {
 
 const TensorData* SafetensorsModel::find_tensor(std::string_view name) const {
   auto it = index_.find(name);
-  return it == index_.end() ? nullptr : it->second;
+  if (it != index_.end()) return it->second;
+  for (const auto& f : files_)
+    if (f.find_tensor_info(name)) return f.find_tensor(name);  // throws naming the dtype
+  return nullptr;
 }
 
 const TensorData& SafetensorsModel::tensor(std::string_view name) const {
   if (const TensorData* t = find_tensor(name)) return *t;
-  for (const auto& f : files_)
-    if (f.find_tensor_info(name)) return f.tensor(name);  // throws naming the dtype
   fail("model '{}': tensor '{}' is not in any of its {} safetensors file(s)", dir_, name,
        files_.size());
 }
