@@ -1,0 +1,488 @@
+// ridge-bench-gemm: ridge's GEMM kernels against cuBLASLt and the ceilings measured in the same
+// run. Every timed kernel is first checked (outputs NaN-poisoned, compared with cuBLASLt over
+// all outputs and with an fp64 dot product at sampled outputs).
+//
+//   ridge-bench-gemm [--op gemm] [--ladder] [--models llama2-7b,llama3-8b] [--m 1,8,...]
+//                    [--json FILE]
+// Timing: warm-up, then a CUDA graph of L back-to-back launches rotating over enough input sets
+// to defeat the 50 MB L2 for memory-bound shapes; median of 9 replays, per launch.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_device.h"
+#include "ridge/core/error.h"
+#include "ridge/kernels/cuda/gemm/check.h"
+#include "ridge/kernels/cuda/gemm/cublaslt_gemm.h"
+#include "ridge/kernels/cuda/gemm/gemm.h"
+
+namespace {
+
+using ridge::bench::bf16;
+using json = nlohmann::json;
+
+#define CK(call) RIDGE_GEMM_CUDA_CHECK(call)
+
+struct DeviceMemory {
+  void* ptr = nullptr;
+  explicit DeviceMemory(size_t bytes) { CK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  ~DeviceMemory() { cudaFree(ptr); }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  bf16* bf() const { return static_cast<bf16*>(ptr); }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string shell(const char* cmd) {
+  std::string out;
+  if (FILE* f = popen(cmd, "r")) {
+    char buf[512];
+    while (fgets(buf, sizeof buf, f)) out += buf;
+    pclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::string gpu_state() {
+  return shell(
+      "nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_"
+      "reasons.active --format=csv,noheader 2>/dev/null");
+}
+
+// Microseconds per launch of fn(rotation).
+double time_launches(const std::function<void(int)>& fn, int rotations, cudaStream_t s) {
+  for (int i = 0; i < 2; ++i) fn(i % rotations);
+  CK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  CK(cudaEventRecord(a, s));
+  fn(0);
+  CK(cudaEventRecord(b, s));
+  CK(cudaEventSynchronize(b));
+  float est_ms = 0;
+  CK(cudaEventElapsedTime(&est_ms, a, b));
+  const int L = std::clamp(static_cast<int>(3.0 / std::max(est_ms, 1e-3f)), 2, 64);
+  std::vector<double> times;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool graphed = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess;
+  if (graphed) {
+    for (int i = 0; i < L; ++i) fn(i % rotations);
+    graphed = cudaStreamEndCapture(s, &graph) == cudaSuccess &&
+              cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  }
+  if (!graphed) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "note: graph capture failed, timing a plain launch loop\n");
+  }
+  for (int r = 0; r < 10; ++r) {
+    CK(cudaEventRecord(a, s));
+    if (graphed)
+      CK(cudaGraphLaunch(exec, s));
+    else
+      for (int i = 0; i < L; ++i) fn(i % rotations);
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    if (r > 0) times.push_back(1000.0 * ms / L);  // replay 0 is a warm-up
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(times);
+}
+
+struct Ceilings {
+  double copy_tbps = 0;     // device-to-device copy, bytes read + written
+  double cublas_tflops = 0;  // cuBLASLt bf16 8192³ on random data
+};
+
+Ceilings measure_ceilings(ridge::kernels::CublasLtGemm& cublas, cudaStream_t s) {
+  Ceilings c;
+  const size_t bytes = size_t{2} << 30;
+  DeviceMemory src(bytes), dst(bytes);
+  ridge::bench::fill_random_bf16(src.bf(), bytes / 2, 1, 1.f, s);
+  const double us = time_launches(
+      [&](int) { CK(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, s)); }, 1,
+      s);
+  c.copy_tbps = 2.0 * bytes / (us * 1e-6) / 1e12;
+  const int n = 8192;
+  DeviceMemory x(size_t{2} * n * n), w(size_t{2} * n * n), y(size_t{2} * n * n);
+  ridge::bench::fill_random_bf16(x.bf(), size_t{1} * n * n, 2, 1.f, s);
+  ridge::bench::fill_random_bf16(w.bf(), size_t{1} * n * n, 3, 1.f, s);
+  const double gus = time_launches([&](int) { cublas.run(x.bf(), w.bf(), y.bf(), n, n, n, s); },
+                                   1, s);
+  c.cublas_tflops = 2.0 * n * n * double(n) / (gus * 1e-6) / 1e12;
+  return c;
+}
+
+// One problem's buffers: `sets` rotations of X, W, Y plus a reference output.
+struct Problem {
+  int M, N, K, sets;
+  std::vector<std::unique_ptr<DeviceMemory>> x, w, y;
+  std::unique_ptr<DeviceMemory> ref;
+  Problem(int m, int n, int k, size_t l2_bytes, int w_rows_factor, cudaStream_t s, uint64_t seed)
+      : M(m), N(n), K(k) {
+    const size_t wx = size_t{2} * m * k, ww = size_t{2} * n * w_rows_factor * k,
+                 wy = size_t{2} * m * n;
+    sets = static_cast<int>(std::clamp<size_t>((3 * l2_bytes) / (wx + ww + wy) + 1, 1, 8));
+    for (int i = 0; i < sets; ++i) {
+      x.push_back(std::make_unique<DeviceMemory>(wx));
+      w.push_back(std::make_unique<DeviceMemory>(ww));
+      y.push_back(std::make_unique<DeviceMemory>(wy));
+      ridge::bench::fill_random_bf16(x.back()->bf(), wx / 2, seed + 10 * i, 1.f, s);
+      ridge::bench::fill_random_bf16(w.back()->bf(), ww / 2, seed + 10 * i + 1, 1.f, s);
+    }
+    ref = std::make_unique<DeviceMemory>(wy);
+  }
+};
+
+using Gemm = std::function<void(const bf16*, const bf16*, bf16*, int, int, int, cudaStream_t)>;
+
+// fp64 dot products at sampled outputs: max |y − ref| over the RMS of the sampled refs.
+double sampled_fp64_error(const Problem& p, const bf16* y, std::mt19937& rng) {
+  std::vector<bf16> xr(p.K), wr(p.K);
+  double max_err = 0, sum_ref2 = 0;
+  std::vector<std::pair<double, double>> got;
+  for (int s = 0; s < 16; ++s) {
+    const int m = static_cast<int>(rng() % p.M), n = static_cast<int>(rng() % p.N);
+    CK(cudaMemcpy(xr.data(), p.x[0]->bf() + size_t{1} * m * p.K, 2 * p.K, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(wr.data(), p.w[0]->bf() + size_t{1} * n * p.K, 2 * p.K, cudaMemcpyDeviceToHost));
+    bf16 out;
+    CK(cudaMemcpy(&out, y + size_t{1} * m * p.N + n, 2, cudaMemcpyDeviceToHost));
+    double ref = 0;
+    for (int k = 0; k < p.K; ++k)
+      ref += double(__bfloat162float(xr[k])) * double(__bfloat162float(wr[k]));
+    got.emplace_back(__bfloat162float(out), ref);
+    sum_ref2 += ref * ref;
+  }
+  const double rms = std::sqrt(sum_ref2 / got.size());
+  for (auto& [o, r] : got) max_err = std::max(max_err, std::isfinite(o) ? std::abs(o - r) : 1e30);
+  return max_err / rms;
+}
+
+struct Measured {
+  double us = 0, rel_vs_cublas = 0, sampled_err = 0;
+  unsigned long long non_finite = 0;
+  bool ok = false;
+};
+
+constexpr double kRelTolerance = 1e-2;  // bf16 outputs: ~4e-3 expected between two correct GEMMs
+
+Measured check_and_time(Problem& p, const Gemm& gemm, bool is_reference, cudaStream_t s,
+                        std::mt19937& rng) {
+  Measured r;
+  const size_t ny = size_t{1} * p.M * p.N;
+  bf16* out = is_reference ? p.ref->bf() : p.y[0]->bf();
+  CK(cudaMemsetAsync(out, 0xFF, 2 * ny, s));
+  gemm(p.x[0]->bf(), p.w[0]->bf(), out, p.M, p.N, p.K, s);
+  CK(cudaStreamSynchronize(s));
+  r.sampled_err = sampled_fp64_error(p, out, rng);
+  if (!is_reference) {
+    const auto d = ridge::bench::compare_bf16(out, p.ref->bf(), ny, s);
+    r.rel_vs_cublas = d.rel;
+    r.non_finite = d.non_finite;
+  }
+  r.ok = r.non_finite == 0 && r.rel_vs_cublas < kRelTolerance && r.sampled_err < 2e-2;
+  if (!r.ok) return r;  // never time a wrong kernel
+  r.us = time_launches(
+      [&](int i) { gemm(p.x[i]->bf(), p.w[i]->bf(), p.y[i]->bf(), p.M, p.N, p.K, s); }, p.sets,
+      s);
+  return r;
+}
+
+json measured_json(const Measured& m, double flops, double bytes, const Ceilings& c) {
+  json j = {{"ok", m.ok},
+            {"rel_vs_cublas", m.rel_vs_cublas},
+            {"sampled_fp64_err", m.sampled_err},
+            {"non_finite", m.non_finite}};
+  if (m.ok) {
+    j["us"] = m.us;
+    j["tflops"] = flops / (m.us * 1e-6) / 1e12;
+    j["tbps"] = bytes / (m.us * 1e-6) / 1e12;
+    j["pct_copy_bw"] = 100.0 * bytes / (m.us * 1e-6) / 1e12 / c.copy_tbps;
+    j["pct_cublas_peak"] = 100.0 * flops / (m.us * 1e-6) / 1e12 / c.cublas_tflops;
+  }
+  return j;
+}
+
+struct Layer {
+  std::string model, name;
+  int N, K;
+};
+
+const std::vector<Layer>& all_layers() {
+  static const std::vector<Layer> layers = {
+      {"llama2-7b", "qkv", 12288, 4096},  {"llama2-7b", "o", 4096, 4096},
+      {"llama2-7b", "gate_up", 22016, 4096}, {"llama2-7b", "down", 4096, 11008},
+      {"llama3-8b", "qkv", 6144, 4096},   {"llama3-8b", "o", 4096, 4096},
+      {"llama3-8b", "gate_up", 28672, 4096}, {"llama3-8b", "down", 4096, 14336}};
+  return layers;
+}
+
+json run_shapes(const std::vector<std::string>& models, const std::vector<int>& ms,
+                ridge::kernels::CublasLtGemm& cublas, const Ceilings& c, size_t l2,
+                cudaStream_t s) {
+  json rows = json::array();
+  std::mt19937 rng(1234);
+  const Gemm ours = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::gemm_bf16(X, W, Y, M, N, K, st);
+  };
+  const Gemm skinny = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::gemm_bf16_skinny(X, W, Y, M, N, K, st);
+  };
+  const Gemm sm90 = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::gemm_bf16_sm90(X, W, Y, M, N, K, st);
+  };
+  const Gemm ref = [&](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    cublas.run(X, W, Y, M, N, K, st);
+  };
+  std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s | %s\n", "model", "layer",
+              "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw", "%peak",
+              "alt (us)");
+  uint64_t seed = 100;
+  for (const auto& L : all_layers()) {
+    if (std::find(models.begin(), models.end(), L.model) == models.end()) continue;
+    for (int M : ms) {
+      Problem p(M, L.N, L.K, l2, 1, s, seed += 1000);
+      const double flops = 2.0 * M * double(L.N) * L.K;
+      const double bytes = 2.0 * (double(M) * L.K + double(L.N) * L.K + double(M) * L.N);
+      const Measured mr = check_and_time(p, ref, true, s, rng);
+      const Measured mo = check_and_time(p, ours, false, s, rng);
+      json row = {{"model", L.model}, {"layer", L.name}, {"M", M}, {"N", L.N}, {"K", L.K},
+                  {"rotations", p.sets}, {"flops", flops}, {"min_bytes", bytes},
+                  {"ours_kernel", M <= 64 ? "skinny" : "sm90_ws"},
+                  {"cublas", measured_json(mr, flops, bytes, c)},
+                  {"ours", measured_json(mo, flops, bytes, c)}};
+      std::string alt_text;
+      // The other kernel family, where it is a candidate: guides the dispatch (and the tuner).
+      if (M > 64 && M <= 512) {
+        const Measured ma = check_and_time(p, skinny, false, s, rng);
+        row["alt_skinny"] = measured_json(ma, flops, bytes, c);
+        alt_text = ma.ok ? "skinny " + std::to_string(ma.us).substr(0, 7) : "skinny FAIL";
+      } else if (M >= 32 && M <= 64) {
+        const Measured ma = check_and_time(p, sm90, false, s, rng);
+        row["alt_sm90"] = measured_json(ma, flops, bytes, c);
+        alt_text = ma.ok ? "sm90 " + std::to_string(ma.us).substr(0, 7) : "sm90 FAIL";
+      }
+      if (mo.ok && mr.ok) row["speedup_vs_cublas"] = mr.us / mo.us;
+      rows.push_back(row);
+      if (mo.ok) {
+        std::printf("%-10s %-8s %5d %6d %6d | %9.2f %9.2f %6.2f | %8.1f %7.2f %6.1f %6.1f | %s\n",
+                    L.model.c_str(), L.name.c_str(), M, L.N, L.K, mo.us, mr.us, mr.us / mo.us,
+                    flops / (mo.us * 1e-6) / 1e12, bytes / (mo.us * 1e-6) / 1e12,
+                    100.0 * bytes / (mo.us * 1e-6) / 1e12 / c.copy_tbps,
+                    100.0 * flops / (mo.us * 1e-6) / 1e12 / c.cublas_tflops, alt_text.c_str());
+      } else {
+        std::printf("%-10s %-8s %5d %6d %6d | CHECK FAILED rel_vs_cublas=%.3g sampled=%.3g "
+                    "non_finite=%llu\n",
+                    L.model.c_str(), L.name.c_str(), M, L.N, L.K, mo.rel_vs_cublas,
+                    mo.sampled_err, mo.non_finite);
+      }
+      std::fflush(stdout);
+    }
+  }
+  return rows;
+}
+
+json run_ladder(int size, ridge::kernels::CublasLtGemm& cublas, const Ceilings& c, size_t l2,
+                cudaStream_t s) {
+  using namespace ridge::kernels;
+  json steps = json::array();
+  std::mt19937 rng(99);
+  const int M = size, N = size, K = size;
+  Problem p(M, N, K, l2, 1, s, 77);
+  const double flops = 2.0 * M * double(N) * K;
+  const double bytes = 2.0 * (double(M) * K + double(N) * K + double(M) * N);
+  const Gemm ref = [&](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
+    cublas.run(X, W, Y, m, n, k, st);
+  };
+  const Measured mr = check_and_time(p, ref, true, s, rng);
+  struct Step {
+    std::string id, idea;
+    Gemm fn;
+  };
+  Sm90GemmOptions nonpersistent;
+  nonpersistent.persistent = false;
+  nonpersistent.group_m = 1;
+  Sm90GemmOptions row_order;
+  row_order.group_m = 1;
+  std::vector<Step> ladder = {
+      {"1", "shared-memory tiled, CUDA cores", ridge::bench::ladder_smem_tiled},
+      {"2", "TMA + wgmma, one warpgroup, one stage", ridge::bench::ladder_tma_wgmma},
+      {"3", "warp-specialized: TMA producer + 2 wgmma consumers, 4-stage mbarrier ring, setmaxnreg",
+       [=](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
+         gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, nonpersistent);
+       }},
+      {"4a", "persistent (grid = #SMs), row-order tiles",
+       [=](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
+         gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, row_order);
+       }},
+      {"4", "persistent, grouped raster (GROUP_M = 8)",
+       [=](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
+         gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, {});
+       }}};
+  std::printf("\nladder at M=N=K=%d (cuBLASLt %.2f us, %.1f TFLOP/s)\n", size, mr.us,
+              flops / (mr.us * 1e-6) / 1e12);
+  std::printf("%-4s %-90s %10s %8s %8s %9s\n", "step", "idea", "us", "TFLOP/s", "%cuBLAS",
+              "rel_err");
+  for (const auto& st : ladder) {
+    const Measured m = check_and_time(p, st.fn, false, s, rng);
+    json j = measured_json(m, flops, bytes, c);
+    j["step"] = st.id;
+    j["idea"] = st.idea;
+    if (m.ok) j["pct_of_cublas"] = 100.0 * mr.us / m.us;
+    steps.push_back(j);
+    if (m.ok)
+      std::printf("%-4s %-90s %10.1f %8.1f %8.1f %9.2e\n", st.id.c_str(), st.idea.c_str(), m.us,
+                  flops / (m.us * 1e-6) / 1e12, 100.0 * mr.us / m.us, m.rel_vs_cublas);
+    else
+      std::printf("%-4s %-90s CHECK FAILED rel=%.3g sampled=%.3g non_finite=%llu\n",
+                  st.id.c_str(), st.idea.c_str(), m.rel_vs_cublas, m.sampled_err, m.non_finite);
+    std::fflush(stdout);
+  }
+  // Step 6: fused epilogues, timed against the plain GEMM of the same shape.
+  {
+    DeviceMemory resid(size_t{2} * M * N);
+    ridge::bench::fill_random_bf16(resid.bf(), size_t{1} * M * N, 5, 1.f, s);
+    const double us = time_launches(
+        [&](int i) {
+          gemm_bf16_sm90(p.x[i]->bf(), p.w[i]->bf(), p.y[i]->bf(), M, N, K, s, resid.bf());
+        },
+        p.sets, s);
+    steps.push_back({{"step", "6a"}, {"idea", "residual add fused in the epilogue"}, {"us", us},
+                     {"tflops", flops / (us * 1e-6) / 1e12},
+                     {"pct_of_cublas", 100.0 * mr.us / us}});
+    std::printf("%-4s %-90s %10.1f %8.1f %8.1f %9s\n", "6a", "residual add fused in the epilogue",
+                us, flops / (us * 1e-6) / 1e12, 100.0 * mr.us / us, "-");
+  }
+  {
+    // Llama-2-7B gate_up at M tokens: plain GEMM to [M, 2F] vs fused SwiGLU to [M, F].
+    const int F = 11008, Kd = 4096, Mt = size;
+    Problem q(Mt, F, Kd, l2, 2, s, 555);
+    DeviceMemory wide(size_t{2} * Mt * 2 * F);
+    const double f2 = 2.0 * Mt * 2.0 * F * Kd;
+    const double us_plain = time_launches(
+        [&](int i) { gemm_bf16_sm90(q.x[i]->bf(), q.w[i]->bf(), wide.bf(), Mt, 2 * F, Kd, s); },
+        q.sets, s);
+    const double us_fused = time_launches(
+        [&](int i) { gemm_bf16_swiglu(q.x[i]->bf(), q.w[i]->bf(), q.y[i]->bf(), Mt, F, Kd, s); },
+        q.sets, s);
+    steps.push_back({{"step", "6b"},
+                     {"idea", "SwiGLU fused on the gate_up output (M x 22016 x 4096 -> M x 11008)"},
+                     {"us", us_fused}, {"us_unfused_gemm_only", us_plain},
+                     {"tflops", f2 / (us_fused * 1e-6) / 1e12}});
+    std::printf("%-4s %-90s %10.1f %8.1f %8s %9s (plain gate_up GEMM %.1f us)\n", "6b",
+                "SwiGLU fused on gate_up (M x 2*11008 x 4096)", us_fused,
+                f2 / (us_fused * 1e-6) / 1e12, "-", "-", us_plain);
+  }
+  json out = {{"size", size}, {"cublas_us", mr.us},
+              {"cublas_tflops", flops / (mr.us * 1e-6) / 1e12}, {"steps", steps}};
+  return out;
+}
+
+std::vector<int> parse_ints(const std::string& s) {
+  std::vector<int> v;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t next = s.find(',', pos);
+    v.push_back(std::stoi(s.substr(pos, next - pos)));
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ridge GEMM benchmark: ladder and Llama projection shapes vs cuBLASLt"};
+  std::string op = "gemm", models = "llama2-7b,llama3-8b", m_list = "1,8,32,128,512,2048,8192",
+              json_path;
+  bool ladder = false, no_shapes = false;
+  int ladder_size = 8192;
+  app.add_option("--op", op, "operation (gemm)");
+  app.add_option("--models", models, "comma-separated: llama2-7b,llama3-8b");
+  app.add_option("--m", m_list, "comma-separated token counts M");
+  app.add_flag("--ladder", ladder, "run the kernel ladder at M=N=K=--ladder-size");
+  app.add_option("--ladder-size", ladder_size, "ladder problem size");
+  app.add_flag("--no-shapes", no_shapes, "skip the projection shape table");
+  app.add_option("--json", json_path, "write results as JSON here");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    RIDGE_CHECK(op == "gemm", "--op {}: only gemm is implemented", op);
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      std::fprintf(stderr, "no CUDA GPU present\n");
+      return 2;
+    }
+    cudaDeviceProp prop{};
+    CK(cudaGetDeviceProperties(&prop, 0));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ridge::kernels::CublasLtGemm cublas;
+    json out;
+    const std::time_t now = std::time(nullptr);
+    char date[64];
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    std::string cmd;
+    for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+    const char* rev = std::getenv("RIDGE_GIT_REV");
+    out["meta"] = {{"command", cmd}, {"git_revision", rev ? rev : "unknown"}, {"date", date},
+                   {"gpu", prop.name}, {"sms", prop.multiProcessorCount},
+                   {"l2_bytes", prop.l2CacheSize},
+                   {"driver", shell("nvidia-smi --query-gpu=driver_version --format=csv,noheader")},
+                   {"gpu_state_before", gpu_state()}};
+    std::printf("%s, %d SMs, L2 %d MB; state: %s\n", prop.name, prop.multiProcessorCount,
+                prop.l2CacheSize >> 20, gpu_state().c_str());
+    const Ceilings c = measure_ceilings(cublas, s);
+    out["ceilings"] = {{"copy_tbps", c.copy_tbps}, {"cublas_bf16_8192_tflops", c.cublas_tflops}};
+    std::printf("ceilings: copy %.2f TB/s (read+write), cuBLASLt bf16 8192^3 %.1f TFLOP/s\n",
+                c.copy_tbps, c.cublas_tflops);
+    if (ladder) out["ladder"] = run_ladder(ladder_size, cublas, c, prop.l2CacheSize, s);
+    if (!no_shapes) {
+      std::vector<std::string> model_list;
+      for (size_t pos = 0; pos <= models.size();) {
+        size_t next = models.find(',', pos);
+        if (next == std::string::npos) next = models.size();
+        model_list.push_back(models.substr(pos, next - pos));
+        pos = next + 1;
+      }
+      out["shapes"] = run_shapes(model_list, parse_ints(m_list), cublas, c, prop.l2CacheSize, s);
+    }
+    out["meta"]["gpu_state_after"] = gpu_state();
+    std::printf("state after: %s\n", gpu_state().c_str());
+    if (!json_path.empty()) {
+      FILE* f = std::fopen(json_path.c_str(), "w");
+      RIDGE_CHECK(f != nullptr, "cannot write {}", json_path);
+      std::fputs(out.dump(1).c_str(), f);
+      std::fclose(f);
+    }
+    CK(cudaStreamDestroy(s));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
