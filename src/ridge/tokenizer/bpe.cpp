@@ -10,21 +10,58 @@
 namespace ridge::tokenizer::detail {
 namespace {
 
-// Heap order of the `tokenizers` crate: lowest rank first, then leftmost position.
+// Heap order of the `tokenizers` crate: lowest rank first, then leftmost position (both in
+// `order`); std::*_heap keep the largest on top, so compare reversed.
 struct MergeAfter {
   bool operator()(const BpeModel::QueuedMerge& a, const BpeModel::QueuedMerge& b) const {
-    if (a.rank != b.rank) return a.rank > b.rank;
-    return a.pos > b.pos;
+    return a.order > b.order;
   }
 };
 
+uint64_t merge_order(int32_t rank, int32_t pos) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(rank)) << 32) | static_cast<uint32_t>(pos);
+}
+
 }  // namespace
+
+void BpeModel::MergeTable::grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
+  mask_ = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.key == kEmpty) continue;
+    size_t i = slot_of(s.key);
+    while (slots_[i].key != kEmpty) i = (i + 1) & mask_;
+    slots_[i] = s;
+  }
+}
+
+void BpeModel::MergeTable::insert(uint64_t key, MergeInfo info) {
+  if ((size_ + 1) * 2 > slots_.size()) grow();  // load factor <= 1/2
+  size_t i = slot_of(key);
+  while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask_;
+  if (slots_[i].key == kEmpty) ++size_;
+  slots_[i] = Slot{key, info};
+}
 
 BpeModel::BpeModel(const TokenMap* vocab, BpeOptions options) : vocab_(vocab), options_(options) {
   for (int b = 0; b < 256; ++b) {
     const auto it = vocab_->find(fmt::format("<0x{:02X}>", b));
     if (it != vocab_->end()) byte_tokens_[b] = it->second;
   }
+  bmp_char_ids_.assign(0x10000, -1);
+  for (const auto& [text, id] : *vocab_) {
+    if (text.empty() || utf8_valid_char_len(text, 0) != text.size()) continue;
+    size_t pos = 0;
+    const char32_t c = next_char(text, pos);
+    if (c < 0x10000) bmp_char_ids_[c] = id;
+  }
+}
+
+TokenId BpeModel::char_id(std::string_view ch, char32_t c) const {
+  if (c < 0x10000) return bmp_char_ids_[c];
+  const auto it = vocab_->find(ch);
+  return it == vocab_->end() ? -1 : it->second;
 }
 
 void BpeModel::add_merge(std::string_view left, std::string_view right, std::string_view field) {
@@ -39,12 +76,7 @@ void BpeModel::add_merge(std::string_view left, std::string_view right, std::str
   if (m == vocab_->end()) {
     fail("{}: the merged token '{}' is not in the vocabulary", field, merged);
   }
-  merges_[pair_key(l->second, r->second)] = MergeInfo{next_rank_++, m->second};
-}
-
-const BpeModel::MergeInfo* BpeModel::find_merge(TokenId a, TokenId b) const {
-  const auto it = merges_.find(pair_key(a, b));
-  return it == merges_.end() ? nullptr : &it->second;
+  merges_.insert(pair_key(l->second, r->second), MergeInfo{next_rank_++, m->second});
 }
 
 void BpeModel::build_symbols(std::string_view word, Scratch& scratch) const {
@@ -62,15 +94,21 @@ void BpeModel::build_symbols(std::string_view word, Scratch& scratch) const {
   size_t pos = 0;
   while (pos < word.size()) {
     size_t len = utf8_valid_char_len(word, pos);
-    if (len == 0) len = 1;  // words are valid UTF-8; never loop forever on a stray byte
+    char32_t c = 0xFFFD;
+    if (len == 0) {
+      len = 1;  // words are valid UTF-8; never loop forever on a stray byte
+    } else {
+      size_t at = pos;
+      c = next_char(word, at);
+    }
     const std::string_view ch = word.substr(pos, len);
     pos += len;
-    if (const auto it = vocab_->find(ch); it != vocab_->end()) {
+    if (const TokenId id = char_id(ch, c); id >= 0) {
       if (unk_pending) {
         add(unk_id, unk_len);
         unk_pending = false;
       }
-      add(it->second, len);
+      add(id, len);
       continue;
     }
     if (options_.byte_fallback) {
@@ -104,7 +142,7 @@ void BpeModel::merge_all(Scratch& scratch) const {
   const MergeAfter after;
   for (size_t i = 0; i + 1 < symbols.size(); ++i) {
     if (const MergeInfo* m = find_merge(symbols[i].id, symbols[i + 1].id)) {
-      heap.push_back(QueuedMerge{m->rank, static_cast<int32_t>(i), m->new_id});
+      heap.push_back(QueuedMerge{merge_order(m->rank, static_cast<int32_t>(i)), m->new_id});
     }
   }
   std::make_heap(heap.begin(), heap.end(), after);
@@ -116,7 +154,8 @@ void BpeModel::merge_all(Scratch& scratch) const {
     std::pop_heap(heap.begin(), heap.end(), after);
     const QueuedMerge top = heap.back();
     heap.pop_back();
-    Symbol& current = symbols[top.pos];
+    const auto top_pos = static_cast<int32_t>(top.order & 0xFFFFFFFFu);
+    Symbol& current = symbols[top_pos];
     if (current.len == 0 || current.next == -1) continue;
     const int32_t next_pos = current.next;
     const Symbol right = symbols[next_pos];
@@ -130,16 +169,16 @@ void BpeModel::merge_all(Scratch& scratch) const {
     current.next = right.next;
     symbols[next_pos].len = 0;
     if (right.next >= 0 && static_cast<size_t>(right.next) < symbols.size()) {
-      symbols[right.next].prev = top.pos;
+      symbols[right.next].prev = top_pos;
     }
     if (current.prev >= 0) {
       if (const MergeInfo* m = find_merge(symbols[current.prev].id, current.id)) {
-        push(QueuedMerge{m->rank, current.prev, m->new_id});
+        push(QueuedMerge{merge_order(m->rank, current.prev), m->new_id});
       }
     }
     if (current.next >= 0 && static_cast<size_t>(current.next) < symbols.size()) {
       if (const MergeInfo* m = find_merge(current.id, symbols[current.next].id)) {
-        push(QueuedMerge{m->rank, top.pos, m->new_id});
+        push(QueuedMerge{merge_order(m->rank, top_pos), m->new_id});
       }
     }
   }

@@ -54,8 +54,7 @@ class BpeModel {
     uint32_t len;  // bytes of the word it covers; 0 once merged into its left neighbour
   };
   struct QueuedMerge {
-    int32_t rank;
-    int32_t pos;
+    uint64_t order;  // rank << 32 | position: the heap pops the smallest
     TokenId new_id;
   };
   struct Scratch {
@@ -68,18 +67,51 @@ class BpeModel {
     int32_t rank;
     TokenId new_id;
   };
+  // Open addressing with linear probing over (left id, right id) keys: the merge lookup is the
+  // innermost operation of encoding.
+  class MergeTable {
+   public:
+    void insert(uint64_t key, MergeInfo info);
+    const MergeInfo* find(uint64_t key) const {
+      if (slots_.empty()) return nullptr;
+      for (size_t i = slot_of(key);; i = (i + 1) & mask_) {
+        const Slot& s = slots_[i];
+        if (s.key == key) return &s.info;
+        if (s.key == kEmpty) return nullptr;
+      }
+    }
+    size_t size() const { return size_; }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are >= 0, so no pair has this key
+    struct Slot {
+      uint64_t key = kEmpty;
+      MergeInfo info{};
+    };
+    size_t slot_of(uint64_t key) const {
+      return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & mask_;
+    }
+    void grow();
+    std::vector<Slot> slots_;
+    size_t mask_ = 0;
+    size_t size_ = 0;
+  };
+
   static uint64_t pair_key(TokenId a, TokenId b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
-  const MergeInfo* find_merge(TokenId a, TokenId b) const;
+  const MergeInfo* find_merge(TokenId a, TokenId b) const { return merges_.find(pair_key(a, b)); }
+  // The id of the one-character token `ch` (its code point `c`), or -1.
+  TokenId char_id(std::string_view ch, char32_t c) const;
   void build_symbols(std::string_view word, Scratch& scratch) const;
   void merge_all(Scratch& scratch) const;
 
   const TokenMap* vocab_ = nullptr;
   BpeOptions options_;
-  std::unordered_map<uint64_t, MergeInfo> merges_;
+  MergeTable merges_;
   int32_t next_rank_ = 0;
   std::array<std::optional<TokenId>, 256> byte_tokens_{};  // <0xNN> ids, for byte fallback
+  std::vector<TokenId> bmp_char_ids_;  // one-character tokens below U+10000 by code point, or -1
 };
 
 }  // namespace ridge::tokenizer::detail

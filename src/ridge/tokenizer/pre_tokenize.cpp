@@ -48,12 +48,13 @@ struct Region {
   bool is_match;
 };
 
-void split_span(const Regex& regex, SplitBehavior behavior, bool invert, std::string_view text,
+void split_span(Regex::Matcher& matcher, SplitBehavior behavior, bool invert, std::string_view text,
                 const Pieces::Span& span, std::vector<Pieces::Span>& out,
-                std::vector<std::pair<size_t, size_t>>& matches, std::vector<Region>& regions) {
+                std::vector<std::pair<size_t, size_t>>& matches, std::vector<Region>& regions,
+                std::vector<std::pair<size_t, size_t>>& parts) {
   matches.clear();
   regions.clear();
-  regex.find_all(text, matches);
+  matcher.find_all(text, matches);
   size_t prev = 0;
   for (const auto& [b, e] : matches) {
     if (b > prev) regions.push_back({prev, b, invert});
@@ -63,8 +64,7 @@ void split_span(const Regex& regex, SplitBehavior behavior, bool invert, std::st
   if (prev < text.size()) regions.push_back({prev, text.size(), invert});
 
   // (begin, end) pieces relative to `text`, then emitted with the span's offset.
-  std::vector<std::pair<size_t, size_t>> parts;
-  parts.reserve(regions.size());
+  parts.clear();
   switch (behavior) {
     case SplitBehavior::isolated:
       for (const Region& r : regions) parts.emplace_back(r.begin, r.end);
@@ -123,9 +123,11 @@ void run_split(const Regex& regex, SplitBehavior behavior, bool invert, Pieces& 
   out.reserve(pieces.spans.size() * 2);
   std::vector<std::pair<size_t, size_t>> matches;
   std::vector<Region> regions;
+  std::vector<std::pair<size_t, size_t>> parts;
+  Regex::Matcher matcher(regex);
   for (const Pieces::Span& span : pieces.spans) {
     const std::string_view text(pieces.buffer.data() + span.begin, span.end - span.begin);
-    split_span(regex, behavior, invert, text, span, out, matches, regions);
+    split_span(matcher, behavior, invert, text, span, out, matches, regions, parts);
   }
   pieces.spans = std::move(out);
 }
@@ -203,10 +205,7 @@ void pre_tokenize(const std::vector<PreTokenizerStep>& steps, Pieces& pieces) {
             }
           }
         });
-        if (step.metaspace_split) {
-          const Regex regex(escape_regex(rep), "Metaspace replacement");
-          run_split(regex, SplitBehavior::merged_with_next, false, pieces);
-        }
+        if (step.metaspace_split) run_split(*step.regex, SplitBehavior::merged_with_next, false, pieces);
         break;
       }
     }

@@ -85,32 +85,48 @@ Regex::~Regex() = default;
 Regex::Regex(Regex&&) noexcept = default;
 Regex& Regex::operator=(Regex&&) noexcept = default;
 
-void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const {
-  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
-      pcre2_match_data_create_from_pattern(code_->code, nullptr), &pcre2_match_data_free);
-  std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> context(
-      nullptr, &pcre2_match_context_free);
-  std::unique_ptr<pcre2_jit_stack, decltype(&pcre2_jit_stack_free)> jit_stack(
-      nullptr, &pcre2_jit_stack_free);
+struct Regex::Matcher::State {
+  ~State() {
+    pcre2_match_data_free(match);
+    pcre2_match_context_free(context);
+    pcre2_jit_stack_free(jit_stack);
+  }
+  pcre2_match_data* match = nullptr;
+  pcre2_match_context* context = nullptr;
+  pcre2_jit_stack* jit_stack = nullptr;
   size_t jit_stack_size = 32 * 1024;
+};
 
+Regex::Matcher::Matcher(const Regex& regex) : regex_(&regex), state_(std::make_unique<State>()) {
+  state_->match = pcre2_match_data_create_from_pattern(regex.code_->code, nullptr);
+  if (state_->match == nullptr) fail("regex '{}': out of memory for match data", regex.pattern_);
+}
+Regex::Matcher::~Matcher() = default;
+Regex::Matcher::Matcher(Matcher&&) noexcept = default;
+Regex::Matcher& Regex::Matcher::operator=(Matcher&&) noexcept = default;
+
+void Regex::Matcher::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) {
+  State& st = *state_;
+  const pcre2_code* code = regex_->code_->code;
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
   while (pos < text.size()) {
-    const int rc = pcre2_match(code_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK,
-                               match.get(), context.get());
+    const int rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, st.match, st.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && jit_stack_size < (size_t{256} << 20)) {
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && st.jit_stack_size < (size_t{256} << 20)) {
       // Long runs (e.g. 100k spaces against \s+(?!\S)) need a deeper backtracking stack.
-      jit_stack_size *= 16;
-      jit_stack.reset(pcre2_jit_stack_create(32 * 1024, jit_stack_size, nullptr));
-      if (!context) context.reset(pcre2_match_context_create(nullptr));
-      if (!jit_stack || !context) fail("regex '{}': out of memory for the JIT stack", pattern_);
-      pcre2_jit_stack_assign(context.get(), nullptr, jit_stack.get());
+      st.jit_stack_size *= 16;
+      pcre2_jit_stack_free(st.jit_stack);
+      st.jit_stack = pcre2_jit_stack_create(32 * 1024, st.jit_stack_size, nullptr);
+      if (st.context == nullptr) st.context = pcre2_match_context_create(nullptr);
+      if (st.jit_stack == nullptr || st.context == nullptr) {
+        fail("regex '{}': out of memory for the JIT stack", regex_->pattern_);
+      }
+      pcre2_jit_stack_assign(st.context, nullptr, st.jit_stack);
       continue;
     }
-    if (rc < 0) fail("regex '{}': match failed: {}", pattern_, pcre2_message(rc));
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
+    if (rc < 0) fail("regex '{}': match failed: {}", regex_->pattern_, pcre2_message(rc));
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(st.match);
     const size_t start = ovector[0];
     const size_t end = ovector[1];
     if (end > start) {
@@ -123,6 +139,10 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
       pos = next;
     }
   }
+}
+
+void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const {
+  Matcher(*this).find_all(text, out);
 }
 
 }  // namespace ridge::tokenizer::detail

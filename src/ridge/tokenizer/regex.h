@@ -25,11 +25,26 @@ class Regex {
 
   const std::string& pattern() const { return pattern_; }
 
-  // Every non-overlapping, non-empty match of `text` (valid UTF-8), left to right, as
-  // [start, end) byte offsets; appended to `out`.
-  void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
-
   struct Code;
+  // Match state for one thread (PCRE2 match data, JIT stack); reuse it across calls.
+  class Matcher {
+   public:
+    explicit Matcher(const Regex& regex);
+    ~Matcher();
+    Matcher(Matcher&&) noexcept;
+    Matcher& operator=(Matcher&&) noexcept;
+    // Every non-overlapping, non-empty match of `text` (valid UTF-8), left to right, as
+    // [start, end) byte offsets; appended to `out`.
+    void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out);
+
+    struct State;
+
+   private:
+    const Regex* regex_;
+    std::unique_ptr<State> state_;
+  };
+  // One-shot convenience over a temporary Matcher.
+  void find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const;
 
  private:
   std::string pattern_;
