@@ -3,6 +3,8 @@
 // boundaries; shuffled block tables; q as a strided view of a qkv buffer. The GpuBackendLarge
 // cases (a 32k-token decode, a 1k-token prefill) are left out of the sanitizer runs.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -18,8 +20,10 @@ struct Seq {
   int32_t q_len, ctx;
 };
 
+// perf_iters > 0 also times the CUDA call (host clock around perf_iters calls after a warm-up,
+// so launch overhead is included) and prints the KV bytes it read per second.
 void run_attention(const std::vector<Seq>& seqs, int64_t nkv, int64_t group, int64_t hd,
-                   int64_t bs) {
+                   int64_t bs, int perf_iters = 0) {
   const int64_t nh = nkv * group, S = int64_t(seqs.size());
   std::vector<int32_t> cu{0}, ctx;
   int64_t max_blocks = 1, total_blocks = 3;  // a few spare blocks nobody owns
@@ -92,6 +96,21 @@ void run_attention(const std::vector<Seq>& seqs, int64_t nkv, int64_t group, int
       fmt::format("hd={} nkv={} g={} bs={} q/ctx={}", hd, nkv, group, bs, lens);
   expect_close("attention", what, download_view(out), ref, 1e-2);
   expect_untouched_outside("attention", out);
+  if (perf_iters > 0) {
+    for (int i = 0; i < 3; ++i) cuda().attention({}, qd.view, kv, dev_meta, scale, out.view);
+    cuda().synchronize({});
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < perf_iters; ++i)
+      cuda().attention({}, qd.view, kv, dev_meta, scale, out.view);
+    cuda().synchronize({});
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        perf_iters;
+    double kv_bytes = 0;  // K and V read once per sequence, causal prefill counted as the full context
+    for (const Seq& sq : seqs) kv_bytes += 2.0 * double(sq.ctx) * double(width) * 2.0;
+    std::printf("PERF attention %-58s %9.1f us/call  %7.1f GB/s of KV\n", what.c_str(), us,
+                kv_bytes / us * 1e-3);
+  }
 }
 
 TEST_F(GpuBackend, AttentionDecode) {
@@ -143,12 +162,17 @@ TEST_F(GpuBackend, AttentionManyPrefills) {
 TEST_F(GpuBackend, AttentionGroupSixteen) { run_attention({{3, 40}, {1, 200}}, 1, 16, 128, 16); }
 
 TEST_F(GpuBackendLarge, AttentionLongDecode32k) {
-  run_attention({{1, 32768}}, 8, 4, 128, 16);  // Llama-3-8B shape: split across blocks
-  run_attention({{1, 32000}, {1, 5}}, 4, 8, 64, 64);
+  run_attention({{1, 32768}}, 8, 4, 128, 16, 50);  // Llama-3-8B shape: split across blocks
+  run_attention({{1, 32000}, {1, 5}}, 4, 8, 64, 64, 50);
+}
+
+TEST_F(GpuBackendLarge, AttentionDecodeBatchPerf) {
+  std::vector<Seq> seqs(64, Seq{1, 4096});
+  run_attention(seqs, 8, 4, 128, 16, 20);  // 64 decodes of 4k context, Llama-3-8B heads
 }
 
 TEST_F(GpuBackendLarge, AttentionLongPrefill) {
-  run_attention({{1024, 1024}}, 8, 4, 128, 16);
+  run_attention({{1024, 1024}}, 8, 4, 128, 16, 20);
   run_attention({{512, 4096}, {1, 3000}, {1, 1}}, 8, 4, 128, 32);
 }
 
