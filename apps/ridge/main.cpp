@@ -19,6 +19,7 @@ std::vector<SubcommandSpec>& registry() {
 int main(int argc, char** argv) {
   CLI::App app{"ridge: an LLM inference engine for NVIDIA Hopper GPUs, with a CPU reference backend"};
   app.require_subcommand(1);
+  app.fallthrough();  // --log-level may follow the subcommand too
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->capture_default_str()

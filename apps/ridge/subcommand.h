@@ -31,4 +31,14 @@ struct Registrar {
   }
 };
 
+// `ridge bench <name>` children register the same way with BenchRegistrar; bench.cpp adds them
+// under the `bench` subcommand.
+std::vector<SubcommandSpec>& bench_registry();
+
+struct BenchRegistrar {
+  BenchRegistrar(std::string name, std::string help, std::function<void(CLI::App&)> setup) {
+    bench_registry().push_back({std::move(name), std::move(help), std::move(setup)});
+  }
+};
+
 }  // namespace ridge::app

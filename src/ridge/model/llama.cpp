@@ -1,11 +1,14 @@
 #include "ridge/model/llama.h"
 
+#include <unistd.h>
+
 #include <cmath>
 
 #include <fmt/format.h>
 
 #include "ridge/backend/cpu/quant.h"
 #include "ridge/core/error.h"
+#include "ridge/core/log.h"
 
 namespace ridge::model {
 
@@ -44,7 +47,23 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const Tensor& rope_freqs)
 
 LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
     : weights_(weights), backend_(be) {
-  auto up = [&](const Tensor& t) { return t.data ? be.upload_weight(t) : Tensor{}; };
+  // Progress on a terminal: weights go to the backend one tensor at a time.
+  const size_t total = weights.bytes();
+  size_t done = 0;
+  int shown = -1;
+  const bool tty = isatty(STDERR_FILENO);
+  auto up = [&](const Tensor& t) {
+    if (!t.data) return Tensor{};
+    Tensor r = be.upload_weight(t);
+    done += t.nbytes();
+    const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
+    if (tty && pct != shown && log::level() <= log::Level::info) {
+      shown = pct;
+      fmt::print(stderr, "\rloading weights to {}: {:3d}% ({} of {})", be.name(), pct,
+                 log::format_bytes(double(done)), log::format_bytes(double(total)));
+    }
+    return r;
+  };
   token_embd_ = up(weights.token_embd);
   output_norm_ = up(weights.output_norm);
   output_ = weights.output.data == weights.token_embd.data ? token_embd_ : up(weights.output);
@@ -53,6 +72,7 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
                        up(l.bv), up(l.wo), up(l.ffn_norm), up(l.w_gate), up(l.w_up),
                        up(l.w_down)});
   }
+  if (shown >= 0) fmt::print(stderr, "\n");
   inv_freq_host_ = rope_inv_freq(weights.config(), weights.rope_freqs);
   inv_freq_ = be.allocate(inv_freq_host_.size() * sizeof(float));
   be.upload({}, inv_freq_.data(), inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float));

@@ -1,0 +1,87 @@
+#include "common.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "ridge/core/error.h"
+
+namespace ridge::app {
+
+namespace fs = std::filesystem;
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("RIDGE_MODEL"); env && *env) return env;
+  const fs::path name = fs::path("models") / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::error_code ec;
+  if (fs::exists(name, ec)) return name.string();
+  const fs::path beside = fs::path(RIDGE_SOURCE_DIR) / name;
+  if (fs::exists(beside, ec)) return beside.string();
+  return name.string();
+}
+
+void add_model_options(CLI::App& app, engine::BundleOptions& o) {
+  app.add_option("-m,--model", o.model_path,
+                 "GGUF file or Hugging Face folder (default: the SmolLM2-135M-Instruct Q4_1 "
+                 "model that scripts/setup installs, or $RIDGE_MODEL)");
+  app.add_option("--device", o.device, "auto | cpu | cuda (auto: CUDA when a GPU is present)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--threads", o.threads, "CPU threads (0: one per core)")->capture_default_str();
+  app.add_option("--ctx-size", o.kv_tokens,
+                 "KV cache capacity in tokens (0: the model's context, at most 32768)")
+      ->capture_default_str();
+  app.add_option("--block-size", o.block_size, "KV page size in tokens")
+      ->capture_default_str()
+      ->check(CLI::IsMember({16, 32, 64}));
+  app.add_option("--kv-dtype", o.kv_dtype, "auto | f32 | bf16 | f16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "f32", "bf16", "f16"}));
+  app.add_option("--prefill-chunk", o.prefill_chunk, "largest prefill step in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+}
+
+void resolve_model(engine::BundleOptions& o) {
+  if (o.model_path.empty()) o.model_path = default_model_path();
+  std::error_code ec;
+  if (!fs::exists(o.model_path, ec))
+    fail("model '{}' not found (run scripts/setup to install the default model, or pass -m)",
+         o.model_path);
+}
+
+void add_generation_options(CLI::App& app, GenerationFlags& f) {
+  auto& g = f.generate;
+  auto& s = g.sampling;
+  // llama.cpp's defaults: a demanding user's expectation for terminal use.
+  s.temperature = 0.8f;
+  s.top_k = 40;
+  s.top_p = 0.95f;
+  s.min_p = 0.05f;
+  app.add_option("-n,--max-tokens", g.max_tokens, "tokens to generate at most")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--temperature,--temp", s.temperature, "sampling temperature (0: greedy)")
+      ->capture_default_str();
+  app.add_option("--top-k", s.top_k, "keep the k most likely tokens (0: off)")->capture_default_str();
+  app.add_option("--top-p", s.top_p, "nucleus sampling mass (1: off)")->capture_default_str();
+  app.add_option("--min-p", s.min_p, "drop tokens below min_p x the top probability (0: off)")
+      ->capture_default_str();
+  app.add_option("--repetition-penalty", s.repetition_penalty, "HF-style repetition penalty (1: off)")
+      ->capture_default_str();
+  app.add_option("--presence-penalty", s.presence_penalty, "OpenAI presence penalty")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", s.frequency_penalty, "OpenAI frequency penalty")
+      ->capture_default_str();
+  app.add_option("--seed", f.seed, "sampling seed (default: random, printed with --json)");
+  app.add_flag("--ignore-eos", g.ignore_eos, "keep generating past end-of-sequence tokens");
+}
+
+uint64_t resolve_seed(GenerationFlags& f) {
+  if (f.seed < 0) f.seed = int64_t(std::random_device{}() >> 1);
+  f.generate.sampling.seed = uint64_t(f.seed);
+  f.generate.sampling.validate();
+  return uint64_t(f.seed);
+}
+
+}  // namespace ridge::app

@@ -1,0 +1,32 @@
+// Options shared by the subcommands that load a model, and the default model's location.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "ridge/engine/generator.h"
+#include "ridge/engine/model_bundle.h"
+
+namespace ridge::app {
+
+// The default model: $RIDGE_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf in the current
+// directory or beside the ridge checkout the binary was built in.
+std::string default_model_path();
+
+// -m/--model, --device, --threads, --ctx-size, --block-size, --kv-dtype, --prefill-chunk
+void add_model_options(CLI::App& app, engine::BundleOptions& options);
+// Fills model_path with the default when none was given, and checks it exists.
+void resolve_model(engine::BundleOptions& options);
+
+// --temperature, --top-k, --top-p, --min-p, --repetition-penalty, --presence-penalty,
+// --frequency-penalty, --seed (random when not given), --max-tokens, --ignore-eos
+struct GenerationFlags {
+  engine::GenerateOptions generate;
+  int64_t seed = -1;
+};
+void add_generation_options(CLI::App& app, GenerationFlags& flags);
+// Picks a random seed when none was given; returns the seed used.
+uint64_t resolve_seed(GenerationFlags& flags);
+
+}  // namespace ridge::app

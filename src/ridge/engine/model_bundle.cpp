@@ -1,0 +1,54 @@
+#include "ridge/engine/model_bundle.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "ridge/backend/factory.h"
+#include "ridge/core/error.h"
+#include "ridge/core/log.h"
+#include "ridge/io/gguf.h"
+
+namespace ridge::engine {
+
+std::unique_ptr<ModelBundle> ModelBundle::load(const BundleOptions& opt) {
+  auto b = std::make_unique<ModelBundle>();
+  const auto t0 = std::chrono::steady_clock::now();
+  log::info("loading model {}", opt.model_path);
+  b->weights = model::ModelWeights::load(opt.model_path);
+  const model::ModelConfig& c = b->weights->config();
+  log::info("model: {}", c.describe());
+  if (const io::GgufFile* g = b->weights->gguf()) {
+    b->tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(*g));
+  } else {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::is_directory(opt.model_path) ? fs::path(opt.model_path)
+                                                    : fs::path(opt.model_path).parent_path();
+    b->tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_hf(dir.string()));
+  }
+  b->backend = backend::make_backend(opt.device, opt.threads);
+  log::info("backend: {}", b->backend->name());
+  b->model = std::make_unique<model::LlamaModel>(*b->weights, *b->backend);
+
+  DType kv_dtype;
+  if (opt.kv_dtype == "auto") {
+    kv_dtype = b->backend->device() == Device::cpu ? DType::f32 : DType::bf16;
+  } else {
+    kv_dtype = dtype_from_name(opt.kv_dtype);
+  }
+  int64_t tokens = opt.kv_tokens > 0 ? opt.kv_tokens : std::min<int64_t>(c.max_position, 32768);
+  RIDGE_CHECK(tokens > 0, "KV capacity {} must be positive", tokens);
+  const int64_t blocks = (tokens + opt.block_size - 1) / opt.block_size;
+  b->kv_pool = std::make_unique<kv::KvPool>(*b->backend, c, blocks, opt.block_size, kv_dtype);
+  const size_t workspace = b->model->reserve(opt.prefill_chunk, 1);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log::info("memory: weights {} ({}), KV pool {} ({} blocks of {} tokens = {} tokens, {}), "
+            "workspace {} (steps of {} tokens); loaded in {:.2f} s",
+            log::format_bytes(double(b->weights->bytes())), b->weights->format(),
+            log::format_bytes(double(b->kv_pool->bytes())), blocks, opt.block_size,
+            b->kv_pool->num_tokens(), dtype_name(kv_dtype), log::format_bytes(double(workspace)),
+            opt.prefill_chunk, secs);
+  return b;
+}
+
+}  // namespace ridge::engine

@@ -1,0 +1,189 @@
+#include "ridge/engine/sampler.h"
+
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "ridge/core/error.h"
+
+namespace ridge::engine {
+namespace {
+
+std::vector<float> random_logits(int n, uint32_t seed, float scale = 3.0f) {
+  std::mt19937 r(seed);
+  std::normal_distribution<float> d(0, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(r);
+  return v;
+}
+
+std::vector<double> softmax(const std::vector<float>& l, double temperature = 1.0) {
+  double mx = -1e300, sum = 0;
+  for (float v : l) mx = std::max(mx, double(v));
+  std::vector<double> p(l.size());
+  for (size_t i = 0; i < l.size(); ++i) sum += (p[i] = std::exp((l[i] - mx) / temperature));
+  for (auto& x : p) x /= sum;
+  return p;
+}
+
+TEST(Sampler, GreedyIsArgmaxAndLogprobIsRawLogSoftmax) {
+  const uint32_t seed = std::random_device{}();
+  auto logits = random_logits(1000, seed);
+  const auto p = softmax(logits);
+  const int best = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.top_logprobs = 5;
+  Sampler s(sp);
+  auto copy = logits;
+  SampleResult r = s.sample(copy, {}, {});
+  EXPECT_EQ(r.token, best);
+  EXPECT_NEAR(r.logprob, std::log(p[best]), 1e-5);
+  ASSERT_EQ(r.top.size(), 5u);
+  EXPECT_EQ(r.top[0].token, best);
+  for (size_t i = 1; i < r.top.size(); ++i) {
+    EXPECT_GE(r.top[i - 1].logprob, r.top[i].logprob);
+    EXPECT_NEAR(r.top[i].logprob, std::log(p[r.top[i].token]), 1e-5);
+  }
+}
+
+// Draws follow softmax(logits / T): a chi-square test over the 8 most likely tokens + the rest.
+TEST(Sampler, DrawsFollowTemperatureScaledSoftmax) {
+  auto logits = random_logits(50, std::random_device{}(), 1.0f);
+  for (float temp : {0.5f, 1.0f, 2.0f}) {
+    const auto p = softmax(logits, temp);
+    SamplingParams sp;
+    sp.temperature = temp;
+    sp.seed = 1234;
+    Sampler s(sp);
+    std::vector<int> counts(logits.size());
+    const int n = 40000;
+    for (int i = 0; i < n; ++i) {
+      auto copy = logits;
+      counts[size_t(s.sample(copy, {}, {}).token)]++;
+    }
+    double chi2 = 0;
+    int bins = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      const double e = p[i] * n;
+      if (e < 20) continue;
+      chi2 += (counts[i] - e) * (counts[i] - e) / e;
+      ++bins;
+    }
+    // p < 1e-6 for this many degrees of freedom is far above this bound.
+    EXPECT_LT(chi2, bins * 3.0 + 40) << "temperature " << temp;
+  }
+}
+
+TEST(Sampler, TopKTopPMinPNeverDrawOutsideTheirSets) {
+  auto logits = random_logits(200, std::random_device{}());
+  const auto p = softmax(logits);
+  std::vector<int> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  // top-k = 7
+  std::set<int> topk(order.begin(), order.begin() + 7);
+  // top-p = 0.6: the smallest prefix of sorted tokens reaching 0.6
+  std::set<int> nucleus;
+  double acc = 0;
+  for (int t : order) {
+    nucleus.insert(t);
+    acc += p[t];
+    if (acc >= 0.6) break;
+  }
+  // min-p = 0.2
+  std::set<int> minp;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] >= 0.2 * p[order[0]]) minp.insert(int(i));
+  struct Case {
+    SamplingParams sp;
+    const std::set<int>* allowed;
+  };
+  SamplingParams a, b, c;
+  a.top_k = 7;
+  b.top_p = 0.6f;
+  c.min_p = 0.2f;
+  for (auto [sp, allowed] : {Case{a, &topk}, Case{b, &nucleus}, Case{c, &minp}}) {
+    sp.seed = 7;
+    Sampler s(sp);
+    std::set<int> seen;
+    for (int i = 0; i < 3000; ++i) {
+      auto copy = logits;
+      int t = s.sample(copy, {}, {}).token;
+      ASSERT_TRUE(allowed->count(t)) << "drew " << t;
+      seen.insert(t);
+    }
+    EXPECT_EQ(seen.size(), allowed->size());  // every allowed token shows up in 3000 draws
+  }
+}
+
+TEST(Sampler, SameSeedSameSequence) {
+  auto logits = random_logits(500, 42, 1.0f);
+  SamplingParams sp;
+  sp.seed = 99;
+  sp.top_p = 0.9f;
+  Sampler s1(sp), s2(sp);
+  sp.seed = 100;
+  Sampler s3(sp);
+  std::vector<int> a, b, c;
+  for (int i = 0; i < 200; ++i) {
+    auto l1 = logits, l2 = logits, l3 = logits;
+    a.push_back(s1.sample(l1, {}, {}).token);
+    b.push_back(s2.sample(l2, {}, {}).token);
+    c.push_back(s3.sample(l3, {}, {}).token);
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Sampler, PenaltiesFollowHfAndOpenAiDefinitions) {
+  std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f, 0.0f};
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.repetition_penalty = 2.0f;
+  {
+    Sampler s(sp);
+    auto l = logits;
+    std::vector<int32_t> prompt = {0, 1, 1};
+    s.sample(l, prompt, {});
+    EXPECT_FLOAT_EQ(l[0], 1.0f);   // positive: divided
+    EXPECT_FLOAT_EQ(l[1], -2.0f);  // negative: multiplied, once per distinct token
+    EXPECT_FLOAT_EQ(l[3], 3.0f);
+  }
+  sp.repetition_penalty = 1.0f;
+  sp.presence_penalty = 0.5f;
+  sp.frequency_penalty = 0.25f;
+  {
+    Sampler s(sp);
+    auto l = logits;
+    std::vector<int32_t> output = {3, 3, 3, 2};
+    std::vector<int32_t> prompt = {0};
+    SampleResult r = s.sample(l, prompt, output);
+    EXPECT_FLOAT_EQ(l[3], 3.0f - 0.5f - 0.75f);
+    EXPECT_FLOAT_EQ(l[2], 0.5f - 0.5f - 0.25f);
+    EXPECT_FLOAT_EQ(l[0], 2.0f);  // prompt tokens are not penalized by presence/frequency
+    EXPECT_EQ(r.token, 0);        // 2.0 now beats 1.75
+  }
+}
+
+TEST(Sampler, RejectsOutOfRangeParameters) {
+  SamplingParams sp;
+  sp.top_p = 0;
+  EXPECT_THROW(Sampler{sp}, Error);
+  sp = {};
+  sp.temperature = -1;
+  EXPECT_THROW(Sampler{sp}, Error);
+  sp = {};
+  sp.top_logprobs = 21;
+  EXPECT_THROW(Sampler{sp}, Error);
+  sp = {};
+  sp.temperature = NAN;
+  EXPECT_THROW(Sampler{sp}, Error);
+}
+
+}  // namespace
+}  // namespace ridge::engine

@@ -1,0 +1,88 @@
+"""The ridge CLI end to end on the default model (CPU): answers, JSON output, seeds, chat over
+stdin, --help, and clear errors for bad input."""
+import json
+import os
+import shutil
+
+import pytest
+
+from ridge_harness import BIN_DIR, DEFAULT_MODEL, ridge, ridge_run_json
+
+pytestmark = pytest.mark.skipif(not DEFAULT_MODEL.exists(),
+                                reason="the default model is not installed (scripts/setup)")
+
+
+def test_default_model_knows_the_capital_of_france():
+    p = ridge("run", "-p", "What is the capital of France?", "--chat", "--temperature", "0",
+              "--max-tokens", "48", "--device", "cpu")
+    assert "Paris" in p.stdout, p.stdout
+
+
+def test_json_output_schema_and_logprobs():
+    r = ridge_run_json(DEFAULT_MODEL, "Count to five: one, two,", temperature=0, max_tokens=8,
+                       top_logprobs=3)
+    assert set(r) >= {"prompt_token_ids", "token_ids", "text", "logprobs", "finish_reason"}
+    assert len(r["token_ids"]) == len(r["logprobs"]) <= 8
+    for step, tok in zip(r["logprobs"], r["token_ids"]):
+        assert step["token_id"] == tok
+        assert step["logprob"] <= 0
+        assert len(step["top_logprobs"]) == 3
+        lps = [a["logprob"] for a in step["top_logprobs"]]
+        assert lps == sorted(lps, reverse=True)
+        # greedy: the chosen token is the most likely one
+        assert step["top_logprobs"][0]["token_id"] == tok
+    assert r["finish_reason"] in ("stop", "length")
+
+
+def test_seeds_reproduce_and_differ():
+    args = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0, max_tokens=24, ignore_eos=True)
+    a = ridge_run_json(DEFAULT_MODEL, "Tell me a story about", seed=11, **args)
+    b = ridge_run_json(DEFAULT_MODEL, "Tell me a story about", seed=11, **args)
+    c = ridge_run_json(DEFAULT_MODEL, "Tell me a story about", seed=12, **args)
+    assert a["token_ids"] == b["token_ids"]
+    assert a["token_ids"] != c["token_ids"]
+
+
+def test_chat_over_stdin_keeps_history_and_ends_on_eof():
+    p = ridge("chat", "--temperature", "0", "--max-tokens", "32", "--device", "cpu",
+              input="My name is Ada.\nWhat is my name?\n", timeout=300)
+    assert p.returncode == 0
+    lines = [l for l in p.stdout.splitlines() if l.strip()]
+    assert len(lines) >= 2, p.stdout
+    assert "Ada" in p.stdout.split("\n", 1)[1], p.stdout
+
+
+@pytest.mark.parametrize("sub", ["", "run", "chat", "bench", "bench model", "version"])
+def test_help_is_complete(sub):
+    p = ridge(*sub.split(), "--help")
+    assert p.returncode == 0
+    assert "Usage" in p.stdout
+    if sub == "run":
+        for flag in ["--model", "--prompt", "--max-tokens", "--temperature", "--seed",
+                     "--top-logprobs", "--chat", "--json", "--device"]:
+            assert flag in p.stdout, flag
+
+
+def test_truncated_model_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "truncated.gguf"
+    with open(DEFAULT_MODEL, "rb") as f:
+        bad.write_bytes(f.read(1_000_000))
+    p = ridge("run", "-m", bad, "-p", "hi", check=False)
+    assert p.returncode == 1
+    assert "error:" in p.stderr and "truncated.gguf" in p.stderr, p.stderr
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    p = ridge("run", "-m", tmp_path / "nope.gguf", "-p", "hi", check=False)
+    assert p.returncode == 1 and "nope.gguf" in p.stderr
+
+
+def test_prompt_past_context_names_both_numbers():
+    p = ridge("run", "-p", "hello " * 40, "--ctx-size", "32", "--max-tokens", "8", check=False)
+    assert p.returncode == 1
+    assert "past the context limit of 32" in p.stderr, p.stderr
+
+
+def test_bad_sampling_parameter_names_it():
+    p = ridge("run", "-p", "hi", "--top-p", "1.5", check=False)
+    assert p.returncode == 1 and "top_p" in p.stderr, p.stderr

@@ -1,0 +1,150 @@
+"""Logits parity: ridge's CPU backend against HF transformers (fp32) on the same weights.
+
+* The default model (SmolLM2-135M-Instruct, Q4_1 GGUF): transformers dequantizes the GGUF to
+  fp32 and un-permutes Q/K itself, so this checks ridge's GGUF reader, Q4_1 dequantization,
+  Q/K un-permutation and the forward.
+* Tiny random-weight models of each supported architecture (Llama MHA and GQA with llama3 RoPE
+  scaling, Mistral, Qwen2 with q/k/v bias; tied and untied embeddings; fp32 and bf16 storage),
+  made here and saved as safetensors.
+
+For each prompt ridge generates 32 greedy tokens with top-5 logprobs; HF then scores the same
+sequence in one teacher-forced pass. Every reported logprob must agree within fp32 tolerance,
+and every greedy token must be HF's argmax unless HF itself sees a near-tie there.
+"""
+import json
+import pathlib
+import shutil
+
+import pytest
+import torch
+
+from ridge_harness import DEFAULT_MODEL, ridge_run_json
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a land far away,",
+    "The three primary colors are",
+    "Water boils at a temperature of",
+    "Here is a list of prime numbers: 2, 3, 5,",
+    "The quick brown fox",
+    "In machine learning, gradient descent is",
+    "SELECT name FROM users WHERE",
+    "Les mathématiques sont",
+    "東京は日本の",
+    "1 + 1 = 2, 2 + 2 = 4, 3 + 3 =",
+]
+GEN_TOKENS = 32
+LOGPROB_TOL = 5e-4   # fp32 accumulation-order differences; measured worst 5.4e-5 (SmolLM2, 30 layers)
+TIE_MARGIN = 1e-3    # HF top-1 vs ridge's choice closer than this is a tie
+
+
+def check_against_hf(hf_model, result, label):
+    prompt = result["prompt_token_ids"]
+    gen = result["token_ids"]
+    assert len(gen) == GEN_TOKENS, f"{label}: generated {len(gen)} tokens"
+    ids = torch.tensor([prompt + gen])
+    with torch.no_grad():
+        logits = hf_model(ids).logits[0].double()
+    lp = torch.log_softmax(logits, dim=-1)
+    worst = 0.0
+    for j, step in enumerate(result["logprobs"]):
+        row = lp[len(prompt) - 1 + j]
+        tok = step["token_id"]
+        assert tok == gen[j]
+        diff = abs(row[tok].item() - step["logprob"])
+        worst = max(worst, diff)
+        assert diff < LOGPROB_TOL, f"{label} step {j}: logprob {step['logprob']} vs HF {row[tok].item()}"
+        for alt in step["top_logprobs"]:
+            d = abs(row[alt["token_id"]].item() - alt["logprob"])
+            worst = max(worst, d)
+            assert d < LOGPROB_TOL, f"{label} step {j}: top token {alt['token_id']} {alt['logprob']} vs HF {row[alt['token_id']].item()}"
+        hf_best = int(row.argmax())
+        if hf_best != tok:
+            margin = (row[hf_best] - row[tok]).item()
+            assert margin < TIE_MARGIN, f"{label} step {j}: ridge chose {tok}, HF {hf_best} by {margin}"
+        # the reported top-5 are HF's top-5 (up to ties)
+        hf_top = set(row.topk(5).indices.tolist())
+        ridge_top = {a["token_id"] for a in step["top_logprobs"]}
+        fifth = row.topk(5).values[-1].item()
+        for t in ridge_top ^ hf_top:
+            assert abs(row[t].item() - fifth) < TIE_MARGIN, f"{label} step {j}: top-5 differ at {t}"
+    return worst
+
+
+@pytest.fixture(scope="module")
+def default_hf_model():
+    if not DEFAULT_MODEL.exists():
+        pytest.skip("the default model is not installed (scripts/setup)")
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(str(DEFAULT_MODEL.parent), gguf_file=DEFAULT_MODEL.name,
+                                             dtype=torch.float32)
+    m.eval()
+    return m
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_default_gguf_model(default_hf_model, prompt):
+    result = ridge_run_json(DEFAULT_MODEL, prompt, temperature=0, max_tokens=GEN_TOKENS,
+                            top_logprobs=5, ignore_eos=True)
+    worst = check_against_hf(default_hf_model, result, prompt)
+    print(f"{prompt!r}: max |Δ logprob| = {worst:.2e}")
+
+
+TINY = {
+    "llama_mha_tied_f32": dict(model_type="llama", num_attention_heads=4, num_key_value_heads=4,
+                               tie_word_embeddings=True, dtype=torch.float32),
+    "llama3_gqa_scaled_bf16": dict(model_type="llama", num_attention_heads=8, num_key_value_heads=2,
+                                   tie_word_embeddings=False, rope_theta=500000.0,
+                                   rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                 "original_max_position_embeddings": 64},
+                                   dtype=torch.bfloat16),
+    "mistral_gqa_f32": dict(model_type="mistral", num_attention_heads=8, num_key_value_heads=4,
+                            tie_word_embeddings=False, dtype=torch.float32),
+    "qwen2_bias_bf16": dict(model_type="qwen2", num_attention_heads=4, num_key_value_heads=2,
+                            tie_word_embeddings=True, dtype=torch.bfloat16),
+}
+
+
+@pytest.fixture(scope="module")
+def smollm_tokenizer_dir(tmp_path_factory):
+    """The default model's tokenizer as tokenizer.json, converted by transformers."""
+    if not DEFAULT_MODEL.exists():
+        pytest.skip("the default model is not installed (scripts/setup)")
+    from transformers import AutoTokenizer
+    d = tmp_path_factory.mktemp("tokenizer")
+    tok = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL.parent), gguf_file=DEFAULT_MODEL.name)
+    tok.save_pretrained(d)
+    return d
+
+
+def make_tiny(name, spec, tokenizer_dir, root):
+    from transformers import AutoConfig, AutoModelForCausalLM
+    spec = dict(spec)
+    dtype = spec.pop("dtype")
+    model_type = spec.pop("model_type")
+    torch.manual_seed(sum(map(ord, name)))
+    cfg = AutoConfig.for_model(model_type, vocab_size=49152, hidden_size=64, intermediate_size=176,
+                               num_hidden_layers=3, max_position_embeddings=256,
+                               rms_norm_eps=1e-5, initializer_range=0.3, **spec)
+    model = AutoModelForCausalLM.from_config(cfg)
+    d = root / name
+    model.to(dtype).save_pretrained(d, safe_serialization=True)
+    for f in pathlib.Path(tokenizer_dir).iterdir():
+        shutil.copy(f, d / f.name)
+    # Reference: reloaded from disk in fp32 (keeps RoPE's inv_freq in fp32).
+    ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    ref.eval()
+    return d, ref
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_tiny_random_models(name, smollm_tokenizer_dir, tmp_path):
+    d, ref = make_tiny(name, TINY[name], smollm_tokenizer_dir, tmp_path)
+    worst = 0.0
+    for prompt in PROMPTS[:10]:
+        result = ridge_run_json(d, prompt, temperature=0, max_tokens=GEN_TOKENS, top_logprobs=5,
+                                ignore_eos=True)
+        worst = max(worst, check_against_hf(ref, result, f"{name}: {prompt}"))
+    print(f"{name}: max |Δ logprob| = {worst:.2e}")
