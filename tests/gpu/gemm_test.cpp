@@ -169,8 +169,9 @@ void check_problem(Kernel kernel, const Problem& p, uint32_t seed) {
             reinterpret_cast<const uint16_t*>(hY2.data())[i];
   EXPECT_EQ(diff, 0u) << "second run differs";
 
-  // Against cuBLASLt (no residual there: compare the plain product).
-  if (!p.residual) {
+  // Against cuBLASLt (no residual there: compare the plain product). Not under
+  // compute-sanitizer (RIDGE_GEMM_TEST_SMALL): racecheck reports cuBLAS's own kernels.
+  if (!p.residual && !std::getenv("RIDGE_GEMM_TEST_SMALL")) {
     ridge::kernels::CublasLtGemm cublas;
     CUDA_OK(cudaMemset(Yc.ptr, 0xFF, ny * 2));
     cublas.run(X.ptr, W.ptr, Yc.ptr, p.M, p.N, p.K, stream);
@@ -209,7 +210,9 @@ TEST(GemmSm90, MatchesReference) {
     check_problem(Kernel::kSm90, problems[i], seed++);
 }
 
-TEST(GemmSm90, PersistentAndNonPersistentAgree) {
+// Non-persistent 256-wide tiles in row order against a 5-CTA persistent grid of 128-wide tiles
+// in grouped order: same function, each checked against the reference.
+TEST(GemmSm90, TileShapesAndSchedulesAgree) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
   const int M = 1000, N = 1536, K = 1024;  // 8 × 6 tiles, uneven against a 5-CTA grid
@@ -225,19 +228,22 @@ TEST(GemmSm90, PersistentAndNonPersistentAgree) {
   ridge::kernels::Sm90GemmOptions a, b;
   a.persistent = false;
   a.group_m = 1;
+  a.block_n = 256;
   b.max_ctas = 5;
   b.group_m = 3;
+  b.block_n = 128;
   ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y1.ptr, M, N, K, nullptr, nullptr, a);
   ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y2.ptr, M, N, K, nullptr, nullptr, b);
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<bf16> h1(Y1.count), h2(Y2.count);
   CUDA_OK(cudaMemcpy(h1.data(), Y1.ptr, Y1.count * 2, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(h2.data(), Y2.ptr, Y2.count * 2, cudaMemcpyDeviceToHost));
-  EXPECT_EQ(std::memcmp(h1.data(), h2.data(), h1.size() * 2), 0);
   const auto ref = reference(hX, hW, nullptr, M, N, K);
-  const Result r = compare(h1, ref);
-  EXPECT_EQ(r.non_finite, 0u);
-  EXPECT_LT(r.rel_err, kTolerance);
+  for (const auto* h : {&h1, &h2}) {
+    const Result r = compare(*h, ref);
+    EXPECT_EQ(r.non_finite, 0u);
+    EXPECT_LT(r.rel_err, kTolerance);
+  }
 }
 
 TEST(GemmSwiGLU, MatchesReference) {

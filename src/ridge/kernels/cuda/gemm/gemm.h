@@ -28,7 +28,7 @@ void gemm_bf16(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K, cudaS
 
 // Fused gate_up + SwiGLU: W_gate_up is [2F, K] with the F gate rows first, then the F up rows
 // (the fused gate_up weight). Out [M, F] = silu(X·W_gateᵀ) ⊙ (X·W_upᵀ), fp32 math, bf16 out.
-// F % 128 == 0, K % 8 == 0.
+// F % 128 == 0, K % 8 == 0, M ≥ 1 (any M runs the sm90 kernel).
 void gemm_bf16_swiglu(const bf16* X, const bf16* W_gate_up, bf16* Out, int M, int F, int K,
                       cudaStream_t stream);
 
@@ -38,12 +38,13 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
                       cudaStream_t stream, const bf16* residual = nullptr);
 
 // The warp-specialized Hopper GEMM (TMA producer warpgroup, two wgmma consumer warpgroups,
-// mbarrier pipeline, 128×256×64 tiles). Options exist so the ladder in bench/gemm can time
+// mbarrier pipeline, 128×256×64 or 128×128×64 tiles). Options exist so the ladder in bench/gemm can time
 // each step; the defaults are the production choice.
 struct Sm90GemmOptions {
   bool persistent = true;   // grid = #SMs, tiles walked by a scheduler; else one CTA per tile
   int group_m = 8;          // grouped raster: GROUP_M tile rows walked column by column (1 = row order)
   int max_ctas = 0;         // persistent grid size; 0 = number of SMs
+  int block_n = 0;          // output tile width 256 or 128; 0 = chosen by a wave model
 };
 void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                     cudaStream_t stream, const bf16* residual = nullptr,

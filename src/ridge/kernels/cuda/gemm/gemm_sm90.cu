@@ -2,11 +2,12 @@
 // gate_up + SwiGLU variant. bf16 in, fp32 accumulate, bf16 out.
 //
 // Launch shape: 384 threads = 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA
-// loads of 128×64 X tiles and 256×64 W tiles (two 128-row boxes) into a 4-stage ring of shared
-// memory (48 KiB a stage), each stage guarded by a `full` mbarrier (TMA transaction count) and
-// an `empty` mbarrier (one arrival per consumer warp). Warpgroups 1 and 2 are consumers: each
-// owns 64 rows of the 128×256 output tile, issues wgmma m64n256k16 from shared memory and keeps
-// 128 fp32 accumulators per thread. setmaxnreg moves registers from the producer (40) to the
+// loads of 128×64 X tiles and BN×64 W tiles (two BN/2-row boxes; BN = 256 or 128, picked by a
+// wave-quantization model) into a ring of shared memory (4 stages of 48 KiB or 6 of 32 KiB),
+// each stage guarded by a `full` mbarrier (TMA transaction count) and an `empty` mbarrier (one
+// arrival per consumer warp). Warpgroups 1 and 2 are consumers: each owns 64 rows of the
+// 128×BN output tile, issues wgmma m64nBNk16 from shared memory and keeps BN/2 fp32
+// accumulators per thread. setmaxnreg moves registers from the producer (40) to the
 // consumers (232). The grid is persistent (one CTA per SM) and walks output tiles in grouped
 // order (GROUP_M tile rows column by column) so that concurrent tiles share X and W in L2; the
 // producer runs ahead into the next tile while the consumers store the last one.
@@ -29,20 +30,23 @@ namespace {
 using namespace sm90;
 
 constexpr int kBM = 128;
-constexpr int kBN = 256;
 constexpr int kBK = 64;
-constexpr int kStages = 4;
 constexpr int kConsumers = 2;
 constexpr int kThreads = 128 * (kConsumers + 1);
-constexpr uint32_t kStageBytes = (kBM + kBN) * kBK * sizeof(bf16);
 
-struct alignas(1024) SharedStorage {
-  bf16 a[kStages][kBM * kBK];
-  bf16 b[kStages][kBN * kBK];
-  uint64_t full[kStages];
-  uint64_t empty[kStages];
+// BN (256 or 128) output columns per tile; the ring keeps ~192 KiB of shared memory in flight.
+template <int BN>
+struct Config {
+  static constexpr int kStages = BN == 256 ? 4 : 6;
+  static constexpr uint32_t kStageBytes = (kBM + BN) * kBK * sizeof(bf16);
+  struct alignas(1024) SharedStorage {
+    bf16 a[kStages][kBM * kBK];
+    bf16 b[kStages][BN * kBK];
+    uint64_t full[kStages];
+    uint64_t empty[kStages];
+  };
+  static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + slack to align
 };
-constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + slack to align the base
 
 enum class Epilogue : int { kStore = 0, kSwiGLU = 1 };
 
@@ -65,13 +69,17 @@ __device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); 
 
 // out_n: columns of Y (N, or F for SwiGLU); w_second_row_offset: where the second 128-row box
 // of a W tile starts relative to the first (128 for a plain tile, F for the up half).
+template <int BN>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_ws_kernel(const __grid_constant__ CUtensorMap tmap_x,
                         const __grid_constant__ CUtensorMap tmap_w, bf16* Y,
                         const bf16* residual, int M, int out_n, int K, int epilogue,
                         int group_m) {
+  using Cfg = Config<BN>;
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kBN = BN;
   extern __shared__ uint8_t smem_raw[];
-  SharedStorage& s = *reinterpret_cast<SharedStorage*>(
+  typename Cfg::SharedStorage& s = *reinterpret_cast<typename Cfg::SharedStorage*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
 
   const bool swiglu = epilogue == static_cast<int>(Epilogue::kSwiGLU);
@@ -102,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int w_row1 = swiglu ? out_n + w_row0 : w_row0 + kBN / 2;
         for (int kb = 0; kb < k_blocks; ++kb) {
           mbar_wait(&s.empty[stage], phase ^ 1);
-          mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
+          mbar_arrive_expect_tx(&s.full[stage], Cfg::kStageBytes);
           tma_load_2d(s.a[stage], &tmap_x, &s.full[stage], kb * kBK, tc.m * kBM);
           tma_load_2d(s.b[stage], &tmap_w, &s.full[stage], kb * kBK, w_row0);
           tma_load_2d(s.b[stage] + (kBN / 2) * kBK, &tmap_w, &s.full[stage], kb * kBK, w_row1);
@@ -121,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x & 31;
   const int warp_in_group = (threadIdx.x / 32) & 3;
   const bool release_thread = lane == 0;
-  float acc[128];
+  float acc[kBN / 2];
   int stage = 0;
   uint32_t phase = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -134,8 +142,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       const bf16* b_tile = s.b[stage];
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        wgmma_m64n256k16_bf16(acc, make_desc_k128(a_tile + kk * 16),
-                              make_desc_k128(b_tile + kk * 16), (kb > 0 || kk > 0) ? 1 : 0);
+        const uint64_t da = make_desc_k128(a_tile + kk * 16);
+        const uint64_t db = make_desc_k128(b_tile + kk * 16);
+        if constexpr (kBN == 256)
+          wgmma_m64n256k16_bf16(acc, da, db, (kb > 0 || kk > 0) ? 1 : 0);
+        else
+          wgmma_m64n128k16_bf16(acc, da, db, (kb > 0 || kk > 0) ? 1 : 0);
       }
       wgmma_commit();
       if (kb > 0) {
@@ -177,8 +189,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     } else {
-      // Columns 0..127 of the tile are gate, 128..255 the matching up columns (16 registers
-      // of 4 further in the same thread).
+      // Columns [0, BN/2) of the tile are gate, [BN/2, BN) the matching up columns (BN/16
+      // groups of 4 registers further in the same thread).
 #pragma unroll
       for (int i = 0; i < kBN / 16; ++i) {
         const int col = col_base + 8 * i;
@@ -188,7 +200,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (row < M && col < out_n) {
             const size_t idx = static_cast<size_t>(row) * out_n + col;
             const float g0 = acc[4 * i + 2 * h], g1 = acc[4 * i + 2 * h + 1];
-            const float u0 = acc[4 * (i + 16) + 2 * h], u1 = acc[4 * (i + 16) + 2 * h + 1];
+            const float u0 = acc[4 * (i + kBN / 16) + 2 * h];
+            const float u1 = acc[4 * (i + kBN / 16) + 2 * h + 1];
             *reinterpret_cast<__nv_bfloat162*>(Y + idx) =
                 __floats2bfloat162_rn(silu(g0) * u0, silu(g1) * u1);
           }
@@ -198,32 +211,60 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+template <int BN>
+void launch_sm90_bn(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M,
+                    int out_n, int w_rows, int K, bool swiglu, int grid, int group_m,
+                    cudaStream_t stream) {
+  const CUtensorMap tmap_x = detail::make_tensor_map_bf16(X, M, K, kBM, kBK);
+  const CUtensorMap tmap_w = detail::make_tensor_map_bf16(W, w_rows, K, BN / 2, kBK);
+  constexpr size_t smem = Config<BN>::kSmemBytes;
+  RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
+      gemm_sm90_ws_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  gemm_sm90_ws_kernel<BN><<<grid, kThreads, smem, stream>>>(
+      tmap_x, tmap_w, Y, residual, M, out_n, K,
+      static_cast<int>(swiglu ? Epilogue::kSwiGLU : Epilogue::kStore), group_m);
+  RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
+}
+
+long long tile_count(int M, int out_n, int bn, bool swiglu) {
+  const int cols = swiglu ? bn / 2 : bn;
+  return static_cast<long long>((M + kBM - 1) / kBM) * ((out_n + cols - 1) / cols);
+}
+
 }  // namespace
 
 namespace detail {
 
+int sm90_choose_block_n(int M, int out_n, bool swiglu, int sms) {
+  // Waves × tile cost: a 128-wide tile costs ~0.55 of a 256-wide one (half the MMAs, less
+  // operand reuse), so the narrow tile wins only when it fixes wave quantization.
+  const long long t256 = tile_count(M, out_n, 256, swiglu);
+  const long long t128 = tile_count(M, out_n, 128, swiglu);
+  const double cost256 = static_cast<double>((t256 + sms - 1) / sms);
+  const double cost128 = 0.55 * static_cast<double>((t128 + sms - 1) / sms);
+  return cost128 < cost256 ? 128 : 256;
+}
+
 void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int out_n,
                  int w_rows, int K, bool swiglu, const Sm90GemmOptions& options,
                  cudaStream_t stream) {
-  const CUtensorMap tmap_x = make_tensor_map_bf16(X, M, K, kBM, kBK);
-  const CUtensorMap tmap_w = make_tensor_map_bf16(W, w_rows, K, kBN / 2, kBK);
-  const int tile_n_cols = swiglu ? kBN / 2 : kBN;
-  const long long tiles =
-      static_cast<long long>((M + kBM - 1) / kBM) * ((out_n + tile_n_cols - 1) / tile_n_cols);
   int device = 0, sms = 0;
   RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
   RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  long long grid = tiles;
+  const int bn = options.block_n == 128 || options.block_n == 256
+                     ? options.block_n
+                     : sm90_choose_block_n(M, out_n, swiglu, sms);
+  long long grid = tile_count(M, out_n, bn, swiglu);
   if (options.persistent)
     grid = std::min<long long>(grid, options.max_ctas > 0 ? options.max_ctas : sms);
   if (grid > 0x7fffffff) grid = 0x7fffffff;  // a non-persistent grid this large strides anyway
-  RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_ws_kernel,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(kSmemBytes)));
-  gemm_sm90_ws_kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, stream>>>(
-      tmap_x, tmap_w, Y, residual, M, out_n, K,
-      static_cast<int>(swiglu ? Epilogue::kSwiGLU : Epilogue::kStore), std::max(1, options.group_m));
-  RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
+  const int group_m = std::max(1, options.group_m);
+  if (bn == 256)
+    launch_sm90_bn<256>(X, W, Y, residual, M, out_n, w_rows, K, swiglu, static_cast<int>(grid),
+                        group_m, stream);
+  else
+    launch_sm90_bn<128>(X, W, Y, residual, M, out_n, w_rows, K, swiglu, static_cast<int>(grid),
+                        group_m, stream);
 }
 
 }  // namespace detail

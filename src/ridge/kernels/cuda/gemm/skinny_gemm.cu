@@ -56,9 +56,10 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, ui
 }
 
 // NG: token groups of 8 (MT = 8·NG tokens per block); RT: 16-row weight tiles per warp;
-// KU: 32-column chunks per step (bytes in flight per thread = RT·2·KU·16, twice buffered).
-template <int NG, int RT, int KU>
-__global__ void __launch_bounds__(kSkinnyThreads)
+// KU: 32-column chunks per step (bytes in flight per thread = RT·2·KU·16, twice buffered);
+// MIN_BLOCKS: blocks per SM the register budget must allow (2 keeps 16 warps streaming).
+template <int NG, int RT, int KU, int MIN_BLOCKS>
+__global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     skinny_gemm_kernel(const bf16* __restrict__ X, const bf16* __restrict__ W, bf16* Y,
                        const bf16* residual, int M, int N, int K) {
   constexpr int MT = 8 * NG;
@@ -172,12 +173,12 @@ __global__ void __launch_bounds__(kSkinnyThreads)
   }
 }
 
-template <int NG, int RT, int KU>
+template <int NG, int RT, int KU, int MIN_BLOCKS>
 void launch_skinny_config(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M,
                           int N, int K, cudaStream_t stream) {
   constexpr int MT = 8 * NG;
   const size_t smem = sizeof(float) * kSkinnyWarps * RT * NG * 4 * 32;
-  auto kernel = skinny_gemm_kernel<NG, RT, KU>;
+  auto kernel = skinny_gemm_kernel<NG, RT, KU, MIN_BLOCKS>;
   if (smem > 48 * 1024)
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -191,15 +192,19 @@ void launch_skinny_config(const bf16* X, const bf16* W, bf16* Y, const bf16* res
 namespace detail {
 
 void launch_skinny(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int N,
-                   int K, cudaStream_t stream) {
+                   int K, cudaStream_t stream, int tokens_per_block) {
+  if (tokens_per_block == 16) {
+    launch_skinny_config<2, 1, 4, 2>(X, W, Y, residual, M, N, K, stream);
+    return;
+  }
   if (M <= 8)
-    launch_skinny_config<1, 1, 4>(X, W, Y, residual, M, N, K, stream);
+    launch_skinny_config<1, 1, 4, 2>(X, W, Y, residual, M, N, K, stream);
   else if (M <= 16)
-    launch_skinny_config<2, 1, 4>(X, W, Y, residual, M, N, K, stream);
+    launch_skinny_config<2, 1, 4, 2>(X, W, Y, residual, M, N, K, stream);
   else if (M <= 32)
-    launch_skinny_config<4, 2, 2>(X, W, Y, residual, M, N, K, stream);
+    launch_skinny_config<4, 2, 2, 2>(X, W, Y, residual, M, N, K, stream);
   else
-    launch_skinny_config<8, 2, 2>(X, W, Y, residual, M, N, K, stream);
+    launch_skinny_config<8, 2, 1, 2>(X, W, Y, residual, M, N, K, stream);
 }
 
 }  // namespace detail
