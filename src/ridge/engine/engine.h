@@ -1,0 +1,129 @@
+// Engine: continuous batching over one model. One engine thread owns the device and runs steps;
+// submit() and cancel() are thread safe. Each step has a token budget (max_num_batched_tokens):
+// running decodes first, then prefill chunks of waiting or partially prefilled sequences
+// (chunked prefill). Admission needs free KV blocks for the whole prompt; when blocks run out the
+// newest running sequence is preempted (its blocks freed, recomputed later). Full KV blocks are
+// shared between sequences through the prefix cache (hash-chained, LRU-evicted when free).
+//
+// Outputs reach each request through its callback, called on the engine thread once per step in
+// which the request produced something (keep it short: hand the output to another thread).
+// The last output of a request has finished = true; after it the callback is never called again.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ridge/core/error.h"
+#include "ridge/engine/model_bundle.h"
+#include "ridge/engine/sampler.h"
+
+namespace ridge::engine {
+
+struct EngineConfig {
+  int32_t max_num_seqs = 256;            // sequences running at once
+  int32_t max_num_batched_tokens = 2048;  // tokens per step (decodes + prefill chunks)
+  int32_t max_queue = 4096;              // waiting requests beyond which submit() refuses
+  bool enable_prefix_caching = true;
+  int64_t max_model_len = 0;             // 0: the model's context (capped by the KV pool)
+};
+
+struct Request {
+  std::string id;                 // unique among live requests
+  std::vector<int32_t> prompt;    // token ids
+  SamplingParams sampling;
+  int32_t max_tokens = 16;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's own stop tokens
+};
+
+struct TokenOutput {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<TokenLogprob> top;
+};
+
+struct RequestOutput {
+  std::string id;
+  std::vector<TokenOutput> tokens;  // tokens produced since the previous output
+  bool finished = false;
+  std::string finish_reason;        // when finished: "stop" | "length" | "abort" | "error"
+  std::string error;                // when finish_reason == "error"
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;        // prompt tokens served from the prefix cache
+  int32_t completion_tokens = 0;    // generated so far
+};
+
+using OutputCallback = std::function<void(RequestOutput&&)>;
+
+// Refusals of submit(): the request itself is wrong (400) or the engine is full (429/503).
+struct RequestRejected : Error {
+  enum class Kind { invalid, queue_full, shutting_down };
+  Kind kind;
+  RequestRejected(Kind k, const std::string& what) : Error(what), kind(k) {}
+};
+
+// Cumulative histogram in Prometheus' form: counts[i] observations <= bounds[i] (the last
+// bucket, +Inf, is `count`).
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;
+  double sum = 0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size()) {}
+  void observe(double v) {
+    for (size_t i = 0; i < bounds.size(); ++i)
+      if (v <= bounds[i]) ++counts[i];
+    sum += v;
+    ++count;
+  }
+};
+
+struct EngineMetrics {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;       // referenced by a live sequence
+  int64_t kv_blocks_cached = 0;     // free but holding a reusable prefix
+  int64_t prefix_query_tokens = 0;  // prompt tokens looked up in the prefix cache
+  int64_t prefix_hit_tokens = 0;    // of which found
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t requests_finished = 0;
+  int64_t preemptions = 0;
+  int64_t steps = 0;
+  // Latency (seconds) since start: time to first token, time per output token (per request,
+  // the mean of its inter-token gaps), end-to-end.
+  Histogram ttft, tpot, e2e;
+};
+
+class Engine {
+ public:
+  Engine(ModelBundle& bundle, const EngineConfig& config);
+  ~Engine();  // stops the thread; unfinished requests get finish_reason "abort"
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates (prompt non-empty, ids in the vocabulary, prompt + max_tokens within
+  // max_model_len, sampling parameters) and queues the request. Throws RequestRejected.
+  void submit(Request request, OutputCallback on_output);
+  // Cancels a live request: its blocks are freed within one step and its callback gets a final
+  // output with finish_reason "abort". Unknown ids are ignored.
+  void cancel(const std::string& id);
+  // Stop accepting; drain = finish running and waiting requests first, else abort them.
+  void shutdown(bool drain);
+
+  EngineMetrics metrics() const;
+  const EngineConfig& config() const;
+  int64_t max_model_len() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ridge::engine
