@@ -175,6 +175,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
                       const CostOptions& opt) {
   RIDGE_CHECK(s.tokens >= 1, "step shape: a step needs at least one new token (got {})", s.tokens);
   StepCost c;
+  c.ops.reserve(16);
   const auto& p = opt.precision;
   const double peak = hw.peak(p.math);
   Builder b{hw, opt, peak, c};
@@ -193,6 +194,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     OpCost o = make_op(name, OpKind::norm, count);
     o.flops = double(count) * 5.0 * Td * h;
     o.bytes = double(count) * (4.0 * Td * h * ab + 2.0 * h);
+    if (opt.fuse_elementwise) o.bytes = double(count) * 2.0 * Td * h * ab, o.kernels = 0;  // residual stream only
     b.add(o);
   };
   norm("attn_norm", L);
@@ -201,11 +203,13 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     OpCost o = make_op("rope", OpKind::rope, L);
     o.flops = Ld * 3.0 * Td * (q + kv);
     o.bytes = Ld * 2.0 * Td * (q + kv) * ab;
+    if (opt.fuse_elementwise) o.bytes = 0, o.kernels = 0;
     b.add(o);
   }
   {
     OpCost o = make_op("kv_write", OpKind::kv_write, L);
     o.bytes = Ld * Td * 2.0 * kv * (ab + kvb);
+    if (opt.fuse_elementwise) o.bytes = Ld * Td * 2.0 * kv * kvb, o.kernels = 0;
     b.add(o);
   }
   const double per_pair = 4.0 * double(cfg.n_heads) * double(cfg.head_dim);  // QK^T and PV
@@ -230,6 +234,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     OpCost o = make_op("silu_mul", OpKind::elementwise, L);
     o.flops = Ld * 5.0 * Td * f;
     o.bytes = Ld * 3.0 * Td * f * ab;
+    if (opt.fuse_elementwise) o.bytes = 0, o.kernels = 0;
     b.add(o);
   }
   b.gemm("down_proj", L, T, cfg.hidden, cfg.ffn, ab);

@@ -48,7 +48,7 @@ std::string_view op_kind_name(OpKind k);
 std::string_view bound_name(Bound b);
 
 struct OpCost {
-  std::string name;    // embedding, attn_norm, qkv_proj, rope, kv_write, attn_prefill, ...
+  std::string_view name;  // embedding, attn_norm, qkv_proj, ... (a static string)
   OpKind kind = OpKind::elementwise;
   int64_t kernels = 0; // launches per step (layers x 1 for per-layer ops)
   int64_t m = 0, n = 0, k = 0;  // GEMM shape (per launch) where kind == gemm
@@ -61,7 +61,7 @@ struct OpCost {
   double t_overhead = 0;       // kernels x kernel overhead
   double time = 0;             // predicted seconds per step
   Bound bound = Bound::memory; // the larger of T_math / wave_efficiency and T_mem
-  std::string format;          // number format of the math
+  std::string_view format;     // number format of the math (the Precision it came from)
 };
 
 // One sequence of a step: `new_tokens` tokens computed now (1 for decode, a chunk for prefill) on
@@ -99,6 +99,11 @@ struct CostOptions {
   int blocks_per_sm = 1;   // resident GEMM blocks per SM (big-tile persistent kernels: 1)
   int attn_tile_q = 128;   // FlashAttention query tile (prefill)
   bool include_overhead = true;
+  // Elementwise ops fused into the GEMMs and attention around them (norm in the GEMM prologue,
+  // residual add / RoPE / SiLU*mul / KV store in epilogues), as optimized engines run them: they
+  // then move only the residual stream and the KV they must store, and launch no kernels of their
+  // own. Off by default: ridge runs them as separate kernels today.
+  bool fuse_elementwise = false;
 };
 
 struct StepCost {

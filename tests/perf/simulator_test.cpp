@@ -1,0 +1,244 @@
+// The step simulator and planner: determinism, hand-checked single-request timings, the
+// fixed-vs-adaptive prefill:decode split and the Rubin CPX comparison.
+#include "ridge/perf/simulator.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include <gtest/gtest.h>
+
+#include "ridge/core/error.h"
+#include "ridge/perf/planner.h"
+
+namespace ridge::perf {
+namespace {
+
+const HardwareDb& db() {
+  static const HardwareDb d = HardwareDb::load_file(std::string(RIDGE_SOURCE_DIR) + "/data/hardware.json");
+  return d;
+}
+
+ServingConfig disagg(int p, int d) {
+  ServingConfig c;
+  c.mode = ServingConfig::Mode::disagg_gpus;
+  c.prefill_gpus = p, c.decode_gpus = d, c.token_budget = 8192, c.max_batch = 256;
+  return c;
+}
+
+TEST(Simulator, LengthDistributions) {
+  EXPECT_EQ(LengthDist::parse("1024").sample(*std::make_unique<std::mt19937_64>(1)), 1024);
+  EXPECT_EQ(LengthDist::parse("uniform:512:2048").mean(), 1280);
+  std::mt19937_64 rng(7);
+  const auto d = LengthDist::parse("exp:300");
+  double s = 0;
+  for (int i = 0; i < 20000; ++i) s += double(d.sample(rng));
+  EXPECT_NEAR(s / 20000, 300, 10);
+  EXPECT_THROW(LengthDist::parse("gamma:3"), Error);
+  EXPECT_THROW(LengthDist::parse("-5"), Error);
+}
+
+TEST(Simulator, DeterministicForASeed) {
+  const auto cfg = model::ModelConfig::named("llama-2-7b");
+  Workload w;
+  w.rate = 8, w.requests = 300, w.isl = LengthDist::parse("uniform:128:2048"), w.osl = LengthDist::parse("exp:200");
+  w.prefix_share = 0.25;
+  ServingConfig sc;
+  sc.gpus = 2;
+  const SimResult a = simulate(cfg, db().get("h200"), w, sc, {}, {});
+  const SimResult b = simulate(cfg, db().get("h200"), w, sc, {}, {});
+  EXPECT_EQ(a.makespan_s, b.makespan_s);
+  EXPECT_EQ(a.ttft_p90, b.ttft_p90);
+  EXPECT_EQ(a.tpot_p50, b.tpot_p50);
+  w.seed = 2;
+  const SimResult c = simulate(cfg, db().get("h200"), w, sc, {}, {});
+  EXPECT_NE(a.makespan_s, c.makespan_s);
+}
+
+TEST(Simulator, SingleRequestTimesAreTheCostModelsSteps) {
+  // One request alone: its TTFT is exactly one prefill step (budget 8192 >= 2048 tokens), its
+  // TPOT the mean of its decode steps, each predicted by predict_step.
+  const auto cfg = model::ModelConfig::named("llama-2-7b");
+  const Hardware& h200 = db().get("h200");
+  Workload w;
+  w.requests = 1, w.rate = 1, w.isl = LengthDist::fixed(2048), w.osl = LengthDist::fixed(3);
+  ServingConfig sc;
+  sc.token_budget = 8192;
+  const SimResult r = simulate(cfg, h200, w, sc, {}, {});
+  const double prefill = predict_step(cfg, h200, StepShape::prefill(2048)).time;
+  const double d1 = predict_step(cfg, h200, StepShape::decode(1, 2048)).time;  // 2nd token
+  const double d2 = predict_step(cfg, h200, StepShape::decode(1, 2049)).time;  // 3rd token
+  EXPECT_DOUBLE_EQ(r.ttft_p50, prefill);
+  EXPECT_NEAR(r.tpot_p50, (d1 + d2) / 2, 1e-12);
+
+  // Disaggregated 1P:1D over NVLink, Llama-3-8B, 4096-token prompt: its KV is
+  // 4096 x 131,072 B = 536.9 MB; NVLink 4 moves 450 GB/s each way: 536.9e6 / 450e9 = 1.193 ms,
+  // the stall between the first token and the decode batch.
+  const auto l3 = model::ModelConfig::named("llama-3-8b");
+  w.isl = LengthDist::fixed(4096), w.osl = LengthDist::fixed(16);
+  const SimResult d = simulate(l3, db().get("h100"), w, disagg(1, 1), {}, {});
+  EXPECT_NEAR(d.kv_transfer_mean_s, 4096.0 * 131072 / 450e9, 1e-9);
+  EXPECT_NEAR(d.stall_p90, 1.193e-3, 1e-5);
+  // Over PCIe 5 (64 GB/s each way) the same KV takes 8.39 ms.
+  ServingConfig pc = disagg(1, 1);
+  pc.kv_link = "pcie";
+  EXPECT_NEAR(simulate(l3, db().get("h100"), w, pc, {}, {}).kv_transfer_mean_s, 4096.0 * 131072 / 64e9, 1e-9);
+}
+
+TEST(Simulator, FixedSplitIsOptimalOnlyInANarrowBand) {
+  // Llama-3-8B on 8 H100s, disaggregated with P prefill and 8-P decode GPUs, SLO TTFT 2 s and
+  // TPOT 50 ms at 90% attainment; ISL + OSL = 1056 tokens, the ratio swept from 32:1 to 1:32.
+  // Goodput = highest Poisson rate meeting the SLO. The fixed split is the one that is best at
+  // 1:1; "adaptive" takes the best split for each ratio.
+  //
+  // Hand-checked capacity bounds at the ends:
+  //  32:1 (1024 in / 32 out): a prefill of 1024 tokens costs 13.958e9 x 1024 + 1.05e9 (LM head)
+  //    + 32 x 4 x 32 x 128 x 1024 x 1025 / 2 (attention) = 1.4569e13 FLOP >= 14.73 ms at 989 TF,
+  //    so one prefill GPU serves <= 67.9 req/s and P of them <= 67.9 P.
+  //  1:32 (32 in / 1024 out): a decode GPU holds <= 256 sequences (batch cap); a step at batch
+  //    256 and mean context ~544 reads 16.06e9 B of weights + 256 x 544 x 131,072 B of KV =
+  //    34.3e9 B -> >= 10.2 ms, +0.65 ms launches = 10.9 ms; a request needs 1023 such steps:
+  //    <= 256 / (1023 x 10.9e-3) = 23.0 req/s per decode GPU, <= 23.0 (8-P) in all.
+  // The simulated goodputs stay under these bounds (10% slack: a finite window of 20 x TTFT lets
+  // a rate ~5% over capacity pass before its queue breaks the SLO, and the rate search resolves
+  // to 2^(1/16) = 4.4%).
+  const auto cfg = model::ModelConfig::named("llama-3-8b");
+  const Hardware& h100 = db().get("h100");
+  Slo slo;
+  slo.ttft_s = 2.0, slo.tpot_s = 0.05;
+  struct Ratio { const char* name; int64_t isl, osl; };
+  const std::vector<Ratio> ratios = {{"32:1", 1024, 32}, {"4:1", 845, 211}, {"1:1", 528, 528},
+                                     {"1:4", 211, 845}, {"1:32", 32, 1024}};
+  std::vector<std::vector<double>> g(ratios.size());  // [ratio][P-1]
+  for (size_t i = 0; i < ratios.size(); ++i) {
+    Workload w;
+    w.isl = LengthDist::fixed(ratios[i].isl), w.osl = LengthDist::fixed(ratios[i].osl), w.duration_s = 10;
+    for (int p = 1; p < 8; ++p) g[i].push_back(max_goodput(cfg, h100, w, disagg(p, 8 - p), {}, slo, 4).rate);
+  }
+  auto best_p = [&](size_t i) { return int(std::max_element(g[i].begin(), g[i].end()) - g[i].begin()) + 1; };
+  const int fixed_p = best_p(2);  // the split tuned for 1:1
+  std::printf("  goodput (req/s) of P prefill : 8-P decode H100s, Llama-3-8B, ISL+OSL = 1056\n  %6s", "ISL:OSL");
+  for (int p = 1; p < 8; ++p) std::printf(" %6dP", p);
+  std::printf(" | fixed %dP  adaptive  fixed/adaptive\n", fixed_p);
+  int near_optimal = 0;
+  for (size_t i = 0; i < ratios.size(); ++i) {
+    std::printf("  %6s", ratios[i].name);
+    for (double v : g[i]) std::printf(" %7.1f", v);
+    const double fixed = g[i][size_t(fixed_p - 1)], adaptive = g[i][size_t(best_p(i) - 1)];
+    std::printf(" | %8.1f %9.1f %8.0f%%\n", fixed, adaptive, 100 * fixed / adaptive);
+    near_optimal += fixed >= 0.9 * adaptive ? 1 : 0;
+  }
+  // The hand bounds.
+  for (int p = 1; p < 8; ++p) {
+    EXPECT_LE(g[0][size_t(p - 1)], 1.10 * 67.9 * p) << p;
+    EXPECT_LE(g[4][size_t(p - 1)], 1.10 * 23.0 * (8 - p)) << p;
+  }
+  // The optimum moves from prefill-heavy to decode-heavy splits as the output share grows ...
+  EXPECT_GE(best_p(0), 6);
+  EXPECT_LE(best_p(4), 2);
+  for (size_t i = 1; i < ratios.size(); ++i) EXPECT_LE(best_p(i), best_p(i - 1)) << ratios[i].name;
+  // ... so the fixed split is within 10% of the optimum in a narrow band only, and far off at
+  // the prefill-heavy end.
+  EXPECT_LE(near_optimal, 3);
+  EXPECT_LT(g[0][size_t(fixed_p - 1)], 0.5 * g[0][size_t(best_p(0) - 1)]);
+}
+
+TEST(Simulator, RubinCpxForLongPrefill) {
+  // Llama-3-70B in NVFP4 (weights 0.5625 B, fp8 KV, fp4 math: the only published Rubin and CPX
+  // peaks are FP4) on 128k-token prompts with 1,024-token answers: one Rubin alone (chunked
+  // prefill) vs one Rubin CPX doing the prefill + the Rubin decoding, KV over PCIe Gen6 x16.
+  const auto cfg = model::ModelConfig::named("llama-3-70b");
+  const Hardware& rubin = db().get("rubin");
+  const Hardware& cpx = db().get("rubin-cpx");
+  CostOptions opt;
+  opt.precision = Precision::named("fp4");
+
+  // Hand: prefill FLOPs of 131,072 tokens
+  //   GEMMs 2 x 131072 x 80 x (8192*10240 + 8192*8192 + 8192*57344 + 28672*8192)
+  //         = 2 x 131072 x 80 x 855,638,016 = 1.79441e16
+  //   LM head 2 x 8192 x 128256 = 2.1e9; attention 80 x 4 x 64 x 128 x 131072 x 131073 / 2
+  //   = 2.25180e16; total 4.04623e16 FLOP.
+  //   Rubin (33.3 PF): >= 1.215 s; CPX (20 PF): >= 2.023 s; ratio 33.3/20 = 1.665.
+  // The engine is taken as an optimized one (elementwise ops fused into the GEMMs): at a critical
+  // intensity of 33.3e15 / 20.5e12 = 1624 (Rubin) and 20e15 / 2e12 = 10,000 (CPX) FLOP/byte,
+  // unfused bf16 norms and SiLU would cost more than the GEMMs.
+  // KV of one prompt: 131,072 x 80 layers x 2 x 1024 x 1 B = 21.47 GB; over PCIe Gen6 x16
+  //   (~1 Tbit/s = 125 GB/s each way): 171.8 ms.
+  const double flops = 1.79441e16 + 2.1e9 + 2.25180e16;
+  opt.fuse_elementwise = true;
+  const StepCost pr = predict_step(cfg, rubin, StepShape::prefill(131072), opt);
+  EXPECT_NEAR(pr.flops / flops, 1.0, 0.002);
+  EXPECT_GT(pr.time, flops / 33.3e15);
+  EXPECT_LT(pr.time, 1.1 * flops / 33.3e15);  // compute-bound: within 10% of the FLOP bound
+  // Rubin's HBM idles during the prefill: the bytes left (weights once, KV, the residual stream
+  // and the GEMMs' bf16 activations) fill < 20% of 20.5 TB/s x time.
+  EXPECT_LT(pr.bw_utilization, 0.20);
+
+  Workload w;
+  w.isl = LengthDist::fixed(131072), w.osl = LengthDist::fixed(1024), w.requests = 24, w.rate = 0.5;
+  Slo slo;
+  slo.ttft_s = 5.0, slo.tpot_s = 0.05;
+  ServingConfig alone;
+  alone.gpus = 1, alone.token_budget = 16384, alone.max_batch = 64;
+  ServingConfig split = disagg(1, 1);
+  split.prefill_hw = cpx, split.kv_link = "pcie", split.token_budget = 16384;
+  const SimResult a = simulate(cfg, rubin, w, alone, opt, slo);
+  const SimResult b = simulate(cfg, rubin, w, split, opt, slo);
+  std::printf("  Llama-3-70B NVFP4, 24 prompts of 128k at 0.5 req/s\n");
+  std::printf("  %-32s %9s %9s %9s %9s %12s %12s\n", "config", "TTFT p50", "TPOT p50", "KV xfer", "makespan",
+              "HBM idle", "prefill HBM");
+  for (const auto* r : {&a, &b})
+    std::printf("  %-32s %8.2fs %7.1fms %7.0fms %8.1fs %11.0f%% %11.0f%%\n", r->config.c_str(), r->ttft_p50,
+                1e3 * r->tpot_p50, 1e3 * r->kv_transfer_mean_s, r->makespan_s, 100 * r->hbm_idle,
+                100 * r->prefill_hbm_idle);
+  EXPECT_NEAR(b.kv_transfer_mean_s, 131072.0 * 80 * 2 * 1024 / 125e9, 1e-6);  // 171.8 ms
+  // The HBM of the Rubin doing its own prefill sits idle > 75% of its prefill time.
+  EXPECT_GT(a.prefill_hbm_idle, 0.75);
+  // With the CPX taking the prefills the Rubin only decodes: its decode steps no longer wait
+  // behind 16k-token chunks, so TPOT drops; the first token comes later (20 vs 33.3 PF).
+  EXPECT_LT(b.tpot_p50, a.tpot_p50);
+  EXPECT_GT(b.ttft_p50, a.ttft_p50);
+  // Capacity: the highest sustainable rate of the pair vs the Rubin alone under a 5 s TTFT SLO.
+  // No public price exists for either, so the test prints rates, not dollars. The model's answer
+  // for one CPX next to one Rubin: the CPX's slower prefill (20 PF and 2 TB/s for the bf16
+  // activations of 128k tokens: ~3 s a prompt vs ~1.5 s on the Rubin) caps the pair's rate under
+  // this TTFT SLO; what the pair buys is decode TPOT (no prefill chunks in the decode steps) and
+  // the Rubin's HBM given to decoding. NVIDIA's NVL144 CPX pairs them 1:1 too.
+  w.requests = 0, w.duration_s = 60;
+  const GoodputResult ga = max_goodput(cfg, rubin, w, alone, opt, slo, 5);
+  const GoodputResult gb = max_goodput(cfg, rubin, w, split, opt, slo, 5);
+  std::printf("  sustainable at TTFT <= 5 s: Rubin alone %.3f req/s (TPOT p50 %.1f ms), CPX + Rubin %.3f "
+              "req/s (TPOT p50 %.1f ms)\n",
+              ga.rate, 1e3 * ga.at.tpot_p50, gb.rate, 1e3 * gb.at.tpot_p50);
+  EXPECT_GT(ga.rate, 0);
+  EXPECT_GT(gb.rate, 0);
+  EXPECT_LT(gb.at.tpot_p50, ga.at.tpot_p50);
+}
+
+TEST(Planner, RanksConfigurationsAndNamesTheBindingResource) {
+  PlanRequest q;
+  q.model = model::ModelConfig::named("llama-2-7b");
+  q.model_name = "llama-2-7b";
+  q.hw = db().get("h200");
+  q.workload.isl = LengthDist::fixed(1024), q.workload.osl = LengthDist::fixed(128);
+  q.workload.rate = 10, q.workload.duration_s = 10;
+  q.gpus = 2, q.top = 4, q.search_iterations = 3;
+  const PlanResult r = plan(q);
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_TRUE(r.ranked.front().meets);
+  ASSERT_TRUE(r.ranked.front().best.has_value());
+  EXPECT_FALSE(r.ranked.front().at_rate.binding.empty());
+  // Ranked by the highest sustainable rate per GPU among those searched.
+  for (size_t i = 1; i < r.ranked.size() && r.ranked[i].best; ++i)
+    EXPECT_GE(r.ranked[i - 1].best->rate_per_gpu, r.ranked[i].best->rate_per_gpu);
+  const auto j = to_json(r);
+  EXPECT_EQ(j["hardware"]["id"], "h200");
+  EXPECT_NEAR(j["critical_intensity"].get<double>(), 206.0, 0.1);
+  EXPECT_FALSE(j["ranked"].empty());
+  EXPECT_NE(format_plan(r).find("binds"), std::string::npos);
+  // Calibration table: predicted next to measured, with the error.
+  const std::string t = format_calibration(r.decode_step, {{"step", r.decode_step.time * 1.5}, {"qkv_proj", 1e-3}});
+  EXPECT_NE(t.find("-33%"), std::string::npos);  // predicted / measured - 1 = 1/1.5 - 1
+}
+
+}  // namespace
+}  // namespace ridge::perf
