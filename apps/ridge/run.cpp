@@ -1,108 +1,167 @@
 // ridge run: one completion in the terminal, streamed; --json prints one JSON object instead.
+// --prompt-ids takes the prompt as token ids; --batch-file runs many prompts in one process
+// (JSON lines in: {"prompt": "..."} or {"prompt_ids": [...]}; JSON lines out, as --json).
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "ridge/core/error.h"
 #include "ridge/core/log.h"
 #include "ridge/tokenizer/chat_template.h"
 #include "subcommand.h"
 
 namespace {
 
+using namespace ridge;
+
 struct RunFlags {
-  ridge::engine::BundleOptions model;
-  ridge::app::GenerationFlags gen;
+  engine::BundleOptions model;
+  app::GenerationFlags gen;
   std::string prompt;
+  std::vector<int32_t> prompt_ids;
+  std::string batch_file;
   std::string system;
   bool chat = false;
   bool json = false;
   int top_logprobs = 0;
 };
 
+class Runner {
+ public:
+  Runner(RunFlags& f, engine::ModelBundle& b)
+      : f_(f), b_(b), tok_(b.tokenizer.get()),
+        gen_(*b.model, *b.kv_pool,
+             tok_ ? tok_->stop_ids() : std::vector<int32_t>{}) {}
+
+  std::vector<int32_t> encode(const std::string& text) const {
+    RIDGE_CHECK(tok_, "this model has no tokenizer: give the prompt as token ids (--prompt-ids)");
+    if (!f_.chat) return tok_->encode(text, /*add_special=*/true, /*parse_special=*/true);
+    std::vector<tokenizer::ChatMessage> messages;
+    if (!f_.system.empty()) messages.push_back({"system", f_.system});
+    messages.push_back({"user", text});
+    const std::string& src =
+        tok_->chat_template().empty() ? tokenizer::default_chat_template() : tok_->chat_template();
+    tokenizer::ChatTemplate tmpl(src);
+    const std::string bos = tok_->bos_id() ? tok_->token_text(*tok_->bos_id()) : "";
+    const std::string eos = tok_->eos_id() ? tok_->token_text(*tok_->eos_id()) : "";
+    return tok_->encode(tmpl.render(messages, true, bos, eos), false, true);
+  }
+
+  // Generates for one prompt; streams text unless json; returns the JSON record.
+  nlohmann::json generate(const std::vector<int32_t>& prompt, bool stream_text) {
+    std::optional<tokenizer::IncrementalDecoder> decoder;
+    if (tok_) decoder.emplace(*tok_, /*skip_special=*/true);
+    std::vector<int32_t> ids;
+    std::string text;
+    nlohmann::json logprobs = nlohmann::json::array();
+    auto token_str = [&](int32_t t) { return tok_ ? tok_->token_bytes(t) : std::string(); };
+    const auto& stops = tok_ ? tok_->stop_ids() : std::vector<int32_t>{};
+    auto on_token = [&](const engine::GeneratedToken& t) {
+      ids.push_back(t.token);
+      const bool stop = std::find(stops.begin(), stops.end(), t.token) != stops.end();
+      std::string piece = (!decoder || (stop && !f_.gen.generate.ignore_eos)) ? "" : decoder->push(t.token);
+      text += piece;
+      if (f_.json) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& a : t.top)
+          top.push_back({{"token_id", a.token}, {"token", token_str(a.token)}, {"logprob", a.logprob}});
+        logprobs.push_back({{"token_id", t.token}, {"token", token_str(t.token)},
+                            {"logprob", t.logprob}, {"top_logprobs", top}});
+      } else if (stream_text && !piece.empty()) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+      return true;
+    };
+    engine::GenerateStats st = gen_.generate(prompt, f_.gen.generate, on_token);
+    const std::string rest = decoder ? decoder->flush() : "";
+    text += rest;
+    if (stream_text && !f_.json) {
+      std::fwrite(rest.data(), 1, rest.size(), stdout);
+      std::fputs("\n", stdout);
+      const double prefill_tps = st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0;
+      const double decode_tps =
+          st.decode_seconds > 0 && st.generated > 1 ? (st.generated - 1) / st.decode_seconds : 0;
+      log::info("{} prompt tokens ({:.1f} tok/s), {} generated ({:.1f} tok/s), finish: {}",
+                st.prompt_tokens, prefill_tps, st.generated, decode_tps, st.finish_reason);
+    }
+    return {{"prompt_token_ids", prompt},
+            {"token_ids", ids},
+            {"text", text},
+            {"logprobs", logprobs},
+            {"finish_reason", st.finish_reason},
+            {"seed", f_.gen.seed},
+            {"usage", {{"prompt_tokens", st.prompt_tokens}, {"completion_tokens", st.generated}}},
+            {"timings", {{"prefill_seconds", st.prefill_seconds}, {"decode_seconds", st.decode_seconds}}}};
+  }
+
+  void reset() { gen_.reset(); }
+
+ private:
+  RunFlags& f_;
+  engine::ModelBundle& b_;
+  const tokenizer::Tokenizer* tok_;
+  engine::Generator gen_;
+};
+
+void print_json(const nlohmann::json& j) {
+  // Invalid UTF-8 in token strings is replaced rather than failing the dump.
+  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  std::cout.flush();
+}
+
 void run(RunFlags& f) {
-  using namespace ridge;
+  const int given = int(!f.prompt.empty()) + int(!f.prompt_ids.empty()) + int(!f.batch_file.empty());
+  RIDGE_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids or --batch-file");
   app::resolve_model(f.model);
-  const uint64_t seed = app::resolve_seed(f.gen);
+  app::resolve_seed(f.gen);
   f.gen.generate.sampling.top_logprobs = f.top_logprobs;
   f.gen.generate.sampling.validate();
   auto bundle = engine::ModelBundle::load(f.model);
-  const tokenizer::Tokenizer& tok = *bundle->tokenizer;
-
-  std::vector<int32_t> prompt;
-  if (f.chat) {
-    std::vector<tokenizer::ChatMessage> messages;
-    if (!f.system.empty()) messages.push_back({"system", f.system});
-    messages.push_back({"user", f.prompt});
-    const std::string& src =
-        tok.chat_template().empty() ? tokenizer::default_chat_template() : tok.chat_template();
-    tokenizer::ChatTemplate tmpl(src);
-    const std::string bos = tok.bos_id() ? tok.token_text(*tok.bos_id()) : "";
-    const std::string eos = tok.eos_id() ? tok.token_text(*tok.eos_id()) : "";
-    const std::string text = tmpl.render(messages, true, bos, eos);
-    prompt = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
-  } else {
-    prompt = tok.encode(f.prompt, /*add_special=*/true, /*parse_special=*/true);
+  Runner runner(f, *bundle);
+  if (f.batch_file.empty()) {
+    std::vector<int32_t> prompt = f.prompt_ids.empty() ? runner.encode(f.prompt) : f.prompt_ids;
+    nlohmann::json out = runner.generate(prompt, /*stream_text=*/true);
+    if (f.json) print_json(out);
+    return;
   }
-
-  engine::Generator gen(*bundle->model, *bundle->kv_pool, tok.stop_ids());
-  tokenizer::IncrementalDecoder decoder(tok, /*skip_special=*/true);
-  std::vector<int32_t> ids;
-  std::string text;
-  nlohmann::json logprobs = nlohmann::json::array();
-  auto on_token = [&](const engine::GeneratedToken& t) {
-    ids.push_back(t.token);
-    const bool stop = std::find(tok.stop_ids().begin(), tok.stop_ids().end(), t.token) !=
-                      tok.stop_ids().end();
-    std::string piece = (stop && !f.gen.generate.ignore_eos) ? "" : decoder.push(t.token);
-    text += piece;
-    if (f.json) {
-      nlohmann::json top = nlohmann::json::array();
-      for (const auto& a : t.top)
-        top.push_back({{"token_id", a.token}, {"token", tok.token_bytes(a.token)},
-                       {"logprob", a.logprob}});
-      logprobs.push_back({{"token_id", t.token}, {"token", tok.token_bytes(t.token)},
-                          {"logprob", t.logprob}, {"top_logprobs", top}});
-    } else if (!piece.empty()) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
+  f.json = true;
+  std::ifstream in(f.batch_file);
+  RIDGE_CHECK(in, "cannot open --batch-file '{}'", f.batch_file);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json req = nlohmann::json::parse(line, nullptr, false);
+    RIDGE_CHECK(req.is_object(), "{}:{}: not a JSON object", f.batch_file, n);
+    std::vector<int32_t> prompt;
+    if (req.contains("prompt_ids")) {
+      RIDGE_CHECK(req["prompt_ids"].is_array(), "{}:{}: prompt_ids must be an array", f.batch_file, n);
+      prompt = req["prompt_ids"].get<std::vector<int32_t>>();
+    } else {
+      RIDGE_CHECK(req.contains("prompt") && req["prompt"].is_string(),
+                  "{}:{}: needs \"prompt\" (string) or \"prompt_ids\"", f.batch_file, n);
+      prompt = runner.encode(req["prompt"].get<std::string>());
     }
-    return true;
-  };
-  engine::GenerateStats st = gen.generate(prompt, f.gen.generate, on_token);
-  const std::string rest = decoder.flush();
-  text += rest;
-  if (f.json) {
-    nlohmann::json out = {
-        {"prompt_token_ids", prompt},
-        {"token_ids", ids},
-        {"text", text},
-        {"logprobs", logprobs},
-        {"finish_reason", st.finish_reason},
-        {"seed", seed},
-        {"usage", {{"prompt_tokens", st.prompt_tokens}, {"completion_tokens", st.generated}}},
-        {"timings",
-         {{"prefill_seconds", st.prefill_seconds}, {"decode_seconds", st.decode_seconds}}}};
-    // Invalid UTF-8 in token strings is replaced rather than failing the dump.
-    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  } else {
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
-    std::fputs("\n", stdout);
-    const double prefill_tps = st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0;
-    const double decode_tps =
-        st.decode_seconds > 0 && st.generated > 1 ? (st.generated - 1) / st.decode_seconds : 0;
-    log::info("{} prompt tokens ({:.1f} tok/s), {} generated ({:.1f} tok/s), finish: {}",
-              st.prompt_tokens, prefill_tps, st.generated, decode_tps, st.finish_reason);
+    runner.reset();  // each prompt on its own, as a separate run would
+    print_json(runner.generate(prompt, false));
   }
 }
 
 void setup(CLI::App& sub) {
   auto f = std::make_shared<RunFlags>();
-  ridge::app::add_model_options(sub, f->model);
-  ridge::app::add_generation_options(sub, f->gen);
-  sub.add_option("-p,--prompt", f->prompt, "the prompt")->required();
+  app::add_model_options(sub, f->model);
+  app::add_generation_options(sub, f->gen);
+  sub.add_option("-p,--prompt", f->prompt, "the prompt");
+  sub.add_option("--prompt-ids", f->prompt_ids, "the prompt as token ids (comma or space separated)")
+      ->delimiter(',');
+  sub.add_option("--batch-file", f->batch_file,
+                 "JSON lines of {\"prompt\": ...} or {\"prompt_ids\": [...]}; one JSON line out each");
   sub.add_flag("--chat", f->chat, "wrap the prompt as a user message in the model's chat template");
   sub.add_option("--system", f->system, "system message (with --chat)");
   sub.add_option("--top-logprobs", f->top_logprobs, "alternatives to report per token (--json)")
@@ -112,6 +171,6 @@ void setup(CLI::App& sub) {
   sub.callback([f] { run(*f); });
 }
 
-const ridge::app::Registrar reg("run", "Generate one completion for a prompt", &setup);
+const app::Registrar reg("run", "Generate one completion for a prompt", &setup);
 
 }  // namespace

@@ -23,7 +23,14 @@ std::unique_ptr<ModelBundle> ModelBundle::load(const BundleOptions& opt) {
     namespace fs = std::filesystem;
     fs::path dir = fs::is_directory(opt.model_path) ? fs::path(opt.model_path)
                                                     : fs::path(opt.model_path).parent_path();
-    b->tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_hf(dir.string()));
+    std::error_code ec;
+    if (fs::exists(dir / "tokenizer.json", ec)) {
+      b->tokenizer =
+          std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_hf(dir.string()));
+    } else {
+      // Random-weight checkpoints for benchmarks carry no tokenizer: token ids only.
+      log::warn("{} has no tokenizer.json: prompts must be given as token ids", dir.string());
+    }
   }
   b->backend = backend::make_backend(opt.device, opt.threads);
   log::info("backend: {}", b->backend->name());

@@ -31,7 +31,7 @@ class ModelBundle {
   const model::ModelConfig& config() const { return weights->config(); }
 
   std::unique_ptr<model::ModelWeights> weights;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null for a folder without tokenizer.json
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<kv::KvPool> kv_pool;
