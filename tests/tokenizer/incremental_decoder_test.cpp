@@ -52,8 +52,9 @@ TEST(IncrementalDecoder, ByteFallbackRunsSplittingCharacters) {
   // Byte tokens of multibyte characters (€ = E2 82 AC, 😀 = F0 9F 98 80), stray continuation
   // bytes, ASCII bytes, and ordinary pieces.
   std::vector<TokenId> favoured;
-  for (const char* t : {"<0xE2>", "<0x82>", "<0xAC>", "<0xF0>", "<0x9F>", "<0x98>", "<0x80>", "<0x41>",
-                        "<0xC3>", "<0xA9>", "<0xFF>", "\xE2\x96\x81", "a", "ab", "<s>", "</s>"}) {
+  for (const char* t :
+       {"<0xE2>", "<0x82>", "<0xAC>", "<0xF0>", "<0x9F>", "<0x98>", "<0x80>", "<0x41>", "<0xC3>",
+        "<0xA9>", "<0xFF>", "\xE2\x96\x81", "a", "ab", "<s>", "</s>"}) {
     favoured.push_back(*tok.token_id(t));
   }
   random_streams(tok, favoured, 1);
@@ -63,7 +64,9 @@ TEST(IncrementalDecoder, ByteFallbackRunsSplittingCharacters) {
   EXPECT_EQ(decoder.push(*tok.token_id("<0xE2>")), "");
   EXPECT_EQ(decoder.push(*tok.token_id("<0x82>")), "");
   EXPECT_EQ(decoder.push(*tok.token_id("<0xAC>")), "");
-  EXPECT_EQ(decoder.push(*tok.token_id("a")), "\xE2\x82\xAC" "a");
+  EXPECT_EQ(decoder.push(*tok.token_id("a")),
+            "\xE2\x82\xAC"
+            "a");
   EXPECT_EQ(decoder.flush(), "");
 }
 

@@ -25,7 +25,9 @@ void expect_json_error(const json& j, std::initializer_list<std::string> needles
   }
 }
 
-json valid() { return test::byte_level_json({{"a", "b"}}); }
+json valid() {
+  return test::byte_level_json({{"a", "b"}});
+}
 
 TEST(MalformedJson, MissingKeys) {
   json j = valid();
@@ -85,7 +87,8 @@ TEST(MalformedJson, UnsupportedComponentsAreNamed) {
   j["normalizer"] = {{"type", "Lowercase"}};
   expect_json_error(j, {"normalizer.type", "Lowercase"});
   j = valid();
-  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({{{"type", "Whitespace"}}})}};
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", json::array({{{"type", "Whitespace"}}})}};
   expect_json_error(j, {"pre_tokenizer.pretokenizers[0].type", "Whitespace"});
   j = valid();
   j["decoder"] = {{"type", "WordPiece"}};
@@ -103,7 +106,8 @@ TEST(MalformedJson, UnsupportedComponentsAreNamed) {
   j["added_tokens"][0]["single_word"] = true;
   expect_json_error(j, {"added_tokens[0].single_word"});
   j = valid();
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  j["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   expect_json_error(j, {"pre_tokenizer.pattern", "(unclosed"});
   j = valid();
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Sideways"}};
@@ -177,7 +181,8 @@ TEST(MalformedGguf, MissingKeys) {
   no_merges.string("tokenizer.ggml.model", "gpt2").strings("tokenizer.ggml.tokens", {"a"});
   expect_gguf_error(no_merges, {"tokenizer.ggml.merges"});
   GgufBuilder no_scores;
-  no_scores.string("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", {"<unk>", "a"});
+  no_scores.string("tokenizer.ggml.model", "llama")
+      .strings("tokenizer.ggml.tokens", {"<unk>", "a"});
   expect_gguf_error(no_scores, {"tokenizer.ggml.scores"});
 }
 

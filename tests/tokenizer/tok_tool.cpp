@@ -10,7 +10,8 @@
 //       can check that each one is whole UTF-8 on its own)
 //   {"op":"token_bytes","ids":[...]}                             -> {"bytes":[hex...]}
 //   {"op":"info"}                                                -> vocabulary facts
-//   {"op":"time_encode","text":s,"repeat":n}    -> {"seconds":best wall,"cpu_seconds":best,"ids":count}
+//   {"op":"time_encode","text":s,"repeat":n}    -> {"seconds":best
+//   wall,"cpu_seconds":best,"ids":count}
 // A failed request answers {"error":message} and the tool goes on.
 #include <chrono>
 #include <cstdio>
@@ -48,13 +49,16 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-std::vector<TokenId> ids_of(const json& request) { return request.at("ids").get<std::vector<TokenId>>(); }
+std::vector<TokenId> ids_of(const json& request) {
+  return request.at("ids").get<std::vector<TokenId>>();
+}
 
 json answer(const Tokenizer& tok, const json& request) {
   const std::string op = request.at("op").get<std::string>();
   if (op == "encode") {
     const std::string text = request.at("text").get<std::string>();
-    return {{"ids", tok.encode(text, request.value("add_special", true), request.value("parse_special", true))}};
+    return {{"ids", tok.encode(text, request.value("add_special", true),
+                               request.value("parse_special", true))}};
   }
   if (op == "decode") {
     return {{"text", tok.decode(ids_of(request), request.value("skip_special", false))}};
@@ -75,14 +79,16 @@ json answer(const Tokenizer& tok, const json& request) {
     for (size_t id = 0; id < tok.vocab_size(); ++id) {
       if (tok.is_special(static_cast<TokenId>(id))) special.push_back(id);
     }
-    return {{"vocab_size", tok.vocab_size()},
-            {"kind", tok.kind() == ridge::tokenizer::VocabKind::byte_level_bpe ? "byte_level_bpe" : "sentencepiece_bpe"},
-            {"bos", tok.bos_id() ? json(*tok.bos_id()) : json()},
-            {"eos", tok.eos_id() ? json(*tok.eos_id()) : json()},
-            {"add_bos", tok.add_bos()},
-            {"stop_ids", tok.stop_ids()},
-            {"special_ids", special},
-            {"chat_template_bytes", tok.chat_template().size()}};
+    return {
+        {"vocab_size", tok.vocab_size()},
+        {"kind", tok.kind() == ridge::tokenizer::VocabKind::byte_level_bpe ? "byte_level_bpe"
+                                                                           : "sentencepiece_bpe"},
+        {"bos", tok.bos_id() ? json(*tok.bos_id()) : json()},
+        {"eos", tok.eos_id() ? json(*tok.eos_id()) : json()},
+        {"add_bos", tok.add_bos()},
+        {"stop_ids", tok.stop_ids()},
+        {"special_ids", special},
+        {"chat_template_bytes", tok.chat_template().size()}};
   }
   if (op == "time_encode") {
     const std::string text = request.at("text").get<std::string>();

@@ -14,9 +14,9 @@ using test::TempDir;
 const std::string G = byte_char(' ');  // "Ġ"
 
 std::vector<std::pair<std::string, std::string>> english_merges() {
-  return {{"t", "h"}, {G, "th"}, {G + "th", "e"}, {"th", "e"}, {"l", "l"}, {"e", "ll"},
-          {"h", "ell"}, {"hell", "o"}, {G, "w"}, {"o", "r"}, {G + "w", "or"}, {"l", "d"},
-          {G + "wor", "ld"}, {G, G}};
+  return {{"t", "h"},      {G, "th"},    {G + "th", "e"},   {"th", "e"}, {"l", "l"},
+          {"e", "ll"},     {"h", "ell"}, {"hell", "o"},     {G, "w"},    {"o", "r"},
+          {G + "w", "or"}, {"l", "d"},   {G + "wor", "ld"}, {G, G}};
 }
 
 TEST(Tokenizer, ByteLevelEncodeDecode) {
@@ -72,15 +72,19 @@ TEST(Tokenizer, OutOfRangeIdsAreDroppedByDecodeAndRefusedByAccessors) {
 TEST(Tokenizer, InvalidUtf8InputIsReadAsReplacementCharacters) {
   TempDir dir;
   const Tokenizer tok = test::load_json(dir, test::byte_level_json(english_merges()));
-  EXPECT_EQ(tok.decode(tok.encode("a\xFF" "b")), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(tok.decode(tok.encode("a\xFF"
+                                  "b")),
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 TEST(Tokenizer, SentencePieceStyle) {
   TempDir dir;
   const std::string sp = "\xE2\x96\x81";  // ▁
   const Tokenizer tok = test::load_json(
-      dir, test::sentencepiece_json({sp, "h", "e", "l", "o", "w", "r", "d"},
-                                    {{"l", "l"}, {"h", "e"}, {"he", "ll"}, {"hell", "o"}, {sp, "hello"}, {sp, "w"}}));
+      dir, test::sentencepiece_json(
+               {sp, "h", "e", "l", "o", "w", "r", "d"},
+               {{"l", "l"}, {"h", "e"}, {"he", "ll"}, {"hell", "o"}, {sp, "hello"}, {sp, "w"}}));
   EXPECT_EQ(tok.kind(), VocabKind::sentencepiece_bpe);
   EXPECT_TRUE(tok.add_bos());
   EXPECT_EQ(tok.bos_id(), 1);
@@ -106,8 +110,9 @@ TEST(Tokenizer, SentencePieceStyle) {
 TEST(Tokenizer, ConfigBesideTokenizerJson) {
   TempDir dir;
   dir.write("tokenizer.json", test::byte_level_json(english_merges()).dump());
-  dir.write("tokenizer_config.json",
-            R"({"bos_token": "<|endoftext|>", "eos_token": {"content": "<|im_end|>"}, "add_bos_token": true})");
+  dir.write(
+      "tokenizer_config.json",
+      R"({"bos_token": "<|endoftext|>", "eos_token": {"content": "<|im_end|>"}, "add_bos_token": true})");
   dir.write("chat_template.jinja", "{{ messages }}");
   const Tokenizer tok = Tokenizer::from_hf(dir.path().string());
   EXPECT_EQ(tok.bos_id(), tok.token_id("<|endoftext|>"));

@@ -25,8 +25,9 @@ class TempDir {
  public:
   TempDir() {
     static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("ridge_tokenizer_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    path_ =
+        std::filesystem::temp_directory_path() /
+        ("ridge_tokenizer_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     std::filesystem::create_directories(path_);
   }
   ~TempDir() {
@@ -46,7 +47,9 @@ class TempDir {
 
 // GPT-2's byte alphabet spelling of one byte (the inverse of what the tokenizer undoes).
 inline std::string byte_char(uint8_t b) {
-  auto printable = [](int x) { return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE); };
+  auto printable = [](int x) {
+    return (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE);
+  };
   char32_t c = b;
   if (!printable(b)) {
     char32_t next = 0x100;
@@ -67,7 +70,8 @@ inline std::string byte_char(uint8_t b) {
 
 // A byte-level BPE tokenizer.json: ids 0..255 are the byte alphabet, then the merged tokens in
 // `merges` order, then <|endoftext|> and <|im_end|> as special added tokens.
-inline nlohmann::json byte_level_json(const std::vector<std::pair<std::string, std::string>>& merges) {
+inline nlohmann::json byte_level_json(
+    const std::vector<std::pair<std::string, std::string>>& merges) {
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) vocab[byte_char(static_cast<uint8_t>(b))] = b;
   nlohmann::json merge_list = nlohmann::json::array();
@@ -78,8 +82,13 @@ inline nlohmann::json byte_level_json(const std::vector<std::pair<std::string, s
   }
   nlohmann::json added = nlohmann::json::array();
   for (const char* special : {"<|endoftext|>", "<|im_end|>"}) {
-    added.push_back({{"id", next}, {"content", special}, {"special", true}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"single_word", false}});
+    added.push_back({{"id", next},
+                     {"content", special},
+                     {"special", true},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"single_word", false}});
     vocab[special] = next++;
   }
   return {
@@ -95,8 +104,9 @@ inline nlohmann::json byte_level_json(const std::vector<std::pair<std::string, s
 
 // A SentencePiece-style tokenizer.json (Llama 2 shape with Metaspace): <unk> <s> </s>, the 256
 // byte tokens, the given pieces and merges; BOS added by the template.
-inline nlohmann::json sentencepiece_json(const std::vector<std::string>& pieces,
-                                         const std::vector<std::pair<std::string, std::string>>& merges) {
+inline nlohmann::json sentencepiece_json(
+    const std::vector<std::string>& pieces,
+    const std::vector<std::pair<std::string, std::string>>& merges) {
   nlohmann::json vocab = nlohmann::json::object();
   int next = 0;
   for (const char* t : {"<unk>", "<s>", "</s>"}) vocab[t] = next++;
@@ -115,7 +125,11 @@ inline nlohmann::json sentencepiece_json(const std::vector<std::string>& pieces,
   }
   nlohmann::json added = nlohmann::json::array();
   for (int id = 0; id < 3; ++id) {
-    added.push_back({{"id", id}, {"content", id == 0 ? "<unk>" : id == 1 ? "<s>" : "</s>"}, {"special", true},
+    added.push_back({{"id", id},
+                     {"content", id == 0   ? "<unk>"
+                                 : id == 1 ? "<s>"
+                                           : "</s>"},
+                     {"special", true},
                      {"normalized", false}});
   }
   nlohmann::json j = nlohmann::json::parse(R"({
@@ -130,11 +144,16 @@ inline nlohmann::json sentencepiece_json(const std::vector<std::string>& pieces,
       {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
   })");
   j["added_tokens"] = added;
-  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}, {"byte_fallback", true}, {"fuse_unk", true}};
+  j["model"] = {{"type", "BPE"},
+                {"vocab", vocab},
+                {"merges", merge_list},
+                {"byte_fallback", true},
+                {"fuse_unk", true}};
   return j;
 }
 
-inline Tokenizer load_json(const TempDir& dir, const nlohmann::json& j, const std::string& name = "tokenizer.json") {
+inline Tokenizer load_json(const TempDir& dir, const nlohmann::json& j,
+                           const std::string& name = "tokenizer.json") {
   return Tokenizer::from_hf(dir.write(name, j.dump()));
 }
 
@@ -204,7 +223,8 @@ class GgufBuilder {
   }
   // The value bytes of `key` (type first), emptied; a new key goes last.
   Bytes& entry(const std::string& key, io::GgufType type) {
-    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == key; });
+    auto it = std::find_if(entries_.begin(), entries_.end(),
+                           [&](const auto& e) { return e.first == key; });
     if (it == entries_.end()) {
       entries_.emplace_back(key, Bytes{});
       it = entries_.end() - 1;

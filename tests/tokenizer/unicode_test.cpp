@@ -12,14 +12,14 @@ namespace {
 
 TEST(Nfc, ComposesReordersAndKeepsExclusions) {
   EXPECT_EQ(to_nfc("plain ascii"), "plain ascii");
-  EXPECT_EQ(to_nfc("e\xCC\x81"), "\xC3\xA9");                      // e + U+0301 -> é
-  EXPECT_EQ(to_nfc("\xE2\x84\xAB"), "\xC3\x85");                    // Angstrom sign -> Å
+  EXPECT_EQ(to_nfc("e\xCC\x81"), "\xC3\xA9");                                 // e + U+0301 -> é
+  EXPECT_EQ(to_nfc("\xE2\x84\xAB"), "\xC3\x85");                              // Angstrom sign -> Å
   EXPECT_EQ(to_nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // Hangul L V T
-  EXPECT_EQ(to_nfc("\xEA\xB0\x80\xE1\x86\xA8"), "\xEA\xB0\x81");   // LV + T
-  EXPECT_EQ(to_nfc("a\xCC\x81\xCC\xA8"), "\xC4\x85\xCC\x81");       // reordered, then composed
-  EXPECT_EQ(to_nfc("\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");    // U+0958 is excluded
-  EXPECT_EQ(to_nfc("\xEF\xAC\x81"), "\xEF\xAC\x81");                // ﬁ is compatibility only
-  EXPECT_EQ(to_nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");      // canonical order
+  EXPECT_EQ(to_nfc("\xEA\xB0\x80\xE1\x86\xA8"), "\xEA\xB0\x81");              // LV + T
+  EXPECT_EQ(to_nfc("a\xCC\x81\xCC\xA8"), "\xC4\x85\xCC\x81");     // reordered, then composed
+  EXPECT_EQ(to_nfc("\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");  // U+0958 is excluded
+  EXPECT_EQ(to_nfc("\xEF\xAC\x81"), "\xEF\xAC\x81");              // ﬁ is compatibility only
+  EXPECT_EQ(to_nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");    // canonical order
 }
 
 TEST(Regex, WhitespaceIsUnicodeWhiteSpace) {
@@ -29,11 +29,17 @@ TEST(Regex, WhitespaceIsUnicodeWhiteSpace) {
 
   const Regex ws(R"(\s+)", "test");
   std::vector<std::pair<size_t, size_t>> m;
-  ws.find_all("a \xE3\x80\x80" "b", m);  // U+3000 is White_Space
+  ws.find_all(
+      "a \xE3\x80\x80"
+      "b",
+      m);  // U+3000 is White_Space
   ASSERT_EQ(m.size(), 1u);
   EXPECT_EQ(m[0], (std::pair<size_t, size_t>{1, 5}));
   m.clear();
-  ws.find_all("a\xE1\xA0\x8E" "b", m);  // U+180E is not (PCRE2's own \s says it is)
+  ws.find_all(
+      "a\xE1\xA0\x8E"
+      "b",
+      m);  // U+180E is not (PCRE2's own \s says it is)
   EXPECT_TRUE(m.empty());
   m.clear();
   const Regex cls(R"([^\s\p{L}]+)", "test");

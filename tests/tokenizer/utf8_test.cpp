@@ -9,7 +9,10 @@ TEST(Utf8, LossyReplacesMaximalSubparts) {
   EXPECT_EQ(utf8_lossy("abc"), "abc");
   EXPECT_EQ(utf8_lossy("\xE2\x82\xAC"), "\xE2\x82\xAC");
   // A truncated sequence followed by ASCII: one U+FFFD for the truncated prefix.
-  EXPECT_EQ(utf8_lossy("\xE2\x82" "A"), "\xEF\xBF\xBD" "A");
+  EXPECT_EQ(utf8_lossy("\xE2\x82"
+                       "A"),
+            "\xEF\xBF\xBD"
+            "A");
   // Stray continuation bytes: one U+FFFD each.
   EXPECT_EQ(utf8_lossy("\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   // E0 needs A0..BF next: E0 80 is two invalid subparts.

@@ -73,12 +73,18 @@ void strip_trailing(std::string& s, std::string_view ch, size_t count) {
 
 std::string_view kind_name(DecoderStep::Kind k) {
   switch (k) {
-    case DecoderStep::Kind::byte_level: return "ByteLevel";
-    case DecoderStep::Kind::replace: return "Replace";
-    case DecoderStep::Kind::byte_fallback: return "ByteFallback";
-    case DecoderStep::Kind::fuse: return "Fuse";
-    case DecoderStep::Kind::strip: return "Strip";
-    case DecoderStep::Kind::metaspace: return "Metaspace";
+    case DecoderStep::Kind::byte_level:
+      return "ByteLevel";
+    case DecoderStep::Kind::replace:
+      return "Replace";
+    case DecoderStep::Kind::byte_fallback:
+      return "ByteFallback";
+    case DecoderStep::Kind::fuse:
+      return "Fuse";
+    case DecoderStep::Kind::strip:
+      return "Strip";
+    case DecoderStep::Kind::metaspace:
+      return "Metaspace";
   }
   return "?";
 }
@@ -103,7 +109,8 @@ void validate_decoder(std::vector<DecoderStep>& steps, std::string_view field) {
         break;
       case DecoderStep::Kind::replace:
         // One character cannot straddle two chunks of the fused text; a longer pattern could.
-        if (fused && char_count(step.pattern) != 1) refuse("after Fuse needs a one-character pattern");
+        if (fused && char_count(step.pattern) != 1)
+          refuse("after Fuse needs a one-character pattern");
         if (step.pattern.empty()) refuse("has an empty pattern");
         break;
       case DecoderStep::Kind::strip:

@@ -21,7 +21,13 @@ namespace ridge::tokenizer {
 namespace {
 
 enum TokenType : int64_t {
-  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
 };
 
 constexpr std::string_view kLlama3Split =
@@ -37,7 +43,8 @@ void byte_level_pre_tokenizer(const std::string& source, const std::string& pre,
   auto split = [&](std::string_view pattern) {
     detail::PreTokenizerStep step;
     step.kind = Kind::split;
-    step.regex = std::make_shared<detail::Regex>(pattern, fmt::format("{}: tokenizer.ggml.pre '{}'", source, pre));
+    step.regex = std::make_shared<detail::Regex>(
+        pattern, fmt::format("{}: tokenizer.ggml.pre '{}'", source, pre));
     impl.pre_tokenizer.push_back(std::move(step));
   };
   auto byte_level = [&](bool use_regex) {
@@ -67,8 +74,10 @@ void byte_level_pre_tokenizer(const std::string& source, const std::string& pre,
     split(kQwen2Split);
     byte_level(false);
   } else {
-    fail("{}: tokenizer.ggml.pre '{}' is not a pre-tokenizer ridge knows (known: default, gpt2, "
-         "smollm/starcoder, llama-bpe/llama3, qwen2)", source, pre);
+    fail(
+        "{}: tokenizer.ggml.pre '{}' is not a pre-tokenizer ridge knows (known: default, gpt2, "
+        "smollm/starcoder, llama-bpe/llama3, qwen2)",
+        source, pre);
   }
 }
 
@@ -123,11 +132,12 @@ void merges_from_scores(const std::vector<std::string>& tokens, const std::vecto
     });
     candidates.insert(candidates.end(), local.begin(), local.end());
   }
-  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.score != b.score) return a.score > b.score;
-    if (a.left_chars != b.left_chars) return a.left_chars > b.left_chars;
-    return a.right_chars > b.right_chars;
-  });
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     if (a.score != b.score) return a.score > b.score;
+                     if (a.left_chars != b.left_chars) return a.left_chars > b.left_chars;
+                     return a.right_chars > b.right_chars;
+                   });
   const std::string field = source + ": merges rebuilt from tokenizer.ggml.scores";
   for (const Candidate& c : candidates) impl.bpe.add_merge(c.left, c.right, field);
 }
@@ -168,7 +178,8 @@ Tokenizer Tokenizer::from_gguf(const io::GgufFile& gguf) {
   const std::vector<std::string> tokens = gguf.get_string_array("tokenizer.ggml.tokens");
   const size_t n = tokens.size();
   if (n == 0) fail("{}: tokenizer.ggml.tokens is empty", source);
-  if (n > static_cast<size_t>(INT32_MAX)) fail("{}: tokenizer.ggml.tokens has {} tokens", source, n);
+  if (n > static_cast<size_t>(INT32_MAX))
+    fail("{}: tokenizer.ggml.tokens has {} tokens", source, n);
   std::vector<int64_t> types(n, kNormal);
   if (gguf.has("tokenizer.ggml.token_type")) {
     types = gguf.get_int_array("tokenizer.ggml.token_type");
@@ -185,7 +196,8 @@ Tokenizer Tokenizer::from_gguf(const io::GgufFile& gguf) {
       fail("{}: tokenizer.ggml.tokens[{}] is not valid UTF-8", source, id);
     }
     if (types[id] < kUndefined || types[id] > kByte) {
-      fail("{}: tokenizer.ggml.token_type[{}] = {} is not a token type (0..6)", source, id, types[id]);
+      fail("{}: tokenizer.ggml.token_type[{}] = {} is not a token type (0..6)", source, id,
+           types[id]);
     }
     impl->model_vocab[tokens[id]] = static_cast<TokenId>(id);  // a repeated token: last id wins
   }
@@ -207,7 +219,8 @@ Tokenizer Tokenizer::from_gguf(const io::GgufFile& gguf) {
     // llama.cpp ignores merges for Llama 3's vocabulary, as its tokenizer.json does.
     options.ignore_merges = pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe";
     impl->bpe = detail::BpeModel(&impl->model_vocab, options);
-    if (!gguf.has("tokenizer.ggml.merges")) fail("{}: tokenizer.ggml.merges is missing (gpt2 vocabularies need merges)", source);
+    if (!gguf.has("tokenizer.ggml.merges"))
+      fail("{}: tokenizer.ggml.merges is missing (gpt2 vocabularies need merges)", source);
     impl->decoder.push_back(decoder_step(DKind::byte_level));
   } else {
     options.byte_fallback = true;
@@ -218,7 +231,8 @@ Tokenizer Tokenizer::from_gguf(const io::GgufFile& gguf) {
     detail::PreTokenizerStep metaspace;
     metaspace.kind = detail::PreTokenizerStep::Kind::metaspace;
     metaspace.replacement = "\xE2\x96\x81";
-    metaspace.prepend_scheme = space_prefix ? detail::PrependScheme::first : detail::PrependScheme::never;
+    metaspace.prepend_scheme =
+        space_prefix ? detail::PrependScheme::first : detail::PrependScheme::never;
     metaspace.metaspace_split = false;
     impl->pre_tokenizer.push_back(std::move(metaspace));
     impl->decoder.push_back(decoder_step(DKind::replace, "\xE2\x96\x81", " "));
@@ -240,18 +254,23 @@ Tokenizer Tokenizer::from_gguf(const io::GgufFile& gguf) {
       // A token may itself start with a space; the separator is the first space after it.
       const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
       if (space == std::string_view::npos) {
-        fail("{}: tokenizer.ggml.merges[{}] '{}' is not two tokens separated by a space", source, i, m);
+        fail("{}: tokenizer.ggml.merges[{}] '{}' is not two tokens separated by a space", source, i,
+             m);
       }
       impl->bpe.add_merge(m.substr(0, space), m.substr(space + 1),
                           fmt::format("{}: tokenizer.ggml.merges[{}]", source, i));
     }
   } else {
     if (!gguf.has("tokenizer.ggml.scores")) {
-      fail("{}: tokenizer.ggml.scores is missing (needed to rebuild the merges of a llama vocabulary)", source);
+      fail(
+          "{}: tokenizer.ggml.scores is missing (needed to rebuild the merges of a llama "
+          "vocabulary)",
+          source);
     }
     const std::vector<float> scores = gguf.get_float_array("tokenizer.ggml.scores");
     if (scores.size() != n) {
-      fail("{}: tokenizer.ggml.scores has {} entries, expected {} (one per token)", source, scores.size(), n);
+      fail("{}: tokenizer.ggml.scores has {} entries, expected {} (one per token)", source,
+           scores.size(), n);
     }
     merges_from_scores(tokens, scores, *impl, source);
   }
@@ -268,11 +287,15 @@ Tokenizer Tokenizer::from_gguf(const io::GgufFile& gguf) {
   add_bos = gguf.try_bool("tokenizer.ggml.add_bos_token").value_or(add_bos);
   const bool add_eos = gguf.try_bool("tokenizer.ggml.add_eos_token").value_or(false);
   if (add_bos) {
-    if (!impl->bos) fail("{}: tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing", source);
+    if (!impl->bos)
+      fail("{}: tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing",
+           source);
     impl->prefix_ids.push_back(*impl->bos);
   }
   if (add_eos) {
-    if (!impl->eos) fail("{}: tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing", source);
+    if (!impl->eos)
+      fail("{}: tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing",
+           source);
     impl->suffix_ids.push_back(*impl->eos);
   }
   impl->chat_template = gguf.try_string("tokenizer.chat_template").value_or("");

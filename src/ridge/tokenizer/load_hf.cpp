@@ -59,7 +59,8 @@ class Fields {
     return (it == obj.end() || it->is_null()) ? nullptr : &*it;
   }
   std::string string(const json& value, std::string_view field) const {
-    if (!value.is_string()) error(field, fmt::format("expected a string, found {}", value.type_name()));
+    if (!value.is_string())
+      error(field, fmt::format("expected a string, found {}", value.type_name()));
     return value.get<std::string>();
   }
   std::string string_or(const json& obj, std::string_view key, std::string_view field,
@@ -67,14 +68,16 @@ class Fields {
     const json* v = optional(obj, key);
     return v ? string(*v, fmt::format("{}.{}", field, key)) : fallback;
   }
-  bool boolean_or(const json& obj, std::string_view key, std::string_view field, bool fallback) const {
+  bool boolean_or(const json& obj, std::string_view key, std::string_view field,
+                  bool fallback) const {
     const json* v = optional(obj, key);
     if (!v) return fallback;
     if (!v->is_boolean()) error(fmt::format("{}.{}", field, key), "expected true or false");
     return v->get<bool>();
   }
   int64_t integer(const json& value, std::string_view field) const {
-    if (!value.is_number_integer()) error(field, fmt::format("expected an integer, found {}", value.dump()));
+    if (!value.is_number_integer())
+      error(field, fmt::format("expected an integer, found {}", value.dump()));
     return value.get<int64_t>();
   }
   TokenId token_id(const json& value, std::string_view field) const {
@@ -96,13 +99,15 @@ std::string pattern_regex(const Fields& f, const json& pattern, std::string_view
   if (const json* s = f.optional(pattern, "String")) {
     return detail::escape_regex(f.string(*s, fmt::format("{}.String", field)));
   }
-  if (const json* r = f.optional(pattern, "Regex")) return f.string(*r, fmt::format("{}.Regex", field));
+  if (const json* r = f.optional(pattern, "Regex"))
+    return f.string(*r, fmt::format("{}.Regex", field));
   f.error(field, "expected {\"String\": ...} or {\"Regex\": ...}");
 }
 
 std::string literal_pattern(const Fields& f, const json& pattern, std::string_view field) {
   if (pattern.is_string()) return pattern.get<std::string>();
-  if (const json* s = f.optional(pattern, "String")) return f.string(*s, fmt::format("{}.String", field));
+  if (const json* s = f.optional(pattern, "String"))
+    return f.string(*s, fmt::format("{}.String", field));
   f.error(field, "only literal {\"String\": ...} patterns are supported here");
 }
 
@@ -119,10 +124,13 @@ void parse_normalizer(const Fields& f, const json& node, std::string_view field,
   } else if (type == "NFC") {
     out.push_back({Kind::nfc, "", ""});
   } else if (type == "Prepend") {
-    out.push_back({Kind::prepend, "", f.string(f.require(node, "prepend", field), fmt::format("{}.prepend", field))});
+    out.push_back({Kind::prepend, "",
+                   f.string(f.require(node, "prepend", field), fmt::format("{}.prepend", field))});
   } else if (type == "Replace") {
-    std::string pattern = literal_pattern(f, f.require(node, "pattern", field), fmt::format("{}.pattern", field));
-    std::string content = f.string(f.require(node, "content", field), fmt::format("{}.content", field));
+    std::string pattern =
+        literal_pattern(f, f.require(node, "pattern", field), fmt::format("{}.pattern", field));
+    std::string content =
+        f.string(f.require(node, "content", field), fmt::format("{}.content", field));
     if (pattern.empty()) f.error(fmt::format("{}.pattern", field), "is empty");
     out.push_back({Kind::replace, std::move(pattern), std::move(content)});
   } else {
@@ -180,7 +188,8 @@ void parse_pre_tokenizer(const Fields& f, const json& node, std::string_view fie
     const std::string where = fmt::format("{}.pattern", field);
     const std::string regex = pattern_regex(f, f.require(node, "pattern", field), where);
     step.regex = std::make_shared<detail::Regex>(regex, fmt::format("{}: {}", f.file(), where));
-    step.behavior = split_behavior(f, f.require(node, "behavior", field), fmt::format("{}.behavior", field));
+    step.behavior =
+        split_behavior(f, f.require(node, "behavior", field), fmt::format("{}.behavior", field));
     step.invert = f.boolean_or(node, "invert", field, false);
   } else if (type == "ByteLevel") {
     step.kind = Kind::byte_level;
@@ -198,10 +207,12 @@ void parse_pre_tokenizer(const Fields& f, const json& node, std::string_view fie
     step.prepend_scheme = metaspace_scheme(f, node, field);
     step.metaspace_split = f.boolean_or(node, "split", field, true);
     if (step.metaspace_split) {
-      step.regex = std::make_shared<detail::Regex>(detail::escape_regex(step.replacement), "Metaspace");
+      step.regex =
+          std::make_shared<detail::Regex>(detail::escape_regex(step.replacement), "Metaspace");
     }
   } else {
-    f.error(fmt::format("{}.type", field), fmt::format("pre-tokenizer '{}' is not supported", type));
+    f.error(fmt::format("{}.type", field),
+            fmt::format("pre-tokenizer '{}' is not supported", type));
   }
   out.push_back(std::move(step));
 }
@@ -223,7 +234,8 @@ void parse_decoder(const Fields& f, const json& node, std::string_view field,
     step.kind = Kind::byte_level;
   } else if (type == "Replace") {
     step.kind = Kind::replace;
-    step.pattern = literal_pattern(f, f.require(node, "pattern", field), fmt::format("{}.pattern", field));
+    step.pattern =
+        literal_pattern(f, f.require(node, "pattern", field), fmt::format("{}.pattern", field));
     step.content = f.string(f.require(node, "content", field), fmt::format("{}.content", field));
   } else if (type == "ByteFallback") {
     step.kind = Kind::byte_fallback;
@@ -232,7 +244,8 @@ void parse_decoder(const Fields& f, const json& node, std::string_view field,
   } else if (type == "Strip") {
     step.kind = Kind::strip;
     step.content = f.string(f.require(node, "content", field), fmt::format("{}.content", field));
-    const int64_t start = f.integer(f.require(node, "start", field), fmt::format("{}.start", field));
+    const int64_t start =
+        f.integer(f.require(node, "start", field), fmt::format("{}.start", field));
     const int64_t stop = f.integer(f.require(node, "stop", field), fmt::format("{}.stop", field));
     if (start < 0 || stop < 0) f.error(field, "start and stop must not be negative");
     step.strip_start = static_cast<size_t>(start);
@@ -253,10 +266,13 @@ std::vector<TokenId> template_special_ids(const Fields& f, const json& node, con
   const std::string name = f.string(f.require(item, "id", field), fmt::format("{}.id", field));
   const json& specials = f.require(node, "special_tokens", field);
   const json& entry = f.require(specials, name, "post_processor.special_tokens");
-  const json& ids = f.require(entry, "ids", fmt::format("post_processor.special_tokens[\"{}\"]", name));
-  if (!ids.is_array()) f.error(fmt::format("post_processor.special_tokens[\"{}\"].ids", name), "expected an array");
+  const json& ids =
+      f.require(entry, "ids", fmt::format("post_processor.special_tokens[\"{}\"]", name));
+  if (!ids.is_array())
+    f.error(fmt::format("post_processor.special_tokens[\"{}\"].ids", name), "expected an array");
   std::vector<TokenId> out;
-  for (const json& id : ids) out.push_back(f.token_id(id, fmt::format("post_processor.special_tokens[\"{}\"].ids", name)));
+  for (const json& id : ids)
+    out.push_back(f.token_id(id, fmt::format("post_processor.special_tokens[\"{}\"].ids", name)));
   return out;
 }
 
@@ -293,13 +309,15 @@ void parse_post_processor(const Fields& f, const json& node, std::string_view fi
     }
     if (!seen_sequence) f.error(where, "has no $A sequence");
   } else {
-    f.error(fmt::format("{}.type", field), fmt::format("post-processor '{}' is not supported", type));
+    f.error(fmt::format("{}.type", field),
+            fmt::format("post-processor '{}' is not supported", type));
   }
 }
 
 void parse_model(const Fields& f, const json& model, Tokenizer::Impl& impl) {
   const std::string type = f.string_or(model, "type", "model", "BPE");
-  if (type != "BPE") f.error("model.type", fmt::format("model '{}' is not supported (only BPE)", type));
+  if (type != "BPE")
+    f.error("model.type", fmt::format("model '{}' is not supported (only BPE)", type));
   if (const json* dropout = f.optional(model, "dropout")) {
     if (!dropout->is_number() || dropout->get<double>() != 0.0) {
       f.error("model.dropout", "BPE dropout is not supported for inference");
@@ -331,7 +349,8 @@ void parse_model(const Fields& f, const json& model, Tokenizer::Impl& impl) {
   if (const json* unk = f.optional(model, "unk_token")) {
     const std::string text = f.string(*unk, "model.unk_token");
     const auto it = impl.model_vocab.find(text);
-    if (it == impl.model_vocab.end()) f.error("model.unk_token", fmt::format("'{}' is not in model.vocab", text));
+    if (it == impl.model_vocab.end())
+      f.error("model.unk_token", fmt::format("'{}' is not in model.vocab", text));
     options.unk_id = it->second;
   }
   impl.bpe = detail::BpeModel(&impl.model_vocab, options);
@@ -346,11 +365,14 @@ void parse_model(const Fields& f, const json& model, Tokenizer::Impl& impl) {
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-        f.error(fmt::format("model.merges[{}]", i), fmt::format("'{}' is not two tokens separated by one space", s));
+        f.error(fmt::format("model.merges[{}]", i),
+                fmt::format("'{}' is not two tokens separated by one space", s));
       }
-      impl.bpe.add_merge(std::string_view(s).substr(0, space), std::string_view(s).substr(space + 1), field);
+      impl.bpe.add_merge(std::string_view(s).substr(0, space),
+                         std::string_view(s).substr(space + 1), field);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      impl.bpe.add_merge(m[0].get_ref<const std::string&>(), m[1].get_ref<const std::string&>(), field);
+      impl.bpe.add_merge(m[0].get_ref<const std::string&>(), m[1].get_ref<const std::string&>(),
+                         field);
     } else {
       f.error(fmt::format("model.merges[{}]", i), "expected \"a b\" or [\"a\", \"b\"]");
     }
@@ -381,7 +403,8 @@ std::optional<std::string> config_token(const Fields& f, const json& config, std
   const json* v = f.optional(config, key);
   if (!v) return std::nullopt;
   if (v->is_string()) return v->get<std::string>();
-  if (const json* content = f.optional(*v, "content")) return f.string(*content, fmt::format("{}.content", key));
+  if (const json* content = f.optional(*v, "content"))
+    return f.string(*content, fmt::format("{}.content", key));
   f.error(key, "expected a string or an object with \"content\"");
 }
 
@@ -390,7 +413,8 @@ void apply_config(const Fields& f, const json& config, Tokenizer::Impl& impl) {
     const auto text = config_token(f, config, key);
     if (!text) return std::nullopt;
     const auto it = impl.all_tokens.find(*text);
-    if (it == impl.all_tokens.end()) f.error(key, fmt::format("'{}' is not a token of the vocabulary", *text));
+    if (it == impl.all_tokens.end())
+      f.error(key, fmt::format("'{}' is not a token of the vocabulary", *text));
     return it->second;
   };
   // all_tokens is complete only after finalize(); build the lookup from what is loaded.
@@ -422,7 +446,8 @@ void apply_config(const Fields& f, const json& config, Tokenizer::Impl& impl) {
       // Named templates: [{"name": "default", "template": ...}, ...]; the default one is used.
       for (const json& entry : *tpl) {
         if (f.string_or(entry, "name", "chat_template[]", "") == "default") {
-          impl.chat_template = f.string(f.require(entry, "template", "chat_template[]"), "chat_template[].template");
+          impl.chat_template =
+              f.string(f.require(entry, "template", "chat_template[]"), "chat_template[].template");
         }
       }
     }
@@ -443,19 +468,24 @@ Tokenizer Tokenizer::from_hf(const std::string& path) {
   const json root = read_json(file);
   if (!root.is_object()) f.error("(root)", "expected an object");
 
-  if (const json* n = f.optional(root, "normalizer")) parse_normalizer(f, *n, "normalizer", impl->normalizer);
-  if (const json* p = f.optional(root, "pre_tokenizer")) parse_pre_tokenizer(f, *p, "pre_tokenizer", impl->pre_tokenizer);
+  if (const json* n = f.optional(root, "normalizer"))
+    parse_normalizer(f, *n, "normalizer", impl->normalizer);
+  if (const json* p = f.optional(root, "pre_tokenizer"))
+    parse_pre_tokenizer(f, *p, "pre_tokenizer", impl->pre_tokenizer);
   parse_model(f, f.require(root, "model", "(root)"), *impl);
   if (const json* added = f.optional(root, "added_tokens")) parse_added_tokens(f, *added, *impl);
-  if (const json* post = f.optional(root, "post_processor")) parse_post_processor(f, *post, "post_processor", *impl);
+  if (const json* post = f.optional(root, "post_processor"))
+    parse_post_processor(f, *post, "post_processor", *impl);
   const json* decoder = f.optional(root, "decoder");
   if (!decoder) f.error("decoder", "a tokenizer without a decoder is not supported");
   parse_decoder(f, *decoder, "decoder", impl->decoder);
   detail::validate_decoder(impl->decoder, impl->source + ": decoder");
 
   bool byte_level = false;
-  for (const auto& step : impl->pre_tokenizer) byte_level |= step.kind == detail::PreTokenizerStep::Kind::byte_level;
-  for (const auto& step : impl->decoder) byte_level |= step.kind == detail::DecoderStep::Kind::byte_level;
+  for (const auto& step : impl->pre_tokenizer)
+    byte_level |= step.kind == detail::PreTokenizerStep::Kind::byte_level;
+  for (const auto& step : impl->decoder)
+    byte_level |= step.kind == detail::DecoderStep::Kind::byte_level;
   impl->kind = byte_level ? VocabKind::byte_level_bpe : VocabKind::sentencepiece_bpe;
 
   // Without a config, BOS is what the template puts first.

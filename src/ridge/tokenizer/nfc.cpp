@@ -27,7 +27,8 @@ uint8_t combining_class(char32_t c) {
   if (c < 0x300) return 0;
   const auto* begin = nfc_data::kCombiningClass;
   const auto* end = begin + nfc_data::kCombiningClassCount;
-  const auto* it = std::lower_bound(begin, end, c, [](const uint32_t(&e)[2], char32_t v) { return e[0] < v; });
+  const auto* it =
+      std::lower_bound(begin, end, c, [](const uint32_t(&e)[2], char32_t v) { return e[0] < v; });
   return (it != end && (*it)[0] == c) ? static_cast<uint8_t>((*it)[1]) : 0;
 }
 
@@ -42,7 +43,8 @@ void decompose(char32_t c, std::vector<char32_t>& out) {
   if (c >= 0xC0) {
     const auto* begin = nfc_data::kDecomposition;
     const auto* end = begin + nfc_data::kDecompositionCount;
-    const auto* it = std::lower_bound(begin, end, c, [](const uint32_t(&e)[3], char32_t v) { return e[0] < v; });
+    const auto* it =
+        std::lower_bound(begin, end, c, [](const uint32_t(&e)[3], char32_t v) { return e[0] < v; });
     if (it != end && (*it)[0] == c) {
       const uint32_t* data = nfc_data::kDecompositionData + (*it)[1];
       out.insert(out.end(), data, data + (*it)[2]);
@@ -54,7 +56,8 @@ void decompose(char32_t c, std::vector<char32_t>& out) {
 
 // The primary composite of (first, second), or 0.
 char32_t compose(char32_t first, char32_t second) {
-  if (first >= kLBase && first < kLBase + kLCount && second >= kVBase && second < kVBase + kVCount) {
+  if (first >= kLBase && first < kLBase + kLCount && second >= kVBase &&
+      second < kVBase + kVCount) {
     return kSBase + ((first - kLBase) * kVCount + (second - kVBase)) * kTCount;
   }
   if (first >= kSBase && first < kSBase + kSCount && (first - kSBase) % kTCount == 0 &&
@@ -75,7 +78,8 @@ char32_t compose(char32_t first, char32_t second) {
 std::string to_nfc(std::string_view text) {
   // Fast path: nothing below U+0300 decomposes or combines (asserted by the generator), and a
   // character is below U+0300 exactly when its lead byte is below 0xCC.
-  if (std::all_of(text.begin(), text.end(), [](char b) { return static_cast<uint8_t>(b) < 0xCC; })) {
+  if (std::all_of(text.begin(), text.end(),
+                  [](char b) { return static_cast<uint8_t>(b) < 0xCC; })) {
     return std::string(text);
   }
   std::vector<char32_t> chars;

@@ -205,7 +205,8 @@ void pre_tokenize(const std::vector<PreTokenizerStep>& steps, Pieces& pieces) {
             }
           }
         });
-        if (step.metaspace_split) run_split(*step.regex, SplitBehavior::merged_with_next, false, pieces);
+        if (step.metaspace_split)
+          run_split(*step.regex, SplitBehavior::merged_with_next, false, pieces);
         break;
       }
     }

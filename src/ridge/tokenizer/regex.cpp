@@ -111,7 +111,8 @@ void Regex::Matcher::find_all(std::string_view text, std::vector<std::pair<size_
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
   while (pos < text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, st.match, st.context);
+    const int rc =
+        pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, st.match, st.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && st.jit_stack_size < (size_t{256} << 20)) {
       // Long runs (e.g. 100k spaces against \s+(?!\S)) need a deeper backtracking stack.

@@ -16,8 +16,8 @@ namespace {
 
 // Tokens that end generation when the vocabulary has them as special tokens.
 constexpr std::array<std::string_view, 10> kStopTokenTexts = {
-    "<|im_end|>", "<|eot_id|>",  "<|end_of_text|>", "</s>",       "<|endoftext|>",
-    "<|eom_id|>", "<end_of_turn>", "<|end|>",       "<|return|>", "<|im_sep|>",
+    "<|im_end|>", "<|eot_id|>",    "<|end_of_text|>", "</s>",       "<|endoftext|>",
+    "<|eom_id|>", "<end_of_turn>", "<|end|>",         "<|return|>", "<|im_sep|>",
 };
 
 // Words longer than this are not worth caching (and SentencePiece-style vocabularies pass whole
@@ -29,7 +29,8 @@ constexpr size_t kMaxCachedWordBytes = 64;
 void Tokenizer::Impl::finalize() {
   size_t size = id_to_text.size();
   for (const auto& added : added_tokens) {
-    if (added.id < 0) fail("{}: added token '{}' has a negative id {}", source, added.content, added.id);
+    if (added.id < 0)
+      fail("{}: added token '{}' has a negative id {}", source, added.content, added.id);
     size = std::max(size, static_cast<size_t>(added.id) + 1);
   }
   id_to_text.resize(size);
@@ -129,7 +130,8 @@ std::vector<TokenId> Tokenizer::Impl::encode(std::string_view input, bool add_sp
   std::vector<detail::AddedSplit> outer;
   std::vector<detail::AddedSplit> inner;
   // word -> where its ids were first written into `ids`.
-  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, detail::StringHash, std::equal_to<>>
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, detail::StringHash,
+                     std::equal_to<>>
       word_cache;
   auto encode_piece_text = [&](detail::Pieces&& pieces) {
     detail::pre_tokenize(pre_tokenizer, pieces);
@@ -149,8 +151,9 @@ std::vector<TokenId> Tokenizer::Impl::encode(std::string_view input, bool add_sp
       const size_t before = ids.size();
       bpe.tokenize(word, ids, scratch);
       if (cacheable) {
-        word_cache.emplace(std::string(word), std::pair{static_cast<uint32_t>(before),
-                                                        static_cast<uint32_t>(ids.size() - before)});
+        word_cache.emplace(
+            std::string(word),
+            std::pair{static_cast<uint32_t>(before), static_cast<uint32_t>(ids.size() - before)});
       }
     }
   };
@@ -174,13 +177,9 @@ std::vector<TokenId> Tokenizer::Impl::encode(std::string_view input, bool add_sp
         ids.push_back(normalized_added.tokens()[sub.token].id);
         continue;
       }
+      if (sub.end <= sub.begin) continue;
       detail::Pieces pieces;
-      if (inner.size() == 1) {
-        pieces.buffer = std::move(normalized);
-      } else {
-        pieces.buffer = normalized.substr(sub.begin, sub.end - sub.begin);
-      }
-      if (pieces.buffer.empty()) continue;
+      pieces.buffer.assign(normalized, sub.begin, sub.end - sub.begin);
       pieces.spans.push_back({0, pieces.buffer.size(), piece.begin == 0 && sub.begin == 0});
       encode_piece_text(std::move(pieces));
     }
@@ -234,18 +233,30 @@ std::optional<TokenId> Tokenizer::token_id(std::string_view text) const {
   return it->second;
 }
 
-VocabKind Tokenizer::kind() const { return impl_->kind; }
-size_t Tokenizer::vocab_size() const { return impl_->id_to_text.size(); }
+VocabKind Tokenizer::kind() const {
+  return impl_->kind;
+}
+size_t Tokenizer::vocab_size() const {
+  return impl_->id_to_text.size();
+}
 bool Tokenizer::is_special(TokenId id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->special.size() && impl_->special[id];
 }
-std::optional<TokenId> Tokenizer::bos_id() const { return impl_->bos; }
-std::optional<TokenId> Tokenizer::eos_id() const { return impl_->eos; }
-const std::vector<TokenId>& Tokenizer::stop_ids() const { return impl_->stop_ids; }
+std::optional<TokenId> Tokenizer::bos_id() const {
+  return impl_->bos;
+}
+std::optional<TokenId> Tokenizer::eos_id() const {
+  return impl_->eos;
+}
+const std::vector<TokenId>& Tokenizer::stop_ids() const {
+  return impl_->stop_ids;
+}
 bool Tokenizer::add_bos() const {
   return impl_->bos && std::find(impl_->prefix_ids.begin(), impl_->prefix_ids.end(), *impl_->bos) !=
                            impl_->prefix_ids.end();
 }
-const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
+const std::string& Tokenizer::chat_template() const {
+  return impl_->chat_template;
+}
 
 }  // namespace ridge::tokenizer

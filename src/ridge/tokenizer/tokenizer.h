@@ -1,6 +1,13 @@
 // Tokenizer: BPE over byte-level vocabularies (GPT-2 style: SmolLM2, Llama 3, Qwen2) and
 // SentencePiece-style vocabularies with byte fallback (Llama 2, Mistral), read from GGUF
 // metadata (tokenizer.ggml.*) or a Hugging Face tokenizer.json (+ tokenizer_config.json).
+//
+// Behaviour is that of the Hugging Face `tokenizers` library reading the same tokenizer.json
+// (tests/parity/test_tokenizer_parity.py checks encode, decode and streaming against it). A GGUF
+// is read as the tokenizer.json transformers would make from it, except where the model's own
+// tokenizer.json (and llama.cpp) differ from that conversion: "smollm" splits digits one by one
+// before the GPT-2 split, "llama-bpe" (Llama 3) ignores merges for whole-word tokens. A loaded
+// Tokenizer is immutable: encode and decode may be called from many threads at once.
 #pragma once
 
 #include <cstdint>
@@ -35,9 +42,12 @@ class Tokenizer {
   // add_special: prepend BOS where the vocabulary asks for it (add_bos_token).
   // parse_special: text matching a special/added token becomes that token; otherwise it is
   // tokenized as plain text.
+  // (Non-special added tokens, e.g. user-defined <tool>, are matched either way, as in
+  // `tokenizers`. Bytes of `text` that are not UTF-8 are read as U+FFFD.)
   std::vector<TokenId> encode(std::string_view text, bool add_special = true,
                               bool parse_special = true) const;
-  // skip_special: drop special tokens from the output.
+  // skip_special: drop special tokens from the output. Ids outside the vocabulary are dropped
+  // (as `tokenizers` does); invalid UTF-8 that the tokens spell out is rendered as U+FFFD.
   std::string decode(std::span<const TokenId> ids, bool skip_special = false) const;
   // The raw bytes a token stands for (byte-level mapping undone, "▁" -> " ", <0xNN> -> byte).
   std::string token_bytes(TokenId id) const;

@@ -20,10 +20,10 @@ struct Tokenizer::Impl {
 
   // id -> text for every id (model vocabulary and added tokens); holes are "".
   std::vector<std::string> id_to_text;
-  std::vector<uint8_t> present;      // 1 where an id has a token
-  std::vector<uint8_t> special;      // 1 for special (skippable, control) tokens
-  detail::TokenMap model_vocab;      // the BPE model's vocabulary
-  detail::TokenMap all_tokens;       // text -> id, added tokens included (they win)
+  std::vector<uint8_t> present;  // 1 where an id has a token
+  std::vector<uint8_t> special;  // 1 for special (skippable, control) tokens
+  detail::TokenMap model_vocab;  // the BPE model's vocabulary
+  detail::TokenMap all_tokens;   // text -> id, added tokens included (they win)
   detail::BpeModel bpe;
 
   std::vector<detail::AddedToken> added_tokens;

@@ -23,7 +23,9 @@ LeadInfo lead_info(uint8_t b) {
   return {0, 0, 0};
 }
 
-bool is_continuation(uint8_t b) { return (b & 0xC0) == 0x80; }
+bool is_continuation(uint8_t b) {
+  return (b & 0xC0) == 0x80;
+}
 
 // Number of bytes at s[pos..] that form a well-formed prefix of one character (at least 1 when
 // the lead byte is valid); sets `complete` when that prefix is the whole character.
@@ -145,7 +147,13 @@ bool is_unicode_whitespace(char32_t c) {
   if (c <= 0x20) return c == 0x20 || (c >= 0x09 && c <= 0x0D);
   if (c < 0x85) return false;
   switch (c) {
-    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
     case 0x3000:
       return true;
     default:
