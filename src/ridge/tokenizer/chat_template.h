@@ -1,5 +1,8 @@
 // Chat templates: the model's own Jinja template rendered by ridge's Jinja subset (no Jinja
-// library is packaged for C++ in Debian; see docs/ARCHITECTURE.md for the subset).
+// library is packaged for C++ in Debian; the subset and its limits are in docs/JINJA.md).
+// Rendering matches Hugging Face's apply_chat_template(..., tokenize=False): same environment
+// (trim_blocks, lstrip_blocks, loopcontrols, raise_exception, strftime_now, tojson as
+// json.dumps), same variables (tools and documents are none unless given).
 #pragma once
 
 #include <memory>
@@ -29,6 +32,12 @@ class ChatTemplate {
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                      const std::string& bos_token, const std::string& eos_token,
                      const nlohmann::json& extra = nlohmann::json::object()) const;
+
+  // Renders with every variable given by the caller: `variables` is a JSON object holding
+  // messages (with any fields: tool_calls, content parts, ...), add_generation_prompt,
+  // bos_token, eos_token, tools, ... Key order is kept, so tojson output matches Python's.
+  // tools and documents are none unless given.
+  std::string render_variables(const nlohmann::ordered_json& variables) const;
 
   struct Impl;
 
