@@ -285,16 +285,16 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       const Measured mo = check_and_time(p, ours, false, s, rng);
       json row = {{"model", L.model}, {"layer", L.name}, {"M", M}, {"N", L.N}, {"K", L.K},
                   {"rotations", p.sets}, {"flops", flops}, {"min_bytes", bytes},
-                  {"ours_kernel", M <= 64 ? "skinny" : "sm90_ws"},
+                  {"ours_kernel", M <= 32 ? "skinny" : "sm90_ws"},
                   {"cublas", measured_json(mr, flops, bytes, c)},
                   {"ours", measured_json(mo, flops, bytes, c)}};
       std::string alt_text;
       // The other kernel family, where it is a candidate: guides the dispatch (and the tuner).
-      if (M > 64 && M <= 512) {
+      if (M > 32 && M <= 512) {
         const Measured ma = check_and_time(p, skinny, false, s, rng);
         row["alt_skinny"] = measured_json(ma, flops, bytes, c);
         alt_text = ma.ok ? "skinny " + std::to_string(ma.us).substr(0, 7) : "skinny FAIL";
-      } else if (M >= 32 && M <= 64) {
+      } else if (M >= 16 && M <= 32) {
         const Measured ma = check_and_time(p, sm90, false, s, rng);
         row["alt_sm90"] = measured_json(ma, flops, bytes, c);
         alt_text = ma.ok ? "sm90 " + std::to_string(ma.us).substr(0, 7) : "sm90 FAIL";

@@ -246,6 +246,14 @@ TEST(GemmSm90, TileShapesAndSchedulesAgree) {
   }
 }
 
+TEST(Gemm, DispatchMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  const Problem problems[] = {{5, 264, 520}, {32, 520, 1000}, {40, 264, 520}, {130, 1032, 520}};
+  uint32_t seed = 300;
+  for (const auto& p : problems) check_problem(Kernel::kDispatch, p, seed++);
+}
+
 TEST(GemmSwiGLU, MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";

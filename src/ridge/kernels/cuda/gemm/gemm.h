@@ -21,7 +21,7 @@ namespace ridge::kernels {
 
 using bf16 = __nv_bfloat16;
 
-// Picks the kernel by shape: skinny (tensor-core GEMV, M ≤ 64) or the warp-specialized
+// Picks the kernel by shape: skinny (tensor-core GEMV) for M ≤ 32, else the warp-specialized
 // TMA + wgmma GEMM.
 void gemm_bf16(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K, cudaStream_t stream,
                const bf16* residual = nullptr);

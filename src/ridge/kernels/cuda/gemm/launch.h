@@ -2,6 +2,7 @@
 // these only pick the configuration and launch on `stream`.
 #pragma once
 
+#include <cstdint>
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
