@@ -3,6 +3,7 @@
 // long-context decode; each next to the roofline model's prediction (perf/) for the hardware
 // given. A benchmark, not a test: it prints what it measured and writes JSON with --json-out
 // (command, device, date). Sampling is greedy on the host from the logits (its copy counts).
+#include <cstdint>
 #include <algorithm>
 #include <chrono>
 #include <ctime>

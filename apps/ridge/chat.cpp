@@ -1,5 +1,6 @@
 // ridge chat: an interactive chat in the terminal using the model's own chat template. History
 // is kept (and its KV reused); Ctrl-D ends; /reset clears the history.
+#include <cstdint>
 #include <unistd.h>
 
 #include <cstdio>

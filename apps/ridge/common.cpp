@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <random>

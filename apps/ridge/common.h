@@ -1,6 +1,7 @@
 // Options shared by the subcommands that load a model, and the default model's location.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <CLI/CLI.hpp>

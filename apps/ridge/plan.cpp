@@ -1,6 +1,7 @@
 // ridge plan: the roofline model and planner (src/ridge/perf). Predicts every op of a step, runs
 // the workload through candidate serving configurations and prints the best with their TTFT,
 // TPOT, throughput, goodput, energy, cost and the resource that binds. CPU only.
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -1,6 +1,7 @@
 // ridge run: one completion in the terminal, streamed; --json prints one JSON object instead.
 // --prompt-ids takes the prompt as token ids; --batch-file runs many prompts in one process
 // (JSON lines in: {"prompt": "..."} or {"prompt_ids": [...]}; JSON lines out, as --json).
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>

@@ -1,5 +1,6 @@
 #include "ridge/core/dtype.h"
 
+#include <cstdint>
 #include <array>
 
 #include "ridge/core/error.h"

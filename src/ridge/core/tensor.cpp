@@ -1,5 +1,6 @@
 #include "ridge/core/tensor.h"
 
+#include <cstdint>
 #include <fmt/format.h>
 
 #include "ridge/core/error.h"

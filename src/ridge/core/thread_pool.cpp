@@ -1,5 +1,6 @@
 #include "ridge/core/thread_pool.h"
 
+#include <cstdint>
 #include <algorithm>
 
 namespace ridge {

@@ -1,5 +1,6 @@
 #include "ridge/engine/generator.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <chrono>
 

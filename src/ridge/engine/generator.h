@@ -3,6 +3,7 @@
 // next turn) only prefills the new tokens. Prompts are prefilled in chunks of prefill_chunk.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>

@@ -1,5 +1,6 @@
 #include "ridge/engine/model_bundle.h"
 
+#include <cstdint>
 #include <chrono>
 #include <filesystem>
 

@@ -3,6 +3,7 @@
 // tokens fit.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

@@ -1,5 +1,6 @@
 #include "ridge/engine/sampler.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 #include <numeric>

@@ -1,3 +1,4 @@
+#include <cstdint>
 #include "ridge/kv/kv_pool.h"
 
 #include "ridge/core/error.h"

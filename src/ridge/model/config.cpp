@@ -1,5 +1,6 @@
 #include "ridge/model/config.h"
 
+#include <cstdint>
 #include <fmt/format.h>
 
 #include "ridge/core/error.h"

@@ -1,3 +1,4 @@
+#include <cstdint>
 #include "ridge/model/forward_batch.h"
 
 #include "ridge/core/error.h"

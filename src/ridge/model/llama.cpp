@@ -1,5 +1,6 @@
 #include "ridge/model/llama.h"
 
+#include <cstdint>
 #include <unistd.h>
 
 #include <cmath>

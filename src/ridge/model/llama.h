@@ -6,6 +6,7 @@
 //   logits = rmsnorm(x)[logits_rows] · Woutputᵀ, in fp32
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 

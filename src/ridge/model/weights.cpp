@@ -1,5 +1,6 @@
 #include "ridge/model/weights.h"
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 

@@ -4,6 +4,7 @@
 // back into Hugging Face's rotate-half order, so that every backend sees one convention.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

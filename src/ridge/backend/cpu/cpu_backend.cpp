@@ -1,5 +1,6 @@
 #include "ridge/backend/cpu/cpu_backend.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>

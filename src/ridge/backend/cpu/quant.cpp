@@ -1,5 +1,6 @@
 #include "ridge/backend/cpu/quant.h"
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
