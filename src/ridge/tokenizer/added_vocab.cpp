@@ -1,6 +1,7 @@
 #include "ridge/tokenizer/added_vocab.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "ridge/tokenizer/utf8.h"
 

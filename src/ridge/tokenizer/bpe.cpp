@@ -1,6 +1,7 @@
 #include "ridge/tokenizer/bpe.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include <fmt/format.h>
 

@@ -1,5 +1,7 @@
 #include "ridge/tokenizer/byte_level.h"
 
+#include <cstdint>
+
 #include "ridge/tokenizer/utf8.h"
 
 namespace ridge::tokenizer::detail {

@@ -1,5 +1,6 @@
 #include "ridge/tokenizer/decode_stream.h"
 
+#include <cstdint>
 #include <optional>
 
 #include "ridge/core/error.h"

@@ -7,6 +7,7 @@
 // tokenizer.json transformers would make from the same file. Token types: 2 (unknown) and
 // 3 (control) are special tokens, 4 (user-defined) are added tokens matched whole in the text.
 #include <algorithm>
+#include <cstdint>
 #include <string_view>
 #include <unordered_map>
 

@@ -4,6 +4,7 @@
 // post-processors TemplateProcessing, ByteLevel, Sequence; decoders ByteLevel, Replace,
 // ByteFallback, Fuse, Strip, Metaspace, Sequence. That covers SmolLM2, Llama 2/3, Mistral and
 // Qwen2; anything else is refused naming the field and the type.
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -1,6 +1,7 @@
 #include "ridge/tokenizer/nfc.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "ridge/tokenizer/utf8.h"

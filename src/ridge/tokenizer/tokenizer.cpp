@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <string_view>
-#include <unordered_set>
 
 #include "ridge/core/error.h"
 #include "ridge/tokenizer/byte_level.h"

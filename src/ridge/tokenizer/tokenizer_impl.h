@@ -2,6 +2,7 @@
 // load_hf.cpp) fill one of these and call finalize(); tokenizer.cpp runs it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>

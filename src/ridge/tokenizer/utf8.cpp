@@ -1,5 +1,7 @@
 #include "ridge/tokenizer/utf8.h"
 
+#include <cstdint>
+
 namespace ridge::tokenizer::detail {
 namespace {
 
