@@ -1,5 +1,6 @@
 #include "ridge/kv/block_pool.h"
 
+#include <cstdint>
 #include <map>
 #include <random>
 #include <set>

@@ -1,6 +1,7 @@
 #include "ridge/kv/prefix_cache.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <numeric>
 #include <random>

@@ -1,5 +1,7 @@
 #include "ridge/kv/block_pool.h"
 
+#include <cstdint>
+
 #include "ridge/core/error.h"
 
 namespace ridge::kv {

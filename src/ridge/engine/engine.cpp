@@ -1,0 +1,349 @@
+// The engine thread: take new requests and cancellations, schedule a step, run it, sample on
+// the host, hand outputs to the callbacks, repeat. See engine.h and scheduler.h for the policy.
+#include "ridge/engine/engine.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "ridge/core/log.h"
+#include "ridge/engine/model_runner.h"
+#include "ridge/engine/scheduler.h"
+#include "ridge/engine/sequence.h"
+#include "ridge/kv/block_pool.h"
+#include "ridge/kv/prefix_cache.h"
+
+namespace ridge::engine {
+
+namespace {
+
+using Clock = Sequence::Clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Bucket bounds in seconds (vLLM's, so dashboards made for it read ours).
+std::vector<double> ttft_bounds() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+          0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> tpot_bounds() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,  0.4,  0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> e2e_bounds() {
+  return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+
+int64_t resolve_max_model_len(const ModelBundle& bundle, const EngineConfig& c) {
+  const int64_t positions = bundle.config().max_position;
+  const int64_t pool_tokens = bundle.kv_pool->num_tokens();
+  if (c.max_model_len == 0) return std::min(positions, pool_tokens);
+  RIDGE_CHECK(c.max_model_len > 0, "max_model_len {} must be >= 0 (0: the model's context)",
+              c.max_model_len);
+  RIDGE_CHECK(c.max_model_len <= positions,
+              "max_model_len {} is past the model's context of {} positions", c.max_model_len,
+              positions);
+  RIDGE_CHECK(c.max_model_len <= pool_tokens,
+              "max_model_len {} does not fit the KV pool of {} tokens (raise the KV capacity)",
+              c.max_model_len, pool_tokens);
+  return c.max_model_len;
+}
+
+SchedulerConfig scheduler_config(const EngineConfig& c) {
+  RIDGE_CHECK(c.max_queue >= 0, "max_queue {} must be >= 0", c.max_queue);
+  return {c.max_num_seqs, c.max_num_batched_tokens, c.enable_prefix_caching};
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  Impl(ModelBundle& b, const EngineConfig& c);
+
+  void loop();
+  void step();
+  void emit(Sequence& s, bool finished);
+  void emit_finished();
+  void refresh_metrics();
+  void stop(bool drain);
+
+  ModelBundle& bundle;
+  const EngineConfig config;
+  const int64_t max_model_len;
+  const int64_t vocab;
+  const std::vector<int32_t> model_stop_ids;
+  // Owned by the engine thread once it runs.
+  kv::BlockPool pool;
+  kv::PrefixCache cache;
+  Scheduler scheduler;
+  ModelRunner runner;
+  std::vector<int32_t> sampled;
+
+  // Shared with submit(), cancel() and shutdown().
+  std::mutex mu;
+  std::condition_variable wake;
+  std::vector<std::unique_ptr<Sequence>> inbox;
+  std::vector<int64_t> cancels;
+  std::unordered_map<std::string, int64_t> live;  // request id -> seq id, submit to final output
+  int64_t next_seq_id = 0;
+  int32_t scheduler_waiting = 0;
+  bool accepting = true;
+  bool stopping = false;
+  bool drain = true;
+
+  mutable std::mutex metrics_mu;
+  EngineMetrics metrics;
+
+  std::mutex join_mu;
+  std::thread thread;
+  std::thread::id thread_id;  // set before any caller can reach stop()
+};
+
+Engine::Impl::Impl(ModelBundle& b, const EngineConfig& c)
+    : bundle(b),
+      config(c),
+      max_model_len(resolve_max_model_len(b, c)),
+      vocab(b.config().vocab),
+      model_stop_ids(b.tokenizer ? b.tokenizer->stop_ids() : std::vector<int32_t>{}),
+      pool(int32_t(b.kv_pool->num_blocks())),
+      cache(pool, int32_t(b.kv_pool->block_size())),
+      scheduler(scheduler_config(c), cache),
+      runner(*b.model, *b.kv_pool, c.max_num_batched_tokens, c.max_num_seqs) {
+  metrics.ttft = Histogram(ttft_bounds());
+  metrics.tpot = Histogram(tpot_bounds());
+  metrics.e2e = Histogram(e2e_bounds());
+  refresh_metrics();
+  log::info("engine: max_num_seqs {}, max_num_batched_tokens {}, max_model_len {}, KV {} blocks "
+            "of {} tokens, prefix caching {}",
+            c.max_num_seqs, c.max_num_batched_tokens, max_model_len, pool.num_blocks(),
+            cache.block_size(), c.enable_prefix_caching ? "on" : "off");
+}
+
+void Engine::Impl::loop() {
+  std::vector<int64_t> cancel_now;
+  while (true) {
+    bool abort_all = false, exit_when_idle = false;
+    {
+      std::unique_lock lock(mu);
+      wake.wait(lock, [&] {
+        return !inbox.empty() || !cancels.empty() || stopping || scheduler.has_work();
+      });
+      for (auto& s : inbox) scheduler.add(std::move(s));
+      inbox.clear();
+      cancel_now.swap(cancels);
+      abort_all = stopping && !drain;
+      exit_when_idle = stopping;
+    }
+    for (int64_t id : cancel_now) scheduler.finish(id, "abort");
+    cancel_now.clear();
+    if (abort_all) scheduler.finish_all("abort");
+    // Gauges first, so that a caller woken by a final output sees its blocks returned.
+    refresh_metrics();
+    emit_finished();
+    if (scheduler.has_work()) {
+      step();
+      refresh_metrics();
+      emit_finished();
+    }
+    if (exit_when_idle && !scheduler.has_work()) {
+      std::lock_guard lock(mu);
+      if (inbox.empty()) break;  // nothing can arrive any more: submit refuses while stopping
+    }
+  }
+}
+
+void Engine::Impl::step() {
+  SchedulerOutput out = scheduler.schedule();
+  if (out.empty()) return;
+  std::span<float> logits;
+  try {
+    logits = runner.execute(out);
+  } catch (const std::exception& e) {
+    log::error("engine: step of {} tokens failed: {}", out.num_tokens, e.what());
+    for (const ScheduledChunk& c : out.chunks) scheduler.finish(c.seq->seq_id, "error", e.what());
+    return;
+  }
+  sampled.clear();
+  const auto now = Clock::now();
+  size_t row = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.wants_logits) continue;
+    Sequence& s = *c.seq;
+    std::span<float> r = logits.subspan(row++ * size_t(vocab), size_t(vocab));
+    SampleResult res = s.sampler.sample(r, s.prompt(), s.output());
+    sampled.push_back(res.token);
+    s.pending.push_back({res.token, res.logprob, std::move(res.top)});
+    if (s.first_token == Clock::time_point{}) {
+      s.first_token = now;
+      std::lock_guard lock(metrics_mu);
+      metrics.ttft.observe(seconds(now - s.arrival));
+    }
+    s.last_token = now;
+  }
+  scheduler.update(out, sampled);
+  {
+    std::lock_guard lock(metrics_mu);
+    ++metrics.steps;
+    metrics.generation_tokens_total += int64_t(sampled.size());
+  }
+  for (const ScheduledChunk& c : out.chunks)
+    if (c.wants_logits && c.seq->status != SequenceStatus::finished) emit(*c.seq, false);
+}
+
+void Engine::Impl::emit(Sequence& s, bool finished) {
+  RequestOutput o;
+  o.id = s.request.id;
+  o.tokens = std::move(s.pending);
+  s.pending.clear();
+  o.finished = finished;
+  if (finished) {
+    o.finish_reason = s.finish_reason;
+    o.error = s.error;
+  }
+  o.prompt_tokens = s.num_prompt_tokens();
+  o.cached_tokens = s.num_cached_prompt;
+  o.completion_tokens = s.num_output_tokens();
+  if (!s.on_output) return;
+  try {
+    s.on_output(std::move(o));
+  } catch (const std::exception& e) {
+    log::warn("engine: the output callback of request '{}' threw ({}); cancelling it",
+              s.request.id, e.what());
+    if (!finished) scheduler.finish(s.seq_id, "abort");
+  }
+}
+
+void Engine::Impl::emit_finished() {
+  for (auto& s : scheduler.take_finished()) {
+    {
+      std::lock_guard lock(mu);
+      live.erase(s->request.id);
+    }
+    {
+      std::lock_guard lock(metrics_mu);
+      ++metrics.requests_finished;
+      metrics.e2e.observe(seconds(Clock::now() - s->arrival));
+      const int32_t n = s->num_output_tokens();
+      if (n >= 2) metrics.tpot.observe(seconds(s->last_token - s->first_token) / double(n - 1));
+    }
+    emit(*s, true);
+  }
+}
+
+void Engine::Impl::refresh_metrics() {
+  {
+    std::lock_guard lock(mu);
+    scheduler_waiting = scheduler.num_waiting();
+  }
+  std::lock_guard lock(metrics_mu);
+  metrics.running = scheduler.num_running();
+  metrics.waiting = scheduler.num_waiting();
+  metrics.kv_blocks_total = pool.num_blocks();
+  metrics.kv_blocks_cached = cache.num_evictable();
+  metrics.kv_blocks_used = pool.num_blocks() - pool.num_free() - cache.num_evictable();
+  const SchedulerStats& st = scheduler.stats();
+  metrics.prefix_query_tokens = st.prefix_query_tokens;
+  metrics.prefix_hit_tokens = st.prefix_hit_tokens;
+  metrics.prompt_tokens_total = st.prompt_tokens;
+  metrics.preemptions = st.preemptions;
+}
+
+void Engine::Impl::stop(bool drain_first) {
+  {
+    std::lock_guard lock(mu);
+    accepting = false;
+    if (!stopping) {
+      stopping = true;
+      drain = drain_first;
+    } else if (!drain_first) {
+      drain = false;  // an abort overrides a drain in progress
+    }
+  }
+  wake.notify_all();
+  if (std::this_thread::get_id() == thread_id) return;  // from a callback: cannot join
+  std::lock_guard lock(join_mu);
+  if (thread.joinable()) thread.join();
+}
+
+Engine::Engine(ModelBundle& bundle, const EngineConfig& config)
+    : impl_(std::make_unique<Impl>(bundle, config)) {
+  impl_->thread = std::thread([this] { impl_->loop(); });
+  impl_->thread_id = impl_->thread.get_id();
+}
+
+// Never destroy the engine from one of its callbacks: the thread cannot join itself.
+Engine::~Engine() { impl_->stop(false); }
+
+void Engine::submit(Request r, OutputCallback on_output) {
+  Impl& I = *impl_;
+  using Kind = RequestRejected::Kind;
+  auto invalid = [](const std::string& m) { throw RequestRejected(Kind::invalid, m); };
+  if (r.id.empty()) invalid("request id is empty");
+  if (r.prompt.empty()) invalid("prompt is empty: it needs at least one token");
+  for (size_t i = 0; i < r.prompt.size(); ++i)
+    if (r.prompt[i] < 0 || r.prompt[i] >= I.vocab)
+      invalid(fmt::format("prompt token id {} at position {} is outside the vocabulary of {}",
+                          r.prompt[i], i, I.vocab));
+  if (r.max_tokens < 1) invalid(fmt::format("max_tokens {} must be >= 1", r.max_tokens));
+  const int64_t want = int64_t(r.prompt.size()) + r.max_tokens;
+  if (want > I.max_model_len)
+    invalid(fmt::format("prompt ({} tokens) plus max_tokens ({}) is {} tokens, past "
+                        "max_model_len {}",
+                        r.prompt.size(), r.max_tokens, want, I.max_model_len));
+  for (int32_t t : r.stop_token_ids)
+    if (t < 0 || t >= I.vocab)
+      invalid(fmt::format("stop_token_ids entry {} is outside the vocabulary of {}", t, I.vocab));
+  try {
+    r.sampling.validate();
+  } catch (const Error& e) {
+    invalid(e.what());
+  }
+  std::vector<int32_t> stops = r.ignore_eos ? std::vector<int32_t>{} : I.model_stop_ids;
+  stops.insert(stops.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
+
+  std::lock_guard lock(I.mu);
+  if (!I.accepting) throw RequestRejected(Kind::shutting_down, "the engine is shutting down");
+  if (I.live.contains(r.id)) invalid(fmt::format("request id '{}' is already in use", r.id));
+  const int64_t queued = int64_t(I.inbox.size()) + I.scheduler_waiting;
+  if (queued >= I.config.max_queue)
+    throw RequestRejected(Kind::queue_full,
+                          fmt::format("the queue is full: {} requests waiting (max_queue {})",
+                                      queued, I.config.max_queue));
+  auto seq = std::make_unique<Sequence>(I.next_seq_id++, std::move(r), std::move(stops),
+                                        std::move(on_output));
+  I.live.emplace(seq->request.id, seq->seq_id);
+  I.inbox.push_back(std::move(seq));
+  I.wake.notify_one();
+}
+
+void Engine::cancel(const std::string& id) {
+  Impl& I = *impl_;
+  {
+    std::lock_guard lock(I.mu);
+    auto it = I.live.find(id);
+    if (it == I.live.end()) return;
+    I.cancels.push_back(it->second);
+  }
+  I.wake.notify_one();
+}
+
+void Engine::shutdown(bool drain) { impl_->stop(drain); }
+
+EngineMetrics Engine::metrics() const {
+  EngineMetrics m;
+  {
+    std::lock_guard lock(impl_->metrics_mu);
+    m = impl_->metrics;
+  }
+  std::lock_guard lock(impl_->mu);
+  m.waiting += int32_t(impl_->inbox.size());
+  return m;
+}
+
+const EngineConfig& Engine::config() const { return impl_->config; }
+int64_t Engine::max_model_len() const { return impl_->max_model_len; }
+
+}  // namespace ridge::engine

@@ -1,0 +1,38 @@
+#include "ridge/engine/model_runner.h"
+
+#include <cstdint>
+
+#include "ridge/core/error.h"
+
+namespace ridge::engine {
+
+ModelRunner::ModelRunner(model::LlamaModel& model, kv::KvPool& pool,
+                         int32_t max_num_batched_tokens, int32_t max_num_seqs)
+    : model_(model), pool_(pool), vocab_(model.config().vocab) {
+  model_.reserve(max_num_batched_tokens, max_num_seqs);
+  logits_.resize(size_t(max_num_seqs) * size_t(vocab_));
+  batch_.tokens.reserve(size_t(max_num_batched_tokens));
+  batch_.positions.reserve(size_t(max_num_batched_tokens));
+  batch_.slots.reserve(size_t(max_num_batched_tokens));
+  chunk_tokens_.reserve(size_t(max_num_batched_tokens));
+}
+
+std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
+  RIDGE_CHECK(!out.empty(), "model runner: an empty step");
+  const int32_t bs = int32_t(pool_.block_size());
+  batch_.clear();
+  for (const ScheduledChunk& c : out.chunks) {
+    const Sequence& s = *c.seq;
+    const int32_t start = s.num_computed, end = start + c.num_new_tokens;
+    chunk_tokens_.assign(s.tokens.begin() + start, s.tokens.begin() + end);
+    batch_.add_sequence(chunk_tokens_, end, s.block_table, bs, c.wants_logits);
+  }
+  const size_t rows = batch_.logits_rows.size();
+  RIDGE_CHECK(rows * size_t(vocab_) <= logits_.size(),
+              "model runner: {} logits rows, more than the {} reserved", rows,
+              logits_.size() / size_t(vocab_));
+  model_.forward({}, batch_, pool_.layers(), logits_.data());
+  return {logits_.data(), rows * size_t(vocab_)};
+}
+
+}  // namespace ridge::engine

@@ -1,0 +1,25 @@
+#include "ridge/engine/sequence.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace ridge::engine {
+
+Sequence::Sequence(int64_t id, Request r, std::vector<int32_t> stops, OutputCallback cb)
+    : seq_id(id),
+      request(std::move(r)),
+      stop_ids(std::move(stops)),
+      on_output(std::move(cb)),
+      sampler(request.sampling) {
+  tokens = std::move(request.prompt);
+  request.prompt.clear();
+  num_prompt = int32_t(tokens.size());
+  std::sort(stop_ids.begin(), stop_ids.end());
+  stop_ids.erase(std::unique(stop_ids.begin(), stop_ids.end()), stop_ids.end());
+}
+
+bool Sequence::is_stop_token(int32_t token) const {
+  return std::binary_search(stop_ids.begin(), stop_ids.end(), token);
+}
+
+}  // namespace ridge::engine

@@ -1,0 +1,274 @@
+// Engine lifecycle on the default model (CPU): submit validation names the field at fault,
+// cancellation returns blocks within a step, stop tokens, shutdown with and without drain, and
+// the destructor joining with requests still in flight.
+#include <atomic>
+#include <thread>
+
+#include "engine_test_util.h"
+
+namespace ridge::engine {
+namespace {
+
+using testing::Collected;
+using testing::Collector;
+using testing::cpu_bundle;
+using testing::greedy_request;
+using testing::random_prompt;
+
+class EngineLifecycle : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    bundle_ = cpu_bundle(2048);
+    if (!bundle_) GTEST_SKIP() << "no model at " << testing::default_model_path();
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+    vocab_ = bundle_->config().vocab;
+    config_.max_num_seqs = 4;
+    config_.max_num_batched_tokens = 64;
+  }
+  Request request(const std::string& id, int len, int32_t max_tokens) {
+    return greedy_request(id, random_prompt(rng_, vocab_, len), max_tokens);
+  }
+  ModelBundle* bundle_ = nullptr;
+  uint32_t seed_ = 0;
+  std::mt19937 rng_;
+  int64_t vocab_ = 0;
+  EngineConfig config_;
+};
+
+// Expects submit to throw RequestRejected of `kind` whose message holds every piece in `parts`.
+void expect_rejected(Engine& e, Request r, RequestRejected::Kind kind,
+                     const std::vector<std::string>& parts) {
+  try {
+    e.submit(std::move(r), [](RequestOutput&&) {});
+    ADD_FAILURE() << "accepted";
+  } catch (const RequestRejected& ex) {
+    EXPECT_EQ(int(ex.kind), int(kind)) << ex.what();
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(ex.what()).find(p), std::string::npos)
+          << "'" << ex.what() << "' does not name " << p;
+  }
+}
+
+TEST_F(EngineLifecycle, SubmitValidationNamesTheField) {
+  SCOPED_TRACE(seed_);
+  Engine e(*bundle_, config_);
+  const int64_t limit = e.max_model_len();
+  EXPECT_EQ(limit, std::min<int64_t>(2048, bundle_->config().max_position));
+  using K = RequestRejected::Kind;
+
+  Request r = request("x", 5, 4);
+  r.prompt.clear();
+  expect_rejected(e, r, K::invalid, {"prompt", "empty"});
+
+  r = request("x", 9, 4);
+  const size_t at = std::uniform_int_distribution<size_t>(0, 8)(rng_);
+  r.prompt[at] = int32_t(vocab_) + std::uniform_int_distribution<int32_t>(0, 1000)(rng_);
+  expect_rejected(e, r, K::invalid,
+                  {std::to_string(r.prompt[at]), "position " + std::to_string(at),
+                   "vocabulary of " + std::to_string(vocab_)});
+  r.prompt[at] = -1;
+  expect_rejected(e, r, K::invalid, {"-1", "vocabulary"});
+
+  r = request("x", 5, 0);
+  expect_rejected(e, r, K::invalid, {"max_tokens 0"});
+
+  // Too long: names the prompt length, max_tokens and the limit.
+  const int len = int(std::uniform_int_distribution<int64_t>(limit / 2, limit - 1)(rng_));
+  const int32_t max_tokens = int32_t(limit - len + 1 + int64_t(rng_() % 50));
+  r = request("x", len, max_tokens);
+  expect_rejected(e, r, K::invalid,
+                  {"prompt (" + std::to_string(len) + " tokens)",
+                   "max_tokens (" + std::to_string(max_tokens) + ")",
+                   "max_model_len " + std::to_string(limit)});
+  r = request("x", int(limit) + 1, 1);
+  expect_rejected(e, r, K::invalid, {std::to_string(limit + 1), std::to_string(limit)});
+
+  r = request("x", 5, 4);
+  r.sampling.temperature = -0.5f;
+  expect_rejected(e, r, K::invalid, {"temperature"});
+  r = request("x", 5, 4);
+  r.sampling.top_p = 0;
+  expect_rejected(e, r, K::invalid, {"top_p"});
+  r = request("x", 5, 4);
+  r.sampling.top_logprobs = 21;
+  expect_rejected(e, r, K::invalid, {"top_logprobs"});
+  r = request("x", 5, 4);
+  r.stop_token_ids = {1, int32_t(vocab_)};
+  expect_rejected(e, r, K::invalid, {"stop_token_ids", std::to_string(vocab_)});
+  r = request("", 5, 4);
+  expect_rejected(e, r, K::invalid, {"request id"});
+
+  // A live id cannot be reused; once finished it can.
+  Collector col;
+  e.submit(request("dup", 5, 3), col.callback());
+  expect_rejected(e, request("dup", 5, 3), K::invalid, {"'dup'", "in use"});
+  ASSERT_TRUE(col.wait_finished({"dup"}));
+  e.submit(request("dup", 5, 1), [](RequestOutput&&) {});
+  e.shutdown(true);
+  expect_rejected(e, request("late", 5, 1), K::shutting_down, {"shutting down"});
+}
+
+TEST_F(EngineLifecycle, ConfigErrorsNameBothNumbers) {
+  EngineConfig c = config_;
+  c.max_model_len = 4096;  // the pool holds 2048
+  try {
+    Engine e(*bundle_, c);
+    FAIL() << "accepted";
+  } catch (const Error& ex) {
+    EXPECT_NE(std::string(ex.what()).find("4096"), std::string::npos) << ex.what();
+    EXPECT_NE(std::string(ex.what()).find("2048"), std::string::npos) << ex.what();
+  }
+  c = config_;
+  c.max_num_batched_tokens = 2;
+  EXPECT_THROW(Engine(*bundle_, c), Error);
+}
+
+TEST_F(EngineLifecycle, FullQueueRefuses) {
+  EngineConfig c = config_;
+  c.max_queue = 0;
+  Engine e(*bundle_, c);
+  expect_rejected(e, request("q", 5, 2), RequestRejected::Kind::queue_full, {"max_queue 0"});
+}
+
+// Cancelling mid-generation: at most the step in flight adds a token, the final output says
+// "abort", and by then the metrics show its blocks returned.
+TEST_F(EngineLifecycle, CancelReturnsBlocksWithinAStep) {
+  SCOPED_TRACE(seed_);
+  for (bool caching : {false, true}) {
+    EngineConfig c = config_;
+    c.enable_prefix_caching = caching;
+    Engine e(*bundle_, c);
+    Collector col;
+    e.submit(request("c", 40, 500), col.callback());
+    ASSERT_TRUE(col.wait_tokens("c", 3));
+    EXPECT_GT(e.metrics().kv_blocks_used, 0);
+    const size_t before = col.get("c").tokens.size();
+    e.cancel("c");
+    ASSERT_TRUE(col.wait_finished({"c"}, 30));
+    const Collected got = col.get("c");
+    EXPECT_EQ(got.finish_reason, "abort");
+    EXPECT_LE(got.tokens.size(), before + 1);
+    const EngineMetrics m = e.metrics();
+    EXPECT_EQ(m.kv_blocks_used, 0);
+    EXPECT_EQ(m.running, 0);
+    // Cached: the full blocks of what was computed (the last sampled token never was).
+    const int64_t computed = 40 + int64_t(got.tokens.size()) - 1;
+    EXPECT_EQ(m.kv_blocks_cached, caching ? computed / bundle_->kv_pool->block_size() : 0);
+    e.cancel("c");        // finished: ignored
+    e.cancel("unknown");  // never seen: ignored
+  }
+}
+
+// A waiting request (max_num_seqs = 1 keeps it out of the running set) can be cancelled too.
+TEST_F(EngineLifecycle, CancelWhileWaiting) {
+  EngineConfig c = config_;
+  c.max_num_seqs = 1;
+  Engine e(*bundle_, c);
+  Collector col;
+  e.submit(request("first", 10, 200), col.callback());
+  e.submit(request("second", 10, 5), col.callback());
+  ASSERT_TRUE(col.wait_tokens("first", 1));
+  e.cancel("second");
+  ASSERT_TRUE(col.wait_finished({"second"}, 30));
+  EXPECT_EQ(col.get("second").finish_reason, "abort");
+  EXPECT_TRUE(col.get("second").tokens.empty());
+  EXPECT_FALSE(col.get("first").finished);
+  e.cancel("first");
+  ASSERT_TRUE(col.wait_finished({"first"}, 30));
+}
+
+// A stop token ends the request with "stop" and is its last token; ignore_eos does not turn off
+// the request's own stop_token_ids.
+TEST_F(EngineLifecycle, StopTokenFinishesWithStop) {
+  SCOPED_TRACE(seed_);
+  Engine e(*bundle_, config_);
+  Collector col;
+  Request r = request("free", 20, 5);
+  e.submit(r, col.callback());
+  ASSERT_TRUE(col.wait_finished({"free"}));
+  const auto free_run = col.get("free").ids();
+  ASSERT_EQ(free_run.size(), 5u);
+  const size_t k = std::uniform_int_distribution<size_t>(1, 4)(rng_);
+  r.id = "stopped";
+  r.stop_token_ids = {free_run[k]};
+  e.submit(r, col.callback());
+  ASSERT_TRUE(col.wait_finished({"stopped"}));
+  const Collected got = col.get("stopped");
+  EXPECT_EQ(got.finish_reason, "stop");
+  const size_t first = size_t(std::find(free_run.begin(), free_run.end(), free_run[k]) -
+                              free_run.begin());
+  EXPECT_EQ(got.ids(), std::vector<int32_t>(free_run.begin(), free_run.begin() + long(first) + 1));
+}
+
+TEST_F(EngineLifecycle, ShutdownWithoutDrainAbortsEverything) {
+  EngineConfig c = config_;
+  c.max_num_seqs = 2;  // the rest wait
+  Engine e(*bundle_, c);
+  Collector col;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back("s" + std::to_string(i));
+    e.submit(request(ids.back(), 12, 400), col.callback());
+  }
+  ASSERT_TRUE(col.wait_tokens("s0", 1));
+  e.shutdown(false);  // returns once the engine thread has stopped
+  for (const auto& id : ids) {
+    const Collected got = col.get(id);
+    EXPECT_TRUE(got.finished) << id;
+    EXPECT_EQ(got.finish_reason, "abort") << id;
+  }
+  const EngineMetrics m = e.metrics();
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.running + m.waiting, 0);
+  e.shutdown(false);  // twice is fine
+}
+
+TEST_F(EngineLifecycle, ShutdownWithDrainFinishesEverything) {
+  Engine e(*bundle_, config_);
+  Collector col;
+  for (int i = 0; i < 3; ++i) e.submit(request("d" + std::to_string(i), 8, 3), col.callback());
+  e.shutdown(true);
+  for (int i = 0; i < 3; ++i) {
+    const Collected got = col.get("d" + std::to_string(i));
+    EXPECT_TRUE(got.finished);
+    EXPECT_EQ(got.finish_reason, "length");
+    EXPECT_EQ(got.tokens.size(), 3u);
+  }
+}
+
+// The destructor with requests in flight and other threads submitting: every accepted request
+// gets exactly one final output, and nothing is called after the destructor returns.
+TEST_F(EngineLifecycle, DestructorJoinsWithRequestsInFlight) {
+  std::atomic<int> finals{0}, accepted{0};
+  std::atomic<bool> destroyed{false};
+  {
+    Engine e(*bundle_, config_);
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 3; ++t) {
+      clients.emplace_back([&, t] {
+        std::mt19937 rng(uint32_t(t) * 7919u + 1);
+        for (int i = 0; i < 4; ++i) {
+          try {
+            e.submit(greedy_request("t" + std::to_string(t) + "_" + std::to_string(i),
+                                    random_prompt(rng, vocab_, 6), 50),
+                     [&](RequestOutput&& o) {
+                       EXPECT_FALSE(destroyed.load());
+                       if (o.finished) ++finals;
+                     });
+            ++accepted;
+          } catch (const RequestRejected&) {
+          }
+        }
+      });
+    }
+    for (auto& c : clients) c.join();
+    while (e.metrics().steps < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  destroyed = true;
+  EXPECT_EQ(finals.load(), accepted.load());
+  EXPECT_EQ(accepted.load(), 12);
+}
+
+}  // namespace
+}  // namespace ridge::engine
