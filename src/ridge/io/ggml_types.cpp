@@ -1,6 +1,7 @@
 #include "ridge/io/ggml_types.h"
 
 #include <array>
+#include <cstdint>
 
 namespace ridge::io {
 

@@ -1,4 +1,5 @@
 // GgufValue conversions and GgufFile's metadata and tensor lookups.
+#include <cstdint>
 #include <limits>
 
 #include "ridge/core/error.h"

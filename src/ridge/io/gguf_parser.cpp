@@ -3,6 +3,7 @@
 // before anything is allocated for it.
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <cstring>
 #include <set>
 

@@ -1,5 +1,6 @@
 // SafetensorsFile: the validating single-file reader.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <set>
 

@@ -14,6 +14,7 @@
 // data is only as aligned as the file makes it (the reference writer pads the header to 8).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>

@@ -1,5 +1,7 @@
 #include "ridge/io/tensor_data.h"
 
+#include <cstdint>
+
 #include "ridge/core/error.h"
 
 namespace ridge::io {
