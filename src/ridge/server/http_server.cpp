@@ -1,0 +1,1115 @@
+#include "ridge/server/http_server.h"
+
+#include <cstdint>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ridge/core/error.h"
+#include "ridge/core/log.h"
+#include "ridge/server/json_text.h"
+#include "ridge/server/openai_api.h"
+#include "ridge/server/stop_matcher.h"
+
+namespace ridge::server {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const char* reason(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+  }
+}
+
+constexpr int kCodes[] = {200, 400, 401, 404, 405, 413, 429, 431, 500, 503};
+int code_index(int status) {
+  for (int i = 0; i < int(std::size(kCodes)); ++i)
+    if (kCodes[i] == status) return i;
+  return -1;
+}
+
+std::string http_head(int status, std::string_view content_type, int64_t content_length,
+                      bool keep_alive, std::string_view extra = {}) {
+  std::string h = fmt::format("HTTP/1.1 {} {}\r\nServer: ridge\r\nContent-Type: {}\r\n", status,
+                              reason(status), content_type);
+  if (content_length >= 0)
+    h += fmt::format("Content-Length: {}\r\n", content_length);
+  else
+    h += "Transfer-Encoding: chunked\r\n";
+  h += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+  h += extra;
+  h += "\r\n";
+  return h;
+}
+
+std::string random_hex(size_t n) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string s(n, '0');
+  uint64_t bits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 16 == 0) bits = rng();
+    s[i] = hex[bits & 15];
+    bits >>= 4;
+  }
+  return s;
+}
+
+void append_histogram(std::string& out, const char* name, const char* help,
+                      const engine::Histogram& h) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  for (size_t i = 0; i < h.bounds.size(); ++i)
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, h.bounds[i], h.counts[i]);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, h.count, name,
+                     h.sum, name, h.count);
+}
+
+void append_metric(std::string& out, const char* name, const char* type, const char* help,
+                   double value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+}
+
+}  // namespace
+
+class Session;
+class Job;
+
+struct HttpServer::Impl {
+  ServerOptions opt;
+  const tokenizer::Tokenizer& tok;
+  EnginePort& engine;
+  std::unique_ptr<tokenizer::ChatTemplate> tmpl;
+  PromptContext pctx;
+  std::string fingerprint;
+  int64_t created = 0;
+
+  std::vector<std::unique_ptr<net::io_context>> iocs;
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
+  std::vector<std::thread> threads;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  std::unique_ptr<net::steady_timer> accept_retry;
+  size_t next_ioc = 0;
+  uint16_t bound_port = 0;
+
+  std::atomic<bool> stopping{false};
+  std::atomic<int64_t> connections{0};
+  std::atomic<int64_t> busy{0};  // connections with a request whose response is not yet written
+  std::atomic<uint64_t> responses[std::size(kCodes) + 1] = {};
+  std::atomic<uint64_t> disconnect_cancels{0};
+  std::atomic<uint64_t> stop_string_stops{0};
+  std::atomic<uint64_t> connections_total{0};
+
+  // Jobs whose engine requests are not all finished.
+  std::mutex jobs_mu;
+  std::unordered_map<std::string, std::weak_ptr<Job>> jobs;
+
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  bool stop_requested = false;
+  bool stop_done = false;
+  Clock::time_point deadline;
+  std::thread stopper;
+
+  Impl(ServerOptions o, const tokenizer::Tokenizer& t, EnginePort& e)
+      : opt(std::move(o)), tok(t), engine(e) {}
+  ~Impl() {
+    // Connections (held by pending handlers) go with their io_context, before the counters.
+    guards.clear();
+    acceptor.reset();
+    accept_retry.reset();
+    iocs.clear();
+  }
+
+  void count(int status) {
+    const int i = code_index(status);
+    responses[i < 0 ? std::size(kCodes) : size_t(i)].fetch_add(1, std::memory_order_relaxed);
+  }
+  size_t live_jobs() {
+    std::lock_guard lock(jobs_mu);
+    return jobs.size();
+  }
+  void do_accept();
+  void stop_thread();
+  void cancel_all_jobs();
+  std::string metrics_text();
+  bool model_known(const std::string& m) const {
+    if (m.empty()) return true;
+    for (const auto& n : opt.served_model_names)
+      if (n == m) return true;
+    return false;
+  }
+};
+
+// ------------------------------------------------------------------------------------------------
+// Session: one connection; all its state lives on its io_context's thread.
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(HttpServer::Impl& srv, tcp::socket socket, net::io_context& ioc)
+      : srv_(srv), ioc_(ioc), stream_(std::move(socket)) {
+    srv_.connections.fetch_add(1);
+    srv_.connections_total.fetch_add(1);
+  }
+  ~Session() { srv_.connections.fetch_sub(1); }
+
+  void start(bool reject) {
+    if (reject) {
+      keep_alive_ = false;
+      begin_response();
+      respond_error(ApiError(503, "too many connections", "", "service_unavailable"));
+      return;
+    }
+    read_next();
+  }
+
+  net::io_context& ioc() { return ioc_; }
+
+  // Appends bytes of the response body (framed as one HTTP chunk when chunked).
+  void send_body(std::string_view data) {
+    if (data.empty() || closed_) return;
+    if (chunked_) {
+      char buf[20];
+      auto r = std::to_chars(buf, buf + sizeof buf, data.size(), 16);
+      pending_.append(buf, r.ptr);
+      pending_.append("\r\n");
+      pending_.append(data);
+      pending_.append("\r\n");
+    } else {
+      pending_.append(data);
+    }
+    flush();
+  }
+  void send_raw(std::string_view data) {
+    if (closed_) return;
+    pending_.append(data);
+    flush();
+  }
+  // Starts a streamed (chunked) response.
+  void start_stream(std::string_view extra_headers) {
+    chunked_ = true;
+    send_raw(http_head(200, "text/event-stream; charset=utf-8", -1, keep_alive_,
+                       fmt::format("Cache-Control: no-cache\r\n{}", extra_headers)));
+    srv_.count(200);
+  }
+  // The whole response is queued.
+  void end_response() {
+    if (chunked_) pending_.append("0\r\n\r\n");
+    response_queued_ = true;
+    flush();
+  }
+  void respond(int status, std::string_view content_type, std::string_view body,
+               std::string_view extra = {}) {
+    srv_.count(status);
+    if (srv_.stopping.load()) keep_alive_ = false;
+    send_raw(http_head(status, content_type, int64_t(body.size()), keep_alive_, extra));
+    send_raw(body);
+    end_response();
+  }
+  void respond_error(const ApiError& e) {
+    respond(e.status, "application/json", e.body());
+  }
+  void respond_json(const ojson& j) {
+    respond(200, "application/json", j.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+
+  // The client went away: cancel its request, close.
+  void disconnect();
+  bool closed() const { return closed_; }
+  bool keep_alive() const { return keep_alive_; }
+
+ private:
+  void read_next() {
+    parser_.emplace();
+    parser_->body_limit(srv_.opt.max_body_bytes);
+    parser_->header_limit(64 * 1024);
+    stream_.expires_after(std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(srv_.opt.keep_alive_seconds)));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (closed_) return;
+    if (ec) {
+      if (ec == http::error::body_limit) {
+        keep_alive_ = false;
+        begin_response();
+        respond_error(ApiError(413, fmt::format("The request body is larger than the limit of {} "
+                                                "bytes.", srv_.opt.max_body_bytes)));
+      } else if (ec == http::error::header_limit) {
+        keep_alive_ = false;
+        begin_response();
+        respond_error(ApiError(431, "The request headers are too large."));
+      } else if (ec.category() == beast::error_code(http::error::end_of_stream).category() &&
+                 ec != http::error::end_of_stream && ec != http::error::partial_message) {
+        keep_alive_ = false;
+        begin_response();
+        respond_error(ApiError(400, fmt::format("Malformed HTTP request: {}", ec.message())));
+      } else {
+        close();
+      }
+      return;
+    }
+    stream_.expires_never();
+    begin_response();
+    auto req = parser_->release();
+    keep_alive_ = req.keep_alive() && !srv_.stopping.load();
+    http10_ = req.version() < 11;
+    try {
+      handle(req);
+    } catch (const ApiError& e) {
+      respond_error(e);
+    } catch (const std::exception& e) {
+      log::error("server: {}", e.what());
+      respond_error(ApiError(500, fmt::format("internal error: {}", e.what())));
+    }
+  }
+
+  void begin_response() {
+    in_response_ = true;
+    chunked_ = false;
+    srv_.busy.fetch_add(1);
+  }
+
+  void handle(http::request<http::string_body>& req);
+  void handle_generation(http::request<http::string_body>& req, Api api);
+
+  void flush() {
+    if (writing_ || closed_) return;
+    if (pending_.empty()) {
+      if (response_queued_) response_written();
+      return;
+    }
+    writing_buf_.swap(pending_);
+    pending_.clear();
+    writing_ = true;
+    net::async_write(stream_, net::buffer(writing_buf_),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->writing_ = false;
+                       self->writing_buf_.clear();
+                       if (ec) {
+                         self->disconnect();
+                         return;
+                       }
+                       self->flush();
+                     });
+  }
+
+  void response_written();
+  void watch_disconnect();
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    if (in_response_) {
+      in_response_ = false;
+      srv_.busy.fetch_sub(1);
+    }
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+  }
+
+  HttpServer::Impl& srv_;
+  net::io_context& ioc_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::string pending_, writing_buf_;
+  bool writing_ = false;
+  bool response_queued_ = false;
+  bool in_response_ = false;
+  bool chunked_ = false;
+  bool keep_alive_ = true;
+  bool http10_ = false;
+  bool closed_ = false;
+  bool watching_ = false;
+  uint64_t watch_gen_ = 0;
+  std::shared_ptr<Job> job_;
+
+  friend class Job;
+};
+
+// ------------------------------------------------------------------------------------------------
+// Job: one generation request (n choices per prompt), fed by the engine's outputs on its
+// session's thread.
+
+class Job : public std::enable_shared_from_this<Job> {
+ public:
+  struct Choice {
+    std::string engine_id;
+    size_t prompt_index = 0;
+    tokenizer::IncrementalDecoder decoder;
+    StopMatcher matcher;
+    std::string text;
+    size_t text_chars = 0;
+    json logprobs;  // non-streaming accumulation
+    int32_t completion_tokens = 0;
+    int32_t cached_tokens = 0;
+    std::string finish_reason;
+    bool done = false;
+    bool engine_done = false;
+    bool submitted = false;
+    Choice(const tokenizer::Tokenizer& t, std::vector<std::string> stops)
+        : decoder(t, /*skip_special=*/true), matcher(std::move(stops)) {}
+  };
+
+  Job(HttpServer::Impl& srv, std::shared_ptr<Session> session, GenParams params,
+      std::string model)
+      : srv_(srv),
+        ioc_(session->ioc()),
+        session_(std::move(session)),
+        p_(std::move(params)),
+        model_(std::move(model)) {
+    id_ = (p_.api == Api::chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
+    created_ = int64_t(std::time(nullptr));
+    for (size_t pi = 0; pi < p_.prompts.size(); ++pi)
+      for (int32_t j = 0; j < p_.n; ++j) {
+        auto& c = choices_.emplace_back(std::make_unique<Choice>(srv_.tok, p_.stop));
+        c->prompt_index = pi;
+        c->engine_id = fmt::format("{}-{}", id_, choices_.size() - 1);
+      }
+    // The constant start of every streamed event.
+    head0_ = "data: {\"id\":\"" + id_ + "\",\"object\":\"";
+    head0_ += p_.api == Api::chat ? "chat.completion.chunk" : "text_completion";
+    head0_ += fmt::format("\",\"created\":{},\"model\":", created_);
+    append_json_string(head0_, model_);
+    head0_ += ",\"system_fingerprint\":\"" + srv_.fingerprint + "\",";
+    head_ = head0_ + "\"choices\":[{\"index\":";
+    tail_ = p_.include_usage ? "}],\"usage\":null}\n\n" : "}]}\n\n";
+    for (int32_t t : srv_.tok.stop_ids()) stop_ids_.push_back(t);
+    for (int32_t t : p_.stop_token_ids) stop_ids_.push_back(t);
+  }
+
+  const std::string& id() const { return id_; }
+  // Engine ids never change after construction: readable from any thread.
+  std::vector<std::string> engine_ids() const {
+    std::vector<std::string> ids;
+    for (const auto& c : choices_) ids.push_back(c->engine_id);
+    return ids;
+  }
+
+  // Submits every choice; throws ApiError when the engine refuses (earlier choices cancelled).
+  void submit() {
+    std::random_device rd;
+    const uint64_t base_seed = p_.seed_given ? p_.sampling.seed : (uint64_t(rd()) << 32 | rd());
+    {
+      std::lock_guard lock(srv_.jobs_mu);
+      srv_.jobs.emplace(id_, weak_from_this());
+    }
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      auto& c = *choices_[i];
+      engine::Request r;
+      r.id = c.engine_id;
+      r.prompt = p_.prompts[c.prompt_index];
+      r.sampling = p_.sampling;
+      r.sampling.seed = base_seed + uint64_t(i % size_t(p_.n));
+      r.max_tokens = p_.max_tokens;
+      r.ignore_eos = p_.ignore_eos;
+      r.stop_token_ids = p_.stop_token_ids;
+      auto self = shared_from_this();
+      try {
+        srv_.engine.submit(std::move(r), [self, i](engine::RequestOutput&& out) {
+          net::io_context& ioc = self->ioc_;
+          net::post(ioc, [self, i, out = std::move(out)]() mutable {
+            self->on_output(i, std::move(out));
+          });
+        });
+        c.submitted = true;
+        ++engine_live_;
+      } catch (const engine::RequestRejected& e) {
+        failed_ = true;
+        for (auto& o : choices_)
+          if (o->submitted) srv_.engine.cancel(o->engine_id);
+        if (engine_live_ == 0) unregister();
+        using K = engine::RequestRejected::Kind;
+        if (e.kind == K::queue_full)
+          throw ApiError(429, fmt::format("The server is busy: {}. Retry later.", e.what()), "",
+                         "rate_limit_error", "queue_full");
+        if (e.kind == K::shutting_down)
+          throw ApiError(503, "The server is shutting down.", "", "service_unavailable");
+        throw ApiError(400, e.what());
+      }
+    }
+  }
+
+  // A streamed response sends its headers and, for chat, the role deltas at once.
+  void start_stream() {
+    auto& s = *session_;
+    s.start_stream(fmt::format("x-request-id: {}\r\n", id_));
+    if (p_.api == Api::chat) {
+      std::string ev;
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        ev += head_;
+        ev += std::to_string(i);
+        ev += ",\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},"
+              "\"logprobs\":null,\"finish_reason\":null";
+        ev += tail_;
+      }
+      s.send_body(ev);
+    }
+  }
+
+  // The client is gone: cancel what still runs.
+  void client_gone() {
+    if (!session_) return;
+    session_.reset();
+    bool any = false;
+    for (auto& c : choices_)
+      if (c->submitted && !c->engine_done) {
+        srv_.engine.cancel(c->engine_id);
+        any = true;
+      }
+    if (any) srv_.disconnect_cancels.fetch_add(1);
+  }
+
+  void on_output(size_t i, engine::RequestOutput&& out);
+
+ private:
+  void unregister() {
+    std::lock_guard lock(srv_.jobs_mu);
+    srv_.jobs.erase(id_);
+  }
+  bool is_stop_token(int32_t t) const {
+    return std::find(stop_ids_.begin(), stop_ids_.end(), t) != stop_ids_.end();
+  }
+  json logprob_entry(const engine::TokenOutput& t, size_t text_offset) const;
+  void add_event(std::string& ev, size_t i, std::string_view text, const json* lp,
+                 const std::string* finish);
+  void finish_all();
+  ojson usage() const;
+
+  HttpServer::Impl& srv_;
+  net::io_context& ioc_;
+  std::shared_ptr<Session> session_;
+  GenParams p_;
+  std::string model_;
+  std::string id_;
+  int64_t created_ = 0;
+  std::vector<std::unique_ptr<Choice>> choices_;
+  std::vector<int32_t> stop_ids_;
+  std::string head0_, head_, tail_;
+  int engine_live_ = 0;
+  size_t done_count_ = 0;
+  bool failed_ = false;
+  bool finished_ = false;
+};
+
+json Job::logprob_entry(const engine::TokenOutput& t, size_t text_offset) const {
+  auto bytes_of = [&](int32_t id) {
+    const std::string b = srv_.tok.token_bytes(id);
+    json arr = json::array();
+    for (unsigned char ch : b) arr.push_back(int(ch));
+    return std::pair{valid_utf8(b), arr};
+  };
+  auto [text, bytes] = bytes_of(t.token);
+  if (p_.api == Api::chat) {
+    json top = json::array();
+    for (const auto& a : t.top) {
+      auto [at, ab] = bytes_of(a.token);
+      top.push_back({{"token", at}, {"logprob", a.logprob}, {"bytes", ab}});
+    }
+    return {{"token", text}, {"logprob", t.logprob}, {"bytes", bytes}, {"top_logprobs", top}};
+  }
+  json top = json::object();
+  for (const auto& a : t.top) top[valid_utf8(srv_.tok.token_bytes(a.token))] = a.logprob;
+  return {{"token", text}, {"logprob", t.logprob}, {"top", top}, {"offset", text_offset}};
+}
+
+namespace {
+// Completions' logprobs object from per-token entries.
+json completion_logprobs(const json& entries) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  for (const auto& e : entries) {
+    tokens.push_back(e["token"]);
+    lps.push_back(e["logprob"]);
+    tops.push_back(e["top"]);
+    offs.push_back(e["offset"]);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+}  // namespace
+
+void Job::add_event(std::string& ev, size_t i, std::string_view text, const json* lp,
+                    const std::string* finish) {
+  ev += head_;
+  ev += std::to_string(i);
+  if (p_.api == Api::chat) {
+    if (finish) {
+      ev += ",\"delta\":{}";
+    } else {
+      ev += ",\"delta\":{\"content\":";
+      append_json_string(ev, text);
+      ev += "}";
+    }
+    ev += ",\"logprobs\":";
+    if (lp) {
+      ev += "{\"content\":";
+      ev += dump(*lp);
+      ev += ",\"refusal\":null}";
+    } else {
+      ev += "null";
+    }
+  } else {
+    ev += ",\"text\":";
+    append_json_string(ev, text);
+    ev += ",\"logprobs\":";
+    ev += lp ? dump(completion_logprobs(*lp)) : "null";
+  }
+  ev += ",\"finish_reason\":";
+  if (finish) {
+    append_json_string(ev, *finish);
+  } else {
+    ev += "null";
+  }
+  ev += tail_;
+}
+
+void Job::on_output(size_t i, engine::RequestOutput&& out) {
+  auto& c = *choices_[i];
+  if (out.finished && !c.engine_done) {
+    c.engine_done = true;
+    if (--engine_live_ == 0) unregister();
+  }
+  c.cached_tokens = std::max(c.cached_tokens, out.cached_tokens);
+  if (failed_ || finished_ || !session_ || c.done) return;
+
+  const bool want_lp = p_.logprobs;
+  std::string text;
+  json lps = json::array();
+  for (size_t k = 0; k < out.tokens.size() && !c.done; ++k) {
+    const auto& t = out.tokens[k];
+    ++c.completion_tokens;
+    // The model's stop token ends the text without being part of it.
+    if (out.finished && k + 1 == out.tokens.size() && out.finish_reason == "stop" &&
+        !p_.ignore_eos && is_stop_token(t.token))
+      break;
+    std::string piece = c.matcher.push(c.decoder.push(t.token));
+    if (want_lp) lps.push_back(logprob_entry(t, c.text_chars + utf8_length(text)));
+    text += piece;
+    if (c.matcher.stopped()) {
+      c.done = true;
+      c.finish_reason = "stop";
+      srv_.stop_string_stops.fetch_add(1, std::memory_order_relaxed);
+      if (!c.engine_done) srv_.engine.cancel(c.engine_id);
+    }
+  }
+  if (!c.done && out.finished) {
+    std::string rest = c.matcher.push(c.decoder.flush());
+    if (c.matcher.stopped()) {
+      c.finish_reason = "stop";
+    } else {
+      rest += c.matcher.flush();
+      c.finish_reason = out.finish_reason;
+    }
+    text += rest;
+    c.done = true;
+    if (out.finish_reason == "error") {
+      failed_ = true;
+      finished_ = true;
+      for (auto& o : choices_)
+        if (!o->engine_done) srv_.engine.cancel(o->engine_id);
+      auto s = std::move(session_);
+      const ApiError err(500, out.error.empty() ? "the engine failed" : out.error);
+      if (p_.stream) {
+        s->send_body("data: " + err.body() + "\n\ndata: [DONE]\n\n");
+        s->end_response();
+      } else {
+        s->respond_error(err);
+      }
+      s->job_.reset();
+      return;
+    }
+  }
+  if (p_.stream) {
+    std::string ev;
+    if (!text.empty() || (want_lp && !lps.empty()))
+      add_event(ev, i, text, want_lp ? &lps : nullptr, nullptr);
+    if (c.done) add_event(ev, i, "", nullptr, &c.finish_reason);
+    session_->send_body(ev);
+  } else {
+    c.text += text;
+    if (want_lp) {
+      if (c.logprobs.is_null()) c.logprobs = json::array();
+      for (auto& e : lps) c.logprobs.push_back(std::move(e));
+    }
+  }
+  c.text_chars += utf8_length(text);
+  if (c.done && ++done_count_ == choices_.size()) finish_all();
+}
+
+ojson Job::usage() const {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  for (const auto& pt : p_.prompts) prompt += int64_t(pt.size());
+  std::vector<int32_t> cached_per_prompt(p_.prompts.size(), 0);
+  for (const auto& c : choices_) {
+    completion += c->completion_tokens;
+    cached_per_prompt[c->prompt_index] = std::max(cached_per_prompt[c->prompt_index], c->cached_tokens);
+  }
+  for (int32_t v : cached_per_prompt) cached += v;
+  ojson u;
+  u["prompt_tokens"] = prompt;
+  u["completion_tokens"] = completion;
+  u["total_tokens"] = prompt + completion;
+  u["prompt_tokens_details"] = {{"cached_tokens", cached}, {"audio_tokens", 0}};
+  u["completion_tokens_details"] = {{"reasoning_tokens", 0},
+                                    {"audio_tokens", 0},
+                                    {"accepted_prediction_tokens", 0},
+                                    {"rejected_prediction_tokens", 0}};
+  return u;
+}
+
+void Job::finish_all() {
+  finished_ = true;
+  auto s = std::move(session_);
+  if (p_.stream) {
+    std::string ev;
+    if (p_.include_usage) {
+      ev += head0_;
+      ev += "\"choices\":[],\"usage\":";
+      ev += usage().dump();
+      ev += "}\n\n";
+    }
+    ev += "data: [DONE]\n\n";
+    s->send_body(ev);
+    s->end_response();
+  } else {
+    ojson j;
+    j["id"] = id_;
+    j["object"] = p_.api == Api::chat ? "chat.completion" : "text_completion";
+    j["created"] = created_;
+    j["model"] = model_;
+    j["system_fingerprint"] = srv_.fingerprint;
+    ojson choices = ojson::array();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const auto& c = *choices_[i];
+      ojson ch;
+      ch["index"] = i;
+      if (p_.api == Api::chat) {
+        ch["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr},
+                         {"annotations", ojson::array()}};
+        if (p_.logprobs)
+          ch["logprobs"] = {{"content", c.logprobs.is_null() ? json::array() : c.logprobs},
+                            {"refusal", nullptr}};
+        else
+          ch["logprobs"] = nullptr;
+      } else {
+        ch["text"] = c.text;
+        ch["logprobs"] = p_.logprobs ? ojson(completion_logprobs(c.logprobs.is_null() ? json::array()
+                                                                                      : c.logprobs))
+                                     : ojson(nullptr);
+      }
+      ch["finish_reason"] = c.finish_reason;
+      choices.push_back(std::move(ch));
+    }
+    j["choices"] = std::move(choices);
+    j["usage"] = usage();
+    s->respond(200, "application/json", j.dump(-1, ' ', false, json::error_handler_t::replace),
+               fmt::format("x-request-id: {}\r\n", id_));
+  }
+  s->job_.reset();
+}
+
+// ------------------------------------------------------------------------------------------------
+
+void Session::disconnect() {
+  if (job_) {
+    job_->client_gone();
+    job_.reset();
+  }
+  close();
+}
+
+void Session::response_written() {
+  response_queued_ = false;
+  job_.reset();
+  if (watching_) {
+    watching_ = false;
+    ++watch_gen_;
+    beast::error_code ec;
+    stream_.socket().cancel(ec);
+  }
+  if (in_response_) {
+    in_response_ = false;
+    srv_.busy.fetch_sub(1);
+  }
+  if (!keep_alive_ || http10_ || srv_.stopping.load()) {
+    close();
+    return;
+  }
+  read_next();
+}
+
+void Session::watch_disconnect() {
+  watching_ = true;
+  const uint64_t gen = watch_gen_;
+  stream_.socket().async_wait(
+      tcp::socket::wait_read, [self = shared_from_this(), gen](beast::error_code ec) {
+        if (gen != self->watch_gen_ || self->closed_ || !self->watching_) return;
+        if (ec) {
+          if (ec != net::error::operation_aborted) self->disconnect();
+          return;
+        }
+        char c;
+        const ssize_t r =
+            ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (r == 0) {
+          self->disconnect();
+        } else if (r < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            self->watch_disconnect();
+          else
+            self->disconnect();
+        } else {
+          self->watching_ = false;  // the next (pipelined) request is arriving
+        }
+      });
+}
+
+void Session::handle(http::request<http::string_body>& req) {
+  std::string_view target(req.target().data(), req.target().size());
+  if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
+  const auto method = req.method();
+  const bool get = method == http::verb::get;
+  const bool post = method == http::verb::post;
+
+  if (target.starts_with("/v1/") && !srv_.opt.api_key.empty()) {
+    auto it = req.find(http::field::authorization);
+    if (it == req.end())
+      throw ApiError(401, "You didn't provide an API key. You need to provide your API key in an "
+                          "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                     "", "invalid_request_error", "missing_api_key");
+    std::string_view v(it->value().data(), it->value().size());
+    std::string_view key;
+    if (v.size() >= 7 && (v.substr(0, 7) == "Bearer " || v.substr(0, 7) == "bearer ")) key = v.substr(7);
+    while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
+    while (!key.empty() && key.back() == ' ') key.remove_suffix(1);
+    if (!constant_time_equal(key, srv_.opt.api_key))
+      throw ApiError(401, "Incorrect API key provided.", "", "invalid_request_error",
+                     "invalid_api_key");
+  }
+
+  auto allow = [&](bool ok, const char* methods) {
+    if (!ok) {
+      const ApiError e(405, fmt::format("Method {} is not allowed on {} (allowed: {}).",
+                                        std::string(req.method_string()), target, methods));
+      respond(405, "application/json", e.body(), fmt::format("Allow: {}\r\n", methods));
+      return false;
+    }
+    return true;
+  };
+
+  if (target == "/health") {
+    if (!allow(get, "GET")) return;
+    if (srv_.stopping.load())
+      respond_error(ApiError(503, "The server is shutting down."));
+    else
+      respond(200, "application/json", "{\"status\":\"ok\"}");
+  } else if (target == "/metrics") {
+    if (!allow(get, "GET")) return;
+    respond(200, "text/plain; version=0.0.4; charset=utf-8", srv_.metrics_text());
+  } else if (target == "/v1/models" || target.starts_with("/v1/models/")) {
+    if (!allow(get, "GET")) return;
+    auto model = [&](const std::string& name) {
+      ojson m;
+      m["id"] = name;
+      m["object"] = "model";
+      m["created"] = srv_.created;
+      m["owned_by"] = "ridge";
+      m["max_model_len"] = srv_.engine.max_model_len();
+      return m;
+    };
+    if (target == "/v1/models") {
+      ojson list;
+      list["object"] = "list";
+      list["data"] = ojson::array();
+      for (const auto& n : srv_.opt.served_model_names) list["data"].push_back(model(n));
+      respond_json(list);
+    } else {
+      const std::string name(target.substr(std::string_view("/v1/models/").size()));
+      if (name.empty() || !srv_.model_known(name))
+        throw ApiError(404, fmt::format("The model `{}` does not exist.", name), "model",
+                       "invalid_request_error", "model_not_found");
+      respond_json(model(name));
+    }
+  } else if (target == "/v1/chat/completions") {
+    if (!allow(post, "POST")) return;
+    handle_generation(req, Api::chat);
+  } else if (target == "/v1/completions") {
+    if (!allow(post, "POST")) return;
+    handle_generation(req, Api::completions);
+  } else {
+    throw ApiError(404, fmt::format("Unknown route {} {}.", std::string(req.method_string()), target),
+                   "", "invalid_request_error", "unknown_url");
+  }
+}
+
+void Session::handle_generation(http::request<http::string_body>& req, Api api) {
+  if (srv_.stopping.load()) throw ApiError(503, "The server is shutting down.");
+  const json body = parse_body(req.body());
+  std::string model = requested_model(body);
+  if (!srv_.model_known(model))
+    throw ApiError(404, fmt::format("The model `{}` does not exist.", model), "model",
+                   "invalid_request_error", "model_not_found");
+  if (model.empty()) model = srv_.opt.served_model_names.at(0);
+  GenParams p = parse_generation(api, body, srv_.pctx);
+
+  const int64_t limit = srv_.engine.max_model_len();
+  const char* what = api == Api::chat ? "messages" : "prompt";
+  int64_t longest = 0;
+  for (const auto& pt : p.prompts) {
+    const int64_t n = int64_t(pt.size());
+    longest = std::max(longest, n);
+    if (p.max_tokens > 0 && n + p.max_tokens > limit)
+      throw ApiError(400, fmt::format("This model's maximum context length is {} tokens. However, "
+                                      "you requested {} tokens ({} in the {}, {} in the "
+                                      "completion). Please reduce the length of the {} or "
+                                      "completion.", limit, n + p.max_tokens, n, what,
+                                      p.max_tokens, what),
+                     what, "invalid_request_error", "context_length_exceeded");
+    if (p.max_tokens <= 0 && n >= limit)
+      throw ApiError(400, fmt::format("This model's maximum context length is {} tokens. However, "
+                                      "your {} has {} tokens, which leaves no room for the "
+                                      "completion. Please reduce the length of the {}.",
+                                      limit, what, n, what),
+                     what, "invalid_request_error", "context_length_exceeded");
+  }
+  if (p.max_tokens <= 0)
+    p.max_tokens = int32_t(api == Api::chat ? limit - longest : std::min<int64_t>(16, limit - longest));
+
+  const bool stream = p.stream;
+  auto job = std::make_shared<Job>(srv_, shared_from_this(), std::move(p), model);
+  job->submit();  // throws ApiError when refused
+  job_ = job;
+  if (stream) job->start_stream();
+  watch_disconnect();
+}
+
+// ------------------------------------------------------------------------------------------------
+
+void HttpServer::Impl::do_accept() {
+  net::io_context& ioc = *iocs[next_ioc++ % iocs.size()];
+  acceptor->async_accept(ioc, [this, &ioc](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
+      // Out of descriptors or similar: try again shortly rather than spinning.
+      log::warn("server: accept failed: {}", ec.message());
+      accept_retry->expires_after(std::chrono::milliseconds(50));
+      accept_retry->async_wait([this](beast::error_code e) {
+        if (!e && acceptor->is_open()) do_accept();
+      });
+      return;
+    }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    const bool reject = connections.load() >= opt.max_connections;
+    auto s = std::make_shared<Session>(*this, std::move(socket), ioc);
+    net::post(ioc, [s, reject] { s->start(reject); });
+    do_accept();
+  });
+}
+
+void HttpServer::Impl::cancel_all_jobs() {
+  std::vector<std::shared_ptr<Job>> live;
+  {
+    std::lock_guard lock(jobs_mu);
+    for (auto& [id, w] : jobs)
+      if (auto j = w.lock()) live.push_back(std::move(j));
+  }
+  for (auto& j : live)
+    for (const auto& id : j->engine_ids()) engine.cancel(id);
+}
+
+void HttpServer::Impl::stop_thread() {
+  {
+    std::unique_lock lock(stop_mu);
+    while (live_jobs() > 0 && Clock::now() < deadline)
+      stop_cv.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  if (size_t n = live_jobs()) {
+    log::info("server: cancelling {} unfinished requests", n);
+    cancel_all_jobs();
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (live_jobs() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Let the last responses reach their clients.
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  while (busy.load() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (auto& g : guards) g.reset();
+  for (auto& ioc : iocs) ioc->stop();
+  {
+    std::lock_guard lock(stop_mu);
+    stop_done = true;
+  }
+  stop_cv.notify_all();
+}
+
+std::string HttpServer::Impl::metrics_text() {
+  const engine::EngineMetrics m = engine.metrics();
+  std::string out;
+  out.reserve(8192);
+  append_metric(out, "ridge_requests_running", "gauge", "Requests running in the engine.", m.running);
+  append_metric(out, "ridge_requests_waiting", "gauge", "Requests waiting for admission.", m.waiting);
+  append_metric(out, "ridge_kv_blocks_total", "gauge", "KV cache blocks in the pool.", double(m.kv_blocks_total));
+  append_metric(out, "ridge_kv_blocks_used", "gauge", "KV blocks referenced by live sequences.", double(m.kv_blocks_used));
+  append_metric(out, "ridge_kv_blocks_free", "gauge", "KV blocks not referenced by a live sequence (cached ones included).",
+                double(m.kv_blocks_total - m.kv_blocks_used));
+  append_metric(out, "ridge_kv_blocks_cached", "gauge", "Free KV blocks holding a reusable prefix.", double(m.kv_blocks_cached));
+  append_metric(out, "ridge_kv_cache_usage_ratio", "gauge", "Fraction of KV blocks in use.",
+                m.kv_blocks_total ? double(m.kv_blocks_used) / double(m.kv_blocks_total) : 0.0);
+  append_metric(out, "ridge_prefix_cache_hit_rate", "gauge", "Prompt tokens found in the prefix cache / prompt tokens looked up.",
+                m.prefix_query_tokens ? double(m.prefix_hit_tokens) / double(m.prefix_query_tokens) : 0.0);
+  append_metric(out, "ridge_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", double(m.prefix_query_tokens));
+  append_metric(out, "ridge_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.", double(m.prefix_hit_tokens));
+  append_metric(out, "ridge_prompt_tokens_total", "counter", "Prompt tokens processed.", double(m.prompt_tokens_total));
+  append_metric(out, "ridge_generation_tokens_total", "counter", "Tokens generated.", double(m.generation_tokens_total));
+  append_metric(out, "ridge_requests_finished_total", "counter", "Engine requests finished.", double(m.requests_finished));
+  append_metric(out, "ridge_preemptions_total", "counter", "Sequences preempted for KV space.", double(m.preemptions));
+  append_metric(out, "ridge_engine_steps_total", "counter", "Engine steps run.", double(m.steps));
+  append_histogram(out, "ridge_time_to_first_token_seconds", "Time to first token.", m.ttft);
+  append_histogram(out, "ridge_time_per_output_token_seconds", "Mean time between output tokens of a request.", m.tpot);
+  append_histogram(out, "ridge_e2e_request_latency_seconds", "Request latency, arrival to last token.", m.e2e);
+  append_metric(out, "ridge_http_connections", "gauge", "Open HTTP connections.", double(connections.load()));
+  append_metric(out, "ridge_http_connections_total", "counter", "HTTP connections accepted.", double(connections_total.load()));
+  append_metric(out, "ridge_http_requests_in_flight", "gauge", "HTTP requests whose response is not yet written.", double(busy.load()));
+  append_metric(out, "ridge_http_disconnect_cancels_total", "counter", "Requests cancelled because the client disconnected.",
+                double(disconnect_cancels.load()));
+  append_metric(out, "ridge_stop_string_finishes_total", "counter", "Choices ended by a stop string.", double(stop_string_stops.load()));
+  out += "# HELP ridge_http_responses_total HTTP responses by status code.\n# TYPE ridge_http_responses_total counter\n";
+  for (size_t i = 0; i < std::size(kCodes); ++i)
+    out += fmt::format("ridge_http_responses_total{{code=\"{}\"}} {}\n", kCodes[i], responses[i].load());
+  out += fmt::format("ridge_http_responses_total{{code=\"other\"}} {}\n", responses[std::size(kCodes)].load());
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+HttpServer::HttpServer(ServerOptions options, const tokenizer::Tokenizer& tokenizer, EnginePort& engine)
+    : impl_(std::make_unique<Impl>(std::move(options), tokenizer, engine)) {
+  auto& s = *impl_;
+  if (s.opt.served_model_names.empty()) s.opt.served_model_names.push_back("ridge");
+  if (s.opt.http_threads < 1) s.opt.http_threads = 1;
+  const std::string& src = tokenizer.chat_template().empty() ? tokenizer::default_chat_template()
+                                                             : tokenizer.chat_template();
+  s.tmpl = std::make_unique<tokenizer::ChatTemplate>(src);
+  s.pctx.tokenizer = &tokenizer;
+  s.pctx.chat_template = s.tmpl.get();
+  s.pctx.bos_token = tokenizer.bos_id() ? tokenizer.token_text(*tokenizer.bos_id()) : "";
+  s.pctx.eos_token = tokenizer.eos_id() ? tokenizer.token_text(*tokenizer.eos_id()) : "";
+  s.created = int64_t(std::time(nullptr));
+  s.fingerprint = "fp_ridge";
+}
+
+HttpServer::~HttpServer() {
+  if (!impl_->threads.empty()) {
+    request_stop(0);
+    wait();
+  }
+}
+
+void HttpServer::start() {
+  auto& s = *impl_;
+  for (int i = 0; i < s.opt.http_threads; ++i) {
+    s.iocs.push_back(std::make_unique<net::io_context>(1));
+    s.guards.push_back(net::make_work_guard(*s.iocs.back()));
+  }
+  beast::error_code ec;
+  const auto address = net::ip::make_address(s.opt.host, ec);
+  if (ec) fail("--host '{}' is not an IP address: {}", s.opt.host, ec.message());
+  const tcp::endpoint ep(address, s.opt.port);
+  s.acceptor = std::make_unique<tcp::acceptor>(*s.iocs[0]);
+  s.accept_retry = std::make_unique<net::steady_timer>(*s.iocs[0]);
+  s.acceptor->open(ep.protocol(), ec);
+  if (!ec) s.acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor->bind(ep, ec);
+  if (!ec) s.acceptor->listen(4096, ec);
+  if (ec) fail("cannot listen on {}:{}: {}", s.opt.host, s.opt.port, ec.message());
+  s.bound_port = s.acceptor->local_endpoint().port();
+  s.do_accept();
+  for (auto& ioc : s.iocs)
+    s.threads.emplace_back([&ioc] {
+      for (;;) {
+        try {
+          ioc->run();
+          return;
+        } catch (const std::exception& e) {
+          log::error("server: I/O thread: {}", e.what());
+        }
+      }
+    });
+}
+
+uint16_t HttpServer::port() const { return impl_->bound_port; }
+
+bool HttpServer::stopping() const { return impl_->stopping.load(); }
+
+void HttpServer::request_stop(double grace_seconds) {
+  auto& s = *impl_;
+  std::lock_guard lock(s.stop_mu);
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(std::max(0.0, grace_seconds)));
+  if (!s.stop_requested) {
+    s.stop_requested = true;
+    s.stopping.store(true);
+    s.deadline = deadline;
+    if (!s.iocs.empty()) {
+      net::post(*s.iocs[0], [&s] {
+        beast::error_code ec;
+        if (s.acceptor) s.acceptor->close(ec);
+        if (s.accept_retry) s.accept_retry->cancel();
+      });
+    }
+    s.stopper = std::thread([&s] { s.stop_thread(); });
+  } else if (deadline < s.deadline) {
+    s.deadline = deadline;
+  }
+  s.stop_cv.notify_all();
+}
+
+void HttpServer::wait() {
+  auto& s = *impl_;
+  {
+    std::unique_lock lock(s.stop_mu);
+    s.stop_cv.wait(lock, [&] { return s.stop_done; });
+  }
+  if (s.stopper.joinable()) s.stopper.join();
+  for (auto& t : s.threads)
+    if (t.joinable()) t.join();
+  s.threads.clear();
+}
+
+}  // namespace ridge::server

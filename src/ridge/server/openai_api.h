@@ -1,0 +1,71 @@
+// The OpenAI API's request side: parsing and validating /v1/chat/completions and /v1/completions
+// bodies into what the engine runs, and OpenAI's error JSON. Every refusal names the parameter
+// at fault, with OpenAI's status, type and code.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ridge/engine/sampler.h"
+#include "ridge/tokenizer/chat_template.h"
+#include "ridge/tokenizer/tokenizer.h"
+
+namespace ridge::server {
+
+// An error answered in OpenAI's form: {"error": {"message", "type", "param", "code"}}.
+struct ApiError : std::exception {
+  int status;
+  std::string message;
+  std::string param;  // "" -> null
+  std::string type;
+  std::string code;   // "" -> null
+  ApiError(int status, std::string message, std::string param = "", std::string type = "",
+           std::string code = "");
+  const char* what() const noexcept override { return message.c_str(); }
+  std::string body() const;
+};
+
+enum class Api { chat, completions };
+
+// One parsed generation request.
+struct GenParams {
+  Api api = Api::chat;
+  std::string model;                          // "" when not given
+  std::vector<std::vector<int32_t>> prompts;  // token ids; chat has one, completions one or more
+  int32_t n = 1;                              // choices per prompt
+  int32_t max_tokens = -1;                    // -1: not given (the server picks the default)
+  engine::SamplingParams sampling;            // OpenAI's defaults: temperature 1, top_p 1
+  bool seed_given = false;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;  // chat: logprobs; completions: logprobs is not null
+  std::string user;
+};
+
+// What turning messages or prompt text into tokens needs.
+struct PromptContext {
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  const tokenizer::ChatTemplate* chat_template = nullptr;
+  std::string bos_token, eos_token;
+};
+
+// Parses the body as JSON: malformed JSON or a body that is not an object is a 400.
+nlohmann::json parse_body(std::string_view body);
+// The "model" field ("" when absent or null); a non-string is a 400.
+std::string requested_model(const nlohmann::json& body);
+// Validates every known parameter (types and ranges) and builds the prompt tokens (the chat
+// template for messages). Throws ApiError (400) naming the parameter.
+GenParams parse_generation(Api api, const nlohmann::json& body, const PromptContext& ctx);
+
+// Compares secrets in time that depends on their lengths only, not on where they differ.
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+}  // namespace ridge::server
