@@ -1,15 +1,17 @@
 // Prefix consistency: the same prompt run alone, split into prefill chunks, and inside a batch of
-// other sequences (a mixed prefill + decode step, then lockstep decoding) gives the same greedy
-// tokens. CPU: the default model, batch 8. GPU: RIDGE_TEST_DEVICE=cuda, RIDGE_TEST_MODEL=<path>,
-// RIDGE_TEST_BATCH=64. Skips when the model is absent.
+// other sequences (one mixed prefill step, then lockstep decoding) gives the same greedy tokens.
+// CPU (fp32, every row computed independently): exactly. GPU (bf16; GEMM kernels differ by M):
+// the same tokens, or a divergence only where the reference's top-2 logits are within
+// RIDGE_TEST_TIE (the margin is printed). CPU: the default model, batch 8. GPU:
+// RIDGE_TEST_DEVICE=cuda RIDGE_TEST_MODEL=<path> RIDGE_TEST_BATCH=64 RIDGE_TEST_TIE=0.1.
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 
 #include <gtest/gtest.h>
 
-#include "ridge/engine/generator.h"
 #include "ridge/engine/model_bundle.h"
 
 namespace ridge::engine {
@@ -31,26 +33,95 @@ class BatchConsistency : public ::testing::Test {
     o.kv_tokens = 64 * 256;
     bundle_ = ModelBundle::load(o);
     batch_ = std::stoi(env("RIDGE_TEST_BATCH", "8"));
+    tie_ = std::stod(env("RIDGE_TEST_TIE", "0"));
   }
 
-  // Greedy tokens of `prompt` alone through the Generator, prefilled in chunks of `chunk`.
-  std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int steps, int chunk) {
-    Generator g(*bundle_->model, *bundle_->kv_pool, {});
-    GenerateOptions opt;
-    opt.max_tokens = steps;
-    opt.ignore_eos = true;
-    opt.sampling.temperature = 0;
-    opt.prefill_chunk = chunk;
-    std::vector<int32_t> out;
-    g.generate(prompt, opt, [&](const GeneratedToken& t) {
-      out.push_back(t.token);
-      return true;
-    });
-    return out;
+  struct Trace {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<float>> logits;  // the target's logits row at each step
+  };
+
+  // Prefills every prompt (in steps of at most `chunk` tokens per sequence, all sequences in
+  // each step), then decodes `steps` greedy tokens in lockstep; returns the trace of `target`.
+  Trace run(const std::vector<std::vector<int32_t>>& prompts, int target, int chunk, int steps) {
+    const int S = int(prompts.size());
+    const int bs = int(bundle_->kv_pool->block_size());
+    const int per_seq_blocks = (64 + steps + bs) / bs;
+    EXPECT_LE(int64_t(S) * per_seq_blocks, bundle_->kv_pool->num_blocks());
+    std::vector<std::vector<int32_t>> tables(static_cast<size_t>(S));
+    for (int s = 0; s < S; ++s)  // interleaved block ids: no sequence owns a contiguous range
+      for (int i = 0; i < per_seq_blocks; ++i) tables[size_t(s)].push_back(i * S + s);
+    const int64_t V = bundle_->config().vocab;
+    std::vector<float> logits;
+    std::vector<int32_t> done(static_cast<size_t>(S), 0), last(static_cast<size_t>(S), 0);
+    model::ForwardBatch fb;
+    Trace trace;
+    auto step_and_pick = [&](bool record) {
+      logits.resize(fb.logits_rows.size() * size_t(V));
+      bundle_->model->forward({}, fb, bundle_->kv_pool->layers(), logits.data());
+    };
+    // Prefill.
+    for (;;) {
+      fb.clear();
+      std::vector<int> in_step;
+      for (int s = 0; s < S; ++s) {
+        const int n = std::min<int>(chunk, int(prompts[size_t(s)].size()) - done[size_t(s)]);
+        if (n <= 0) continue;
+        std::vector<int32_t> piece(prompts[size_t(s)].begin() + done[size_t(s)],
+                                   prompts[size_t(s)].begin() + done[size_t(s)] + n);
+        done[size_t(s)] += n;
+        fb.add_sequence(piece, done[size_t(s)], tables[size_t(s)], bs, true);
+        in_step.push_back(s);
+      }
+      if (in_step.empty()) break;
+      step_and_pick(false);
+      for (size_t r = 0; r < in_step.size(); ++r) {
+        const int s = in_step[r];
+        const float* row = logits.data() + r * V;
+        last[size_t(s)] = int32_t(std::max_element(row, row + V) - row);
+        if (s == target && done[size_t(s)] == int(prompts[size_t(s)].size())) {
+          trace.tokens.push_back(last[size_t(s)]);
+          trace.logits.emplace_back(row, row + V);
+        }
+      }
+    }
+    // Decode.
+    for (int step = 1; step < steps; ++step) {
+      fb.clear();
+      for (int s = 0; s < S; ++s)
+        fb.add_sequence(std::vector<int32_t>{last[size_t(s)]},
+                        int32_t(prompts[size_t(s)].size()) + step, tables[size_t(s)], bs, true);
+      step_and_pick(true);
+      for (int s = 0; s < S; ++s) {
+        const float* row = logits.data() + s * V;
+        last[size_t(s)] = int32_t(std::max_element(row, row + V) - row);
+        if (s == target) {
+          trace.tokens.push_back(last[size_t(s)]);
+          trace.logits.emplace_back(row, row + V);
+        }
+      }
+    }
+    return trace;
+  }
+
+  // Same tokens, or a first divergence at a near-tie of the reference (then nothing after it is
+  // compared: the contexts differ).
+  void expect_consistent(const Trace& ref, const Trace& got, const std::string& what) {
+    ASSERT_EQ(ref.tokens.size(), got.tokens.size());
+    for (size_t j = 0; j < ref.tokens.size(); ++j) {
+      if (ref.tokens[j] == got.tokens[j]) continue;
+      const float margin = ref.logits[j][size_t(ref.tokens[j])] - ref.logits[j][size_t(got.tokens[j])];
+      std::printf("%s: first divergence at step %zu, reference margin %.4f\n", what.c_str(), j,
+                  margin);
+      EXPECT_LE(margin, tie_) << what << ": diverged at step " << j << " by more than a tie";
+      return;
+    }
+    std::printf("%s: all %zu greedy tokens equal\n", what.c_str(), ref.tokens.size());
   }
 
   std::unique_ptr<ModelBundle> bundle_;
   int batch_ = 8;
+  double tie_ = 0;
 };
 
 TEST_F(BatchConsistency, AloneChunkedAndBatchedAgree) {
@@ -64,42 +135,13 @@ TEST_F(BatchConsistency, AloneChunkedAndBatchedAgree) {
   };
   const int steps = 16;
   const std::vector<int32_t> target = random_prompt(45);
-  const std::vector<int32_t> reference = alone(target, steps, 512);
-  ASSERT_EQ(reference.size(), size_t(steps));
-  EXPECT_EQ(alone(target, steps, 7), reference) << "chunked prefill (chunks of 7) differs";
-
-  // Batch: the target at a random slot among batch_ sequences of other lengths; the first step
-  // prefills all of them together, then every step decodes all of them.
-  const int bs = int(bundle_->kv_pool->block_size());
-  const int per_seq_blocks = (64 + steps + bs) / bs;
-  ASSERT_LE(int64_t(batch_) * per_seq_blocks, bundle_->kv_pool->num_blocks());
+  const Trace alone = run({target}, 0, 1 << 20, steps);
+  expect_consistent(alone, run({target}, 0, 7, steps), "chunks of 7");
+  std::vector<std::vector<int32_t>> prompts;
   const int slot = int(rng() % uint32_t(batch_));
-  std::vector<std::vector<int32_t>> prompts, tables(static_cast<size_t>(batch_));
-  for (int s = 0; s < batch_; ++s) {
-    prompts.push_back(s == slot ? target : random_prompt(1 + int(rng() % 60)));
-    // Interleaved block ids, so that no sequence owns a contiguous range.
-    for (int i = 0; i < per_seq_blocks; ++i) tables[size_t(s)].push_back(i * batch_ + s);
-  }
-  model::ForwardBatch fb;
-  for (int s = 0; s < batch_; ++s)
-    fb.add_sequence(prompts[size_t(s)], int32_t(prompts[size_t(s)].size()), tables[size_t(s)], bs, true);
-  const int64_t V = cfg.vocab;
-  std::vector<float> logits(static_cast<size_t>(batch_ * V));
-  std::vector<int32_t> got;
-  std::vector<int32_t> last(static_cast<size_t>(batch_));
-  for (int step = 0; step < steps; ++step) {
-    bundle_->model->forward({}, fb, bundle_->kv_pool->layers(), logits.data());
-    for (int s = 0; s < batch_; ++s) {
-      const float* row = logits.data() + s * V;
-      last[size_t(s)] = int32_t(std::max_element(row, row + V) - row);
-    }
-    got.push_back(last[size_t(slot)]);
-    fb.clear();
-    for (int s = 0; s < batch_; ++s)
-      fb.add_sequence({last[size_t(s)]}, int32_t(prompts[size_t(s)].size()) + step + 1,
-                      tables[size_t(s)], bs, true);
-  }
-  EXPECT_EQ(got, reference) << "in a batch of " << batch_ << " at slot " << slot;
+  for (int s = 0; s < batch_; ++s) prompts.push_back(s == slot ? target : random_prompt(1 + int(rng() % 60)));
+  expect_consistent(alone, run(prompts, slot, 1 << 20, steps),
+                    "batch of " + std::to_string(batch_) + " at slot " + std::to_string(slot));
 }
 
 }  // namespace
