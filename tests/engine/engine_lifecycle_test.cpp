@@ -196,8 +196,8 @@ TEST_F(EngineLifecycle, StopTokenFinishesWithStop) {
   ASSERT_TRUE(col.wait_finished({"stopped"}));
   const Collected got = col.get("stopped");
   EXPECT_EQ(got.finish_reason, "stop");
-  const size_t first = size_t(std::find(free_run.begin(), free_run.end(), free_run[k]) -
-                              free_run.begin());
+  const size_t first =
+      size_t(std::find(free_run.begin(), free_run.end(), free_run[k]) - free_run.begin());
   EXPECT_EQ(got.ids(), std::vector<int32_t>(free_run.begin(), free_run.begin() + long(first) + 1));
 }
 

@@ -36,7 +36,9 @@ std::vector<uint64_t> prefix_hashes(const std::vector<int32_t>& tokens) {
   return h;
 }
 
-int32_t fake_next_token(uint64_t context_hash) { return int32_t((context_hash >> 23) % kGenVocab); }
+int32_t fake_next_token(uint64_t context_hash) {
+  return int32_t((context_hash >> 23) % kGenVocab);
+}
 
 // What the sequence must produce whatever the schedule.
 std::pair<std::vector<int32_t>, std::string> expected_output(std::vector<int32_t> tokens,
@@ -212,7 +214,8 @@ TEST(Scheduler, DecodesFirstThenPrefillChunksWithinTheBudget) {
   Harness h(64, 16, {8, budget, false});
   h.stops = false;
   // Four short requests: prefilled in the first step, decoding afterwards.
-  for (int i = 0; i < 4; ++i) h.add(random_prompt(rng, std::uniform_int_distribution<int32_t>(2, 12)(rng)), 1000);
+  for (int i = 0; i < 4; ++i)
+    h.add(random_prompt(rng, std::uniform_int_distribution<int32_t>(2, 12)(rng)), 1000);
   SchedulerOutput first = h.step();
   EXPECT_EQ(first.num_decodes, 0);
   EXPECT_EQ(first.chunks.size(), 4u);
@@ -260,7 +263,7 @@ TEST(Scheduler, PreemptsTheNewestWhenBlocksRunOut) {
     h.stops = false;
     Sequence* a = h.add(random_prompt(rng, 48), 40);  // 3 blocks, the 49th token needs a fourth
     Sequence* b = h.add(random_prompt(rng, 47), 40);  // 3 blocks
-    h.step();  // both prefilled, the pool is full
+    h.step();                                         // both prefilled, the pool is full
     ASSERT_EQ(h.pool.num_free() + h.cache.num_evictable(), 0);
     SchedulerOutput out = h.step();
     EXPECT_EQ(out.num_preempted, 1);
@@ -372,9 +375,9 @@ TEST(Scheduler, RandomMixesOverTinyPoolsAllFinish) {
     const int32_t max_seqs = std::uniform_int_distribution<int32_t>(1, 8)(rng);
     const int32_t budget = std::uniform_int_distribution<int32_t>(max_seqs, 96)(rng);
     const bool caching = std::bernoulli_distribution(0.6)(rng);
-    SCOPED_TRACE(::testing::Message() << "mix " << mix_i << ": " << blocks << " blocks, seqs "
-                                      << max_seqs << ", budget " << budget << ", caching "
-                                      << caching);
+    SCOPED_TRACE(::testing::Message()
+                 << "mix " << mix_i << ": " << blocks << " blocks, seqs " << max_seqs << ", budget "
+                 << budget << ", caching " << caching);
     Harness h(blocks, bs, {max_seqs, budget, caching});
     std::vector<std::vector<int32_t>> stems;
     for (int i = 0; i < 3; ++i) stems.push_back(random_prompt(rng, max_prompt));
@@ -382,7 +385,8 @@ TEST(Scheduler, RandomMixesOverTinyPoolsAllFinish) {
     int added = 0;
     for (int64_t step = 0; added < n_requests || h.sched.has_work(); ++step) {
       ASSERT_LT(step, 100000) << "no progress: livelock";
-      for (int k = std::uniform_int_distribution<int>(0, 3)(rng); k > 0 && added < n_requests; --k) {
+      for (int k = std::uniform_int_distribution<int>(0, 3)(rng); k > 0 && added < n_requests;
+           --k) {
         const int32_t len = std::uniform_int_distribution<int32_t>(1, max_prompt)(rng);
         std::vector<int32_t> prompt;
         if (std::bernoulli_distribution(0.5)(rng)) {  // shares a stem's start

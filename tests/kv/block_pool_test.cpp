@@ -28,7 +28,8 @@ TEST(BlockPool, HandsOutEveryBlockOnceThenNullopt) {
   EXPECT_EQ(pool.num_free(), 0);
   EXPECT_FALSE(pool.allocate().has_value());
   EXPECT_FALSE(pool.allocate().has_value());  // still nullopt, no state change
-  const int32_t victim = *std::next(seen.begin(), std::uniform_int_distribution<int32_t>(0, n - 1)(rng));
+  const int32_t victim =
+      *std::next(seen.begin(), std::uniform_int_distribution<int32_t>(0, n - 1)(rng));
   EXPECT_EQ(pool.unref(victim), 0);
   EXPECT_EQ(pool.num_free(), 1);
   EXPECT_EQ(pool.allocate(), victim);

@@ -70,7 +70,8 @@ TEST(PrefixCache, SamePrefixGivesSameBlocks) {
     ASSERT_EQ(m.hashes.size(), 4u);
     EXPECT_EQ(m.hashes[0], PrefixCache::hash_block(PrefixCache::kRootHash, block_of(a, 0, bs)));
     EXPECT_EQ(m.hashes[1], PrefixCache::hash_block(m.hashes[0], block_of(a, 1, bs)));
-    EXPECT_EQ(cache.match(a, 2).blocks, std::vector<int32_t>(a_blocks.begin(), a_blocks.begin() + 2));
+    EXPECT_EQ(cache.match(a, 2).blocks,
+              std::vector<int32_t>(a_blocks.begin(), a_blocks.begin() + 2));
     // A prompt that diverges inside block 2 shares blocks 0 and 1 only.
     auto b = a;
     b[size_t(2 * bs + std::uniform_int_distribution<int32_t>(0, bs - 1)(rng))] += 1;
@@ -105,9 +106,9 @@ TEST(PrefixCache, DuplicateBlockStaysPrivate) {
   cache.release(b1);
   EXPECT_EQ(pool.num_free(), free_before + 1);  // cached: kept, evictable
   EXPECT_TRUE(cache.is_evictable(b1));
-  EXPECT_THROW(cache.release(b1), Error);        // no sequence holds it any more
+  EXPECT_THROW(cache.release(b1), Error);  // no sequence holds it any more
   EXPECT_THROW(cache.insert(PrefixCache::kRootHash, std::span<const int32_t>(a).first(8), b1),
-               Error);                           // not a full block
+               Error);  // not a full block
 }
 
 // Released cached blocks are evicted least recently released first, and only when the free list
@@ -191,7 +192,8 @@ TEST(PrefixCache, RandomTrafficKeepsCountsConsistent) {
     if (live.empty() || std::bernoulli_distribution(0.55)(rng)) {
       auto tokens = stems[std::uniform_int_distribution<size_t>(0, 3)(rng)];
       tokens.resize(size_t(std::uniform_int_distribution<int32_t>(0, 3 * bs)(rng)));
-      auto tail = random_tokens(rng, size_t(std::uniform_int_distribution<int32_t>(1, 2 * bs)(rng)));
+      auto tail =
+          random_tokens(rng, size_t(std::uniform_int_distribution<int32_t>(1, 2 * bs)(rng)));
       tokens.insert(tokens.end(), tail.begin(), tail.end());
       const int32_t need = (int32_t(tokens.size()) + bs - 1) / bs;
       const auto m = cache.match(tokens, (int32_t(tokens.size()) - 1) / bs);

@@ -3,8 +3,8 @@
 #include "ridge/engine/engine.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -22,19 +22,21 @@ namespace {
 
 using Clock = Sequence::Clock;
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 // Bucket bounds in seconds (vLLM's, so dashboards made for it read ours).
 std::vector<double> ttft_bounds() {
-  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
           0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
 }
 std::vector<double> tpot_bounds() {
-  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,  0.4,  0.5,
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
           0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 }
 std::vector<double> e2e_bounds() {
-  return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
@@ -116,10 +118,11 @@ Engine::Impl::Impl(ModelBundle& b, const EngineConfig& c)
   metrics.tpot = Histogram(tpot_bounds());
   metrics.e2e = Histogram(e2e_bounds());
   refresh_metrics();
-  log::info("engine: max_num_seqs {}, max_num_batched_tokens {}, max_model_len {}, KV {} blocks "
-            "of {} tokens, prefix caching {}",
-            c.max_num_seqs, c.max_num_batched_tokens, max_model_len, pool.num_blocks(),
-            cache.block_size(), c.enable_prefix_caching ? "on" : "off");
+  log::info(
+      "engine: max_num_seqs {}, max_num_batched_tokens {}, max_model_len {}, KV {} blocks "
+      "of {} tokens, prefix caching {}",
+      c.max_num_seqs, c.max_num_batched_tokens, max_model_len, pool.num_blocks(),
+      cache.block_size(), c.enable_prefix_caching ? "on" : "off");
 }
 
 void Engine::Impl::loop() {
@@ -144,7 +147,13 @@ void Engine::Impl::loop() {
     refresh_metrics();
     emit_finished();
     if (scheduler.has_work()) {
-      step();
+      try {
+        step();
+      } catch (const std::exception& e) {
+        // A broken invariant: end every request with the error rather than the process.
+        log::error("engine: step failed, ending all requests: {}", e.what());
+        scheduler.finish_all("error", e.what());
+      }
       refresh_metrics();
       emit_finished();
     }
@@ -210,8 +219,8 @@ void Engine::Impl::emit(Sequence& s, bool finished) {
   try {
     s.on_output(std::move(o));
   } catch (const std::exception& e) {
-    log::warn("engine: the output callback of request '{}' threw ({}); cancelling it",
-              s.request.id, e.what());
+    log::warn("engine: the output callback of request '{}' threw ({}); cancelling it", s.request.id,
+              e.what());
     if (!finished) scheduler.finish(s.seq_id, "abort");
   }
 }
@@ -275,7 +284,9 @@ Engine::Engine(ModelBundle& bundle, const EngineConfig& config)
 }
 
 // Never destroy the engine from one of its callbacks: the thread cannot join itself.
-Engine::~Engine() { impl_->stop(false); }
+Engine::~Engine() {
+  impl_->stop(false);
+}
 
 void Engine::submit(Request r, OutputCallback on_output) {
   Impl& I = *impl_;
@@ -290,9 +301,10 @@ void Engine::submit(Request r, OutputCallback on_output) {
   if (r.max_tokens < 1) invalid(fmt::format("max_tokens {} must be >= 1", r.max_tokens));
   const int64_t want = int64_t(r.prompt.size()) + r.max_tokens;
   if (want > I.max_model_len)
-    invalid(fmt::format("prompt ({} tokens) plus max_tokens ({}) is {} tokens, past "
-                        "max_model_len {}",
-                        r.prompt.size(), r.max_tokens, want, I.max_model_len));
+    invalid(
+        fmt::format("prompt ({} tokens) plus max_tokens ({}) is {} tokens, past "
+                    "max_model_len {}",
+                    r.prompt.size(), r.max_tokens, want, I.max_model_len));
   for (int32_t t : r.stop_token_ids)
     if (t < 0 || t >= I.vocab)
       invalid(fmt::format("stop_token_ids entry {} is outside the vocabulary of {}", t, I.vocab));
@@ -330,7 +342,9 @@ void Engine::cancel(const std::string& id) {
   I.wake.notify_one();
 }
 
-void Engine::shutdown(bool drain) { impl_->stop(drain); }
+void Engine::shutdown(bool drain) {
+  impl_->stop(drain);
+}
 
 EngineMetrics Engine::metrics() const {
   EngineMetrics m;
@@ -343,7 +357,11 @@ EngineMetrics Engine::metrics() const {
   return m;
 }
 
-const EngineConfig& Engine::config() const { return impl_->config; }
-int64_t Engine::max_model_len() const { return impl_->max_model_len; }
+const EngineConfig& Engine::config() const {
+  return impl_->config;
+}
+int64_t Engine::max_model_len() const {
+  return impl_->max_model_len;
+}
 
 }  // namespace ridge::engine

@@ -8,6 +8,10 @@
 // Outputs reach each request through its callback, called on the engine thread once per step in
 // which the request produced something (keep it short: hand the output to another thread).
 // The last output of a request has finished = true; after it the callback is never called again.
+// A stop token is delivered as the last token of a request finished with "stop".
+//
+// The engine owns its bundle's model and KV pool while it lives: one Engine per ModelBundle, and
+// no Generator on the same bundle meanwhile. Never destroy the engine from one of its callbacks.
 #pragma once
 
 #include <chrono>
@@ -35,8 +39,8 @@ struct Request {
   std::string id;                 // unique among live requests
   std::vector<int32_t> prompt;    // token ids
   SamplingParams sampling;
-  int32_t max_tokens = 16;
-  bool ignore_eos = false;
+  int32_t max_tokens = 16;        // >= 1
+  bool ignore_eos = false;        // turns off the model's stop tokens, not stop_token_ids
   std::vector<int32_t> stop_token_ids;  // in addition to the model's own stop tokens
 };
 

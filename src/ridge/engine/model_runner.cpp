@@ -6,8 +6,8 @@
 
 namespace ridge::engine {
 
-ModelRunner::ModelRunner(model::LlamaModel& model, kv::KvPool& pool,
-                         int32_t max_num_batched_tokens, int32_t max_num_seqs)
+ModelRunner::ModelRunner(model::LlamaModel& model, kv::KvPool& pool, int32_t max_num_batched_tokens,
+                         int32_t max_num_seqs)
     : model_(model), pool_(pool), vocab_(model.config().vocab) {
   model_.reserve(max_num_batched_tokens, max_num_seqs);
   logits_.resize(size_t(max_num_seqs) * size_t(vocab_));

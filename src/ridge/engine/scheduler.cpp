@@ -52,8 +52,8 @@ void Scheduler::register_full_blocks(Sequence* seq) {
   while (seq->block_hashes.size() < full) {
     const size_t i = seq->block_hashes.size();
     const uint64_t parent = i == 0 ? kv::PrefixCache::kRootHash : seq->block_hashes[i - 1];
-    const auto piece = std::span<const int32_t>(seq->tokens).subspan(i * size_t(block_size_),
-                                                                      size_t(block_size_));
+    const auto piece =
+        std::span<const int32_t>(seq->tokens).subspan(i * size_t(block_size_), size_t(block_size_));
     seq->block_hashes.push_back(cache_.insert(parent, piece, seq->block_table[i]));
   }
 }
@@ -177,10 +177,9 @@ SchedulerOutput Scheduler::schedule() {
       break;
     }
     waiting_.pop_front();
-    running_.insert(std::upper_bound(running_.begin(), running_.end(), s,
-                                     [](const Sequence* a, const Sequence* b) {
-                                       return a->seq_id < b->seq_id;
-                                     }),
+    running_.insert(std::upper_bound(
+                        running_.begin(), running_.end(), s,
+                        [](const Sequence* a, const Sequence* b) { return a->seq_id < b->seq_id; }),
                     s);
     const int32_t left = s->num_uncomputed();
     const int32_t n = std::min(left, budget);
@@ -221,9 +220,9 @@ bool Scheduler::finish(int64_t seq_id, const std::string& reason, const std::str
   return true;
 }
 
-void Scheduler::finish_all(const std::string& reason) {
-  while (!running_.empty()) retire(running_.back(), reason, {});
-  while (!waiting_.empty()) retire(waiting_.back(), reason, {});
+void Scheduler::finish_all(const std::string& reason, const std::string& error) {
+  while (!running_.empty()) retire(running_.back(), reason, error);
+  while (!waiting_.empty()) retire(waiting_.back(), reason, error);
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {

@@ -70,7 +70,7 @@ class Scheduler {
   // Finishes a live sequence now (reason "abort" or "error"), releasing its blocks; it moves to
   // the finished list. Returns false when seq_id is not live.
   bool finish(int64_t seq_id, const std::string& reason, const std::string& error = {});
-  void finish_all(const std::string& reason);
+  void finish_all(const std::string& reason, const std::string& error = {});
   // Sequences finished since the last call, in the order they finished.
   std::vector<std::unique_ptr<Sequence>> take_finished();
 

@@ -54,7 +54,7 @@ struct Sequence {
   bool admitted_once = false;
   int32_t num_cached_prompt = 0;  // prompt tokens served from the prefix cache at first admission
   int32_t num_preemptions = 0;
-  std::string finish_reason;      // "stop" | "length" | "abort" | "error"
+  std::string finish_reason;  // "stop" | "length" | "abort" | "error"
   std::string error;
 
   // Produced in this step, not handed to on_output yet.

@@ -40,8 +40,12 @@ const PrefixCache::Entry& PrefixCache::entry(int32_t block) const {
   return const_cast<PrefixCache*>(this)->entry(block);
 }
 
-bool PrefixCache::is_cached(int32_t block) const { return entry(block).cached; }
-bool PrefixCache::is_evictable(int32_t block) const { return entry(block).evictable; }
+bool PrefixCache::is_cached(int32_t block) const {
+  return entry(block).cached;
+}
+bool PrefixCache::is_evictable(int32_t block) const {
+  return entry(block).evictable;
+}
 
 PrefixMatch PrefixCache::match(std::span<const int32_t> tokens, int32_t max_blocks) const {
   PrefixMatch m;
@@ -72,8 +76,7 @@ void PrefixCache::acquire(int32_t block) {
   }
 }
 
-uint64_t PrefixCache::insert(uint64_t parent_hash, std::span<const int32_t> tokens,
-                             int32_t block) {
+uint64_t PrefixCache::insert(uint64_t parent_hash, std::span<const int32_t> tokens, int32_t block) {
   RIDGE_CHECK(int32_t(tokens.size()) == block_size_,
               "prefix cache: insert of {} tokens into a block of {}", tokens.size(), block_size_);
   Entry& e = entry(block);
