@@ -1,5 +1,6 @@
 #include "ridge/perf/cost_model.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 #include <limits>

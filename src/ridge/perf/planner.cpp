@@ -1,5 +1,6 @@
 #include "ridge/perf/planner.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 

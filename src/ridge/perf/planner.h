@@ -5,6 +5,7 @@
 // goodput over prefill:decode splits, the roofline placement of every op, and the JSON form.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>

@@ -1,5 +1,6 @@
 #include "ridge/perf/simulator.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 #include <deque>

@@ -1,5 +1,6 @@
 #include "ridge/backend/cuda/cuda_backend.h"
 
+#include <cstdint>
 #include <algorithm>
 
 #include <fmt/format.h>

@@ -1,5 +1,6 @@
 #include "ridge/backend/cuda/cuda_matmul.h"
 
+#include <cstdint>
 #include <bit>
 
 #include "ridge/backend/cuda/cuda_resources.h"

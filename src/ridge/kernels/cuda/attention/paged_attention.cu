@@ -21,6 +21,7 @@
 //   sum_i w_i with w_i = l_i * 2^(m_i - max m); fixed order (deterministic).
 #include "ridge/kernels/cuda/attention/paged_attention.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <string>
 

@@ -4,6 +4,7 @@
 // Layout: src is n contiguous elements in its stored layout (dtype.h describes the q8_0, q4_0
 // and q4_1 blocks; blocks are 2-byte aligned, so the f16 scales are read as aligned uint16).
 // Limits: n < 2^62; quantized n a multiple of 32.
+#include <cstdint>
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/device_util.cuh"
 #include "ridge/kernels/cuda/elementwise/elementwise.h"

@@ -3,6 +3,7 @@
 // Layout: x, residual, out bf16 row-major with row strides; weight [H] f32 or bf16.
 // Limits: T < 2^31 rows; any H >= 1. Two passes over the row: the second pass re-reads it from
 // L1/L2 (rows of a few KiB).
+#include <cstdint>
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/device_util.cuh"
 #include "ridge/kernels/cuda/elementwise/elementwise.h"

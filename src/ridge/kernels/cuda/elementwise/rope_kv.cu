@@ -7,6 +7,7 @@
 // kv_store: one thread per 16-byte chunk (8 bf16) of a row when rows, strides and pointers allow
 //   it, else one thread per element; 1-D grid of 256-thread blocks. Pools are rows of `width`
 //   elements (slot = block * block_size + offset). A slot outside [0, num_slots) is skipped.
+#include <cstdint>
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/device_util.cuh"
 #include "ridge/kernels/cuda/elementwise/elementwise.h"

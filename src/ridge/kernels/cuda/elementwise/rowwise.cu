@@ -1,6 +1,7 @@
 // Row-wise copies and activations: embedding lookup, SwiGLU (silu_mul), gather_rows, bias add.
 // Launch: 2-D grid (column chunks of 256 threads, rows); one thread per element.
 // Limits: rows < 2^31 (grid.y is split into chunks of 65535 rows); columns < 2^40.
+#include <cstdint>
 #include <algorithm>
 
 #include "ridge/kernels/cuda/elementwise/check.h"
