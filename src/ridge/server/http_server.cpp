@@ -614,9 +614,9 @@ void Job::on_output(size_t i, engine::RequestOutput&& out) {
   for (size_t k = 0; k < out.tokens.size() && !c.done; ++k) {
     const auto& t = out.tokens[k];
     ++c.completion_tokens;
-    // The model's stop token ends the text without being part of it.
+    // A stop token (the model's, or one of stop_token_ids) ends the text without being part of it.
     if (out.finished && k + 1 == out.tokens.size() && out.finish_reason == "stop" &&
-        !p_.ignore_eos && is_stop_token(t.token))
+        is_stop_token(t.token))
       break;
     std::string piece = c.matcher.push(c.decoder.push(t.token));
     if (want_lp) lps.push_back(logprob_entry(t, c.text_chars + utf8_length(text)));

@@ -182,12 +182,13 @@ void StubEngine::loop() {
         } else {
           token = config_.cycle[pos];
         }
-        if (!stop && !s->req.ignore_eos) {
+        // ignore_eos turns off the model's stop tokens, not the request's stop_token_ids.
+        if (!stop && !s->req.ignore_eos)
           stop = std::find(config_.stop_ids.begin(), config_.stop_ids.end(), token) !=
-                     config_.stop_ids.end() ||
-                 std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), token) !=
-                     s->req.stop_token_ids.end();
-        }
+                 config_.stop_ids.end();
+        if (!stop)
+          stop = std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), token) !=
+                 s->req.stop_token_ids.end();
         ++s->generated;
         ++metrics_.generation_tokens_total;
         if (s->generated == 1) {
