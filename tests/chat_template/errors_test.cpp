@@ -43,6 +43,19 @@ TEST(JinjaErrors, SyntaxErrorKinds) {
   EXPECT_EQ(error_kind("{% set 1 = 2 %}"), TemplateError::Kind::syntax);
 }
 
+TEST(JinjaErrors, UnknownFiltersInsideIfFailOnlyWhenReached) {
+  // As Jinja: names are checked when compiling, except inside an if statement or a conditional
+  // expression, so a template can guard a filter ridge lacks.
+  EXPECT_EQ(render("{% if false %}{{ x|no_such_filter }}{% endif %}ok"), "ok");
+  EXPECT_EQ(render("{{ x|no_such_filter if false else 'y' }}"), "y");
+  EXPECT_EQ(render("{% if 'no_such_filter' is filter %}{{ x|no_such_filter }}{% else %}n{% endif %}"),
+            "n");
+  EXPECT_EQ(error_kind("{% if true %}{{ x|no_such_filter }}{% endif %}"),
+            TemplateError::Kind::runtime);
+  EXPECT_EQ(error_kind("{% if true %}{% for i in [1] %}{{ i is no_such_test }}{% endfor %}{% endif %}"),
+            TemplateError::Kind::syntax);
+}
+
 TEST(JinjaErrors, UnclosedBlockNamesWhatItExpects) {
   const TemplateError e = catch_error("{% for x in y %}\n{% if x %}\n");
   EXPECT_NE(e.message().find("endif"), std::string::npos) << e.message();

@@ -27,6 +27,7 @@ TEST(JinjaFilters, Strings) {
   EXPECT_EQ(render("{{ 'a\nb\n\nc'|indent(2) }}|{{ 'a\nb'|indent(2, true) }}"),
             "a\n  b\n\n  c|  a\n  b");
   EXPECT_EQ(render("{{ 'one two three four'|truncate(12) }}"), "one two...");
+  EXPECT_EQ(render("{{ ['a', 'b']|truncate(5) }}"), "['a', 'b']");  // short: unchanged
   EXPECT_EQ(render("{{ 'caf\xC3\xA9'|upper }} {{ '\xC3\x80' 'B'|lower }}"), "CAF\xC3\x89 \xC3\xa0" "b");
 }
 
@@ -43,6 +44,21 @@ TEST(JinjaFilters, Sequences) {
   EXPECT_EQ(render("{{ [1, 2, 3]|sum }} {{ [1, 2, 3]|reverse|list }} {{ 'abc'|reverse }}"),
             "6 [3, 2, 1] cba");
   EXPECT_EQ(render("{{ [1, 2, 3, 4, 5]|batch(2)|list }}"), "[[1, 2], [3, 4], [5]]");
+}
+
+TEST(JinjaFilters, LazyFiltersReturnGenerators) {
+  // select, map, unique, ... return Python generators: always true, no len(), not indexable.
+  EXPECT_EQ(render("{% if []|select %}true{% endif %}"), "true");
+  EXPECT_EQ(render("{{ [1, 2]|map('string')|list }} {{ [1, 2]|select|first }}"), "['1', '2'] 1");
+  EXPECT_EQ(error_kind("{{ [1, 2]|select|length }}"), TemplateError::Kind::runtime);
+  EXPECT_EQ(render("[{{ ([1, 2]|select)[0] }}]"), "[]");
+  EXPECT_EQ(render("{{ ([1, 2]|select) is sequence }}{{ ([1, 2]|select) is iterable }}"), "FalseTrue");
+}
+
+TEST(JinjaFilters, StringsAreIterableByCharacter) {
+  EXPECT_EQ(render("[{{ ' Mi'|join }}][{{ ' M'|join('-') }}][{{ 'h\xC3\xA9'|list|join(',') }}]"),
+            "[ Mi][ -M][h,\xC3\xA9]");
+  EXPECT_EQ(render("{{ {'a': 1, 'b': 2}|join('+') }}"), "a+b");
 }
 
 TEST(JinjaFilters, AttributeFilters) {

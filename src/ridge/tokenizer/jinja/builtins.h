@@ -2,6 +2,7 @@
 // listed in docs/JINJA.md).
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "ridge/tokenizer/jinja/ast.h"

@@ -137,6 +137,11 @@ Value Evaluator::make_array(Array items, bool tuple) {
   return Value(std::move(items), tuple);
 }
 
+Value Evaluator::make_generator(Array items) {
+  charge(items.size() * sizeof(Value));
+  return Value::generator(std::move(items));
+}
+
 void Evaluator::append(std::string& out, std::string_view text) const {
   if (out.size() + text.size() > limits_.max_output_bytes) {
     runtime_error(fmt::format("output longer than the limit of {} bytes",
@@ -401,7 +406,8 @@ CallArgs Evaluator::eval_args(const Arguments& a) {
   for (const auto& p : a.positional) args.positional.push_back(eval(*p));
   for (const auto& [name, expr] : a.keyword) args.keyword.emplace_back(name, eval(*expr));
   if (a.star_args) {
-    for (const Value& v : *iterate(eval(*a.star_args))) args.positional.push_back(v);
+    const auto v_seq = iterate(eval(*a.star_args));
+    for (const Value& v : *v_seq) args.positional.push_back(v);
   }
   if (a.star_kwargs) {
     const Value kw = eval(*a.star_kwargs);
@@ -447,6 +453,7 @@ Value Evaluator::eval_filter_chain(const Expr& filter, const Value& input) {
   const Value in = f.input ? eval_filter_chain(*f.input, input) : input;
   const CallArgs args = eval_args(f.args);
   step();
+  if (!f.fn) runtime_error(fmt::format("no filter named '{}'", f.name));
   return f.fn(*this, in, args);
 }
 
@@ -496,12 +503,14 @@ Value Evaluator::eval_inner(const Expr& e) {
       const Value input = f.input ? eval(*f.input) : Value();
       const CallArgs args = eval_args(f.args);
       step();
+      if (!f.fn) runtime_error(fmt::format("no filter named '{}'", f.name));
       return f.fn(*this, input, args);
     }
     case ExprKind::test: {
       const auto& t = static_cast<const TestExpr&>(e);
       const Value input = eval(*t.input);
       const CallArgs args = eval_args(t.args);
+      if (!t.fn) runtime_error(fmt::format("no test named '{}'", t.name));
       return t.fn(*this, input, args);
     }
     case ExprKind::negate:

@@ -40,6 +40,7 @@ class Evaluator {
   // A string value, checked against max_output_bytes and charged to the work budget.
   Value make_string(std::string s);
   Value make_array(Array items, bool tuple = false);
+  Value make_generator(Array items);
   const Limits& limits() const { return limits_; }
 
   // ---- operations with Jinja's semantics ----
@@ -48,6 +49,8 @@ class Evaluator {
   Value get_item(const Value& object, const Value& key);
   Value slice(const Value& object, const Value& start, const Value& stop, const Value& step);
   // What a for-loop iterates: list items, dict keys, string characters; nothing for undefined.
+  // Keep the returned pointer while iterating: `for (x : *iterate(v))` would dangle when the
+  // array was built just for this call (a range-for does not extend that temporary in C++20).
   std::shared_ptr<const Array> iterate(const Value& v);
   Value binary(BinaryOp op, const Value& a, const Value& b);
   bool compare(CompareOp op, const Value& a, const Value& b);

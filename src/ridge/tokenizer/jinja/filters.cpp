@@ -1,4 +1,5 @@
 // The built-in filters, with jinja2/filters.py's behaviour (and Hugging Face's tojson).
+#include <cstdint>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -32,14 +33,28 @@ namespace {
 
 using args::get;
 
+// Jinja's generator filters run when their result is iterated: an error inside them (a
+// non-iterable input, a test that fails) surfaces then, not where the filter is applied.
+template <typename Fn>
+Value lazily(Fn&& compute) {
+  try {
+    return compute();
+  } catch (const TemplateError& e) {
+    if (e.kind() != TemplateError::Kind::runtime) throw;
+    return Value::failed_generator(e.message());
+  }
+}
+
 // Jinja's soft_str: strings as they are, anything else through str().
 std::string text_of(const Value& v) { return v.is_string() ? v.as_string() : to_str(v); }
 
-Value length(Evaluator&, const Value& v, const CallArgs& a) {
+Value length_filter(Evaluator&, const Value& v, const CallArgs& a) {
   a.check("length", 0, {});
   switch (v.kind()) {
     case Kind::string: return unicode::length(v.as_string());
-    case Kind::array: return v.as_array().size();
+    case Kind::array:
+      if (v.is_generator()) runtime_error("object of type 'generator' has no len()");
+      return v.as_array().size();
     case Kind::dict: return v.as_dict().size();
     case Kind::undefined: return 0;
     default: runtime_error(fmt::format("object of type '{}' has no len()", type_name(v)));
@@ -62,14 +77,15 @@ Value attr(Evaluator& ev, const Value& v, const CallArgs& a) {
   return ev.get_attr(v, args::to_string(get(a, 0, "name"), "attr"));
 }
 
-Value batch(Evaluator& ev, const Value& v, const CallArgs& a) {
+Value batch_now(Evaluator& ev, const Value& v, const CallArgs& a) {
   a.check("batch", 2, {"linecount", "fill_with"});
   const int64_t n = args::to_int(get(a, 0, "linecount"), "batch");
   if (n <= 0) runtime_error("batch: linecount must be positive");
   const Value* fill = a.get(1, "fill_with");
   Array out;
   Array current;
-  for (const Value& item : *ev.iterate(v)) {
+  const auto item_seq = ev.iterate(v);
+  for (const Value& item : *item_seq) {
     if (static_cast<int64_t>(current.size()) == n) {
       out.push_back(ev.make_array(std::move(current)));
       current = Array();
@@ -82,7 +98,7 @@ Value batch(Evaluator& ev, const Value& v, const CallArgs& a) {
     }
     out.push_back(ev.make_array(std::move(current)));
   }
-  return ev.make_array(std::move(out));
+  return ev.make_generator(std::move(out));
 }
 
 Value capitalize(Evaluator& ev, const Value& v, const CallArgs& a) {
@@ -142,6 +158,7 @@ Value first(Evaluator& ev, const Value& v, const CallArgs& a) {
 
 Value last(Evaluator& ev, const Value& v, const CallArgs& a) {
   a.check("last", 0, {});
+  if (v.is_generator()) runtime_error("'generator' object is not reversible");
   const auto items = ev.iterate(v);
   if (items->empty()) return Value::undefined("No last item, sequence was empty.");
   return items->back();
@@ -150,6 +167,7 @@ Value last(Evaluator& ev, const Value& v, const CallArgs& a) {
 Value float_filter(Evaluator&, const Value& v, const CallArgs& a) {
   a.check("float", 1, {"default"});
   const Value fallback = get(a, 0, "default", 0.0);
+  if (v.is_undefined()) fail_undefined(v);  // Undefined.__float__ raises
   if (v.is_number()) return v.as_double();
   if (v.is_string()) {
     if (auto f = strings::parse_float(v.as_string())) return *f;
@@ -176,7 +194,10 @@ Value indent(Evaluator& ev, const Value& v, const CallArgs& a) {
       width.is_string() ? width.as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, args::to_int(width, "indent"))), ' ');
   const bool indent_first = truthy(get(a, 1, "first", false));
   const bool blank = truthy(get(a, 2, "blank", false));
-  const std::string s = text_of(v) + "\n";
+  if (!v.is_string()) {
+    runtime_error(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
+  }
+  const std::string s = v.as_string() + "\n";
   std::vector<std::string> lines = strings::splitlines(s, false);
   std::string out;
   if (blank) {
@@ -200,6 +221,7 @@ Value int_filter(Evaluator&, const Value& v, const CallArgs& a) {
   a.check("int", 2, {"default", "base"});
   const Value fallback = get(a, 0, "default", 0);
   const int64_t base = args::to_int(get(a, 1, "base", 10), "int");
+  if (v.is_undefined()) fail_undefined(v);  // Undefined.__int__ raises
   if (v.is_int() || v.is_bool()) return v.as_int();
   if (v.is_float()) {
     const double f = v.as_double();
@@ -215,13 +237,13 @@ Value int_filter(Evaluator&, const Value& v, const CallArgs& a) {
   return fallback;
 }
 
-Value items(Evaluator& ev, const Value& v, const CallArgs& a) {
+Value items_now(Evaluator& ev, const Value& v, const CallArgs& a) {
   a.check("items", 0, {});
-  if (v.is_undefined()) return ev.make_array({});
+  if (v.is_undefined()) return ev.make_generator({});
   if (!v.is_dict()) runtime_error("Can only get item pairs from a mapping.");
   Array out;
   for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value(Array{k, val}, true));
-  return ev.make_array(std::move(out));
+  return ev.make_generator(std::move(out));
 }
 
 Value join(Evaluator& ev, const Value& v, const CallArgs& a) {
@@ -230,7 +252,8 @@ Value join(Evaluator& ev, const Value& v, const CallArgs& a) {
   const Value attribute = get(a, 1, "attribute", nullptr);
   std::string out;
   bool first_item = true;
-  for (const Value& item : *ev.iterate(v)) {
+  const auto item_seq = ev.iterate(v);
+  for (const Value& item : *item_seq) {
     if (!first_item) out += sep;
     first_item = false;
     const Value x = attribute.is_none() ? item : ev.get_path(item, text_of(attribute));
@@ -277,7 +300,8 @@ Value title(Evaluator& ev, const Value& v, const CallArgs& a) {
   return ev.make_string(std::move(out));
 }
 
-Value map(Evaluator& ev, const Value& v, const CallArgs& a) {
+Value map_now(Evaluator& ev, const Value& v, const CallArgs& a) {
+  if (!truthy(v)) return ev.make_generator({});  // Jinja: `if value:` -- none|map(...) is empty
   Array out;
   const auto seq = ev.iterate(v);
   if (a.positional.empty()) {
@@ -290,14 +314,14 @@ Value map(Evaluator& ev, const Value& v, const CallArgs& a) {
       if (x.is_undefined() && fallback) x = *fallback;
       out.push_back(std::move(x));
     }
-    return ev.make_array(std::move(out));
+    return ev.make_generator(std::move(out));
   }
   const std::string name = args::to_string(a.positional[0], "map");
   CallArgs rest;
   rest.positional.assign(a.positional.begin() + 1, a.positional.end());
   rest.keyword = a.keyword;
   for (const Value& item : *seq) out.push_back(ev.apply_filter(name, item, rest));
-  return ev.make_array(std::move(out));
+  return ev.make_generator(std::move(out));
 }
 
 Value min_max(Evaluator& ev, const Value& v, const CallArgs& a, bool want_max) {
@@ -327,6 +351,7 @@ Value min_filter(Evaluator& ev, const Value& v, const CallArgs& a) { return min_
 
 // select / reject / selectattr / rejectattr.
 Value select_impl(Evaluator& ev, const Value& v, const CallArgs& a, bool by_attribute, bool keep) {
+  if (!truthy(v)) return ev.make_generator({});  // Jinja: `if value:` -- none|select is empty
   size_t next = 0;
   std::string attribute;
   if (by_attribute) {
@@ -339,18 +364,36 @@ Value select_impl(Evaluator& ev, const Value& v, const CallArgs& a, bool by_attr
   test_args.positional.assign(a.positional.begin() + static_cast<std::ptrdiff_t>(next), a.positional.end());
   test_args.keyword = a.keyword;
   Array out;
-  for (const Value& item : *ev.iterate(v)) {
+  const auto item_seq = ev.iterate(v);
+  for (const Value& item : *item_seq) {
     const Value x = by_attribute ? ev.get_path(item, attribute) : item;
     const bool passed = test.empty() ? truthy(x) : ev.apply_test(test, x, test_args);
     if (passed == keep) out.push_back(item);
   }
-  return ev.make_array(std::move(out));
+  return ev.make_generator(std::move(out));
 }
 
-Value select(Evaluator& ev, const Value& v, const CallArgs& a) { return select_impl(ev, v, a, false, true); }
-Value reject(Evaluator& ev, const Value& v, const CallArgs& a) { return select_impl(ev, v, a, false, false); }
-Value selectattr(Evaluator& ev, const Value& v, const CallArgs& a) { return select_impl(ev, v, a, true, true); }
-Value rejectattr(Evaluator& ev, const Value& v, const CallArgs& a) { return select_impl(ev, v, a, true, false); }
+Value select(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return lazily([&] { return select_impl(ev, v, a, false, true); });
+}
+Value reject(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return lazily([&] { return select_impl(ev, v, a, false, false); });
+}
+Value selectattr(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return lazily([&] { return select_impl(ev, v, a, true, true); });
+}
+Value rejectattr(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return lazily([&] { return select_impl(ev, v, a, true, false); });
+}
+Value items(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return lazily([&] { return items_now(ev, v, a); });
+}
+Value map(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return lazily([&] { return map_now(ev, v, a); });
+}
+Value batch(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return lazily([&] { return batch_now(ev, v, a); });
+}
 
 Value replace(Evaluator& ev, const Value& v, const CallArgs& a) {
   a.check("replace", 3, {"old", "new", "count"});
@@ -370,10 +413,13 @@ Value reverse(Evaluator& ev, const Value& v, const CallArgs& a) {
     }
     return ev.make_string(std::move(out));
   }
-  if (v.is_undefined()) fail_undefined(v);
+  if (v.is_undefined()) return ev.make_generator({});  // reversed() of an empty sequence
   Array items = *ev.iterate(v);
   std::reverse(items.begin(), items.end());
-  return ev.make_array(std::move(items));
+  // Python's reversed() gives an iterator; an iterator itself cannot be reversed(), so Jinja
+  // falls back to a reversed list.
+  if (v.is_generator()) return ev.make_array(std::move(items));
+  return ev.make_generator(std::move(items));
 }
 
 Value round_filter(Evaluator&, const Value& v, const CallArgs& a) {
@@ -456,7 +502,8 @@ Value sum(Evaluator& ev, const Value& v, const CallArgs& a) {
   a.check("sum", 2, {"attribute", "start"});
   const Value attribute = get(a, 0, "attribute", nullptr);
   Value total = get(a, 1, "start", 0);
-  for (const Value& item : *ev.iterate(v)) {
+  const auto item_seq = ev.iterate(v);
+  for (const Value& item : *item_seq) {
     total = ev.binary(BinaryOp::add, total,
                       attribute.is_none() ? item : ev.get_path(item, text_of(attribute)));
   }
@@ -504,7 +551,13 @@ Value truncate(Evaluator& ev, const Value& v, const CallArgs& a) {
   const std::string end = text_of(get(a, 2, "end", "..."));
   const Value leeway_arg = get(a, 3, "leeway", nullptr);
   const int64_t leeway = leeway_arg.is_none() ? 5 : args::to_int(leeway_arg, "truncate");
-  const std::string s = text_of(v);
+  if (!v.is_string()) {
+    // Jinja slices the value itself: a short list comes back unchanged, a long one fails.
+    const int64_t n = args::to_int(length_filter(ev, v, CallArgs()), "truncate");
+    if (n <= length + leeway) return v;
+    runtime_error("truncate: expected a string, got " + type_name(v));
+  }
+  const std::string& s = v.as_string();
   const int64_t end_len = static_cast<int64_t>(unicode::length(end));
   if (length < end_len) runtime_error("expected length >= len(end)");
   if (leeway < 0) runtime_error("expected leeway >= 0");
@@ -519,15 +572,17 @@ Value truncate(Evaluator& ev, const Value& v, const CallArgs& a) {
   return ev.make_string(head + end);
 }
 
-Value unique(Evaluator& ev, const Value& v, const CallArgs& a) {
+Value unique_now(Evaluator& ev, const Value& v, const CallArgs& a) {
   a.check("unique", 2, {"case_sensitive", "attribute"});
   const bool case_sensitive = truthy(get(a, 0, "case_sensitive", false));
   const Value attribute = get(a, 1, "attribute", nullptr);
   Array out;
   Array seen;
-  for (const Value& item : *ev.iterate(v)) {
+  const auto item_seq = ev.iterate(v);
+  for (const Value& item : *item_seq) {
     const Value k = sort_key(attribute.is_none() ? item : ev.get_path(item, text_of(attribute)),
                              case_sensitive);
+    if (k.is_array() || k.is_dict()) runtime_error("unhashable type: '" + type_name(k) + "'");
     bool dup = false;
     for (const Value& s : seen) {
       if (equals(s, k)) {
@@ -540,7 +595,7 @@ Value unique(Evaluator& ev, const Value& v, const CallArgs& a) {
       out.push_back(item);
     }
   }
-  return ev.make_array(std::move(out));
+  return ev.make_generator(std::move(out));
 }
 
 Value wordcount(Evaluator&, const Value& v, const CallArgs& a) {
@@ -558,11 +613,15 @@ Value wordcount(Evaluator&, const Value& v, const CallArgs& a) {
   return n;
 }
 
+Value unique(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return lazily([&] { return unique_now(ev, v, a); });
+}
+
 const std::unordered_map<std::string_view, FilterFn>& registry() {
   static const std::unordered_map<std::string_view, FilterFn> filters = {
       {"abs", abs_filter},       {"attr", attr},
       {"batch", batch},          {"capitalize", capitalize},
-      {"center", center},        {"count", length},
+      {"center", center},        {"count", length_filter},
       {"d", default_filter},     {"default", default_filter},
       {"dictsort", dictsort},    {"e", escape},
       {"escape", escape},        {"first", first},
@@ -570,7 +629,7 @@ const std::unordered_map<std::string_view, FilterFn>& registry() {
       {"format", format},        {"indent", indent},
       {"int", int_filter},       {"items", items},
       {"join", join},            {"last", last},
-      {"length", length},        {"list", list},
+      {"length", length_filter}, {"list", list},
       {"lower", lower},          {"map", map},
       {"max", max_filter},       {"min", min_filter},
       {"reject", reject},        {"rejectattr", rejectattr},

@@ -1,6 +1,7 @@
 // Methods of the built-in types that templates call: str (strip, split, startswith, ...),
 // dict (items, keys, values, get) and list (count, index). Methods that would modify a list or
 // dict fail, as in Hugging Face's ImmutableSandboxedEnvironment.
+#include <cstdint>
 #include <algorithm>
 #include <array>
 
@@ -199,7 +200,8 @@ bool call_string_method(Evaluator& ev, const std::string& s, std::string_view na
     a.check("join", 1, {});
     std::string out;
     bool first = true;
-    for (const Value& item : *ev.iterate(get(a, 0, "iterable"))) {
+    const auto item_seq = ev.iterate(get(a, 0, "iterable"));
+    for (const Value& item : *item_seq) {
       if (!first) out += s;
       first = false;
       out += args::to_string(item, "str.join");
@@ -351,6 +353,7 @@ bool has_method(const Value& object, std::string_view name) {
     case Kind::string: return contains_name(kStringMethods, name);
     case Kind::dict: return contains_name(kDictMethods, name);
     case Kind::array:
+      if (object.is_generator()) return false;
       return object.is_tuple() ? (name == "count" || name == "index")
                                : contains_name(kListMethods, name);
     default: return false;

@@ -1,6 +1,7 @@
 // Python's operators and Jinja's attribute/item access rules (jinja2.sandbox getattr/getitem):
 // a missing attribute, key or index is an undefined value, but using an undefined value
 // (attribute access, arithmetic, calling) is an error.
+#include <cstdint>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -170,7 +171,12 @@ std::string percent_format(const std::string& fmt_str, const Value& args) {
       default: runtime_error(fmt::format("unsupported format character '{}'", conv));
     }
   }
-  if (!mapping && next < items.size()) {
+  // Python treats any non-tuple argument with __getitem__ (list, dict) as a mapping, so unused
+  // arguments are only an error for tuples and scalars.
+  if (!mapping && !args.is_sequence() && next < items.size()) {
+    runtime_error("not all arguments converted during string formatting");
+  }
+  if (args.is_tuple() && next < items.size()) {
     runtime_error("not all arguments converted during string formatting");
   }
   return out;
@@ -232,7 +238,7 @@ Value Evaluator::get_item(const Value& object, const Value& key) {
       if (const Value* v = object.as_dict().find(key)) return *v;
       break;
     case Kind::array:
-      if (key.is_int() || key.is_bool()) {
+      if ((key.is_int() || key.is_bool()) && object.is_sequence()) {
         const Array& items = object.as_array();
         int64_t i = key.as_int();
         if (i < 0) i += static_cast<int64_t>(items.size());
@@ -282,7 +288,7 @@ Value Evaluator::get_item(const Value& object, const Value& key) {
 Value Evaluator::slice(const Value& object, const Value& start, const Value& stop,
                        const Value& step_value) {
   if (object.is_undefined()) fail_undefined(object);
-  if (!object.is_array() && !object.is_string()) {
+  if (!object.is_sequence() && !object.is_string()) {
     return Value::undefined(fmt::format("'{}' cannot be sliced", object_type_repr(object)));
   }
   if (object.is_array()) {
@@ -322,7 +328,9 @@ Value Evaluator::slice(const Value& object, const Value& start, const Value& sto
 
 std::shared_ptr<const Array> Evaluator::iterate(const Value& v) {
   switch (v.kind()) {
-    case Kind::array: return v.array_ptr();
+    case Kind::array:
+      if (v.is_failed_generator()) fail_undefined(v.as_array().front());
+      return v.array_ptr();
     case Kind::undefined: {
       static const auto empty = std::make_shared<const Array>();
       return empty;
@@ -367,6 +375,11 @@ Value Evaluator::get_path(const Value& object, std::string_view path) {
 }
 
 Value Evaluator::binary(BinaryOp op, const Value& a, const Value& b) {
+  // Python's str % x treats Jinja's Undefined (it has __getitem__) as an empty mapping.
+  if (op == BinaryOp::mod && a.is_string() && b.is_undefined()) {
+    if (a.as_string().find('%') == std::string::npos) return a;
+    fail_undefined(b);
+  }
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
   const bool ints = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
@@ -376,7 +389,7 @@ Value Evaluator::binary(BinaryOp op, const Value& a, const Value& b) {
       if (ints) return checked(add_overflow, a.as_int(), b.as_int());
       if (numbers) return a.as_double() + b.as_double();
       if (a.is_string() && b.is_string()) return make_string(a.as_string() + b.as_string());
-      if (a.is_array() && b.is_array() && a.is_tuple() == b.is_tuple()) {
+      if (a.is_sequence() && b.is_sequence() && a.is_tuple() == b.is_tuple()) {
         Array items = a.as_array();
         items.insert(items.end(), b.as_array().begin(), b.as_array().end());
         return make_array(std::move(items), a.is_tuple());
@@ -398,8 +411,8 @@ Value Evaluator::binary(BinaryOp op, const Value& a, const Value& b) {
       if (b.is_string() && (a.is_int() || a.is_bool())) {
         return make_string(repeat(*this, b.as_string(), a.as_int()));
       }
-      if ((a.is_array() && (b.is_int() || b.is_bool())) ||
-          (b.is_array() && (a.is_int() || a.is_bool()))) {
+      if ((a.is_sequence() && (b.is_int() || b.is_bool())) ||
+          (b.is_sequence() && (a.is_int() || a.is_bool()))) {
         const Value& list = a.is_array() ? a : b;
         const int64_t n = a.is_array() ? b.as_int() : a.as_int();
         Array items;
@@ -489,11 +502,13 @@ bool Evaluator::contains(const Value& container, const Value& item) {
                                   type_name(item)));
       }
       return container.as_string().find(item.as_string()) != std::string::npos;
-    case Kind::array:
-      for (const Value& v : container.as_array()) {
+    case Kind::array: {
+      const auto items = iterate(container);
+      for (const Value& v : *items) {
         if (equals(v, item)) return true;
       }
       return false;
+    }
     case Kind::dict:
       if (item.is_array() || item.is_dict()) {
         runtime_error("unhashable type: '" + type_name(item) + "'");

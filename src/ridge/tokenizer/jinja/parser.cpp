@@ -48,6 +48,11 @@ class Parser {
 
   Body parse_template() {
     Body body = parse_body({});
+    // Jinja checks filter and test names when compiling, except inside an if statement or a
+    // conditional expression, where an unknown name fails only if it is reached.
+    for (const Unknown& u : unknown_) {
+      if (!u.soft) fail_at(u.at, fmt::format("no {} named '{}'", u.is_filter ? "filter" : "test", u.name));
+    }
     return body;
   }
 
@@ -237,6 +242,7 @@ class Parser {
   }
 
   StmtPtr parse_for() {
+    SoftRegion soft(*this, false);
     auto s = node<ForStmt>(cur());
     advance();
     s->target = parse_assign_target(true, {"in"}, false);
@@ -257,6 +263,7 @@ class Parser {
   }
 
   StmtPtr parse_if() {
+    SoftRegion soft(*this, true);
     auto s = node<IfStmt>(cur());
     advance();
     while (true) {
@@ -284,6 +291,7 @@ class Parser {
       expect_block_end();
       return s;
     }
+    SoftRegion soft(*this, false);
     auto s = node<SetBlockStmt>(at);
     s->target = std::move(target);
     if (is_op("|")) s->filter = parse_filter(nullptr, false);
@@ -309,6 +317,7 @@ class Parser {
   }
 
   StmtPtr parse_macro() {
+    SoftRegion soft(*this, false);
     auto s = node<MacroStmt>(cur());
     advance();
     s->def = std::make_shared<MacroDef>();
@@ -326,6 +335,7 @@ class Parser {
   }
 
   StmtPtr parse_call_block() {
+    SoftRegion soft(*this, false);
     auto s = node<CallBlockStmt>(cur());
     advance();
     s->caller = std::make_shared<MacroDef>();
@@ -346,6 +356,7 @@ class Parser {
   }
 
   StmtPtr parse_filter_block() {
+    SoftRegion soft(*this, false);
     auto s = node<FilterBlockStmt>(cur());
     advance();
     s->filter = parse_filter(nullptr, true);
@@ -356,6 +367,7 @@ class Parser {
   }
 
   StmtPtr parse_with() {
+    SoftRegion soft(*this, false);
     auto s = node<WithStmt>(cur());
     advance();
     while (cur().type != TokenType::block_end) {
@@ -476,8 +488,11 @@ class Parser {
   ExprPtr parse_condexpr() {
     DepthGuard guard(*this);
     const Token& at = cur();
+    const size_t first_unknown = unknown_.size();
     ExprPtr expr = parse_or();
     while (skip_name("if")) {
+      for (size_t i = first_unknown; i < unknown_.size(); ++i) unknown_[i].soft = true;
+      SoftRegion soft(*this, true);
       auto c = node<ConditionExpr>(at);
       c->test = parse_or();
       if (skip_name("else")) c->otherwise = parse_condexpr();
@@ -873,7 +888,7 @@ class Parser {
       auto f = node<FilterExpr>(at);
       f->name = parse_dotted_name();
       f->fn = find_filter(f->name);
-      if (!f->fn) fail_at(at, fmt::format("no filter named '{}'", f->name));
+      if (!f->fn) unknown_.push_back({at, f->name, true, soft_});
       if (is_op("(")) f->args = parse_call_args();
       f->input = std::move(input);
       input = std::move(f);
@@ -889,7 +904,7 @@ class Parser {
     auto t = node<TestExpr>(at);
     t->name = parse_dotted_name();
     t->fn = find_test(t->name);
-    if (!t->fn) fail_at(name_at, fmt::format("no test named '{}'", t->name));
+    if (!t->fn) unknown_.push_back({name_at, t->name, false, soft_});
     if (is_op("(")) {
       t->args = parse_call_args();
     } else if ((cur().type == TokenType::name || cur().type == TokenType::string ||
@@ -907,6 +922,22 @@ class Parser {
     return n;
   }
 
+  struct Unknown {
+    Token at;
+    std::string name;
+    bool is_filter;
+    bool soft;
+  };
+  // Sets soft_ for a region (an if statement: true; a scope of its own: false).
+  struct SoftRegion {
+    SoftRegion(Parser& p, bool soft) : parser(p), saved(p.soft_) { p.soft_ = soft; }
+    ~SoftRegion() { parser.soft_ = saved; }
+    Parser& parser;
+    bool saved;
+  };
+
+  std::vector<Unknown> unknown_;
+  bool soft_ = false;
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int depth_ = 0;

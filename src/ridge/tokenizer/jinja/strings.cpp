@@ -1,5 +1,6 @@
 #include "ridge/tokenizer/jinja/strings.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <cerrno>
 #include <cmath>

@@ -1,5 +1,6 @@
 // The built-in tests (`x is defined`, ...) and global functions (range, namespace, dict, and
 // Hugging Face's raise_exception and strftime_now).
+#include <cstdint>
 #include <ctime>
 #include <unordered_map>
 
@@ -32,14 +33,17 @@ bool t_float(Evaluator&, const Value& v, const CallArgs&) { return v.is_float();
 bool t_number(Evaluator&, const Value& v, const CallArgs&) { return v.is_number(); }
 bool t_string(Evaluator&, const Value& v, const CallArgs&) { return v.is_string(); }
 bool t_mapping(Evaluator&, const Value& v, const CallArgs&) { return v.is_dict(); }
-bool t_callable(Evaluator&, const Value& v, const CallArgs&) { return v.is_function(); }
+// Jinja's Undefined has __call__ (it raises), so Python's callable() says yes.
+bool t_callable(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_function() || v.is_undefined();
+}
 bool t_escaped(Evaluator&, const Value&, const CallArgs&) { return false; }
 // Jinja's Undefined supports iteration and len()/[] (it is empty), so it counts as both.
 bool t_iterable(Evaluator&, const Value& v, const CallArgs&) {
   return v.is_array() || v.is_dict() || v.is_string() || v.is_undefined();
 }
 bool t_sequence(Evaluator&, const Value& v, const CallArgs&) {
-  return v.is_array() || v.is_dict() || v.is_string() || v.is_undefined();
+  return v.is_sequence() || v.is_dict() || v.is_string() || v.is_undefined();
 }
 
 Value modulo(Evaluator& ev, const Value& v, const Value& d) {
@@ -149,7 +153,8 @@ Dict build_dict(Evaluator& ev, const CallArgs& a, std::string_view what) {
     if (src.is_dict()) {
       d = src.as_dict();
     } else {
-      for (const Value& pair : *ev.iterate(src)) {
+      const auto pair_seq = ev.iterate(src);
+      for (const Value& pair : *pair_seq) {
         const auto kv = ev.iterate(pair);
         if (kv->size() != 2) runtime_error(fmt::format("{}: sequence elements must be pairs", what));
         d.set((*kv)[0], (*kv)[1]);

@@ -1,5 +1,6 @@
 #include "ridge/tokenizer/jinja/value.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -59,6 +60,18 @@ Value::Value(std::shared_ptr<Object> o) : kind_(Kind::object), ptr_(std::move(o)
 Value Value::undefined(std::string message) {
   Value v;
   v.ptr_ = std::make_shared<const std::string>(std::move(message));
+  return v;
+}
+
+Value Value::generator(Array items) {
+  Value v(std::move(items));
+  v.generator_ = true;
+  return v;
+}
+
+Value Value::failed_generator(std::string message) {
+  Value v = generator(Array{Value::undefined(std::move(message))});
+  v.failed_ = true;
   return v;
 }
 
@@ -148,7 +161,13 @@ void Object::set_attr(const std::string& name, Value) {
   runtime_error(fmt::format("cannot assign attribute '{}' on a {} object", name, type_name()));
 }
 
-std::string Object::repr() const { return "<" + type_name() + " object>"; }
+std::string Object::repr() const {
+  // Built with appends: "<" + name + "..." trips GCC 12's -Wrestrict false positive.
+  std::string s = "<";
+  s += type_name();
+  s += " object>";
+  return s;
+}
 
 // ---- Python semantics ------------------------------------------------------------------------
 
@@ -160,7 +179,7 @@ std::string type_name(const Value& v) {
     case Kind::integer: return "int";
     case Kind::floating: return "float";
     case Kind::string: return "str";
-    case Kind::array: return v.is_tuple() ? "tuple" : "list";
+    case Kind::array: return v.is_generator() ? "generator" : (v.is_tuple() ? "tuple" : "list");
     case Kind::dict: return "dict";
     case Kind::function: return "function";
     case Kind::object: return v.as_object().type_name();
@@ -176,7 +195,7 @@ bool truthy(const Value& v) {
     case Kind::integer: return v.as_int() != 0;
     case Kind::floating: return v.as_double() != 0.0;
     case Kind::string: return !v.as_string().empty();
-    case Kind::array: return !v.as_array().empty();
+    case Kind::array: return v.is_generator() || !v.as_array().empty();
     case Kind::dict: return !v.as_dict().empty();
     case Kind::function:
     case Kind::object: return true;
@@ -281,6 +300,10 @@ void append_string_repr(std::string& out, const std::string& s) {
 void append_repr(std::string& out, const Value& v);
 
 void append_array_repr(std::string& out, const Value& v) {
+  if (v.is_generator()) {
+    out += "<generator object>";
+    return;
+  }
   const Array& items = v.as_array();
   out.push_back(v.is_tuple() ? '(' : '[');
   for (size_t i = 0; i < items.size(); ++i) {
@@ -309,6 +332,7 @@ void append_repr(std::string& out, const Value& v) {
     case Kind::string: append_string_repr(out, v.as_string()); return;
     case Kind::array: append_array_repr(out, v); return;
     case Kind::dict: append_dict_repr(out, v.as_dict()); return;
+    case Kind::undefined: out += "Undefined"; return;  // repr(); str() is ""
     default: out += to_str(v); return;
   }
 }
@@ -348,6 +372,7 @@ bool equals(const Value& a, const Value& b) {
     case Kind::none: return true;
     case Kind::string: return a.as_string() == b.as_string();
     case Kind::array: {
+      if (a.is_generator() || b.is_generator()) return a.array_ptr() == b.array_ptr();
       if (a.is_tuple() != b.is_tuple()) return false;
       const Array& x = a.as_array();
       const Array& y = b.as_array();
@@ -388,7 +413,7 @@ int compare(const Value& a, const Value& b) {
     const int c = a.as_string().compare(b.as_string());  // UTF-8 byte order == code point order
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
-  if (a.is_array() && b.is_array() && a.is_tuple() == b.is_tuple()) {
+  if (a.is_sequence() && b.is_sequence() && a.is_tuple() == b.is_tuple()) {
     const Array& x = a.as_array();
     const Array& y = b.as_array();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -466,6 +491,7 @@ void append_json(std::string& out, const Value& v, const JsonOptions& o, int lev
     case Kind::floating: out += json_float(v.as_double()); return;
     case Kind::string: append_json_string(out, v.as_string(), o.ensure_ascii); return;
     case Kind::array: {
+      if (v.is_generator()) runtime_error("Object of type generator is not JSON serializable");
       const Array& items = v.as_array();
       if (items.empty()) {
         out += "[]";

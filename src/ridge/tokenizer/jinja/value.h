@@ -70,6 +70,11 @@ class Value {
 
   // An undefined value that carries the error raised when it is used (e.g. "'x' is undefined").
   static Value undefined(std::string message);
+  // What Jinja's lazy filters (map, select, unique, ...) return: a generator. It iterates like a
+  // list but, as in Python, is always true, has no len() and cannot be indexed or printed as one.
+  static Value generator(Array items);
+  // A generator whose computation failed: like Python's, it raises only when iterated.
+  static Value failed_generator(std::string message);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::undefined; }
@@ -82,6 +87,10 @@ class Value {
   bool is_string() const { return kind_ == Kind::string; }
   bool is_array() const { return kind_ == Kind::array; }
   bool is_tuple() const { return kind_ == Kind::array && tuple_; }
+  bool is_generator() const { return kind_ == Kind::array && generator_; }
+  bool is_failed_generator() const { return is_generator() && failed_; }
+  // A list or tuple (a generator is an array that is neither).
+  bool is_sequence() const { return kind_ == Kind::array && !generator_; }
   bool is_dict() const { return kind_ == Kind::dict; }
   bool is_function() const { return kind_ == Kind::function; }
   bool is_object() const { return kind_ == Kind::object; }
@@ -106,6 +115,8 @@ class Value {
 
   Kind kind_ = Kind::undefined;
   bool tuple_ = false;
+  bool generator_ = false;
+  bool failed_ = false;  // a failed generator: its one item is an undefined holding the error
   uint16_t depth_ = 0;
   union {
     int64_t i_ = 0;
