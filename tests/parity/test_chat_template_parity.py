@@ -58,6 +58,16 @@ FAMILIES = {
 }
 
 
+# Further template styles (tests/data/chat_templates/extra/): engine coverage, see README there.
+EXTRA_FAMILIES = {
+    "gemma": {"bos": "<bos>", "eos": "<eos>", "tools": False},
+    "gemma3_style": {"bos": "<bos>", "eos": "<eos>", "tools": False, "parts": True},
+    "phi3": {"bos": "<s>", "eos": "<|endoftext|>", "tools": False},
+    "qwen3_style": {"bos": "<|endoftext|>", "eos": "<|im_end|>", "tools": "qwen", "think": True},
+    "tools_macros_style": {"bos": "<s>", "eos": "<|im_end|>", "tools": "qwen"},
+}
+
+
 def make_tokenizer(bos, eos):
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
@@ -236,6 +246,23 @@ TOOLS = [
             "return": {"type": "number"},
         },
     },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the web",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What to look for"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "limit": {"type": ["integer", "boolean"]},
+                    "filters": {"type": "object", "additionalProperties": {"type": "number"}},
+                },
+                "required": ["query"],
+            },
+        },
+    },
 ]
 
 
@@ -306,6 +333,26 @@ def tool_conversation(rng, style):
     return msgs
 
 
+def as_parts(rng, content):
+    """Content as a list of parts, as multimodal chat templates take it."""
+    parts = [{"type": "text", "text": content}]
+    if rng.random() < 0.5:
+        parts.insert(rng.randrange(2), {"type": "image"})
+    return parts
+
+
+def style_messages(rng, messages, family):
+    out = []
+    for m in messages:
+        m = dict(m)
+        if family.get("parts") and isinstance(m.get("content"), str) and rng.random() < 0.5:
+            m["content"] = as_parts(rng, m["content"])
+        if family.get("think") and m["role"] == "assistant" and "content" in m and rng.random() < 0.5:
+            m["content"] = "<think>\n" + random_text(rng) + "\n</think>\n\n" + m["content"]
+        out.append(m)
+    return out
+
+
 def generate_cases(name, template, family, rng):
     cases = []
     for i in range(CONVERSATIONS_PER_TEMPLATE):
@@ -323,6 +370,9 @@ def generate_cases(name, template, family, rng):
                 variables["date_string"] = "01 Jan 2025"
         else:
             messages = plain_conversation(rng)
+        messages = style_messages(rng, messages, family)
+        if family.get("think") and rng.random() < 0.3:
+            variables["enable_thinking"] = rng.random() < 0.5
         cases.append(
             {
                 "name": name,
@@ -343,6 +393,8 @@ TEMPLATE_NAMES = sorted(FAMILIES)
 def test_every_template_file_is_covered():
     on_disk = sorted(p.stem for p in TEMPLATE_DIR.glob("*.jinja"))
     assert on_disk == TEMPLATE_NAMES
+    extra = sorted(p.stem for p in (TEMPLATE_DIR / "extra").glob("*.jinja"))
+    assert extra == sorted(EXTRA_FAMILIES)
 
 
 def test_smollm2_template_matches_the_default_model():
@@ -356,10 +408,13 @@ def test_smollm2_template_matches_the_default_model():
     assert stored == (TEMPLATE_DIR / "smollm2.jinja").read_text()
 
 
-@pytest.mark.parametrize("name", TEMPLATE_NAMES)
+@pytest.mark.parametrize("name", TEMPLATE_NAMES + sorted(EXTRA_FAMILIES))
 def test_template_parity(name):
-    family = FAMILIES[name]
-    template = (TEMPLATE_DIR / f"{name}.jinja").read_text()
+    if name in FAMILIES:
+        family, path = FAMILIES[name], TEMPLATE_DIR / f"{name}.jinja"
+    else:
+        family, path = EXTRA_FAMILIES[name], TEMPLATE_DIR / "extra" / f"{name}.jinja"
+    template = path.read_text()
     rng = random.Random(f"{SEED}-{name}")
     cases = generate_cases(name, template, family, rng)
     assert len(cases) >= 100
