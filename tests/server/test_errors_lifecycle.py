@@ -246,3 +246,17 @@ def test_second_signal_cancels_at_once():
             break
         data += chunk
     assert data.rstrip().endswith(b"0") or b"[DONE]" in data
+
+
+def test_http10_stream_ends_with_the_connection(server):
+    sock = socket.create_connection((server.host, server.port))
+    body = json.dumps({"model": server.model, "prompt": "Hi", "max_tokens": 3, "stream": True}).encode()
+    auth = f"Authorization: Bearer {server.api_key}\r\n" if server.api_key else ""
+    sock.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n" +
+                 auth.encode() + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    head, _, payload = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head.lower()
+    assert payload.endswith(b"data: [DONE]\n\n")

@@ -219,9 +219,16 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   // Starts a streamed (chunked) response.
   void start_stream(std::string_view extra_headers) {
-    chunked_ = true;
-    send_raw(http_head(200, "text/event-stream; charset=utf-8", -1, keep_alive_,
-                       fmt::format("Cache-Control: no-cache\r\n{}", extra_headers)));
+    // HTTP/1.0 has no chunked encoding: the body then ends when the connection closes.
+    chunked_ = !http10_;
+    if (http10_) keep_alive_ = false;
+    std::string head = http_head(200, "text/event-stream; charset=utf-8", -1, keep_alive_,
+                                 fmt::format("Cache-Control: no-cache\r\n{}", extra_headers));
+    if (http10_) {
+      const auto te = head.find("Transfer-Encoding: chunked\r\n");
+      head.erase(te, std::string_view("Transfer-Encoding: chunked\r\n").size());
+    }
+    send_raw(head);
     srv_.count(200);
   }
   // The whole response is queued.
@@ -767,7 +774,7 @@ void Session::response_written() {
     in_response_ = false;
     srv_.busy.fetch_sub(1);
   }
-  if (!keep_alive_ || http10_ || srv_.stopping.load()) {
+  if (!keep_alive_ || srv_.stopping.load()) {
     close();
     return;
   }
