@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug|info|warn|error|off")
       ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
       ->each([](const std::string& v) { ridge::log::set_level(ridge::log::level_from_name(v)); });
   auto& specs = ridge::app::registry();
   std::sort(specs.begin(), specs.end(), [](auto& a, auto& b) { return a.name < b.name; });

@@ -44,12 +44,20 @@ def test_seeds_reproduce_and_differ():
 
 
 def test_chat_over_stdin_keeps_history_and_ends_on_eof():
-    p = ridge("chat", "--temperature", "0", "--max-tokens", "32", "--device", "cpu",
-              input="My name is Ada.\nWhat is my name?\n", timeout=300)
+    """Two turns over stdin: the second turn's prompt holds the first exchange (its tokens are
+    the first prompt + reply + the new message) and reuses the first turn's KV."""
+    import re
+    p = ridge("chat", "--temperature", "0", "--max-tokens", "24", "--device", "cpu",
+              "--log-level", "debug", input="My name is Ada.\nWhat is my name?\n", timeout=300)
     assert p.returncode == 0
-    lines = [l for l in p.stdout.splitlines() if l.strip()]
-    assert len(lines) >= 2, p.stdout
-    assert "Ada" in p.stdout.split("\n", 1)[1], p.stdout
+    replies = [l for l in p.stdout.splitlines() if l.strip()]
+    assert len(replies) >= 2, p.stdout
+    turns = [tuple(map(int, m)) for m in
+             re.findall(r"turn: (\d+) prompt tokens \((\d+) reused\), (\d+) generated", p.stderr)]
+    assert len(turns) == 2, p.stderr
+    (p1, _, g1), (p2, reused2, _) = turns
+    assert p2 > p1 + g1 - 2, turns      # the history (first prompt and reply) is in the second prompt
+    assert reused2 >= p1 - 1, turns     # and its KV is reused, not recomputed
 
 
 @pytest.mark.parametrize("sub", ["", "run", "chat", "bench", "bench model", "version"])
