@@ -65,9 +65,7 @@ void serve(ServeFlags& f) {
   std::unique_ptr<engine::ModelBundle> bundle;
   std::unique_ptr<tokenizer::Tokenizer> tok_only;
   std::unique_ptr<server::EnginePort> port;
-#ifdef RIDGE_HAVE_ENGINE
   std::unique_ptr<engine::Engine> eng;
-#endif
   const tokenizer::Tokenizer* tok = nullptr;
   if (f.stub) {
     tok_only = load_tokenizer(f.model.model_path);
@@ -88,16 +86,12 @@ void serve(ServeFlags& f) {
     log::warn("serving the STUB engine: outputs are a fixed token cycle, not the model's "
               "(for testing and benchmarking the HTTP layer)");
   } else {
-#ifdef RIDGE_HAVE_ENGINE
     bundle = engine::ModelBundle::load(f.model);
     if (!bundle->tokenizer) fail("{} has no tokenizer: ridge serve needs one", f.model.model_path);
     tok = bundle->tokenizer.get();
     f.engine.enable_prefix_caching = !f.no_prefix_cache;
     eng = std::make_unique<engine::Engine>(*bundle, f.engine);
     port = std::make_unique<server::EngineAdapter>(*eng);
-#else
-    fail("this build has no engine yet (src/ridge/engine/engine.cpp): only --stub-engine serves");
-#endif
   }
 
   f.server.served_model_names = f.served_names;
