@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ridge/tokenizer/jinja/error.h"
@@ -69,10 +70,10 @@ TEST(ChatTemplate, Llama31WithTheDateFromExtraVariables) {
       "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>";
   EXPECT_EQ(t.render({{"system", "S"}, {"user", "U"}}, false, "<|begin_of_text|>", "<|eot_id|>"),
             expected_default);
-  const std::string with_date =
-      t.render({{"user", "U"}}, true, "<|begin_of_text|>", "<|eot_id|>",
-               nlohmann::json{{"date_string", "01 Jan 2025"}});
-  EXPECT_NE(with_date.find("Today Date: 01 Jan 2025\n\n<|eot_id|>"), std::string::npos) << with_date;
+  const std::string with_date = t.render({{"user", "U"}}, true, "<|begin_of_text|>", "<|eot_id|>",
+                                         nlohmann::json{{"date_string", "01 Jan 2025"}});
+  EXPECT_NE(with_date.find("Today Date: 01 Jan 2025\n\n<|eot_id|>"), std::string::npos)
+      << with_date;
 }
 
 TEST(ChatTemplate, MistralV01) {
@@ -134,6 +135,28 @@ TEST(ChatTemplate, DefaultTemplateIsChatML) {
 
 TEST(ChatTemplate, SyntaxErrorsThrowRidgeErrorFromTheConstructor) {
   EXPECT_THROW(ChatTemplate("{% for m in messages %}"), ridge::Error);
+}
+
+TEST(ChatTemplate, RendersConcurrentlyFromManyThreads) {
+  // The server renders one parsed template from every request thread.
+  const ChatTemplate t(load_template("llama3_1"));
+  std::vector<ChatMessage> messages = {{"system", "S"}};
+  for (int i = 0; i < 50; ++i) {
+    messages.push_back({i % 2 ? "assistant" : "user", "message " + std::to_string(i)});
+  }
+  const std::string expected = t.render(messages, true, "<|begin_of_text|>", "<|eot_id|>");
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int r = 0; r < 50; ++r) {
+        if (t.render(messages, true, "<|begin_of_text|>", "<|eot_id|>") != expected)
+          ++mismatches[k];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 TEST(ChatTemplate, IsMovable) {

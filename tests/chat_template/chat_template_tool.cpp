@@ -20,9 +20,12 @@ using ridge::tokenizer::jinja::TemplateError;
 
 const char* kind_name(TemplateError::Kind k) {
   switch (k) {
-    case TemplateError::Kind::syntax: return "syntax";
-    case TemplateError::Kind::runtime: return "runtime";
-    case TemplateError::Kind::raised: return "raised";
+    case TemplateError::Kind::syntax:
+      return "syntax";
+    case TemplateError::Kind::runtime:
+      return "runtime";
+    case TemplateError::Kind::raised:
+      return "raised";
   }
   return "runtime";
 }
@@ -43,7 +46,8 @@ ordered_json handle(const std::string& line,
     vars["bos_token"] = req.value("bos_token", std::string());
     vars["eos_token"] = req.value("eos_token", std::string());
     if (req.contains("variables")) {
-      for (auto v = req["variables"].begin(); v != req["variables"].end(); ++v) vars[v.key()] = v.value();
+      for (auto v = req["variables"].begin(); v != req["variables"].end(); ++v)
+        vars[v.key()] = v.value();
     }
     reply["output"] = it->second->render_variables(vars);
   } catch (const TemplateError& e) {

@@ -48,12 +48,14 @@ TEST(JinjaErrors, UnknownFiltersInsideIfFailOnlyWhenReached) {
   // expression, so a template can guard a filter ridge lacks.
   EXPECT_EQ(render("{% if false %}{{ x|no_such_filter }}{% endif %}ok"), "ok");
   EXPECT_EQ(render("{{ x|no_such_filter if false else 'y' }}"), "y");
-  EXPECT_EQ(render("{% if 'no_such_filter' is filter %}{{ x|no_such_filter }}{% else %}n{% endif %}"),
-            "n");
+  EXPECT_EQ(
+      render("{% if 'no_such_filter' is filter %}{{ x|no_such_filter }}{% else %}n{% endif %}"),
+      "n");
   EXPECT_EQ(error_kind("{% if true %}{{ x|no_such_filter }}{% endif %}"),
             TemplateError::Kind::runtime);
-  EXPECT_EQ(error_kind("{% if true %}{% for i in [1] %}{{ i is no_such_test }}{% endfor %}{% endif %}"),
-            TemplateError::Kind::syntax);
+  EXPECT_EQ(
+      error_kind("{% if true %}{% for i in [1] %}{{ i is no_such_test }}{% endfor %}{% endif %}"),
+      TemplateError::Kind::syntax);
 }
 
 TEST(JinjaErrors, UnclosedBlockNamesWhatItExpects) {
@@ -130,9 +132,10 @@ TEST(JinjaLimits, OutputSize) {
 TEST(JinjaLimits, Steps) {
   Options o;
   o.limits.max_steps = 10000;
-  EXPECT_EQ(error_kind("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}",
-                       "{}", o),
-            TemplateError::Kind::runtime);
+  EXPECT_EQ(
+      error_kind("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}",
+                 "{}", o),
+      TemplateError::Kind::runtime);
 }
 
 TEST(JinjaLimits, RunawayMacroRecursion) {
@@ -159,7 +162,10 @@ TEST(JinjaLimits, DeeplyNestedValues) {
 
 TEST(JinjaLimits, InvalidUtf8IsCarriedThrough) {
   // Bytes that are not UTF-8 neither crash the lexer nor get lost.
-  EXPECT_EQ(render("a\xFF{{ 'b\xC3' }}c"), "a\xFF" "b\xC3" "c");
+  EXPECT_EQ(render("a\xFF{{ 'b\xC3' }}c"),
+            "a\xFF"
+            "b\xC3"
+            "c");
   EXPECT_EQ(render("{{ '\xFF\xFE'|length }}{{ '\xFFx'|upper }}"), "2\xFFX");
 }
 

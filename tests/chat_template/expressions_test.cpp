@@ -81,8 +81,9 @@ TEST(JinjaExpressions, Slicing) {
   EXPECT_EQ(render("{{ messages[1:]|length }}{{ messages[:-1]|length }}{{ messages[::2]|length }}",
                    kMessages),
             "332");
-  EXPECT_EQ(render("{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|{{ 'hello'[-2:] }}|{{ 'h\xC3\xA9llo'[1] }}"),
-            "el|olleh|lo|\xC3\xA9");
+  EXPECT_EQ(
+      render("{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|{{ 'hello'[-2:] }}|{{ 'h\xC3\xA9llo'[1] }}"),
+      "el|olleh|lo|\xC3\xA9");
   EXPECT_EQ(render("{{ [1, 2, 3][5:] }}"), "[]");
 }
 
@@ -112,9 +113,10 @@ TEST(JinjaExpressions, Tests) {
                    "{{ 1 is iterable }}{{ nope is iterable }}",
                    kMessages),
             "TrueTrueTrueFalseTrue");
-  EXPECT_EQ(render("{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 'a' is eq 'a' }}"
-                   "{{ 'a' is equalto 'b' }}{{ 3 is gt 2 }}{{ 'x' is in 'xy' }}{{ 1 is not none }}"),
-            "TrueTrueTrueTrueFalseTrueTrueTrue");
+  EXPECT_EQ(
+      render("{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 'a' is eq 'a' }}"
+             "{{ 'a' is equalto 'b' }}{{ 3 is gt 2 }}{{ 'x' is in 'xy' }}{{ 1 is not none }}"),
+      "TrueTrueTrueTrueFalseTrueTrueTrue");
   EXPECT_EQ(render("{{ true is true }}{{ 1 is true }}{{ 'abc' is lower }}{{ 'AB' is upper }}"),
             "TrueFalseTrueTrue");
 }

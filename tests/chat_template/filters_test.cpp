@@ -20,7 +20,8 @@ TEST(JinjaFilters, Strings) {
   EXPECT_EQ(render("{{ 'MiXed'|upper }} {{ 'MiXed'|lower }}"), "MIXED mixed");
   EXPECT_EQ(render("{{ 'hELLO wORLD'|capitalize }}|{{ 'hello wORLD-x (y'|title }}"),
             "Hello world|Hello World-X (Y");
-  EXPECT_EQ(render("{{ 'a-b-a'|replace('a', 'o') }} {{ 'aaa'|replace('a', 'b', 2) }}"), "o-b-o bba");
+  EXPECT_EQ(render("{{ 'a-b-a'|replace('a', 'o') }} {{ 'aaa'|replace('a', 'b', 2) }}"),
+            "o-b-o bba");
   EXPECT_EQ(render("{{ 42|string ~ '!' }} {{ [1]|string }}"), "42! [1]");
   EXPECT_EQ(render("{{ '<a href=\"x\">&</a>'|escape }}|{{ 'x'|safe }}"),
             "&lt;a href=&#34;x&#34;&gt;&amp;&lt;/a&gt;|x");
@@ -28,7 +29,9 @@ TEST(JinjaFilters, Strings) {
             "a\n  b\n\n  c|  a\n  b");
   EXPECT_EQ(render("{{ 'one two three four'|truncate(12) }}"), "one two...");
   EXPECT_EQ(render("{{ ['a', 'b']|truncate(5) }}"), "['a', 'b']");  // short: unchanged
-  EXPECT_EQ(render("{{ 'caf\xC3\xA9'|upper }} {{ '\xC3\x80' 'B'|lower }}"), "CAF\xC3\x89 \xC3\xa0" "b");
+  EXPECT_EQ(render("{{ 'caf\xC3\xA9'|upper }} {{ '\xC3\x80' 'B'|lower }}"),
+            "CAF\xC3\x89 \xC3\xa0"
+            "b");
 }
 
 TEST(JinjaFilters, Sequences) {
@@ -52,7 +55,8 @@ TEST(JinjaFilters, LazyFiltersReturnGenerators) {
   EXPECT_EQ(render("{{ [1, 2]|map('string')|list }} {{ [1, 2]|select|first }}"), "['1', '2'] 1");
   EXPECT_EQ(error_kind("{{ [1, 2]|select|length }}"), TemplateError::Kind::runtime);
   EXPECT_EQ(render("[{{ ([1, 2]|select)[0] }}]"), "[]");
-  EXPECT_EQ(render("{{ ([1, 2]|select) is sequence }}{{ ([1, 2]|select) is iterable }}"), "FalseTrue");
+  EXPECT_EQ(render("{{ ([1, 2]|select) is sequence }}{{ ([1, 2]|select) is iterable }}"),
+            "FalseTrue");
 }
 
 TEST(JinjaFilters, StringsAreIterableByCharacter) {
@@ -82,8 +86,9 @@ TEST(JinjaFilters, Conversions) {
   EXPECT_EQ(render("{{ '42'|int }} {{ '3.7'|int }} {{ 'x'|int }} {{ 'x'|int(-1) }} {{ 3.9|int }}"),
             "42 3 0 -1 3");
   EXPECT_EQ(render("{{ '1.5'|float }} {{ 2|float }} {{ 'no'|float }}"), "1.5 2.0 0.0");
-  EXPECT_EQ(render("{{ 2.5|round }} {{ 3.5|round }} {{ 3.14159|round(2) }} {{ 2.1|round(0, 'ceil') }}"),
-            "2.0 4.0 3.14 3.0");
+  EXPECT_EQ(
+      render("{{ 2.5|round }} {{ 3.5|round }} {{ 3.14159|round(2) }} {{ 2.1|round(0, 'ceil') }}"),
+      "2.0 4.0 3.14 3.0");
   EXPECT_EQ(render("{{ -3|abs }} {{ {'b': 1, 'a': 2}|dictsort }}"), "3 [('a', 2), ('b', 1)]");
   EXPECT_EQ(render("{{ {'a': 1}|items|list }}"), "[('a', 1)]");
 }

@@ -23,10 +23,11 @@ TEST(JinjaStatements, LoopVariables) {
                    "{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.length }}"
                    "{% if loop.first %}F{% endif %}{% if loop.last %}L{% endif %},{% endfor %}"),
             "10323F,21213,32103L,");
-  EXPECT_EQ(render("{% for x in [1, 2, 3] %}{{ loop.previtem if loop.previtem is defined else '-' }}"
-                   "{{ loop.nextitem if loop.nextitem is defined else '-' }}"
-                   "{{ loop.cycle('o', 'e') }} {% endfor %}"),
-            "-2o 13e 2-o ");
+  EXPECT_EQ(
+      render("{% for x in [1, 2, 3] %}{{ loop.previtem if loop.previtem is defined else '-' }}"
+             "{{ loop.nextitem if loop.nextitem is defined else '-' }}"
+             "{{ loop.cycle('o', 'e') }} {% endfor %}"),
+      "-2o 13e 2-o ");
 }
 
 TEST(JinjaStatements, LoopElseAndFilter) {
@@ -41,7 +42,8 @@ TEST(JinjaStatements, LoopElseAndFilter) {
 TEST(JinjaStatements, LoopOverSlicesDictsStringsAndPairs) {
   const char* vars = R"({"messages": [{"role": "system"}, {"role": "user"}, {"role": "assistant"}],
                          "d": {"z": 1, "a": 2}})";
-  EXPECT_EQ(render("{% for m in messages[1:] %}{{ m.role }} {% endfor %}", vars), "user assistant ");
+  EXPECT_EQ(render("{% for m in messages[1:] %}{{ m.role }} {% endfor %}", vars),
+            "user assistant ");
   EXPECT_EQ(render("{% for k in d %}{{ k }}{% endfor %}", vars), "za");  // insertion order
   EXPECT_EQ(render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", vars), "z=1;a=2;");
   EXPECT_EQ(render("{% for k, v in d|items %}{{ k }}{{ v }}{% endfor %}", vars), "z1a2");

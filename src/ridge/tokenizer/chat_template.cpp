@@ -43,7 +43,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
   vars.set("bos_token", bos_token);
   vars.set("eos_token", eos_token);
   if (extra.is_object()) {
-    for (auto it = extra.begin(); it != extra.end(); ++it) vars.set(it.key(), jinja::from_json(it.value()));
+    for (auto it = extra.begin(); it != extra.end(); ++it)
+      vars.set(it.key(), jinja::from_json(it.value()));
   }
   return impl_->tmpl.render(jinja::Value(std::move(vars)));
 }

@@ -241,7 +241,7 @@ struct MacroStmt : Stmt {
 
 struct CallBlockStmt : Stmt {
   CallBlockStmt() : Stmt(StmtKind::call_block) {}
-  ExprPtr call;                     // a CallExpr
+  ExprPtr call;                      // a CallExpr
   std::shared_ptr<MacroDef> caller;  // the body, callable as caller(...)
 };
 

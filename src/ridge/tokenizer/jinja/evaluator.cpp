@@ -105,13 +105,16 @@ void Scope::set(const std::string& name, Value value) {
 Evaluator::Evaluator(const Limits& limits, std::shared_ptr<Scope> root)
     : limits_(limits), root_(std::move(root)), scope_(root_) {}
 
-void Evaluator::render(const Body& body, std::string& out) { exec_body(body, out); }
+void Evaluator::render(const Body& body, std::string& out) {
+  exec_body(body, out);
+}
 
 void Evaluator::step() {
   if (++steps_ > limits_.max_steps) {
-    runtime_error(fmt::format("the template ran more than {} steps (loop iterations, calls and "
-                              "filters); is it looping without end?",
-                              limits_.max_steps));
+    runtime_error(
+        fmt::format("the template ran more than {} steps (loop iterations, calls and "
+                    "filters); is it looping without end?",
+                    limits_.max_steps));
   }
 }
 
@@ -125,8 +128,8 @@ void Evaluator::charge(size_t bytes) {
 
 Value Evaluator::make_string(std::string s) {
   if (s.size() > limits_.max_output_bytes) {
-    runtime_error(fmt::format("string longer than the output limit of {} bytes",
-                              limits_.max_output_bytes));
+    runtime_error(
+        fmt::format("string longer than the output limit of {} bytes", limits_.max_output_bytes));
   }
   charge(s.size());
   return Value(std::move(s));
@@ -144,8 +147,8 @@ Value Evaluator::make_generator(Array items) {
 
 void Evaluator::append(std::string& out, std::string_view text) const {
   if (out.size() + text.size() > limits_.max_output_bytes) {
-    runtime_error(fmt::format("output longer than the limit of {} bytes",
-                              limits_.max_output_bytes));
+    runtime_error(
+        fmt::format("output longer than the limit of {} bytes", limits_.max_output_bytes));
   }
   out.append(text);
 }
@@ -196,7 +199,8 @@ Evaluator::Flow Evaluator::exec_inner(const Stmt& s, std::string& out) {
       }
       return exec_body(st.otherwise, out);
     }
-    case StmtKind::for_: return exec_for(static_cast<const ForStmt&>(s), out);
+    case StmtKind::for_:
+      return exec_for(static_cast<const ForStmt&>(s), out);
     case StmtKind::set: {
       const auto& st = static_cast<const SetStmt&>(s);
       assign(st.target, eval(*st.value));
@@ -249,8 +253,10 @@ Evaluator::Flow Evaluator::exec_inner(const Stmt& s, std::string& out) {
       ScopeSwap swap(scope_, std::make_shared<Scope>(scope_));
       return exec_body(static_cast<const ScopeStmt&>(s).body, out);
     }
-    case StmtKind::break_: return Flow::break_loop;
-    case StmtKind::continue_: return Flow::continue_loop;
+    case StmtKind::break_:
+      return Flow::break_loop;
+    case StmtKind::continue_:
+      return Flow::continue_loop;
   }
   return Flow::normal;
 }
@@ -285,7 +291,9 @@ Evaluator::Flow Evaluator::exec_for(const ForStmt& s, std::string& out) {
 
 void Evaluator::assign(const Target& target, const Value& value) {
   switch (target.kind) {
-    case Target::Kind::name: scope_->set(target.name, value); return;
+    case Target::Kind::name:
+      scope_->set(target.name, value);
+      return;
     case Target::Kind::attribute: {
       const Value ns = lookup(target.name);
       if (!ns.is_object()) runtime_error("cannot assign attribute on non-namespace object");
@@ -300,7 +308,8 @@ void Evaluator::assign(const Target& target, const Value& value) {
       const std::shared_ptr<const Array> items = iterate(value);
       if (items->size() != target.items.size()) {
         if (items->size() > target.items.size()) {
-          runtime_error(fmt::format("too many values to unpack (expected {})", target.items.size()));
+          runtime_error(
+              fmt::format("too many values to unpack (expected {})", target.items.size()));
         }
         runtime_error(fmt::format("not enough values to unpack (expected {}, got {})",
                                   target.items.size(), items->size()));
@@ -345,7 +354,8 @@ Value Evaluator::call_macro(const MacroDef& def, const std::weak_ptr<Scope>& def
     while (i < n_params && def.params[i] != name) ++i;
     if (i < n_params) {
       if (bound[i]) {
-        runtime_error(fmt::format("macro '{}' got multiple values for argument '{}'", def.name, name));
+        runtime_error(
+            fmt::format("macro '{}' got multiple values for argument '{}'", def.name, name));
       }
       scope->set(name, value);
       bound[i] = true;
@@ -459,8 +469,10 @@ Value Evaluator::eval_filter_chain(const Expr& filter, const Value& input) {
 
 Value Evaluator::eval_inner(const Expr& e) {
   switch (e.kind) {
-    case ExprKind::constant: return static_cast<const ConstExpr&>(e).value;
-    case ExprKind::name: return lookup(static_cast<const NameExpr&>(e).name);
+    case ExprKind::constant:
+      return static_cast<const ConstExpr&>(e).value;
+    case ExprKind::name:
+      return lookup(static_cast<const NameExpr&>(e).name);
     case ExprKind::list: {
       const auto& l = static_cast<const ListExpr&>(e);
       Array items;
@@ -497,7 +509,8 @@ Value Evaluator::eval_inner(const Expr& e) {
       const Value step_value = sl.step ? eval(*sl.step) : Value(nullptr);
       return slice(object, start, stop, step_value);
     }
-    case ExprKind::call: return eval_call(static_cast<const CallExpr&>(e));
+    case ExprKind::call:
+      return eval_call(static_cast<const CallExpr&>(e));
     case ExprKind::filter: {
       const auto& f = static_cast<const FilterExpr&>(e);
       const Value input = f.input ? eval(*f.input) : Value();
@@ -557,8 +570,9 @@ Value Evaluator::eval_inner(const Expr& e) {
       const auto& c = static_cast<const ConditionExpr&>(e);
       if (truthy(eval(*c.test))) return eval(*c.then);
       if (c.otherwise) return eval(*c.otherwise);
-      return Value::undefined("the inline if-expression evaluated to false and no else section "
-                              "was defined");
+      return Value::undefined(
+          "the inline if-expression evaluated to false and no else section "
+          "was defined");
     }
     case ExprKind::concat: {
       std::string s;

@@ -1,7 +1,7 @@
 // The built-in filters, with jinja2/filters.py's behaviour (and Hugging Face's tojson).
-#include <cstdint>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <unordered_map>
 
@@ -46,18 +46,24 @@ Value lazily(Fn&& compute) {
 }
 
 // Jinja's soft_str: strings as they are, anything else through str().
-std::string text_of(const Value& v) { return v.is_string() ? v.as_string() : to_str(v); }
+std::string text_of(const Value& v) {
+  return v.is_string() ? v.as_string() : to_str(v);
+}
 
 Value length_filter(Evaluator&, const Value& v, const CallArgs& a) {
   a.check("length", 0, {});
   switch (v.kind()) {
-    case Kind::string: return unicode::length(v.as_string());
+    case Kind::string:
+      return unicode::length(v.as_string());
     case Kind::array:
       if (v.is_generator()) runtime_error("object of type 'generator' has no len()");
       return v.as_array().size();
-    case Kind::dict: return v.as_dict().size();
-    case Kind::undefined: return 0;
-    default: runtime_error(fmt::format("object of type '{}' has no len()", type_name(v)));
+    case Kind::dict:
+      return v.as_dict().size();
+    case Kind::undefined:
+      return 0;
+    default:
+      runtime_error(fmt::format("object of type '{}' has no len()", type_name(v)));
   }
 }
 
@@ -132,7 +138,8 @@ Value dictsort(Evaluator& ev, const Value& v, const CallArgs& a) {
   const bool case_sensitive = truthy(get(a, 0, "case_sensitive", false));
   const std::string by = args::to_string(get(a, 1, "by", "key"), "dictsort");
   const bool reverse = truthy(get(a, 2, "reverse", false));
-  if (by != "key" && by != "value") runtime_error("You can only sort by either \"key\" or \"value\"");
+  if (by != "key" && by != "value")
+    runtime_error("You can only sort by either \"key\" or \"value\"");
   Array pairs;
   for (const auto& [k, val] : v.as_dict().entries) pairs.push_back(Value(Array{k, val}, true));
   const size_t pos = by == "key" ? 0 : 1;
@@ -191,7 +198,10 @@ Value indent(Evaluator& ev, const Value& v, const CallArgs& a) {
   a.check("indent", 3, {"width", "first", "blank"});
   const Value width = get(a, 0, "width", 4);
   const std::string indention =
-      width.is_string() ? width.as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, args::to_int(width, "indent"))), ' ');
+      width.is_string()
+          ? width.as_string()
+          : std::string(static_cast<size_t>(std::max<int64_t>(0, args::to_int(width, "indent"))),
+                        ' ');
   const bool indent_first = truthy(get(a, 1, "first", false));
   const bool blank = truthy(get(a, 2, "blank", false));
   if (!v.is_string()) {
@@ -286,8 +296,8 @@ Value title(Evaluator& ev, const Value& v, const CallArgs& a) {
   bool word_start = true;
   for (size_t pos = 0, len = 0; pos < s.size(); pos += len) {
     const char32_t c = unicode::decode(s, pos, len);
-    const bool delimiter = unicode::is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' ||
-                           c == '<';
+    const bool delimiter =
+        unicode::is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
     const std::string_view ch = std::string_view(s).substr(pos, len);
     if (delimiter) {
       out += ch;
@@ -346,8 +356,12 @@ Value min_max(Evaluator& ev, const Value& v, const CallArgs& a, bool want_max) {
   return *best;
 }
 
-Value max_filter(Evaluator& ev, const Value& v, const CallArgs& a) { return min_max(ev, v, a, true); }
-Value min_filter(Evaluator& ev, const Value& v, const CallArgs& a) { return min_max(ev, v, a, false); }
+Value max_filter(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return min_max(ev, v, a, true);
+}
+Value min_filter(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return min_max(ev, v, a, false);
+}
 
 // select / reject / selectattr / rejectattr.
 Value select_impl(Evaluator& ev, const Value& v, const CallArgs& a, bool by_attribute, bool keep) {
@@ -361,7 +375,8 @@ Value select_impl(Evaluator& ev, const Value& v, const CallArgs& a, bool by_attr
   std::string test;
   if (next < a.positional.size()) test = args::to_string(a.positional[next++], "select");
   CallArgs test_args;
-  test_args.positional.assign(a.positional.begin() + static_cast<std::ptrdiff_t>(next), a.positional.end());
+  test_args.positional.assign(a.positional.begin() + static_cast<std::ptrdiff_t>(next),
+                              a.positional.end());
   test_args.keyword = a.keyword;
   Array out;
   const auto item_seq = ev.iterate(v);
@@ -541,7 +556,8 @@ Value trim(Evaluator& ev, const Value& v, const CallArgs& a) {
   a.check("trim", 1, {"chars"});
   const Value chars = get(a, 0, "chars", nullptr);
   const std::string chars_text = chars.is_none() ? std::string() : text_of(chars);
-  return ev.make_string(unicode::strip(text_of(v), chars.is_none() ? nullptr : &chars_text, true, true));
+  return ev.make_string(
+      unicode::strip(text_of(v), chars.is_none() ? nullptr : &chars_text, true, true));
 }
 
 Value truncate(Evaluator& ev, const Value& v, const CallArgs& a) {
@@ -619,28 +635,50 @@ Value unique(Evaluator& ev, const Value& v, const CallArgs& a) {
 
 const std::unordered_map<std::string_view, FilterFn>& registry() {
   static const std::unordered_map<std::string_view, FilterFn> filters = {
-      {"abs", abs_filter},       {"attr", attr},
-      {"batch", batch},          {"capitalize", capitalize},
-      {"center", center},        {"count", length_filter},
-      {"d", default_filter},     {"default", default_filter},
-      {"dictsort", dictsort},    {"e", escape},
-      {"escape", escape},        {"first", first},
-      {"float", float_filter},   {"forceescape", escape},
-      {"format", format},        {"indent", indent},
-      {"int", int_filter},       {"items", items},
-      {"join", join},            {"last", last},
-      {"length", length_filter}, {"list", list},
-      {"lower", lower},          {"map", map},
-      {"max", max_filter},       {"min", min_filter},
-      {"reject", reject},        {"rejectattr", rejectattr},
-      {"replace", replace},      {"reverse", reverse},
-      {"round", round_filter},   {"safe", safe},
-      {"select", select},        {"selectattr", selectattr},
-      {"sort", sort},            {"string", string},
-      {"sum", sum},              {"title", title},
-      {"tojson", tojson},        {"trim", trim},
-      {"truncate", truncate},    {"unique", unique},
-      {"upper", upper},          {"wordcount", wordcount},
+      {"abs", abs_filter},
+      {"attr", attr},
+      {"batch", batch},
+      {"capitalize", capitalize},
+      {"center", center},
+      {"count", length_filter},
+      {"d", default_filter},
+      {"default", default_filter},
+      {"dictsort", dictsort},
+      {"e", escape},
+      {"escape", escape},
+      {"first", first},
+      {"float", float_filter},
+      {"forceescape", escape},
+      {"format", format},
+      {"indent", indent},
+      {"int", int_filter},
+      {"items", items},
+      {"join", join},
+      {"last", last},
+      {"length", length_filter},
+      {"list", list},
+      {"lower", lower},
+      {"map", map},
+      {"max", max_filter},
+      {"min", min_filter},
+      {"reject", reject},
+      {"rejectattr", rejectattr},
+      {"replace", replace},
+      {"reverse", reverse},
+      {"round", round_filter},
+      {"safe", safe},
+      {"select", select},
+      {"selectattr", selectattr},
+      {"sort", sort},
+      {"string", string},
+      {"sum", sum},
+      {"title", title},
+      {"tojson", tojson},
+      {"trim", trim},
+      {"truncate", truncate},
+      {"unique", unique},
+      {"upper", upper},
+      {"wordcount", wordcount},
   };
   return filters;
 }

@@ -27,12 +27,16 @@ std::string normalize_newlines(std::string_view s) {
 
 namespace {
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 bool is_name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
          static_cast<unsigned char>(c) >= 0x80;
 }
-bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+bool is_name_char(char c) {
+  return is_name_start(c) || is_digit(c);
+}
 
 class Lexer {
  public:
@@ -348,8 +352,9 @@ class Lexer {
       base = 10;
       if (src_[pos] == '0') {
         end = pos + 1;
-        while (end < src_.size() && (src_[end] == '0' || (src_[end] == '_' && end + 1 < src_.size() &&
-                                                          src_[end + 1] == '0'))) {
+        while (end < src_.size() &&
+               (src_[end] == '0' ||
+                (src_[end] == '_' && end + 1 < src_.size() && src_[end + 1] == '0'))) {
           end += src_[end] == '_' ? 2 : 1;
         }
       } else {
@@ -395,17 +400,38 @@ class Lexer {
       const char e = src_[p + 1];
       p += 2;
       switch (e) {
-        case '\n': break;
-        case '\\': value.push_back('\\'); break;
-        case '\'': value.push_back('\''); break;
-        case '"': value.push_back('"'); break;
-        case 'a': value.push_back('\a'); break;
-        case 'b': value.push_back('\b'); break;
-        case 'f': value.push_back('\f'); break;
-        case 'n': value.push_back('\n'); break;
-        case 'r': value.push_back('\r'); break;
-        case 't': value.push_back('\t'); break;
-        case 'v': value.push_back('\v'); break;
+        case '\n':
+          break;
+        case '\\':
+          value.push_back('\\');
+          break;
+        case '\'':
+          value.push_back('\'');
+          break;
+        case '"':
+          value.push_back('"');
+          break;
+        case 'a':
+          value.push_back('\a');
+          break;
+        case 'b':
+          value.push_back('\b');
+          break;
+        case 'f':
+          value.push_back('\f');
+          break;
+        case 'n':
+          value.push_back('\n');
+          break;
+        case 'r':
+          value.push_back('\r');
+          break;
+        case 't':
+          value.push_back('\t');
+          break;
+        case 'v':
+          value.push_back('\v');
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -421,7 +447,8 @@ class Lexer {
           unicode::append_utf8(value, code);
           break;
         }
-        case 'N': fail(pos, "\\N{...} escapes are not supported");
+        case 'N':
+          fail(pos, "\\N{...} escapes are not supported");
         default:
           if (e >= '0' && e <= '7') {
             char32_t code = static_cast<char32_t>(e - '0');

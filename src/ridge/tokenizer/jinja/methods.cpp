@@ -1,9 +1,9 @@
 // Methods of the built-in types that templates call: str (strip, split, startswith, ...),
 // dict (items, keys, values, get) and list (count, index). Methods that would modify a list or
 // dict fail, as in Hugging Face's ImmutableSandboxedEnvironment.
-#include <cstdint>
 #include <algorithm>
 #include <array>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -20,26 +20,30 @@ namespace {
 using args::get;
 
 constexpr std::string_view kStringMethods[] = {
-    "capitalize", "center",  "count",      "endswith",     "find",       "format",
-    "isalnum",    "isalpha", "isdigit",    "islower",      "isspace",    "istitle",
-    "isupper",    "join",    "ljust",      "lower",        "lstrip",     "partition",
-    "removeprefix", "removesuffix", "replace", "rfind",    "rjust",      "rpartition",
-    "rsplit",     "rstrip",  "split",      "splitlines",   "startswith", "strip",
-    "swapcase",   "title",   "upper",      "zfill",        "isnumeric",  "isdecimal",
+    "capitalize",   "center",       "count",   "endswith",   "find",       "format",
+    "isalnum",      "isalpha",      "isdigit", "islower",    "isspace",    "istitle",
+    "isupper",      "join",         "ljust",   "lower",      "lstrip",     "partition",
+    "removeprefix", "removesuffix", "replace", "rfind",      "rjust",      "rpartition",
+    "rsplit",       "rstrip",       "split",   "splitlines", "startswith", "strip",
+    "swapcase",     "title",        "upper",   "zfill",      "isnumeric",  "isdecimal",
 };
-constexpr std::string_view kDictMethods[] = {"items", "keys", "values", "get", "copy",
-                                             "update", "pop", "popitem", "setdefault", "clear"};
-constexpr std::string_view kListMethods[] = {"count", "index", "copy", "append", "extend",
-                                             "insert", "pop", "remove", "reverse", "sort", "clear"};
-constexpr std::string_view kMutating[] = {"update", "pop", "popitem", "setdefault", "clear",
-                                          "append", "extend", "insert", "remove", "reverse", "sort"};
+constexpr std::string_view kDictMethods[] = {"items",  "keys", "values",  "get",        "copy",
+                                             "update", "pop",  "popitem", "setdefault", "clear"};
+constexpr std::string_view kListMethods[] = {"count",   "index",  "copy", "append",
+                                             "extend",  "insert", "pop",  "remove",
+                                             "reverse", "sort",   "clear"};
+constexpr std::string_view kMutating[] = {"update", "pop",     "popitem", "setdefault",
+                                          "clear",  "append",  "extend",  "insert",
+                                          "remove", "reverse", "sort"};
 
 template <size_t N>
 bool contains_name(const std::string_view (&names)[N], std::string_view name) {
   return std::find(std::begin(names), std::end(names), name) != std::end(names);
 }
 
-std::string text_of(const Value& v) { return v.is_string() ? v.as_string() : to_str(v); }
+std::string text_of(const Value& v) {
+  return v.is_string() ? v.as_string() : to_str(v);
+}
 
 std::optional<std::string> optional_chars(const CallArgs& a, std::string_view what) {
   const Value chars = get(a, 0, "chars", nullptr);
@@ -111,7 +115,8 @@ std::string str_format(const std::string& f, const CallArgs& a) {
       if (field.empty()) {
         if (auto_index >= a.positional.size()) runtime_error("Replacement index out of range");
         v = &a.positional[auto_index++];
-      } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+      } else if (std::all_of(field.begin(), field.end(),
+                             [](char d) { return d >= '0' && d <= '9'; })) {
         const size_t idx = std::stoul(field);
         if (idx >= a.positional.size()) runtime_error("Replacement index out of range");
         v = &a.positional[idx];
@@ -144,7 +149,9 @@ bool is_alpha(char32_t c) {
   return unicode::is_cased(c) || (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3040 && c <= 0x30FF) ||
          (c >= 0xAC00 && c <= 0xD7AF);
 }
-bool is_digit(char32_t c) { return c >= '0' && c <= '9'; }
+bool is_digit(char32_t c) {
+  return c >= '0' && c <= '9';
+}
 
 bool call_string_method(Evaluator& ev, const std::string& s, std::string_view name,
                         const CallArgs& a, Value& result) {
@@ -180,7 +187,7 @@ bool call_string_method(Evaluator& ev, const std::string& s, std::string_view na
     for (size_t pos = 0, len = 0; pos < s.size(); pos += len) {
       const char32_t c = unicode::decode(s, pos, len);
       const std::string_view ch = std::string_view(s).substr(pos, len);
-      out += unicode::is_upper_char(c) ? unicode::lower(ch)
+      out += unicode::is_upper_char(c)   ? unicode::lower(ch)
              : unicode::is_lower_char(c) ? unicode::upper(ch)
                                          : std::string(ch);
     }
@@ -211,9 +218,11 @@ bool call_string_method(Evaluator& ev, const std::string& s, std::string_view na
   } else if (name == "center" || name == "ljust" || name == "rjust") {
     a.check(std::string(name), 2, {});
     const std::string fill = text_of(get(a, 1, "fillchar", " "));
-    if (unicode::length(fill) != 1) runtime_error("The fill character must be exactly one character long");
+    if (unicode::length(fill) != 1)
+      runtime_error("The fill character must be exactly one character long");
     const int64_t width = args::to_int(get(a, 0, "width"), name);
-    if (width > static_cast<int64_t>(ev.limits().max_output_bytes)) ev.make_string(std::string(ev.limits().max_output_bytes + 1, ' '));
+    if (width > static_cast<int64_t>(ev.limits().max_output_bytes))
+      ev.make_string(std::string(ev.limits().max_output_bytes + 1, ' '));
     str(strings::pad(s, width, fill, name == "center" ? '^' : (name == "ljust" ? '<' : '>')));
   } else if (name == "zfill") {
     a.check("zfill", 1, {});
@@ -222,7 +231,8 @@ bool call_string_method(Evaluator& ev, const std::string& s, std::string_view na
     if (width <= len) {
       str(s);
     } else {
-      if (width > static_cast<int64_t>(ev.limits().max_output_bytes)) ev.make_string(std::string(ev.limits().max_output_bytes + 1, ' '));
+      if (width > static_cast<int64_t>(ev.limits().max_output_bytes))
+        ev.make_string(std::string(ev.limits().max_output_bytes + 1, ' '));
       const bool sign = !s.empty() && (s[0] == '+' || s[0] == '-');
       std::string out = sign ? s.substr(0, 1) : std::string();
       out.append(static_cast<size_t>(width - len), '0');
@@ -235,7 +245,8 @@ bool call_string_method(Evaluator& ev, const std::string& s, std::string_view na
     if (name == "removeprefix") {
       str(s.compare(0, affix.size(), affix) == 0 ? s.substr(affix.size()) : s);
     } else {
-      const bool ends = s.size() >= affix.size() && s.compare(s.size() - affix.size(), affix.size(), affix) == 0;
+      const bool ends =
+          s.size() >= affix.size() && s.compare(s.size() - affix.size(), affix.size(), affix) == 0;
       str(ends && !affix.empty() ? s.substr(0, s.size() - affix.size()) : s);
     }
   } else if (name == "partition" || name == "rpartition") {
@@ -350,13 +361,16 @@ bool call_list_method(Evaluator&, const Value& l, std::string_view name, const C
 
 bool has_method(const Value& object, std::string_view name) {
   switch (object.kind()) {
-    case Kind::string: return contains_name(kStringMethods, name);
-    case Kind::dict: return contains_name(kDictMethods, name);
+    case Kind::string:
+      return contains_name(kStringMethods, name);
+    case Kind::dict:
+      return contains_name(kDictMethods, name);
     case Kind::array:
       if (object.is_generator()) return false;
       return object.is_tuple() ? (name == "count" || name == "index")
                                : contains_name(kListMethods, name);
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -364,15 +378,20 @@ bool call_method(Evaluator& ev, const Value& object, std::string_view name, Call
                  Value& result) {
   if (!has_method(object, name)) return false;
   if (contains_name(kMutating, name)) {
-    runtime_error(fmt::format("access to attribute '{}' of '{}' object is unsafe (templates cannot "
-                              "modify lists and dicts; use namespace() to carry values)",
-                              name, type_name(object)));
+    runtime_error(
+        fmt::format("access to attribute '{}' of '{}' object is unsafe (templates cannot "
+                    "modify lists and dicts; use namespace() to carry values)",
+                    name, type_name(object)));
   }
   switch (object.kind()) {
-    case Kind::string: return call_string_method(ev, object.as_string(), name, args, result);
-    case Kind::dict: return call_dict_method(ev, object, name, args, result);
-    case Kind::array: return call_list_method(ev, object, name, args, result);
-    default: return false;
+    case Kind::string:
+      return call_string_method(ev, object.as_string(), name, args, result);
+    case Kind::dict:
+      return call_dict_method(ev, object, name, args, result);
+    case Kind::array:
+      return call_list_method(ev, object, name, args, result);
+    default:
+      return false;
   }
 }
 

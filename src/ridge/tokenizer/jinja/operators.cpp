@@ -1,8 +1,8 @@
 // Python's operators and Jinja's attribute/item access rules (jinja2.sandbox getattr/getitem):
 // a missing attribute, key or index is an undefined value, but using an undefined value
 // (attribute access, arithmetic, calling) is an error.
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -21,7 +21,8 @@ std::string object_type_repr(const Value& v) {
 }
 
 Value missing_attribute(const Value& object, std::string_view name) {
-  return Value::undefined(fmt::format("'{}' has no attribute '{}'", object_type_repr(object), name));
+  return Value::undefined(
+      fmt::format("'{}' has no attribute '{}'", object_type_repr(object), name));
 }
 
 // A method of a built-in type as a value (`'abc'.upper` without the call).
@@ -49,9 +50,15 @@ int64_t checked(IntOp op, int64_t a, int64_t b) {
   if (op(a, b, &r)) runtime_error("integer overflow (ridge's Jinja integers are 64-bit)");
   return r;
 }
-bool add_overflow(int64_t a, int64_t b, int64_t* r) { return __builtin_add_overflow(a, b, r); }
-bool sub_overflow(int64_t a, int64_t b, int64_t* r) { return __builtin_sub_overflow(a, b, r); }
-bool mul_overflow(int64_t a, int64_t b, int64_t* r) { return __builtin_mul_overflow(a, b, r); }
+bool add_overflow(int64_t a, int64_t b, int64_t* r) {
+  return __builtin_add_overflow(a, b, r);
+}
+bool sub_overflow(int64_t a, int64_t b, int64_t* r) {
+  return __builtin_sub_overflow(a, b, r);
+}
+bool mul_overflow(int64_t a, int64_t b, int64_t* r) {
+  return __builtin_mul_overflow(a, b, r);
+}
 
 // Python's float divmod.
 void float_divmod(double x, double y, double& div, double& mod) {
@@ -118,8 +125,8 @@ std::string percent_format(const std::string& fmt_str, const Value& args) {
     while (i < fmt_str.size() && std::string_view("-+ #0").find(fmt_str[i]) != std::string::npos) {
       spec.push_back(fmt_str[i++]);
     }
-    while (i < fmt_str.size() && (std::isdigit(static_cast<unsigned char>(fmt_str[i])) ||
-                                  fmt_str[i] == '.')) {
+    while (i < fmt_str.size() &&
+           (std::isdigit(static_cast<unsigned char>(fmt_str[i])) || fmt_str[i] == '.')) {
       spec.push_back(fmt_str[i++]);
     }
     if (i >= fmt_str.size()) runtime_error("incomplete format");
@@ -151,7 +158,8 @@ std::string percent_format(const std::string& fmt_str, const Value& args) {
       case 'i':
       case 'x':
       case 'X': {
-        if (!arg.is_number()) runtime_error("%d format: a real number is required, not " + type_name(arg));
+        if (!arg.is_number())
+          runtime_error("%d format: a real number is required, not " + type_name(arg));
         const long long v = arg.is_float() ? static_cast<long long>(arg.as_double()) : arg.as_int();
         spec += "ll";
         spec.push_back(conv == 'i' ? 'd' : conv);
@@ -168,7 +176,8 @@ std::string percent_format(const std::string& fmt_str, const Value& args) {
         out += buf;
         break;
       }
-      default: runtime_error(fmt::format("unsupported format character '{}'", conv));
+      default:
+        runtime_error(fmt::format("unsupported format character '{}'", conv));
     }
   }
   // Python treats any non-tuple argument with __getitem__ (list, dict) as a mapping, so unused
@@ -227,7 +236,8 @@ Value Evaluator::get_attr(const Value& object, std::string_view name) {
       if (v.is_undefined()) return missing_attribute(object, name);
       return v;
     }
-    default: return missing_attribute(object, name);
+    default:
+      return missing_attribute(object, name);
   }
 }
 
@@ -272,7 +282,8 @@ Value Evaluator::get_item(const Value& object, const Value& key) {
     case Kind::object:
       if (key.is_string()) return get_attr(object, key.as_string());
       break;
-    default: break;
+    default:
+      break;
   }
   if (key.is_string()) {
     if (!key.as_string().empty() && key.as_string()[0] != '_' &&
@@ -281,8 +292,8 @@ Value Evaluator::get_item(const Value& object, const Value& key) {
     }
     return missing_attribute(object, key.as_string());
   }
-  return Value::undefined(fmt::format("'{}' has no element {}", object_type_repr(object),
-                                      repr(key)));
+  return Value::undefined(
+      fmt::format("'{}' has no element {}", object_type_repr(object), repr(key)));
 }
 
 Value Evaluator::slice(const Value& object, const Value& start, const Value& stop,
@@ -296,14 +307,16 @@ Value Evaluator::slice(const Value& object, const Value& start, const Value& sto
     int64_t lo = 0, hi = 0, st = 1;
     slice_indices(start, stop, step_value, static_cast<int64_t>(items.size()), lo, hi, st);
     Array out;
-    for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) out.push_back(items[static_cast<size_t>(i)]);
+    for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st)
+      out.push_back(items[static_cast<size_t>(i)]);
     return make_array(std::move(out), object.is_tuple());
   }
   const std::string& s = object.as_string();
   const bool ascii = unicode::is_ascii(s);
   std::vector<size_t> offsets;
   if (!ascii) offsets = unicode::char_offsets(s);
-  const int64_t n = ascii ? static_cast<int64_t>(s.size()) : static_cast<int64_t>(offsets.size()) - 1;
+  const int64_t n =
+      ascii ? static_cast<int64_t>(s.size()) : static_cast<int64_t>(offsets.size()) - 1;
   int64_t lo = 0, hi = 0, st = 1;
   slice_indices(start, stop, step_value, n, lo, hi, st);
   std::string out;
@@ -352,7 +365,8 @@ std::shared_ptr<const Array> Evaluator::iterate(const Value& v) {
       charge(chars.size() * sizeof(Value) + s.size());
       return std::make_shared<const Array>(std::move(chars));
     }
-    default: runtime_error(fmt::format("'{}' object is not iterable", type_name(v)));
+    default:
+      runtime_error(fmt::format("'{}' object is not iterable", type_name(v)));
   }
 }
 
@@ -361,7 +375,8 @@ Value Evaluator::get_path(const Value& object, std::string_view path) {
   size_t start = 0;
   while (true) {
     const size_t dot = path.find('.', start);
-    const std::string_view part = path.substr(start, dot == std::string_view::npos ? path.npos : dot - start);
+    const std::string_view part =
+        path.substr(start, dot == std::string_view::npos ? path.npos : dot - start);
     bool numeric = !part.empty();
     for (char c : part) numeric = numeric && c >= '0' && c <= '9';
     if (numeric) {
@@ -455,7 +470,8 @@ Value Evaluator::binary(BinaryOp op, const Value& a, const Value& b) {
         float_divmod(a.as_double(), b.as_double(), div, mod);
         return op == BinaryOp::mod ? mod : div;
       }
-      if (op == BinaryOp::mod && a.is_string()) return make_string(percent_format(a.as_string(), b));
+      if (op == BinaryOp::mod && a.is_string())
+        return make_string(percent_format(a.as_string(), b));
       unsupported(op == BinaryOp::mod ? "%" : "//", a, b);
     case BinaryOp::pow:
       if (ints && b.as_int() >= 0) {
@@ -482,14 +498,22 @@ Value Evaluator::binary(BinaryOp op, const Value& a, const Value& b) {
 
 bool Evaluator::compare(CompareOp op, const Value& a, const Value& b) {
   switch (op) {
-    case CompareOp::eq: return equals(a, b);
-    case CompareOp::ne: return !equals(a, b);
-    case CompareOp::lt: return jinja::compare(a, b) < 0;
-    case CompareOp::le: return jinja::compare(a, b) <= 0;
-    case CompareOp::gt: return jinja::compare(a, b) > 0;
-    case CompareOp::ge: return jinja::compare(a, b) >= 0;
-    case CompareOp::in: return contains(b, a);
-    case CompareOp::not_in: return !contains(b, a);
+    case CompareOp::eq:
+      return equals(a, b);
+    case CompareOp::ne:
+      return !equals(a, b);
+    case CompareOp::lt:
+      return jinja::compare(a, b) < 0;
+    case CompareOp::le:
+      return jinja::compare(a, b) <= 0;
+    case CompareOp::gt:
+      return jinja::compare(a, b) > 0;
+    case CompareOp::ge:
+      return jinja::compare(a, b) >= 0;
+    case CompareOp::in:
+      return contains(b, a);
+    case CompareOp::not_in:
+      return !contains(b, a);
   }
   return false;
 }
@@ -498,8 +522,8 @@ bool Evaluator::contains(const Value& container, const Value& item) {
   switch (container.kind()) {
     case Kind::string:
       if (!item.is_string()) {
-        runtime_error(fmt::format("'in <string>' requires string as left operand, not {}",
-                                  type_name(item)));
+        runtime_error(
+            fmt::format("'in <string>' requires string as left operand, not {}", type_name(item)));
       }
       return container.as_string().find(item.as_string()) != std::string::npos;
     case Kind::array: {
@@ -514,7 +538,8 @@ bool Evaluator::contains(const Value& container, const Value& item) {
         runtime_error("unhashable type: '" + type_name(item) + "'");
       }
       return container.as_dict().find(item) != nullptr;
-    case Kind::undefined: return false;
+    case Kind::undefined:
+      return false;
     default:
       runtime_error(fmt::format("argument of type '{}' is not iterable", type_name(container)));
   }

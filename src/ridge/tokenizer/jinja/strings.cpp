@@ -1,9 +1,9 @@
 #include "ridge/tokenizer/jinja/strings.h"
 
-#include <cstdint>
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "ridge/tokenizer/jinja/error.h"
@@ -116,8 +116,7 @@ std::vector<std::string> splitlines(std::string_view s, bool keepends) {
   return out;
 }
 
-std::string replace(std::string_view s, std::string_view from, std::string_view to,
-                    int64_t count) {
+std::string replace(std::string_view s, std::string_view from, std::string_view to, int64_t count) {
   std::string out;
   if (from.empty()) {
     // Python inserts `to` before every character and at the end.
@@ -156,7 +155,8 @@ int64_t find(std::string_view s, std::string_view sub, bool reverse) {
 int64_t count(std::string_view s, std::string_view sub) {
   if (sub.empty()) return static_cast<int64_t>(unicode::length(s)) + 1;
   int64_t n = 0;
-  for (size_t hit = s.find(sub); hit != std::string_view::npos; hit = s.find(sub, hit + sub.size())) {
+  for (size_t hit = s.find(sub); hit != std::string_view::npos;
+       hit = s.find(sub, hit + sub.size())) {
     ++n;
   }
   return n;
@@ -185,12 +185,23 @@ std::string html_escape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -198,21 +209,27 @@ std::string html_escape(std::string_view s) {
 
 namespace {
 
-std::string strip_copy(std::string_view s) { return unicode::strip(s, nullptr, true, true); }
+std::string strip_copy(std::string_view s) {
+  return unicode::strip(s, nullptr, true, true);
+}
 
 // Removes single underscores between digits; nullopt if underscores are misplaced.
 std::optional<std::string> remove_underscores(std::string_view s, int base) {
   std::string out;
   const auto is_digit = [base](char c) {
     int v = -1;
-    if (c >= '0' && c <= '9') v = c - '0';
-    else if (c >= 'a' && c <= 'z') v = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'Z') v = c - 'A' + 10;
+    if (c >= '0' && c <= '9')
+      v = c - '0';
+    else if (c >= 'a' && c <= 'z')
+      v = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'Z')
+      v = c - 'A' + 10;
     return v >= 0 && v < base;
   };
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '_') {
-      if (i == 0 || i + 1 >= s.size() || !is_digit(s[i + 1]) || s[i - 1] == '_') return std::nullopt;
+      if (i == 0 || i + 1 >= s.size() || !is_digit(s[i + 1]) || s[i - 1] == '_')
+        return std::nullopt;
       continue;
     }
     if (!is_digit(s[i])) return std::nullopt;
@@ -270,7 +287,8 @@ std::optional<double> parse_float(std::string_view text) {
   }
   if (s.empty()) return std::nullopt;
   std::string lowered;
-  for (char c : s) lowered.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  for (char c : s)
+    lowered.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
   std::string_view body = lowered;
   double sign = 1.0;
   if (!body.empty() && (body[0] == '+' || body[0] == '-')) {

@@ -20,11 +20,11 @@ namespace ridge::tokenizer::jinja {
 // Bounds that keep a hostile template from crashing or exhausting the process. Exceeding one is
 // a runtime TemplateError, never a crash.
 struct Limits {
-  int max_nesting_depth = 200;                // nested blocks + nested expressions (parse time)
-  int max_call_depth = 64;                    // macro calls within macro calls
+  int max_nesting_depth = 200;                 // nested blocks + nested expressions (parse time)
+  int max_call_depth = 64;                     // macro calls within macro calls
   size_t max_output_bytes = size_t{64} << 20;  // the rendered text, and any one string value
   size_t max_work_bytes = size_t{1} << 30;     // all strings and lists built during one render
-  uint64_t max_steps = 10'000'000;            // loop iterations, calls, filters during one render
+  uint64_t max_steps = 10'000'000;             // loop iterations, calls, filters during one render
 };
 
 struct Options {

@@ -22,22 +22,46 @@ const Value& arg0(const CallArgs& a, std::string_view test) {
   return a.positional[0];
 }
 
-bool t_defined(Evaluator&, const Value& v, const CallArgs&) { return !v.is_undefined(); }
-bool t_undefined(Evaluator&, const Value& v, const CallArgs&) { return v.is_undefined(); }
-bool t_none(Evaluator&, const Value& v, const CallArgs&) { return v.is_none(); }
-bool t_boolean(Evaluator&, const Value& v, const CallArgs&) { return v.is_bool(); }
-bool t_true(Evaluator&, const Value& v, const CallArgs&) { return v.is_bool() && v.as_bool(); }
-bool t_false(Evaluator&, const Value& v, const CallArgs&) { return v.is_bool() && !v.as_bool(); }
-bool t_integer(Evaluator&, const Value& v, const CallArgs&) { return v.is_int(); }
-bool t_float(Evaluator&, const Value& v, const CallArgs&) { return v.is_float(); }
-bool t_number(Evaluator&, const Value& v, const CallArgs&) { return v.is_number(); }
-bool t_string(Evaluator&, const Value& v, const CallArgs&) { return v.is_string(); }
-bool t_mapping(Evaluator&, const Value& v, const CallArgs&) { return v.is_dict(); }
+bool t_defined(Evaluator&, const Value& v, const CallArgs&) {
+  return !v.is_undefined();
+}
+bool t_undefined(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_undefined();
+}
+bool t_none(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_none();
+}
+bool t_boolean(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_bool();
+}
+bool t_true(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_bool() && v.as_bool();
+}
+bool t_false(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_bool() && !v.as_bool();
+}
+bool t_integer(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_int();
+}
+bool t_float(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_float();
+}
+bool t_number(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_number();
+}
+bool t_string(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_string();
+}
+bool t_mapping(Evaluator&, const Value& v, const CallArgs&) {
+  return v.is_dict();
+}
 // Jinja's Undefined has __call__ (it raises), so Python's callable() says yes.
 bool t_callable(Evaluator&, const Value& v, const CallArgs&) {
   return v.is_function() || v.is_undefined();
 }
-bool t_escaped(Evaluator&, const Value&, const CallArgs&) { return false; }
+bool t_escaped(Evaluator&, const Value&, const CallArgs&) {
+  return false;
+}
 // Jinja's Undefined supports iteration and len()/[] (it is empty), so it counts as both.
 bool t_iterable(Evaluator&, const Value& v, const CallArgs&) {
   return v.is_array() || v.is_dict() || v.is_string() || v.is_undefined();
@@ -59,29 +83,51 @@ bool t_divisibleby(Evaluator& ev, const Value& v, const CallArgs& a) {
   return equals(modulo(ev, v, arg0(a, "divisibleby")), Value(0));
 }
 
-bool t_eq(Evaluator&, const Value& v, const CallArgs& a) { return equals(v, arg0(a, "eq")); }
-bool t_ne(Evaluator&, const Value& v, const CallArgs& a) { return !equals(v, arg0(a, "ne")); }
-bool t_lt(Evaluator&, const Value& v, const CallArgs& a) { return compare(v, arg0(a, "lt")) < 0; }
-bool t_le(Evaluator&, const Value& v, const CallArgs& a) { return compare(v, arg0(a, "le")) <= 0; }
-bool t_gt(Evaluator&, const Value& v, const CallArgs& a) { return compare(v, arg0(a, "gt")) > 0; }
-bool t_ge(Evaluator&, const Value& v, const CallArgs& a) { return compare(v, arg0(a, "ge")) >= 0; }
-bool t_in(Evaluator& ev, const Value& v, const CallArgs& a) { return ev.contains(arg0(a, "in"), v); }
+bool t_eq(Evaluator&, const Value& v, const CallArgs& a) {
+  return equals(v, arg0(a, "eq"));
+}
+bool t_ne(Evaluator&, const Value& v, const CallArgs& a) {
+  return !equals(v, arg0(a, "ne"));
+}
+bool t_lt(Evaluator&, const Value& v, const CallArgs& a) {
+  return compare(v, arg0(a, "lt")) < 0;
+}
+bool t_le(Evaluator&, const Value& v, const CallArgs& a) {
+  return compare(v, arg0(a, "le")) <= 0;
+}
+bool t_gt(Evaluator&, const Value& v, const CallArgs& a) {
+  return compare(v, arg0(a, "gt")) > 0;
+}
+bool t_ge(Evaluator&, const Value& v, const CallArgs& a) {
+  return compare(v, arg0(a, "ge")) >= 0;
+}
+bool t_in(Evaluator& ev, const Value& v, const CallArgs& a) {
+  return ev.contains(arg0(a, "in"), v);
+}
 
 bool t_sameas(Evaluator&, const Value& v, const CallArgs& a) {
   const Value& other = arg0(a, "sameas");
   if (v.kind() != other.kind()) return false;
   switch (v.kind()) {
     case Kind::none:
-    case Kind::undefined: return true;
-    case Kind::boolean: return v.as_bool() == other.as_bool();
+    case Kind::undefined:
+      return true;
+    case Kind::boolean:
+      return v.as_bool() == other.as_bool();
     case Kind::integer:  // CPython caches small ints, so `is` holds for them
       return v.as_int() == other.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
-    case Kind::string: return &v.as_string() == &other.as_string();
-    case Kind::array: return v.array_ptr() == other.array_ptr();
-    case Kind::dict: return &v.as_dict() == &other.as_dict();
-    case Kind::function: return &v.as_function() == &other.as_function();
-    case Kind::object: return &v.as_object() == &other.as_object();
-    default: return false;
+    case Kind::string:
+      return &v.as_string() == &other.as_string();
+    case Kind::array:
+      return v.array_ptr() == other.array_ptr();
+    case Kind::dict:
+      return &v.as_dict() == &other.as_dict();
+    case Kind::function:
+      return &v.as_function() == &other.as_function();
+    case Kind::object:
+      return &v.as_object() == &other.as_object();
+    default:
+      return false;
   }
 }
 
@@ -100,25 +146,44 @@ bool t_test(Evaluator&, const Value& v, const CallArgs&) {
 
 const std::unordered_map<std::string_view, TestFn>& test_registry() {
   static const std::unordered_map<std::string_view, TestFn> tests = {
-      {"boolean", t_boolean},   {"callable", t_callable},
-      {"defined", t_defined},   {"divisibleby", t_divisibleby},
-      {"eq", t_eq},             {"equalto", t_eq},
-      {"==", t_eq},             {"escaped", t_escaped},
-      {"even", t_even},         {"false", t_false},
-      {"filter", t_filter},     {"float", t_float},
-      {"ge", t_ge},             {">=", t_ge},
-      {"gt", t_gt},             {">", t_gt},
-      {"greaterthan", t_gt},    {"in", t_in},
-      {"integer", t_integer},   {"iterable", t_iterable},
-      {"le", t_le},             {"<=", t_le},
-      {"lower", t_lower},       {"lt", t_lt},
-      {"<", t_lt},              {"lessthan", t_lt},
-      {"mapping", t_mapping},   {"ne", t_ne},
-      {"!=", t_ne},             {"none", t_none},
-      {"number", t_number},     {"odd", t_odd},
-      {"sameas", t_sameas},     {"sequence", t_sequence},
-      {"string", t_string},     {"test", t_test},
-      {"true", t_true},         {"undefined", t_undefined},
+      {"boolean", t_boolean},
+      {"callable", t_callable},
+      {"defined", t_defined},
+      {"divisibleby", t_divisibleby},
+      {"eq", t_eq},
+      {"equalto", t_eq},
+      {"==", t_eq},
+      {"escaped", t_escaped},
+      {"even", t_even},
+      {"false", t_false},
+      {"filter", t_filter},
+      {"float", t_float},
+      {"ge", t_ge},
+      {">=", t_ge},
+      {"gt", t_gt},
+      {">", t_gt},
+      {"greaterthan", t_gt},
+      {"in", t_in},
+      {"integer", t_integer},
+      {"iterable", t_iterable},
+      {"le", t_le},
+      {"<=", t_le},
+      {"lower", t_lower},
+      {"lt", t_lt},
+      {"<", t_lt},
+      {"lessthan", t_lt},
+      {"mapping", t_mapping},
+      {"ne", t_ne},
+      {"!=", t_ne},
+      {"none", t_none},
+      {"number", t_number},
+      {"odd", t_odd},
+      {"sameas", t_sameas},
+      {"sequence", t_sequence},
+      {"string", t_string},
+      {"test", t_test},
+      {"true", t_true},
+      {"undefined", t_undefined},
       {"upper", t_upper},
   };
   return tests;
@@ -156,7 +221,8 @@ Dict build_dict(Evaluator& ev, const CallArgs& a, std::string_view what) {
       const auto pair_seq = ev.iterate(src);
       for (const Value& pair : *pair_seq) {
         const auto kv = ev.iterate(pair);
-        if (kv->size() != 2) runtime_error(fmt::format("{}: sequence elements must be pairs", what));
+        if (kv->size() != 2)
+          runtime_error(fmt::format("{}: sequence elements must be pairs", what));
         d.set((*kv)[0], (*kv)[1]);
       }
     }
@@ -179,7 +245,9 @@ Value g_namespace(Evaluator& ev, CallArgs& a) {
   return Value(std::shared_ptr<Object>(std::move(ns)));
 }
 
-Value g_dict(Evaluator& ev, CallArgs& a) { return Value(build_dict(ev, a, "dict")); }
+Value g_dict(Evaluator& ev, CallArgs& a) {
+  return Value(build_dict(ev, a, "dict"));
+}
 
 Value g_range(Evaluator& ev, CallArgs& a) {
   a.check("range", 3, {});
@@ -195,7 +263,8 @@ Value g_range(Evaluator& ev, CallArgs& a) {
   if (step == 0) runtime_error("range() arg 3 must not be zero");
   // The sandbox's MAX_RANGE.
   constexpr int64_t kMaxRange = 100000;
-  const __int128 span = step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+  const __int128 span =
+      step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
   const __int128 abs_step = step > 0 ? step : -static_cast<__int128>(step);
   const __int128 count = span <= 0 ? 0 : (span + abs_step - 1) / abs_step;
   if (count > kMaxRange) {

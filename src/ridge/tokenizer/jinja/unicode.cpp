@@ -86,8 +86,8 @@ std::vector<size_t> char_offsets(std::string_view s) {
 
 bool is_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 namespace {
@@ -103,9 +103,9 @@ constexpr PairRange kPairRanges[] = {
     {0x0100, 0x012F, true},  {0x0132, 0x0137, true},  {0x0139, 0x0148, false},
     {0x014A, 0x0177, true},  {0x0179, 0x017E, false}, {0x01CD, 0x01DC, false},
     {0x01DE, 0x01EF, true},  {0x01F4, 0x01F5, true},  {0x01F8, 0x021F, true},
-    {0x0222, 0x0233, true},  {0x0460, 0x0481, true},
-    {0x048A, 0x04BF, true},  {0x04C1, 0x04CE, false}, {0x04D0, 0x052F, true},
-    {0x1E00, 0x1E95, true},  {0x1EA0, 0x1EFF, true},
+    {0x0222, 0x0233, true},  {0x0460, 0x0481, true},  {0x048A, 0x04BF, true},
+    {0x04C1, 0x04CE, false}, {0x04D0, 0x052F, true},  {0x1E00, 0x1E95, true},
+    {0x1EA0, 0x1EFF, true},
 };
 
 // The Latin digraph triples (upper, title, lower): DŽ Dž dž, LJ Lj lj, NJ Nj nj, DZ Dz dz.
@@ -196,7 +196,9 @@ void append_cased(std::string& out, char32_t c, CaseMode mode) {
     return;
   }
   if (c == 0x149) {  // ŉ -> ʼN
-    out += "\xCA\xBC" "N";
+    out +=
+        "\xCA\xBC"
+        "N";
     return;
   }
   char32_t first = 0;
@@ -225,12 +227,22 @@ std::string map_case(std::string_view s, CaseMode mode) {
 
 }  // namespace
 
-bool is_upper_char(char32_t c) { return simple_lower(c) != 0 || c == 0x130; }
-bool is_lower_char(char32_t c) { return simple_upper(c) != 0 || c == 0xDF || c == 0x149; }
-bool is_cased(char32_t c) { return is_upper_char(c) || is_lower_char(c); }
+bool is_upper_char(char32_t c) {
+  return simple_lower(c) != 0 || c == 0x130;
+}
+bool is_lower_char(char32_t c) {
+  return simple_upper(c) != 0 || c == 0xDF || c == 0x149;
+}
+bool is_cased(char32_t c) {
+  return is_upper_char(c) || is_lower_char(c);
+}
 
-std::string upper(std::string_view s) { return map_case(s, CaseMode::upper); }
-std::string lower(std::string_view s) { return map_case(s, CaseMode::lower); }
+std::string upper(std::string_view s) {
+  return map_case(s, CaseMode::upper);
+}
+std::string lower(std::string_view s) {
+  return map_case(s, CaseMode::lower);
+}
 
 std::string capitalize(std::string_view s) {
   std::string out;

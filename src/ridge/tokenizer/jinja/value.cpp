@@ -1,9 +1,9 @@
 #include "ridge/tokenizer/jinja/value.h"
 
-#include <cstdint>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -78,14 +78,24 @@ Value Value::failed_generator(std::string message) {
 const std::string& Value::as_string() const {
   return *payload<const std::string>(ptr_);
 }
-const Array& Value::as_array() const { return *payload<const Array>(ptr_); }
+const Array& Value::as_array() const {
+  return *payload<const Array>(ptr_);
+}
 const std::shared_ptr<const Array>& Value::array_ptr() const {
   return payload<const Array>(ptr_);
 }
-const Dict& Value::as_dict() const { return *payload<const Dict>(ptr_); }
-const Function& Value::as_function() const { return *payload<const Function>(ptr_); }
-Object& Value::as_object() const { return *payload<Object>(ptr_); }
-const std::shared_ptr<Object>& Value::object_ptr() const { return payload<Object>(ptr_); }
+const Dict& Value::as_dict() const {
+  return *payload<const Dict>(ptr_);
+}
+const Function& Value::as_function() const {
+  return *payload<const Function>(ptr_);
+}
+Object& Value::as_object() const {
+  return *payload<Object>(ptr_);
+}
+const std::shared_ptr<Object>& Value::object_ptr() const {
+  return payload<Object>(ptr_);
+}
 
 std::string Value::undefined_message() const {
   if (const auto* s = std::get_if<std::shared_ptr<const std::string>>(&ptr_)) return **s;
@@ -173,16 +183,26 @@ std::string Object::repr() const {
 
 std::string type_name(const Value& v) {
   switch (v.kind()) {
-    case Kind::undefined: return "Undefined";
-    case Kind::none: return "NoneType";
-    case Kind::boolean: return "bool";
-    case Kind::integer: return "int";
-    case Kind::floating: return "float";
-    case Kind::string: return "str";
-    case Kind::array: return v.is_generator() ? "generator" : (v.is_tuple() ? "tuple" : "list");
-    case Kind::dict: return "dict";
-    case Kind::function: return "function";
-    case Kind::object: return v.as_object().type_name();
+    case Kind::undefined:
+      return "Undefined";
+    case Kind::none:
+      return "NoneType";
+    case Kind::boolean:
+      return "bool";
+    case Kind::integer:
+      return "int";
+    case Kind::floating:
+      return "float";
+    case Kind::string:
+      return "str";
+    case Kind::array:
+      return v.is_generator() ? "generator" : (v.is_tuple() ? "tuple" : "list");
+    case Kind::dict:
+      return "dict";
+    case Kind::function:
+      return "function";
+    case Kind::object:
+      return v.as_object().type_name();
   }
   return "object";
 }
@@ -190,15 +210,22 @@ std::string type_name(const Value& v) {
 bool truthy(const Value& v) {
   switch (v.kind()) {
     case Kind::undefined:
-    case Kind::none: return false;
+    case Kind::none:
+      return false;
     case Kind::boolean:
-    case Kind::integer: return v.as_int() != 0;
-    case Kind::floating: return v.as_double() != 0.0;
-    case Kind::string: return !v.as_string().empty();
-    case Kind::array: return v.is_generator() || !v.as_array().empty();
-    case Kind::dict: return !v.as_dict().empty();
+    case Kind::integer:
+      return v.as_int() != 0;
+    case Kind::floating:
+      return v.as_double() != 0.0;
+    case Kind::string:
+      return !v.as_string().empty();
+    case Kind::array:
+      return v.is_generator() || !v.as_array().empty();
+    case Kind::dict:
+      return !v.as_dict().empty();
     case Kind::function:
-    case Kind::object: return true;
+    case Kind::object:
+      return true;
   }
   return false;
 }
@@ -259,8 +286,8 @@ bool printable(char32_t c) {
   if (c < 0x7F) return true;
   if (c <= 0xA0 || c == 0xAD) return false;
   if (c == 0x1680 || (c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) ||
-      (c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF || c == 0x061C ||
-      c == 0x180E || (c >= 0xFFF9 && c <= 0xFFFB) || c == 0xFFFE || c == 0xFFFF) {
+      (c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF || c == 0x061C || c == 0x180E ||
+      (c >= 0xFFF9 && c <= 0xFFFB) || c == 0xFFFE || c == 0xFFFF) {
     return false;
   }
   if (c >= 0xD800 && c <= 0xF8FF) return false;  // surrogates and private use
@@ -329,11 +356,21 @@ void append_dict_repr(std::string& out, const Dict& d) {
 
 void append_repr(std::string& out, const Value& v) {
   switch (v.kind()) {
-    case Kind::string: append_string_repr(out, v.as_string()); return;
-    case Kind::array: append_array_repr(out, v); return;
-    case Kind::dict: append_dict_repr(out, v.as_dict()); return;
-    case Kind::undefined: out += "Undefined"; return;  // repr(); str() is ""
-    default: out += to_str(v); return;
+    case Kind::string:
+      append_string_repr(out, v.as_string());
+      return;
+    case Kind::array:
+      append_array_repr(out, v);
+      return;
+    case Kind::dict:
+      append_dict_repr(out, v.as_dict());
+      return;
+    case Kind::undefined:
+      out += "Undefined";
+      return;  // repr(); str() is ""
+    default:
+      out += to_str(v);
+      return;
   }
 }
 
@@ -341,16 +378,25 @@ void append_repr(std::string& out, const Value& v) {
 
 std::string to_str(const Value& v) {
   switch (v.kind()) {
-    case Kind::undefined: return {};
-    case Kind::none: return "None";
-    case Kind::boolean: return v.as_bool() ? "True" : "False";
-    case Kind::integer: return std::to_string(v.as_int());
-    case Kind::floating: return float_repr(v.as_double());
-    case Kind::string: return v.as_string();
+    case Kind::undefined:
+      return {};
+    case Kind::none:
+      return "None";
+    case Kind::boolean:
+      return v.as_bool() ? "True" : "False";
+    case Kind::integer:
+      return std::to_string(v.as_int());
+    case Kind::floating:
+      return float_repr(v.as_double());
+    case Kind::string:
+      return v.as_string();
     case Kind::array:
-    case Kind::dict: return repr(v);
-    case Kind::function: return "<function " + v.as_function().name + ">";
-    case Kind::object: return v.as_object().repr();
+    case Kind::dict:
+      return repr(v);
+    case Kind::function:
+      return "<function " + v.as_function().name + ">";
+    case Kind::object:
+      return v.as_object().repr();
   }
   return {};
 }
@@ -369,8 +415,10 @@ bool equals(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Kind::undefined:
-    case Kind::none: return true;
-    case Kind::string: return a.as_string() == b.as_string();
+    case Kind::none:
+      return true;
+    case Kind::string:
+      return a.as_string() == b.as_string();
     case Kind::array: {
       if (a.is_generator() || b.is_generator()) return a.array_ptr() == b.array_ptr();
       if (a.is_tuple() != b.is_tuple()) return false;
@@ -392,9 +440,12 @@ bool equals(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Kind::function: return &a.as_function() == &b.as_function();
-    case Kind::object: return &a.as_object() == &b.as_object();
-    default: return false;
+    case Kind::function:
+      return &a.as_function() == &b.as_function();
+    case Kind::object:
+      return &a.as_object() == &b.as_object();
+    default:
+      return false;
   }
 }
 
@@ -425,7 +476,9 @@ int compare(const Value& a, const Value& b) {
                             type_name(b)));
 }
 
-void fail_undefined(const Value& v) { runtime_error(v.undefined_message()); }
+void fail_undefined(const Value& v) {
+  runtime_error(v.undefined_message());
+}
 
 // ---- JSON ------------------------------------------------------------------------------------
 
@@ -436,14 +489,29 @@ void append_json_string(std::string& out, const std::string& s, bool ensure_asci
   for (size_t pos = 0, len = 0; pos < s.size(); pos += len) {
     const char32_t c = unicode::decode(s, pos, len);
     switch (c) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     if (c < 0x20) {
       out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
@@ -468,11 +536,16 @@ std::string json_float(double f) {
 
 std::string json_key(const Value& k) {
   switch (k.kind()) {
-    case Kind::string: return k.as_string();
-    case Kind::boolean: return k.as_bool() ? "true" : "false";
-    case Kind::integer: return std::to_string(k.as_int());
-    case Kind::floating: return json_float(k.as_double());
-    case Kind::none: return "null";
+    case Kind::string:
+      return k.as_string();
+    case Kind::boolean:
+      return k.as_bool() ? "true" : "false";
+    case Kind::integer:
+      return std::to_string(k.as_int());
+    case Kind::floating:
+      return json_float(k.as_double());
+    case Kind::none:
+      return "null";
     default:
       runtime_error("keys must be str, int, float, bool or None, not " + type_name(k));
   }
@@ -485,11 +558,21 @@ void append_json(std::string& out, const Value& v, const JsonOptions& o, int lev
     for (int i = 0; i < lvl; ++i) out += *o.indent;
   };
   switch (v.kind()) {
-    case Kind::none: out += "null"; return;
-    case Kind::boolean: out += v.as_bool() ? "true" : "false"; return;
-    case Kind::integer: out += std::to_string(v.as_int()); return;
-    case Kind::floating: out += json_float(v.as_double()); return;
-    case Kind::string: append_json_string(out, v.as_string(), o.ensure_ascii); return;
+    case Kind::none:
+      out += "null";
+      return;
+    case Kind::boolean:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Kind::integer:
+      out += std::to_string(v.as_int());
+      return;
+    case Kind::floating:
+      out += json_float(v.as_double());
+      return;
+    case Kind::string:
+      append_json_string(out, v.as_string(), o.ensure_ascii);
+      return;
     case Kind::array: {
       if (v.is_generator()) runtime_error("Object of type generator is not JSON serializable");
       const Array& items = v.as_array();
@@ -519,8 +602,9 @@ void append_json(std::string& out, const Value& v, const JsonOptions& o, int lev
       std::vector<const std::pair<Value, Value>*> entries;
       for (const auto& e : d.entries) entries.push_back(&e);
       if (o.sort_keys) {
-        std::stable_sort(entries.begin(), entries.end(),
-                         [](const auto* a, const auto* b) { return compare(a->first, b->first) < 0; });
+        std::stable_sort(entries.begin(), entries.end(), [](const auto* a, const auto* b) {
+          return compare(a->first, b->first) < 0;
+        });
       }
       out.push_back('{');
       if (o.indent) newline(level + 1);
@@ -550,16 +634,21 @@ Value from_json_impl(const Json& j, int depth) {
     runtime_error(fmt::format("value nested too deeply (more than {} levels)", kMaxValueDepth));
   }
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return nullptr;
-    case nlohmann::json::value_t::boolean: return j.template get<bool>();
-    case nlohmann::json::value_t::number_integer: return j.template get<int64_t>();
+    case nlohmann::json::value_t::null:
+      return nullptr;
+    case nlohmann::json::value_t::boolean:
+      return j.template get<bool>();
+    case nlohmann::json::value_t::number_integer:
+      return j.template get<int64_t>();
     case nlohmann::json::value_t::number_unsigned: {
       const auto u = j.template get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return static_cast<double>(u);
       return static_cast<int64_t>(u);
     }
-    case nlohmann::json::value_t::number_float: return j.template get<double>();
-    case nlohmann::json::value_t::string: return j.template get_ref<const std::string&>();
+    case nlohmann::json::value_t::number_float:
+      return j.template get<double>();
+    case nlohmann::json::value_t::string:
+      return j.template get_ref<const std::string&>();
     case nlohmann::json::value_t::array: {
       Array items;
       items.reserve(j.size());
@@ -568,10 +657,12 @@ Value from_json_impl(const Json& j, int depth) {
     }
     case nlohmann::json::value_t::object: {
       Dict d;
-      for (auto it = j.begin(); it != j.end(); ++it) d.set(it.key(), from_json_impl(it.value(), depth + 1));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.set(it.key(), from_json_impl(it.value(), depth + 1));
       return Value(std::move(d));
     }
-    default: return nullptr;  // binary / discarded: not produced by parsing text
+    default:
+      return nullptr;  // binary / discarded: not produced by parsing text
   }
 }
 
@@ -583,7 +674,11 @@ std::string to_json(const Value& v, const JsonOptions& options) {
   return out;
 }
 
-Value from_json(const nlohmann::json& j) { return from_json_impl(j, 0); }
-Value from_json(const nlohmann::ordered_json& j) { return from_json_impl(j, 0); }
+Value from_json(const nlohmann::json& j) {
+  return from_json_impl(j, 0);
+}
+Value from_json(const nlohmann::ordered_json& j) {
+  return from_json_impl(j, 0);
+}
 
 }  // namespace ridge::tokenizer::jinja

@@ -55,8 +55,8 @@ class Value {
   Value(std::nullptr_t) : kind_(Kind::none) {}
   Value(bool b) : kind_(Kind::boolean), i_(b ? 1 : 0) {}
   template <typename T>
-    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-  Value(T i) : kind_(Kind::integer), i_(static_cast<int64_t>(i)) {}
+  requires(std::is_integral_v<T> && !std::is_same_v<T, bool>) Value(T i)
+      : kind_(Kind::integer), i_(static_cast<int64_t>(i)) {}
   Value(double f) : kind_(Kind::floating), f_(f) {}
   Value(std::string s);
   Value(std::string_view s) : Value(std::string(s)) {}
