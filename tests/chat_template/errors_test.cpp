@@ -2,6 +2,7 @@
 // template's message, and hostile templates end in an error, never a crash or a hang.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "chat_template/render_util.h"
@@ -158,6 +159,43 @@ TEST(JinjaLimits, DeeplyNestedValues) {
             TemplateError::Kind::runtime);
   std::string deep_json = "{\"v\": " + std::string(1000, '[') + std::string(1000, ']') + "}";
   EXPECT_THROW(render("{{ v }}", deep_json.c_str()), TemplateError);
+}
+
+// Work that grows faster than the template or its data must stay bounded: these finish quickly (or
+// fail with a limit error) instead of running for minutes.
+class JinjaScaling : public ::testing::Test {
+ protected:
+  void SetUp() override { start_ = std::chrono::steady_clock::now(); }
+  void TearDown() override {
+    const auto seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    EXPECT_LT(seconds, 20.0);  // generous for sanitizer builds; each is ~0.1 s in release
+  }
+  std::chrono::steady_clock::time_point start_;
+};
+
+TEST_F(JinjaScaling, OneLongLineOfTokens) {
+  std::string t;
+  for (int i = 0; i < 100000; ++i) t += "{{ x }}";
+  EXPECT_EQ(render(t, R"({"x": "a"})").size(), 100000u);
+  EXPECT_EQ(catch_error(t + "{{ ) }}").column(), 700004);
+}
+
+TEST_F(JinjaScaling, UniqueOverManyItems) {
+  EXPECT_EQ(render("{{ range(100000)|unique|list|length }}"), "100000");
+}
+
+TEST_F(JinjaScaling, ManyVariablesInOneScope) {
+  std::string t;
+  for (int i = 0; i < 20000; ++i)
+    t += "{% set v" + std::to_string(i) + " = " + std::to_string(i) + " %}";
+  EXPECT_EQ(render(t + "{{ v19999 }}"), "19999");
+}
+
+TEST_F(JinjaScaling, NestedMembershipTestsHitTheWorkBudget) {
+  EXPECT_EQ(error_kind("{% set big = range(100000)|list %}{% for i in big %}"
+                       "{% if -1 in big %}x{% endif %}{% endfor %}"),
+            TemplateError::Kind::runtime);
 }
 
 TEST(JinjaLimits, InvalidUtf8IsCarriedThrough) {

@@ -81,23 +81,35 @@ class ScopeSwap {
 
 // ---- Scope -----------------------------------------------------------------------------------
 
+const Value* Scope::find_here(std::string_view name) const {
+  if (!index_.empty()) {
+    const auto it = index_.find(std::string(name));
+    return it == index_.end() ? nullptr : &vars[it->second].second;
+  }
+  for (const auto& [k, v] : vars) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
 const Value* Scope::find(std::string_view name) const {
   for (const Scope* s = this; s; s = s->parent.get()) {
-    for (const auto& [k, v] : s->vars) {
-      if (k == name) return &v;
-    }
+    if (const Value* v = s->find_here(name)) return v;
   }
   return nullptr;
 }
 
 void Scope::set(const std::string& name, Value value) {
-  for (auto& [k, v] : vars) {
-    if (k == name) {
-      v = std::move(value);
-      return;
-    }
+  if (const Value* existing = find_here(name)) {
+    const_cast<Value&>(*existing) = std::move(value);
+    return;
   }
   vars.emplace_back(name, std::move(value));
+  if (vars.size() == kIndexFrom) {
+    for (size_t i = 0; i < vars.size(); ++i) index_.emplace(vars[i].first, i);
+  } else if (vars.size() > kIndexFrom) {
+    index_.emplace(name, vars.size() - 1);
+  }
 }
 
 // ---- Evaluator -------------------------------------------------------------------------------

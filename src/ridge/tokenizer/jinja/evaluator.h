@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,14 @@ struct Scope {
 
   std::shared_ptr<Scope> parent;
   std::vector<std::pair<std::string, Value>> vars;
+
+ private:
+  const Value* find_here(std::string_view name) const;
+
+  // Past kIndexFrom variables a scope also indexes them by name (templates that set thousands of
+  // names stay linear).
+  static constexpr size_t kIndexFrom = 16;
+  std::unordered_map<std::string, size_t> index_;
 };
 
 class Evaluator {

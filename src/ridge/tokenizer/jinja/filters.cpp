@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -588,28 +589,58 @@ Value truncate(Evaluator& ev, const Value& v, const CallArgs& a) {
   return ev.make_string(head + end);
 }
 
+// A string that is equal for values Python's set() would merge (1, 1.0 and True are one key);
+// lists and dicts are unhashable.
+std::string hash_key(const Value& k) {
+  std::string key;
+  switch (k.kind()) {
+    case Kind::string:
+      key = "s";
+      key += k.as_string();
+      return key;
+    case Kind::none:
+      return "n";
+    case Kind::undefined:
+      return "u";
+    case Kind::boolean:
+    case Kind::integer:
+      return fmt::format("i{}", k.as_int());
+    case Kind::floating: {
+      const double f = k.as_double();
+      if (std::isfinite(f) && f == std::floor(f) && std::fabs(f) < 9.2e18) {
+        return fmt::format("i{}", static_cast<int64_t>(f));
+      }
+      return "f" + float_repr(f);
+    }
+    case Kind::array:
+      if (!k.is_tuple()) break;
+      key = "t";
+      for (const Value& e : k.as_array()) {
+        key += hash_key(e);
+        key += '\x1f';
+      }
+      return key;
+    case Kind::function:
+      return fmt::format("c{}", static_cast<const void*>(&k.as_function()));
+    case Kind::object:
+      return fmt::format("o{}", static_cast<const void*>(&k.as_object()));
+    case Kind::dict:
+      break;
+  }
+  runtime_error("unhashable type: '" + type_name(k) + "'");
+}
+
 Value unique_now(Evaluator& ev, const Value& v, const CallArgs& a) {
   a.check("unique", 2, {"case_sensitive", "attribute"});
   const bool case_sensitive = truthy(get(a, 0, "case_sensitive", false));
   const Value attribute = get(a, 1, "attribute", nullptr);
   Array out;
-  Array seen;
+  std::unordered_set<std::string> seen;
   const auto item_seq = ev.iterate(v);
   for (const Value& item : *item_seq) {
     const Value k = sort_key(attribute.is_none() ? item : ev.get_path(item, text_of(attribute)),
                              case_sensitive);
-    if (k.is_array() || k.is_dict()) runtime_error("unhashable type: '" + type_name(k) + "'");
-    bool dup = false;
-    for (const Value& s : seen) {
-      if (equals(s, k)) {
-        dup = true;
-        break;
-      }
-    }
-    if (!dup) {
-      seen.push_back(k);
-      out.push_back(item);
-    }
+    if (seen.insert(hash_key(k)).second) out.push_back(item);
   }
   return ev.make_generator(std::move(out));
 }

@@ -89,13 +89,22 @@ class Lexer {
     throw TemplateError(TemplateError::Kind::syntax, message, t.line, t.column);
   }
 
+  // Line and column (in characters) of byte offset `pos`. Tokens arrive in source order, so the
+  // column is counted on from the previous position on the same line: linear over the template
+  // even when it is one long line.
   void locate(size_t pos, Token& t) const {
     const auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), pos);
     const size_t line_start = *(it - 1);
     t.line = static_cast<int>(it - line_starts_.begin());
-    t.column = static_cast<int>(
-                   unicode::length(std::string_view(src_).substr(line_start, pos - line_start))) +
-               1;
+    if (!(cursor_line_start_ == line_start && cursor_pos_ <= pos)) {
+      cursor_line_start_ = line_start;
+      cursor_pos_ = line_start;
+      cursor_column_ = 1;
+    }
+    cursor_column_ +=
+        unicode::length(std::string_view(src_).substr(cursor_pos_, pos - cursor_pos_));
+    cursor_pos_ = pos;
+    t.column = static_cast<int>(cursor_column_);
   }
 
   size_t find_tag(size_t pos) const {
@@ -497,6 +506,9 @@ class Lexer {
   std::string src_;
   LexerOptions options_;
   std::vector<size_t> line_starts_;
+  mutable size_t cursor_line_start_ = 0;  // locate()'s memo: a position and its column
+  mutable size_t cursor_pos_ = 0;
+  mutable size_t cursor_column_ = 1;
   std::vector<Token> tokens_;
 };
 

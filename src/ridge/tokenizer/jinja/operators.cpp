@@ -15,6 +15,9 @@ namespace ridge::tokenizer::jinja {
 
 namespace {
 
+// What visiting one element of a sequence costs against Limits::max_work_bytes.
+constexpr size_t kVisitBytes = 8;
+
 std::string object_type_repr(const Value& v) {
   if (v.is_none()) return "None";
   return type_name(v) + " object";
@@ -343,6 +346,9 @@ std::shared_ptr<const Array> Evaluator::iterate(const Value& v) {
   switch (v.kind()) {
     case Kind::array:
       if (v.is_failed_generator()) fail_undefined(v.as_array().front());
+      // Every visit of an element counts against the work budget, so that nested traversals
+      // (`x in big_list` inside a loop over it) stay bounded.
+      charge(v.as_array().size() * kVisitBytes);
       return v.array_ptr();
     case Kind::undefined: {
       static const auto empty = std::make_shared<const Array>();
@@ -351,6 +357,7 @@ std::shared_ptr<const Array> Evaluator::iterate(const Value& v) {
     case Kind::dict: {
       Array keys;
       keys.reserve(v.as_dict().size());
+      charge(v.as_dict().size() * kVisitBytes);
       for (const auto& [k, val] : v.as_dict().entries) keys.push_back(k);
       charge(keys.size() * sizeof(Value));
       return std::make_shared<const Array>(std::move(keys));
