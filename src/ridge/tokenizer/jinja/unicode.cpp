@@ -1,5 +1,7 @@
 #include "ridge/tokenizer/jinja/unicode.h"
 
+#include "ridge/tokenizer/utf8.h"
+
 namespace ridge::tokenizer::jinja::unicode {
 
 char32_t decode(std::string_view s, size_t pos, size_t& len) {
@@ -39,20 +41,8 @@ char32_t decode(std::string_view s, size_t pos, size_t& len) {
 void append_utf8(std::string& out, char32_t c) {
   if (c >= 0xDC80 && c <= 0xDCFF) {  // an invalid byte held by decode()
     out.push_back(static_cast<char>(c - 0xDC00));
-  } else if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
   } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    detail::append_utf8(out, c);
   }
 }
 
