@@ -57,7 +57,7 @@ std::mt19937& rng() {
 }
 
 Backend& cuda() {
-  static std::unique_ptr<Backend> b = make_backend("cuda", 0);
+  static std::unique_ptr<Backend> b = make_backend("cuda");
   return *b;
 }
 

@@ -53,6 +53,11 @@ struct AttentionMeta {
   const int32_t* host_cu_seqlens_q = nullptr;
   const int32_t* host_context_lens = nullptr;
   const int32_t* host_block_tables = nullptr;
+  // 0: the backend plans the KV split from the host mirrors (context lengths known now).
+  // > 0: a fixed number of KV splits whose ranges each block derives from context_lens on the
+  // device, so that the launch does not depend on host data (a captured CUDA graph replays it
+  // for any context lengths up to max_blocks_per_seq * block_size).
+  int32_t fixed_splits = 0;
 };
 
 // Owning device (or host) memory handed out by a Backend; freed by its deleter.

@@ -6,7 +6,7 @@
 namespace ridge::backend {
 
 #if RIDGE_BACKEND_HAS_CUDA
-std::unique_ptr<Backend> make_cuda_backend();  // backend/cuda
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);  // backend/cuda
 bool cuda_device_present(std::string* why);
 #endif
 
@@ -19,13 +19,14 @@ bool cuda_available(std::string* why) {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(std::string_view device, int cpu_threads) {
+std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOptions& options) {
+  const int cpu_threads = options.cpu_threads;
   if (device == "cpu") return std::make_unique<CpuBackend>(cpu_threads);
   if (device == "auto" || device == "cuda") {
     std::string why;
     if (cuda_available(&why)) {
 #if RIDGE_BACKEND_HAS_CUDA
-      return make_cuda_backend();
+      return make_cuda_backend(options);
 #endif
     }
     if (device == "cuda") fail("--device cuda: no usable GPU ({})", why);

@@ -2,14 +2,27 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "ridge/backend/backend.h"
 
 namespace ridge::backend {
 
+// How a backend is built. Fields a backend does not use are ignored (the CPU backend reads
+// cpu_threads only).
+struct BackendOptions {
+  int cpu_threads = 0;     // CPU threads (0: all cores)
+  std::string cache_root;  // build cache for tuned kernel choices ("" : tune::default_cache_root())
+  bool tune = true;        // time the GEMM candidates per shape (else a fixed by-shape rule)
+  // GEMM kernels: "auto" (the tuner's or the rule's pick per shape), "cublas" (cuBLASLt only),
+  // "ridge" (ridge's own kernels wherever they apply).
+  std::string gemm = "auto";
+  bool cuda_graphs = true;  // capture decode steps as CUDA graphs (per batch-size bucket)
+};
+
 // "auto" | "cpu" | "cuda". "cuda" without a usable GPU throws ridge::Error saying why.
-std::unique_ptr<Backend> make_backend(std::string_view device, int cpu_threads = 0);
+std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOptions& options = {});
 // True when a CUDA device can be used (the build has CUDA and the runtime finds a GPU).
 bool cuda_available(std::string* why = nullptr);
 

@@ -33,7 +33,7 @@ std::unique_ptr<ModelBundle> ModelBundle::load(const BundleOptions& opt) {
       log::warn("{} has no tokenizer.json: prompts must be given as token ids", dir.string());
     }
   }
-  b->backend = backend::make_backend(opt.device, opt.threads);
+  b->backend = backend::make_backend(opt.device, opt.backend_options());
   log::info("backend: {}", b->backend->name());
   b->model = std::make_unique<model::LlamaModel>(*b->weights, *b->backend);
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ridge/backend/backend.h"
+#include "ridge/backend/factory.h"
 #include "ridge/kv/kv_pool.h"
 #include "ridge/model/llama.h"
 #include "ridge/model/weights.h"
@@ -23,6 +24,12 @@ struct BundleOptions {
   int64_t block_size = 16;
   std::string kv_dtype = "auto";  // auto (f32 on CPU, bf16 on GPU) | f32 | bf16 | f16
   int64_t prefill_chunk = 512;    // largest step, in tokens (the workspace is sized for it)
+  backend::BackendOptions backend;  // cache root, tuning, GEMM choice, CUDA graphs
+  backend::BackendOptions backend_options() const {
+    backend::BackendOptions o = backend;
+    o.cpu_threads = threads;
+    return o;
+  }
 };
 
 class ModelBundle {

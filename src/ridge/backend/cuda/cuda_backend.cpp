@@ -50,7 +50,8 @@ uint16_t* bf16(const Tensor& t) { return static_cast<uint16_t*>(t.data); }
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, const BackendOptions& options)
+    : device_(device), options_(options) {
   RIDGE_CHECK_CUDA(cudaSetDevice(device_));
   cudaDeviceProp prop{};
   RIDGE_CHECK_CUDA(cudaGetDeviceProperties(&prop, device_));
@@ -308,7 +309,9 @@ void CudaBackend::gather_rows(const Stream& s, const Tensor& x, const Tensor& ro
                        stream_of(s));
 }
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(0); }
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(0, options);
+}
 
 bool cuda_device_present(std::string* why) {
   int count = 0;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ridge/backend/backend.h"
+#include "ridge/backend/factory.h"
 #include "ridge/backend/cuda/cuda_matmul.h"
 #include "ridge/backend/cuda/cuda_resources.h"
 
@@ -27,7 +28,7 @@ namespace ridge::backend {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device = 0);
+  explicit CudaBackend(int device = 0, const BackendOptions& options = {});
   ~CudaBackend() override;
   Device device() const override { return Device::cuda; }
   std::string name() const override { return name_; }
@@ -68,6 +69,7 @@ class CudaBackend final : public Backend {
   Workspace& workspace_for(cudaStream_t stream);
 
   int device_ = 0;
+  BackendOptions options_;
   int sm_count_ = 0;
   std::string name_;
   std::unique_ptr<cuda::OwnedStream> stream_;
@@ -79,7 +81,7 @@ class CudaBackend final : public Backend {
   int last_attention_splits_ = 0;
 };
 
-std::unique_ptr<Backend> make_cuda_backend();
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 // True when a GPU this build can run on (compute capability 9.0) is present; otherwise false
 // with the reason in *why.
 bool cuda_device_present(std::string* why);
