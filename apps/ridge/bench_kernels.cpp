@@ -1,6 +1,9 @@
 // ridge bench kernels: the kernel benchmarks (built with -DRIDGE_BENCH=ON, which keeps CI fast):
 // runs bin/ridge-bench-gemm beside this binary with the arguments given, e.g.
 //   ridge bench kernels --op gemm --models llama2-7b,llama3-8b --m 1,8,32,128,512,2048,8192
+// or, for `--op attention`, bin/ridge-bench-attention (paged decode attention, KV bandwidth
+// against the copy ceiling of the same run), e.g.
+//   ridge bench kernels --op attention --json attention.json
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,11 +14,21 @@
 
 namespace {
 
+// The benchmark binary for the arguments: ridge-bench-attention for `--op attention`, else
+// ridge-bench-gemm.
+std::string tool_for(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i] == "--op=attention" || (args[i] == "--op" && i + 1 < args.size() &&
+                                        args[i + 1] == "attention"))
+      return "ridge-bench-attention";
+  return "ridge-bench-gemm";
+}
+
 void run(const std::vector<std::string>& args) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  const fs::path tool = self.parent_path() / "ridge-bench-gemm";
+  const fs::path tool = self.parent_path() / tool_for(args);
   RIDGE_CHECK(!ec && fs::exists(tool, ec),
               "{} is not built: configure with -DRIDGE_BENCH=ON (and CUDA) to build the kernel "
               "benchmarks",
@@ -37,6 +50,6 @@ void setup(CLI::App& sub) {
 }
 
 const ridge::app::BenchRegistrar reg(
-    "kernels", "Kernel benchmarks vs cuBLAS with ceilings (--op gemm; needs -DRIDGE_BENCH=ON)", &setup);
+    "kernels", "Kernel benchmarks with ceilings (--op gemm | attention; needs -DRIDGE_BENCH=ON)", &setup);
 
 }  // namespace
