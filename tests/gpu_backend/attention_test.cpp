@@ -1,7 +1,11 @@
 // Paged attention, CUDA vs CPU reference: decode-only, prefill-only, chunked prefill and mixed
-// batches; GQA ratios 1/4/8; head dims 64/128; block sizes 16/32/64; lengths on and across page
-// boundaries; shuffled block tables; q as a strided view of a qkv buffer. The GpuBackendLarge
-// cases (a 32k-token decode, a 1k-token prefill) are left out of the sanitizer runs.
+// batches; GQA ratios 1/3/4/8; head dims 64/128; block sizes 16/32/64; lengths on and across page
+// boundaries; shuffled block tables; q as a strided view of a qkv buffer; an engine-like decode
+// step with padding rows (kv_store skips slot -1, attention over context 1 and a zero table).
+// Decode batches take the decode kernel through the backend's automatic dispatch; the kernels'
+// forced paths, fixed splits and graph replay are in attention_kernels_test.cpp. The
+// GpuBackendLarge cases (a 32k-token decode, a 1k-token prefill, batch sweeps) are left out of
+// the sanitizer runs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -159,6 +163,97 @@ TEST_F(GpuBackend, AttentionManyPrefills) {
   for (int64_t hd : {64, 128}) run_attention(seqs, 4, 4, hd, 16);
 }
 
+// SmolLM2's grouping (9 query heads over 3 KV heads, hd 64).
+TEST_F(GpuBackend, AttentionDecodeGroupThree) {
+  for (int64_t bs : {16, 32, 64})
+    run_attention({{1, 1}, {1, int32_t(bs) - 1}, {1, int32_t(bs)}, {1, 2 * int32_t(bs) + 1},
+                   {1, 900}, {3, 50}},
+                  3, 3, 64, bs);
+}
+
+// One engine decode step of a batch bucket: 6 sequences and 2 padding rows (context 1, q_len 1,
+// block table of zeros, KV slot -1). kv_store writes the 6 new K/V rows and skips the padding
+// ones; the pools must equal the CPU's bit for bit, then attention reads them.
+TEST_F(GpuBackend, AttentionDecodeStepWithPaddingRows) {
+  for (int64_t hd : {64, 128}) {
+    const int64_t nkv = 2, group = 4, nh = nkv * group, bs = 16, width = nkv * hd;
+    const std::vector<int32_t> lens = {5, 16, 17, 40, 100, 1, 1, 1};  // after the store
+    const std::vector<bool> padding = {false, false, false, false, false, false, true, true};
+    const int64_t S = int64_t(lens.size()), max_blocks = 8, blocks = 24, T = S;
+    std::vector<int32_t> ids(static_cast<size_t>(blocks));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng());
+    std::vector<int32_t> tables(size_t(S * max_blocks), -1), cu(size_t(S + 1), 0),
+        slots(size_t(S), 0);
+    size_t next = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      cu[size_t(s + 1)] = int32_t(s + 1);
+      if (padding[size_t(s)]) {
+        std::fill_n(tables.begin() + s * max_blocks, max_blocks, 0);
+        slots[size_t(s)] = -1;
+        continue;
+      }
+      for (int64_t b = 0; b < (lens[size_t(s)] + bs - 1) / bs; ++b)
+        tables[size_t(s * max_blocks + b)] = ids[next++];
+      const int32_t pos = lens[size_t(s)] - 1;
+      slots[size_t(s)] = tables[size_t(s * max_blocks + pos / bs)] * int32_t(bs) + pos % int32_t(bs);
+    }
+    const int64_t pool_rows = blocks * bs;
+    std::vector<float> pk = random_bf16(size_t(pool_rows * width)), pv = random_bf16(size_t(pool_rows * width));
+    std::vector<float> k = random_bf16(size_t(T * width)), v = random_bf16(size_t(T * width));
+    std::vector<float> q = random_bf16(size_t(T * nh * hd));
+    const float scale = 1.0f / std::sqrt(float(hd));
+    AttentionMeta meta;
+    meta.num_seqs = int32_t(S);
+    meta.max_q_len = 1;
+    meta.max_context_len = 100;
+    meta.max_blocks_per_seq = int32_t(max_blocks);
+    meta.host_cu_seqlens_q = cu.data();
+    meta.host_context_lens = lens.data();
+    meta.host_block_tables = tables.data();
+
+    // CPU: store, then attend.
+    std::vector<uint16_t> hk = to_bf16_bits(pk), hv = to_bf16_bits(pv);
+    KvLayer cpu_kv{Tensor(hk.data(), DType::bf16, {blocks, bs, nkv, hd}),
+                   Tensor(hv.data(), DType::bf16, {blocks, bs, nkv, hd})};
+    cpu().kv_store({}, host_f32(k, T, width), host_f32(v, T, width),
+                   Tensor(slots.data(), DType::i32, {T}), cpu_kv);
+    AttentionMeta cpu_meta = meta;
+    std::vector<int32_t> lens_copy = lens;
+    cpu_meta.cu_seqlens_q = Tensor(cu.data(), DType::i32, {S + 1});
+    cpu_meta.context_lens = Tensor(lens_copy.data(), DType::i32, {S});
+    cpu_meta.block_tables = Tensor(tables.data(), DType::i32, {S, max_blocks});
+    std::vector<float> ref(size_t(T * nh * hd));
+    Tensor ref_t = host_f32(ref, T, nh * hd);
+    cpu().attention({}, host_f32(q, T, nh * hd), cpu_kv, cpu_meta, scale, ref_t);
+
+    // GPU: the same step.
+    DeviceMatrix kd = device_bf16(pool_rows, width, pk), vd = device_bf16(pool_rows, width, pv);
+    DeviceMatrix knew = device_bf16(T, width, k), vnew = device_bf16(T, width, v);
+    DeviceMatrix qd = device_bf16(T, nh * hd, q), out = device_bf16(T, nh * hd, {});
+    KvLayer kv{Tensor(kd.view.data, DType::bf16, {blocks, bs, nkv, hd}, Device::cuda),
+               Tensor(vd.view.data, DType::bf16, {blocks, bs, nkv, hd}, Device::cuda)};
+    Buffer slot_b, cu_b, ctx_b, tab_b;
+    cuda().kv_store({}, knew.view, vnew.view, device_i32(slot_b, slots), kv);
+    AttentionMeta dev_meta = meta;
+    dev_meta.cu_seqlens_q = device_i32(cu_b, cu);
+    dev_meta.context_lens = device_i32(ctx_b, lens);
+    dev_meta.block_tables = device_i32(tab_b, tables);
+    dev_meta.block_tables.shape = {S, max_blocks};
+    dev_meta.block_tables.ndim = 2;
+    dev_meta.block_tables.stride = {max_blocks, 1};
+    cuda().attention({}, qd.view, kv, dev_meta, scale, out.view);
+    std::vector<float> rk(hk.size()), rv(hv.size());
+    for (size_t i = 0; i < hk.size(); ++i) rk[i] = bf16_to_f32(hk[i]), rv[i] = bf16_to_f32(hv[i]);
+    const std::string what = fmt::format("hd={} nkv={} g={} bs={} 6 decodes + 2 padding", hd, nkv,
+                                         group, bs);
+    expect_close("kv_store", what + " K pool (slot -1 skipped)", download_view(kd), rk, 0.0);
+    expect_close("kv_store", what + " V pool (slot -1 skipped)", download_view(vd), rv, 0.0);
+    expect_close("attention", what, download_view(out), ref, 1e-2);
+    expect_untouched_outside("attention", out);
+  }
+}
+
 TEST_F(GpuBackend, AttentionGroupSixteen) { run_attention({{3, 40}, {1, 200}}, 1, 16, 128, 16); }
 
 TEST_F(GpuBackendLarge, AttentionLongDecode32k) {
@@ -169,6 +264,17 @@ TEST_F(GpuBackendLarge, AttentionLongDecode32k) {
 TEST_F(GpuBackendLarge, AttentionDecodeBatchPerf) {
   std::vector<Seq> seqs(64, Seq{1, 4096});
   run_attention(seqs, 8, 4, 128, 16, 20);  // 64 decodes of 4k context, Llama-3-8B heads
+}
+
+// Decode batches of 1..64 sequences at contexts up to 4096 (GQA 4 and MHA), through the backend.
+TEST_F(GpuBackendLarge, AttentionDecodeBatchSizes) {
+  for (int batch : {1, 3, 16, 64}) {
+    std::uniform_int_distribution<int32_t> len(1, batch == 64 ? 2048 : 4096);
+    std::vector<Seq> seqs;
+    for (int i = 0; i < batch; ++i) seqs.push_back({1, len(rng())});
+    run_attention(seqs, 8, 4, 128, 16);
+    run_attention(seqs, 8, 1, 128, 32);
+  }
 }
 
 TEST_F(GpuBackendLarge, AttentionLongPrefill) {

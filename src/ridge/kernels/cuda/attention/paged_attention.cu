@@ -1,6 +1,6 @@
 // Paged attention kernels (see paged_attention.h for layouts and limits).
 //
-// paged_attention_kernel<HD>
+// paged_attention_kernel<HD> (the general kernel: prefill chunks, mixed batches, big groups)
 //   Launch: grid (q tiles, nkv, num_seqs * num_splits), 128 threads (4 warps), dynamic shared
 //   memory (5 * 64 * (HD + 8) * 2 bytes: Q tile, 2 stages of K and V tiles; 87 KB at HD 128).
 //   A block owns BM = 64 "rows" of one sequence and one KV head: row r is query token r / group
@@ -15,14 +15,49 @@
 //   ldmatrix.trans). Shared-memory rows are padded by 16 bytes: the 32-bit fragment loads and
 //   the ldmatrix phases hit 32 distinct banks.
 //   Output: one split -> out (bf16, O / l). Several splits -> workspace: O / l as fp32
-//   [splits, T * nh, HD] and (m, l) [splits, T * nh, 2], merged by combine_splits_kernel.
+//   [splits, ws_rows, HD] and (m, l) [splits, ws_rows, 2] (ws_rows = tokens * nh), merged by
+//   combine_splits_kernel.
+//
+// paged_decode_kernel<HD, STAGES> (every sequence has q_len * group <= 16)
+//   Launch: grid (nkv, num_splits, num_seqs) (the KV heads of one sequence and split are
+//   neighbours in launch order: they read neighbouring 256-byte pieces of the same pages),
+//   128 threads (4 warps), dynamic shared memory (16 + 2 * STAGES * 64) * (HD + 8) * 2 bytes
+//   (Q tile, a ring of STAGES K and V tiles): HD 128: 72 / 106 / 140 KB for 2 / 3 / 4 stages
+//   (3 / 2 / 1 blocks per SM); HD 64: 38 / 56 / 74 KB (3 blocks per SM at 4 stages); plus 640
+//   bytes of static merge statistics.
+//   Rows as in the general kernel but one 16-row tile (rows past q_len * group are zero and
+//   masked): the whole decode token of a KV head (group rows) sits in one MMA tile, and every
+//   warp computes (no idle warps, no 64-row tiles mostly empty).
+//   KV: tiles of 64 positions; warp w takes positions 16w .. 16w + 15 of every tile and keeps its
+//   own online softmax state (m, l, O) for the 16 rows. The 128 threads fill the ring with
+//   cp.async (16 bytes per copy, a warp instruction covers 2 whole 256-byte rows at HD 128; each
+//   thread first issues its 8 (HD 128) or 4 (HD 64) block-table loads together, then its
+//   copies), STAGES - 1 tiles in flight while one is
+//   computed; one __syncthreads per tile (it both publishes tile t and frees the stage of tile
+//   t - 1, which the loads issued right after it refill).
+//   Per warp and tile: S (16 x 16) = Q K^T with K fragments from ldmatrix.x4 (2 n-tiles x
+//   HD/16 k-steps), mask (causal per row, and the split's range), online softmax in the exp2
+//   domain, P to bf16 in registers, O += P V (V from ldmatrix.x4.trans, HD/8 n-tiles).
+//   Merge: each warp's (m, l) per row to shared memory, M = max over warps, L = sum l_w 2^(m_w -
+//   M); each warp writes O_w 2^(m_w - M) as fp32 into the (drained) ring (rows padded to
+//   HD + 8 floats: conflict-free float2 stores); then all threads sum the 4 warps per element in
+//   a fixed order and write O / L: bf16 to out (one split) or fp32 to the workspace with (M, L)
+//   (several splits). An empty range (a split past the end of a short context) writes O = 0,
+//   (M, L) = (-inf, 0), which the combine kernel skips.
+//
 // combine_splits_kernel<HD>
-//   Launch: one warp per (token, head) row, 4 rows per 128-thread block. out = sum_i w_i O_i /
-//   sum_i w_i with w_i = l_i * 2^(m_i - max m); fixed order (deterministic).
+//   Launch: one warp per (token, head) row, 4 rows per 128-thread block, rows up to
+//   cu_seqlens_q[S] * nh read on the device (the grid covers the plan's num_tokens). out =
+//   sum_i w_i O_i / sum_i w_i with w_i = l_i * 2^(m_i - max m), splits with l_i = 0 skipped;
+//   fixed order (deterministic).
+//
+// Numerics (both kernels): scores and softmax in fp32 (exp2 domain), P rounded to bf16 for the
+// P V product, fp32 accumulation, the output rounded to bf16 once.
 #include "ridge/kernels/cuda/attention/paged_attention.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <string>
 
 #include <cuda_bf16.h>
@@ -32,9 +67,12 @@
 namespace ridge::kernels {
 namespace {
 
-constexpr int kBM = 64;       // rows per block
-constexpr int kBN = 64;       // KV positions per tile
-constexpr int kThreads = 128; // 4 warps
+constexpr int kBM = 64;        // rows per block (general kernel)
+constexpr int kBN = 64;        // KV positions per tile (both kernels)
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kDecRows = 16;   // rows of the decode kernel's tile
+constexpr int kDecWarpN = kBN / kWarps;  // KV positions per warp per tile (16)
 constexpr int kMaxSplits = 256;
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -42,6 +80,23 @@ template <int HD>
 constexpr int smem_row() { return HD + 8; }  // bf16 elements per padded shared row
 template <int HD>
 constexpr size_t smem_bytes() { return size_t(5) * kBM * smem_row<HD>() * 2; }
+template <int HD, int STAGES>
+constexpr size_t decode_smem_bytes() {
+  return size_t(kDecRows + 2 * STAGES * kBN) * smem_row<HD>() * 2;
+}
+// Resident decode blocks per SM that the shared memory allows (228 KB per SM, 1 KB reserved per
+// block, the static merge statistics), at most 3 (a register cap of 170 per thread).
+template <int HD, int STAGES>
+constexpr int decode_min_blocks() {
+  constexpr size_t per_block = decode_smem_bytes<HD, STAGES>() + 1024 + 640;
+  constexpr int n = int(size_t(228 * 1024) / per_block);
+  return n < 1 ? 1 : (n > 3 ? 3 : n);
+}
+// The fp32 merge scratch (kWarps x 16 rows of HD + 8 floats) reuses the drained K/V ring.
+static_assert(kWarps * kDecRows * (128 + 8) * 4 <= 2 * kBN * smem_row<128>() * 2,
+              "merge scratch must fit in one ring stage");
+static_assert(kWarps * kDecRows * (64 + 8) * 4 <= 2 * kBN * smem_row<64>() * 2,
+              "merge scratch must fit in one ring stage");
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
@@ -67,6 +122,12 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -82,6 +143,13 @@ __device__ __forceinline__ uint32_t lds32(const uint16_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// Positions per split of a sequence in fixed-split mode: whole 64-position tiles, as even as
+// possible (the last splits may be empty).
+__host__ __device__ __forceinline__ int fixed_chunk(int ctx, int splits) {
+  const int tiles = (ctx + kBN - 1) / kBN;
+  return (tiles + splits - 1) / splits * kBN;
+}
+
 struct KernelArgs {
   const uint16_t* q;
   int64_t ld_q;
@@ -89,17 +157,21 @@ struct KernelArgs {
   int64_t ld_out;
   const uint16_t* k_pool;
   const uint16_t* v_pool;
+  int64_t num_blocks;
+  int num_blocks_i;  // num_blocks clamped to INT_MAX (pages are i32)
   const int32_t* cu_seqlens_q;
   const int32_t* context_lens;
   const int32_t* block_tables;
   int max_blocks_per_seq;
+  int max_ctx;  // max_blocks_per_seq * block_size (clamped to INT_MAX): contexts are cut there
   int block_size;
+  int bs_shift;  // log2(block_size) when a power of two, else -1 (the general kernel then)
   int nkv;
   int nh;
   int group;
   int num_splits;
-  int kv_chunk;
-  int64_t ws_rows;   // T * nh
+  int kv_chunk;      // 0: fixed_chunk(ctx, num_splits) per sequence
+  int64_t ws_rows;   // num_tokens * nh: rows of one split in the workspace
   float* ws_o;       // [splits, ws_rows, HD]
   float* ws_ml;      // [splits, ws_rows, 2]
   float scale_log2;  // softmax scale * log2(e)
@@ -121,15 +193,16 @@ __global__ void __launch_bounds__(kThreads)
   const int kvh = blockIdx.y;
   const int q_start = a.cu_seqlens_q[seq];
   const int q_len = a.cu_seqlens_q[seq + 1] - q_start;
-  const int ctx = a.context_lens[seq];
+  const int ctx = min(a.context_lens[seq], a.max_ctx);
   const int rows_total = q_len * a.group;
   const int row0 = blockIdx.x * kBM;
   if (row0 >= rows_total) return;
   const int rows_here = min(kBM, rows_total - row0);
 
-  const int kv_begin = split * a.kv_chunk;
+  const int chunk = a.kv_chunk > 0 ? a.kv_chunk : fixed_chunk(ctx, a.num_splits);
+  const int kv_begin = split * chunk;
   const int last_pos = ctx - q_len + (row0 + rows_here - 1) / a.group;
-  const int kv_end = min(min(ctx, kv_begin + a.kv_chunk), last_pos + 1);
+  const int kv_end = min(min(ctx, kv_begin + chunk), last_pos + 1);
   const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kBN - 1) / kBN : 0;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -152,11 +225,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = tid; c < kBN * CHUNKS; c += kThreads) {
       const int j = c / CHUNKS, cc = c % CHUNKS;
       const int pos = kv0 + j;
-      const bool valid = pos < kv_end;
+      bool valid = pos < kv_end;
       int64_t off = 0;
       if (valid) {
-        const int64_t slot = int64_t(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
-        off = (slot * a.nkv + kvh) * HD + cc * 8;
+        const int page = table[pos / a.block_size];
+        valid = page >= 0 && page < a.num_blocks;
+        const int64_t slot = int64_t(page) * a.block_size + pos % a.block_size;
+        off = valid ? (slot * a.nkv + kvh) * HD + cc * 8 : 0;
       }
       cp_async_16(kd + j * SROW + cc * 8, a.k_pool + off, valid);
       cp_async_16(vd + j * SROW + cc * 8, a.v_pool + off, valid);
@@ -289,7 +364,9 @@ __global__ void __launch_bounds__(kThreads)
         *reinterpret_cast<uint32_t*>(dst + d * 8) =
             pack_bf16(o[d][2 * h] * inv_l[h], o[d][2 * h + 1] * inv_l[h]);
     } else {
-      const int64_t ws_row = int64_t(split) * a.ws_rows + token * a.nh + head;
+      const int64_t row_in_split = token * a.nh + head;
+      if (row_in_split >= a.ws_rows) continue;  // q_len past max_q_len (fixed mode): not ours
+      const int64_t ws_row = int64_t(split) * a.ws_rows + row_in_split;
       float* dst = a.ws_o + ws_row * HD + 2 * t4;
 #pragma unroll
       for (int d = 0; d < DTILES; ++d)
@@ -300,15 +377,263 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <int HD, int STAGES>
+__global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
+    paged_decode_kernel(const KernelArgs a) {
+  static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 ring stages");
+  constexpr int SROW = smem_row<HD>();
+  constexpr int KSTEPS = HD / 16;               // k-steps of Q K^T
+  constexpr int DTILES = HD / 8;                // n8 tiles of the output
+  constexpr int CHUNKS = HD / 8;                // 16-byte chunks per row
+  constexpr int ROW_STEP = kThreads / CHUNKS;   // KV rows between one thread's copies (8 or 16)
+  constexpr int COPIES = kBN / ROW_STEP;        // copies of K (and of V) per thread per tile
+  constexpr int RROW = HD + 8;                  // fp32 row of the merge scratch
+  extern __shared__ __align__(16) uint16_t smem[];
+  __shared__ float red_m[kWarps][kDecRows], red_l[kWarps][kDecRows];
+  __shared__ float row_m[kDecRows], row_l[kDecRows];
+  uint16_t* qs = smem;                          // [16][SROW]
+  uint16_t* ks = qs + kDecRows * SROW;          // [STAGES][kBN][SROW]
+  uint16_t* vs = ks + STAGES * kBN * SROW;      // [STAGES][kBN][SROW]
+
+  const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
+  const int q_start = a.cu_seqlens_q[seq];
+  const int q_len = a.cu_seqlens_q[seq + 1] - q_start;
+  const int ctx = min(a.context_lens[seq], a.max_ctx);
+  // q_len * group <= 16 is a precondition (checked on the host); clamped so that a violation
+  // in graph mode stays inside the tile (its extra rows are then not written).
+  const int rows = min(q_len * a.group, kDecRows);
+  if (rows <= 0) return;  // no tokens: nothing of this sequence is read by the combine
+
+  const int chunk = a.kv_chunk > 0 ? a.kv_chunk : fixed_chunk(ctx, a.num_splits);
+  const int kv_begin = split * chunk;
+  // The last row's position is ctx - 1 (rows == q_len * group), so the causal limit is ctx.
+  const int kv_end = min(ctx, kv_begin + chunk);
+  const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kBN - 1) / kBN : 0;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int32_t* table = a.block_tables + int64_t(seq) * a.max_blocks_per_seq;
+
+  // Q tile -> shared (rows past `rows` zero-filled).
+  for (int c = tid; c < kDecRows * CHUNKS; c += kThreads) {
+    const int r = c / CHUNKS, cc = c % CHUNKS;
+    const bool valid = r < rows;
+    const int rr = valid ? r : 0;
+    const int64_t token = q_start + rr / a.group;
+    const int head = kvh * a.group + rr % a.group;
+    cp_async_16(qs + r * SROW + cc * 8, a.q + token * a.ld_q + int64_t(head) * HD + cc * 8, valid);
+  }
+  // This thread copies rows j0 + i * ROW_STEP (i < COPIES) of every tile, chunk cc: first all
+  // COPIES page lookups (independent loads, in flight together), then the 2 * COPIES copies.
+  const int j0 = tid / CHUNKS, cc = tid % CHUNKS;
+  const int64_t page_elems = int64_t(a.block_size) * a.nkv * HD;  // one page of one pool
+  const int row_elems = a.nkv * HD;                                // one position of one page
+  const int64_t head_off = int64_t(kvh) * HD + cc * 8;
+  const int bs_mask = a.block_size - 1;  // the decode kernel takes power-of-two block sizes
+  const int last_blk = a.max_blocks_per_seq - 1;  // >= 0 whenever a tile is loaded (ctx >= 1)
+  auto load_kv = [&](int tile, int stage) {
+    const int pos0 = kv_begin + tile * kBN + j0;
+    int page[COPIES];
+#pragma unroll
+    for (int i = 0; i < COPIES; ++i)  // clamped: always a valid table entry, no branch
+      page[i] = __ldg(table + min((pos0 + i * ROW_STEP) >> a.bs_shift, last_blk));
+    uint16_t* kd = ks + (stage * kBN + j0) * SROW + cc * 8;
+    uint16_t* vd = vs + (stage * kBN + j0) * SROW + cc * 8;
+#pragma unroll
+    for (int i = 0; i < COPIES; ++i) {
+      const int pos = pos0 + i * ROW_STEP;
+      const bool valid = pos < kv_end && unsigned(page[i]) < unsigned(a.num_blocks_i);
+      const int64_t off =
+          int64_t(valid ? page[i] : 0) * page_elems + (pos & bs_mask) * row_elems + head_off;
+      cp_async_16(kd + i * ROW_STEP * SROW, a.k_pool + off, valid);
+      cp_async_16(vd + i * ROW_STEP * SROW, a.v_pool + off, valid);
+    }
+  };
+  // Prologue: group 0 = Q + tile 0, then tiles 1 .. STAGES - 2 (empty groups past the end keep
+  // the group count uniform for cp.async.wait_group).
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_tiles) load_kv(s, s);
+    cp_async_commit();
+  }
+
+  // This thread's rows (g and g + 8 of the tile): their positions; -1 masks a row.
+  int row_pos[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    row_pos[h] = r < rows ? ctx - q_len + r / a.group : -1;
+  }
+
+  uint32_t qa[KSTEPS][4];
+  float o[DTILES][4];
+#pragma unroll
+  for (int d = 0; d < DTILES; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    cp_async_wait<STAGES - 2>();  // this thread's copies of tile `tile` have landed
+    __syncthreads();              // everyone's have; everyone is done with tile - 1's stage
+    {
+      const int next = tile + STAGES - 1;
+      if (next < n_tiles) load_kv(next, next % STAGES);
+      cp_async_commit();
+    }
+    if (tile == 0) {
+      const uint16_t* qw = qs + g * SROW + 2 * t4;
+#pragma unroll
+      for (int s = 0; s < KSTEPS; ++s) {
+        qa[s][0] = lds32(qw + s * 16);
+        qa[s][1] = lds32(qw + 8 * SROW + s * 16);
+        qa[s][2] = lds32(qw + s * 16 + 8);
+        qa[s][3] = lds32(qw + 8 * SROW + s * 16 + 8);
+      }
+    }
+    const int stage = tile % STAGES;
+    const uint16_t* kt = ks + (stage * kBN + warp * kDecWarpN) * SROW;
+    const uint16_t* vt = vs + (stage * kBN + warp * kDecWarpN) * SROW;
+    // S = Q K^T for this warp's 16 positions: ldmatrix.x4 gives both n-tiles' b0/b1 per k-step
+    // (matrix i = lane / 8: n-tile i / 2, k half i % 2).
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int k = 0; k < KSTEPS; ++k) {
+      uint32_t b[4];
+      ldmatrix_x4(b, krow + k * 16);
+      mma_16816(s[0], qa[k], b[0], b[1]);
+      mma_16816(s[1], qa[k], b[2], b[3]);
+    }
+    // Mask, scale, online softmax.
+    const int kv0 = kv_begin + tile * kBN + warp * kDecWarpN;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int pos = kv0 + n * 8 + 2 * t4 + (e & 1);
+        const bool ok = pos <= row_pos[h] && pos < kv_end;
+        s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
+        mx[h] = fmaxf(mx[h], s[n][e]);
+      }
+    float alpha[2], base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m[h], mx[h]);
+      base[h] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[h] = exp2f(m[h] - base[h]);  // 0 while the row has seen nothing
+      m[h] = m_new;
+      l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int d = 0; d < DTILES; ++d) {
+      o[d][0] *= alpha[0];
+      o[d][1] *= alpha[0];
+      o[d][2] *= alpha[1];
+      o[d][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2f(s[n][e] - base[e / 2]);
+        l[e / 2] += s[n][e];
+      }
+    // O += P V over the warp's 16 positions (one k-step).
+    const uint32_t pa[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]),
+                            pack_bf16(s[1][0], s[1][1]), pack_bf16(s[1][2], s[1][3])};
+    const uint16_t* vrow = vt + (lane & 15) * SROW + (lane >> 4) * 8;
+#pragma unroll
+    for (int d = 0; d < DTILES; d += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vrow + d * 8);
+      mma_16816(o[d], pa, b[0], b[1]);
+      mma_16816(o[d + 1], pa, b[2], b[3]);
+    }
+  }
+  cp_async_wait<0>();  // the ring is reused below (only empty groups can still be pending)
+  __syncthreads();     // every warp is done reading the ring
+
+  // Merge the 4 warps' states. Row sums over the quad first (m is quad-uniform already).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  if (t4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      red_m[warp][g + 8 * h] = m[h];
+      red_l[warp][g + 8 * h] = l[h];
+    }
+  }
+  __syncthreads();
+  float* red = reinterpret_cast<float*>(ks);  // [kWarps][16][RROW] fp32
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][r]);
+    const float f = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - M);
+    float* dst = red + (warp * kDecRows + r) * RROW + 2 * t4;
+#pragma unroll
+    for (int d = 0; d < DTILES; ++d)
+      *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[d][2 * h] * f, o[d][2 * h + 1] * f);
+  }
+  if (tid < kDecRows) {
+    float M = -INFINITY, L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][tid]);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      if (red_m[w][tid] != -INFINITY) L += red_l[w][tid] * exp2f(red_m[w][tid] - M);
+    row_m[tid] = M;
+    row_l[tid] = L;
+  }
+  __syncthreads();
+
+  // Sum the warps in a fixed order, normalize, write: 2 consecutive elements per thread.
+  for (int idx = tid; idx < rows * (HD / 2); idx += kThreads) {
+    const int r = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
+    float2 acc = *reinterpret_cast<const float2*>(red + r * RROW + d);
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
+      const float2 v = *reinterpret_cast<const float2*>(red + (w * kDecRows + r) * RROW + d);
+      acc.x += v.x;
+      acc.y += v.y;
+    }
+    const float L = row_l[r];
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    const int64_t token = q_start + r / a.group;
+    const int head = kvh * a.group + r % a.group;
+    if (a.num_splits == 1) {
+      *reinterpret_cast<uint32_t*>(a.out + token * a.ld_out + int64_t(head) * HD + d) =
+          pack_bf16(acc.x * inv, acc.y * inv);
+    } else {
+      const int64_t row_in_split = token * a.nh + head;
+      if (row_in_split >= a.ws_rows) continue;  // q_len past max_q_len (fixed mode): not ours
+      const int64_t ws_row = int64_t(split) * a.ws_rows + row_in_split;
+      *reinterpret_cast<float2*>(a.ws_o + ws_row * HD + d) = make_float2(acc.x * inv, acc.y * inv);
+      if (d == 0) *reinterpret_cast<float2*>(a.ws_ml + ws_row * 2) = make_float2(row_m[r], L);
+    }
+  }
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kThreads)
     combine_splits_kernel(const float* __restrict__ ws_o, const float* __restrict__ ws_ml,
-                          int64_t ws_rows, int num_splits, int nh, uint16_t* __restrict__ out,
-                          int64_t ld_out) {
+                          int64_t ws_rows, int num_splits, int nh,
+                          const int32_t* __restrict__ cu_seqlens_q, int num_seqs,
+                          uint16_t* __restrict__ out, int64_t ld_out) {
   constexpr int PER_LANE = HD / 32;
   const int64_t row = int64_t(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= ws_rows) return;
+  // The rows of this call's tokens (fewer than the plan's capacity in fixed-split mode).
+  const int64_t rows = min(ws_rows, int64_t(cu_seqlens_q[num_seqs]) * nh);
+  if (row >= rows) return;
   float mx = -INFINITY;
   for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, ws_ml[(s * ws_rows + row) * 2]);
   float acc[PER_LANE] = {};
@@ -332,6 +657,32 @@ __global__ void __launch_bounds__(kThreads)
 
 std::string int_text(int64_t v) { return std::to_string(v); }
 
+template <int HD, int STAGES>
+void set_decode_smem() {
+  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_decode_kernel<HD, STAGES>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(decode_smem_bytes<HD, STAGES>())));
+}
+
+template <int HD, int STAGES>
+void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStream_t stream) {
+  const dim3 grid{unsigned(nkv), unsigned(splits), unsigned(seqs)};
+  paged_decode_kernel<HD, STAGES><<<grid, kThreads, decode_smem_bytes<HD, STAGES>(), stream>>>(k);
+  RIDGE_CHECK_LAUNCH("paged_decode_kernel");
+}
+
+template <int HD>
+void launch_decode_stages(const KernelArgs& k, int stages, int nkv, int splits, int seqs,
+                          cudaStream_t stream) {
+  switch (stages) {
+    case 2: launch_decode<HD, 2>(k, nkv, splits, seqs, stream); break;
+    case 3: launch_decode<HD, 3>(k, nkv, splits, seqs, stream); break;
+    default: launch_decode<HD, 4>(k, nkv, splits, seqs, stream); break;
+  }
+}
+
+int default_decode_stages(int head_dim) { return head_dim == 128 ? 3 : 4; }
+
 }  // namespace
 
 void init_paged_attention() {
@@ -341,11 +692,41 @@ void init_paged_attention() {
   RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_attention_kernel<128>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(smem_bytes<128>())));
+  set_decode_smem<64, 2>();
+  set_decode_smem<64, 3>();
+  set_decode_smem<64, 4>();
+  set_decode_smem<128, 2>();
+  set_decode_smem<128, 3>();
+  set_decode_smem<128, 4>();
+}
+
+size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim) {
+  return size_t(std::max<int64_t>(num_tokens, 0)) * size_t(std::max(num_q_heads, 0)) *
+         size_t(std::max(head_dim, 0) + 2) * sizeof(float);
+}
+
+int graph_attention_splits(int num_seqs, int max_q_len, int num_kv_heads, int group, int head_dim,
+                           int max_context, int sm_count, size_t workspace_bytes) {
+  if (num_seqs <= 0 || num_kv_heads <= 0 || group <= 0 || max_q_len <= 0) return 1;
+  const int64_t rows = int64_t(max_q_len) * group;
+  const int64_t q_tiles = rows <= kDecRows ? 1 : (rows + kBM - 1) / kBM;
+  const int64_t blocks = int64_t(num_seqs) * num_kv_heads * q_tiles;
+  const int64_t target = 4 * int64_t(std::max(sm_count, 1));
+  if (blocks >= target) return 1;
+  int64_t splits = (target + blocks - 1) / blocks;
+  splits = std::min<int64_t>({splits, std::max(1, (max_context + kBN - 1) / kBN), kMaxSplits,
+                              65535 / num_seqs});
+  const size_t per_split = paged_attention_split_bytes(int64_t(num_seqs) * max_q_len,
+                                                       num_kv_heads * group, head_dim);
+  if (splits > 1 && per_split > 0)
+    splits = std::min<int64_t>(splits, int64_t(workspace_bytes / per_split));
+  return int(std::max<int64_t>(splits, 1));
 }
 
 PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_blocks,
                                         size_t workspace_capacity) {
   const char* kName = "paged_attention_bf16";
+  const bool fixed = a.fixed_splits > 0;
   RIDGE_KERNEL_EXPECT(a.head_dim == 64 || a.head_dim == 128, kName,
                       "head_dim must be 64 or 128, got " + int_text(a.head_dim));
   RIDGE_KERNEL_EXPECT(a.num_kv_heads >= 1 && a.num_q_heads % a.num_kv_heads == 0 &&
@@ -354,10 +735,22 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                       "query heads " + int_text(a.num_q_heads) + " / KV heads " +
                           int_text(a.num_kv_heads) + " must be a whole group of at most 64");
   RIDGE_KERNEL_EXPECT(a.block_size >= 1 && a.num_seqs >= 0 && a.num_seqs < 65536 &&
-                          a.host_cu_seqlens_q && a.host_context_lens,
+                          a.max_blocks_per_seq >= 0 && a.num_blocks >= 0,
                       kName,
                       "block size " + int_text(a.block_size) + ", " + int_text(a.num_seqs) +
-                          " sequences, host mirrors of cu_seqlens_q and context_lens needed");
+                          " sequences, " + int_text(a.max_blocks_per_seq) +
+                          " blocks per sequence");
+  RIDGE_KERNEL_EXPECT(fixed || (a.host_cu_seqlens_q && a.host_context_lens), kName,
+                      "host mirrors of cu_seqlens_q and context_lens needed to plan the split "
+                      "(or a fixed split count)");
+  RIDGE_KERNEL_EXPECT(a.fixed_splits >= 0 && a.fixed_splits <= kMaxSplits &&
+                          (!fixed || (a.max_q_len >= 1 &&
+                                      int64_t(a.num_seqs) * a.fixed_splits <= 65535)),
+                      kName,
+                      "fixed_splits " + int_text(a.fixed_splits) + " (at most " +
+                          int_text(kMaxSplits) + ", times " + int_text(a.num_seqs) +
+                          " sequences at most 65535) needs max_q_len >= 1, got " +
+                          int_text(a.max_q_len));
   RIDGE_KERNEL_EXPECT(a.ld_q % 8 == 0 && reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                           a.ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(a.out) % 4 == 0 &&
                           reinterpret_cast<uintptr_t>(a.k_pool) % 16 == 0 &&
@@ -366,32 +759,78 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                       "q rows must be 16-byte aligned (row stride " + int_text(a.ld_q) +
                           "), out rows 4-byte aligned (row stride " + int_text(a.ld_out) +
                           "), pools 16-byte aligned");
+  RIDGE_KERNEL_EXPECT(a.decode_stages == 0 || (a.decode_stages >= 2 && a.decode_stages <= 4),
+                      kName, "decode_stages must be 0 (default) or 2..4");
   const int group = a.num_q_heads / a.num_kv_heads;
-  PagedAttentionPlan p;
-  int64_t blocks = 0;
-  int max_ctx = 0;
-  for (int s = 0; s < a.num_seqs; ++s) {
-    const int q_len = a.host_cu_seqlens_q[s + 1] - a.host_cu_seqlens_q[s];
-    const int ctx = a.host_context_lens[s];
-    RIDGE_KERNEL_EXPECT(q_len >= 0 && q_len <= ctx && a.host_cu_seqlens_q[s] >= 0, kName,
-                        "sequence " + int_text(s) + " has " + int_text(q_len) +
-                            " new tokens but context " + int_text(ctx));
-    RIDGE_KERNEL_EXPECT((int64_t(ctx) + a.block_size - 1) / a.block_size <= a.max_blocks_per_seq,
-                        kName,
-                        "sequence " + int_text(s) + " context " + int_text(ctx) +
-                            " needs more than " + int_text(a.max_blocks_per_seq) + " blocks");
-    const int tiles = int((int64_t(q_len) * group + kBM - 1) / kBM);
-    p.max_q_tiles = std::max(p.max_q_tiles, tiles);
-    blocks += int64_t(tiles) * a.num_kv_heads;
-    max_ctx = std::max(max_ctx, ctx);
+
+  // Host mirrors: validation (always when given), and the plan's inputs (planned mode).
+  const bool have_host = a.host_cu_seqlens_q && a.host_context_lens;
+  int64_t general_blocks = 0, decode_blocks = 0;
+  int general_q_tiles = 0, max_rows = 0, max_ctx = 0;
+  int64_t host_tokens = 0;
+  if (have_host) {
+    for (int s = 0; s < a.num_seqs; ++s) {
+      const int q_len = a.host_cu_seqlens_q[s + 1] - a.host_cu_seqlens_q[s];
+      const int ctx = a.host_context_lens[s];
+      RIDGE_KERNEL_EXPECT(q_len >= 0 && q_len <= ctx && a.host_cu_seqlens_q[s] >= 0, kName,
+                          "sequence " + int_text(s) + " has " + int_text(q_len) +
+                              " new tokens but context " + int_text(ctx));
+      RIDGE_KERNEL_EXPECT((int64_t(ctx) + a.block_size - 1) / a.block_size <= a.max_blocks_per_seq,
+                          kName,
+                          "sequence " + int_text(s) + " context " + int_text(ctx) +
+                              " needs more than " + int_text(a.max_blocks_per_seq) + " blocks");
+      RIDGE_KERNEL_EXPECT(!fixed || q_len <= a.max_q_len, kName,
+                          "sequence " + int_text(s) + " has " + int_text(q_len) +
+                              " new tokens, more than max_q_len " + int_text(a.max_q_len));
+      const int rows = q_len * group;
+      const int tiles = (rows + kBM - 1) / kBM;
+      general_q_tiles = std::max(general_q_tiles, tiles);
+      general_blocks += int64_t(tiles) * a.num_kv_heads;
+      if (rows > 0) decode_blocks += a.num_kv_heads;
+      max_rows = std::max(max_rows, rows);
+      max_ctx = std::max(max_ctx, ctx);
+    }
+    host_tokens = a.num_seqs ? a.host_cu_seqlens_q[a.num_seqs] : 0;
   }
-  p.num_tokens = a.num_seqs ? a.host_cu_seqlens_q[a.num_seqs] : 0;
+
+  PagedAttentionPlan p;
+  // The kernel: decode when all rows of a sequence fit one 16-row tile.
+  const int64_t rows_bound = fixed ? int64_t(a.max_q_len) * group : max_rows;
+  const bool pow2_blocks = (a.block_size & (a.block_size - 1)) == 0;
+  const bool decode_fits = rows_bound <= kDecRows && pow2_blocks;
+  RIDGE_KERNEL_EXPECT(a.path != AttentionPath::decode || decode_fits, kName,
+                      "the decode kernel takes at most 16 rows (q_len * group) per sequence and "
+                      "a power-of-two block size, got " +
+                          int_text(rows_bound) + " rows, block size " + int_text(a.block_size));
+  p.decode = a.path == AttentionPath::decode || (a.path == AttentionPath::automatic && decode_fits);
+  p.decode_stages = a.decode_stages ? a.decode_stages : default_decode_stages(a.head_dim);
+
+  if (fixed) {
+    p.num_tokens = int64_t(a.num_seqs) * a.max_q_len;
+    p.max_q_tiles = a.num_seqs == 0 ? 0
+                    : p.decode      ? 1
+                                    : int((rows_bound + kBM - 1) / kBM);
+    p.num_splits = a.fixed_splits;
+    p.kv_chunk = 0;
+    const size_t per_split = paged_attention_split_bytes(p.num_tokens, a.num_q_heads, a.head_dim);
+    p.workspace_bytes = p.num_splits > 1 ? per_split * size_t(p.num_splits) : 0;
+    RIDGE_KERNEL_EXPECT(p.workspace_bytes <= workspace_capacity, kName,
+                        int_text(p.num_splits) + " fixed splits need " +
+                            int_text(int64_t(p.workspace_bytes)) + " bytes of workspace, " +
+                            int_text(int64_t(workspace_capacity)) +
+                            " available (see graph_attention_splits)");
+    return p;
+  }
+
+  p.num_tokens = host_tokens;
+  p.max_q_tiles = p.decode ? (decode_blocks > 0 ? 1 : 0) : general_q_tiles;
+  const int64_t blocks = p.decode ? decode_blocks : general_blocks;
   const int max_tiles = std::max(1, (max_ctx + kBN - 1) / kBN);
   int splits = 1;
   if (blocks > 0 && blocks < target_blocks)
     splits = int(std::min<int64_t>({(target_blocks + blocks - 1) / blocks, max_tiles, kMaxSplits,
                                     65535 / std::max(1, a.num_seqs)}));
-  const size_t per_split = size_t(p.num_tokens) * a.num_q_heads * (a.head_dim + 2) * sizeof(float);
+  const size_t per_split = paged_attention_split_bytes(p.num_tokens, a.num_q_heads, a.head_dim);
   if (per_split > 0) splits = int(std::min<size_t>(size_t(splits), workspace_capacity / per_split));
   splits = std::max(splits, 1);
   p.kv_chunk = ((max_tiles + splits - 1) / splits) * kBN;
@@ -402,7 +841,7 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
 
 void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan& p,
                           void* workspace, cudaStream_t stream) {
-  if (p.max_q_tiles == 0 || p.num_tokens == 0) return;
+  if (p.max_q_tiles == 0 || p.num_tokens == 0 || a.num_seqs == 0) return;
   RIDGE_KERNEL_EXPECT(p.num_splits == 1 || workspace, "paged_attention_bf16",
                       "a split plan needs a workspace");
   KernelArgs k{};
@@ -412,37 +851,57 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.ld_out = a.ld_out;
   k.k_pool = a.k_pool;
   k.v_pool = a.v_pool;
+  k.num_blocks = a.num_blocks;
+  k.num_blocks_i = int(std::min<int64_t>(a.num_blocks, INT_MAX));
   k.cu_seqlens_q = a.cu_seqlens_q;
   k.context_lens = a.context_lens;
   k.block_tables = a.block_tables;
   k.max_blocks_per_seq = a.max_blocks_per_seq;
+  k.max_ctx = int(std::min<int64_t>(int64_t(a.max_blocks_per_seq) * a.block_size, INT_MAX));
   k.block_size = a.block_size;
+  k.bs_shift = -1;
+  for (int sh = 0; sh < 31; ++sh)
+    if (a.block_size == (1 << sh)) k.bs_shift = sh;
   k.nkv = a.num_kv_heads;
   k.nh = a.num_q_heads;
   k.group = a.num_q_heads / a.num_kv_heads;
   k.num_splits = p.num_splits;
   k.kv_chunk = p.kv_chunk;
   k.ws_rows = p.num_tokens * a.num_q_heads;
-  k.ws_o = static_cast<float*>(workspace);
+  k.ws_o = p.num_splits > 1 ? static_cast<float*>(workspace) : nullptr;
   k.ws_ml = k.ws_o ? k.ws_o + size_t(p.num_splits) * k.ws_rows * a.head_dim : nullptr;
   k.scale_log2 = a.scale * kLog2e;
-  const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
-                  unsigned(a.num_seqs * p.num_splits));
   const unsigned combine_blocks = unsigned((k.ws_rows + kThreads / 32 - 1) / (kThreads / 32));
   if (a.head_dim == 64) {
-    paged_attention_kernel<64><<<grid, kThreads, smem_bytes<64>(), stream>>>(k);
-    RIDGE_CHECK_LAUNCH("paged_attention_kernel<64>");
+    if (p.decode) {
+      launch_decode_stages<64>(k, p.decode_stages, a.num_kv_heads, p.num_splits, a.num_seqs,
+                               stream);
+    } else {
+      const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
+                      unsigned(a.num_seqs * p.num_splits));
+      paged_attention_kernel<64><<<grid, kThreads, smem_bytes<64>(), stream>>>(k);
+      RIDGE_CHECK_LAUNCH("paged_attention_kernel<64>");
+    }
     if (p.num_splits > 1) {
       combine_splits_kernel<64><<<combine_blocks, kThreads, 0, stream>>>(
-          k.ws_o, k.ws_ml, k.ws_rows, p.num_splits, k.nh, a.out, a.ld_out);
+          k.ws_o, k.ws_ml, k.ws_rows, p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out,
+          a.ld_out);
       RIDGE_CHECK_LAUNCH("combine_splits_kernel<64>");
     }
   } else {
-    paged_attention_kernel<128><<<grid, kThreads, smem_bytes<128>(), stream>>>(k);
-    RIDGE_CHECK_LAUNCH("paged_attention_kernel<128>");
+    if (p.decode) {
+      launch_decode_stages<128>(k, p.decode_stages, a.num_kv_heads, p.num_splits, a.num_seqs,
+                                stream);
+    } else {
+      const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
+                      unsigned(a.num_seqs * p.num_splits));
+      paged_attention_kernel<128><<<grid, kThreads, smem_bytes<128>(), stream>>>(k);
+      RIDGE_CHECK_LAUNCH("paged_attention_kernel<128>");
+    }
     if (p.num_splits > 1) {
       combine_splits_kernel<128><<<combine_blocks, kThreads, 0, stream>>>(
-          k.ws_o, k.ws_ml, k.ws_rows, p.num_splits, k.nh, a.out, a.ld_out);
+          k.ws_o, k.ws_ml, k.ws_rows, p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out,
+          a.ld_out);
       RIDGE_CHECK_LAUNCH("combine_splits_kernel<128>");
     }
   }

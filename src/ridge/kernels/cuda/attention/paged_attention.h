@@ -1,9 +1,17 @@
 // Paged attention over bf16 KV pools for a mixed batch of prefill chunks and decode tokens
-// (varlen, GQA, causal). One kernel serves both: FlashAttention-2 style tiles with an online
-// softmax in registers (mma.sync m16n8k16 bf16 -> fp32), and a flash-decoding split of the KV
-// range across thread blocks whenever the batch alone would not fill the GPU (one 32k-token
-// decode gets ~2 waves of blocks); a combine kernel merges the splits. See docs/KERNELS.md,
-// section "CUDA backend kernels".
+// (varlen, GQA, causal). Two kernels, one contract:
+//   - the general kernel: FlashAttention-2 style 64-row tiles of (token, query head) rows with an
+//     online softmax in registers (mma.sync m16n8k16 bf16 -> fp32); any q_len;
+//   - the decode kernel: one 16-row tile per (sequence, KV head, split) holding the sequence's
+//     q_len * group rows, the 4 warps of a block each taking their own 16 of every 64 KV
+//     positions, K/V streamed through a 2-4 stage cp.async ring (32 KB per stage at hd 128), the
+//     warps' softmax states merged in shared memory. Used when every sequence has
+//     q_len * group <= 16 (decode, small GQA groups, short speculative chunks).
+// Both split the KV range across thread blocks (flash decoding) when the batch alone would not
+// fill the GPU; a combine kernel merges the splits. The split is either planned on the host from
+// the host mirrors (fixed_splits == 0) or fixed (fixed_splits > 0: each block derives its
+// sequence's chunk from context_lens on the device, so that a captured CUDA graph replays the
+// launch for any context lengths). See docs/KERNELS.md, section "CUDA backend kernels".
 //
 // Layouts (all device memory):
 //   q            bf16 [T, nh * hd], row stride ld_q (a multiple of 8; 16-byte aligned rows)
@@ -13,7 +21,13 @@
 //   Sequence s owns rows [cu[s], cu[s+1]) of q; its new token i sits at position
 //   context_len - q_len + i and sees KV positions 0 ..= that position.
 // Limits: hd 64 or 128; nh % nkv == 0 and nh / nkv <= 64; any block_size >= 1; q_len <=
-// context_len (checked on the host from the host mirrors).
+// context_len <= max_blocks_per_seq * block_size (checked on the host from the host mirrors when
+// given; in fixed-split mode the device data must also keep q_len <= max_q_len).
+// Device-side guards (graph mode, where nothing is checked on the host): a context longer than
+// max_blocks_per_seq * block_size is cut there, a block-table entry outside [0, num_blocks) reads
+// zeros, and workspace rows past num_seqs * max_q_len are not written.
+// Padding sequences (filling a graph's batch bucket): context_len 1, q_len 1, a block table of
+// zeros: they read slot 0 of block 0 and write their own output rows, nothing else.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +36,11 @@
 #include <cuda_runtime.h>
 
 namespace ridge::kernels {
+
+// Which kernel runs a call. automatic: the decode kernel when every sequence has
+// q_len * group <= 16 (in fixed-split mode: max_q_len * group <= 16), else the general one.
+// general / decode force one (tests and benchmarks; decode throws where rows exceed 16).
+enum class AttentionPath : int { automatic = 0, general = 1, decode = 2 };
 
 struct PagedAttentionArgs {
   const uint16_t* q = nullptr;
@@ -41,31 +60,61 @@ struct PagedAttentionArgs {
   int max_blocks_per_seq = 0;
   int num_seqs = 0;
   float scale = 1.0f;
-  // From the host mirrors (planning only; never read by the kernels).
+  // From the host mirrors (planning and validation only; never read by the kernels). Required
+  // when fixed_splits == 0; optional (validated when given) when fixed_splits > 0.
   const int32_t* host_cu_seqlens_q = nullptr;
   const int32_t* host_context_lens = nullptr;
+  // Graph mode. fixed_splits > 0: exactly that many KV splits (<= 256), each block computing its
+  // sequence's chunk on the device as ceil(ceil(context_len / 64) / fixed_splits) * 64 positions;
+  // the grid, kernel choice and workspace then depend only on num_seqs, max_q_len and the shapes,
+  // never on the host mirrors. 0: the split is planned from the host mirrors (as before).
+  int fixed_splits = 0;
+  // Upper bound on every sequence's q_len; required (>= 1) when fixed_splits > 0 (decode: 1).
+  int max_q_len = 0;
+  // Tests and benchmarks: force a kernel, and the decode kernel's cp.async ring depth (2, 3 or 4;
+  // 0: the default, 3 at hd 128 and 4 at hd 64).
+  AttentionPath path = AttentionPath::automatic;
+  int decode_stages = 0;
 };
 
-// The plan of one call: how many KV splits, and how much workspace they take.
+// The plan of one call: which kernel, how many KV splits, and how much workspace they take.
 struct PagedAttentionPlan {
   int num_splits = 1;
-  int kv_chunk = 0;           // KV positions per split (a multiple of the 64-position tile)
-  int max_q_tiles = 0;        // grid.x
-  int64_t num_tokens = 0;     // cu_seqlens_q[S]
-  size_t workspace_bytes = 0; // 0 when num_splits == 1
+  int kv_chunk = 0;            // KV positions per split (a multiple of 64); 0: per sequence on
+                               // the device (fixed-split mode)
+  int max_q_tiles = 0;         // grid.x of the general kernel (1 for the decode kernel)
+  int64_t num_tokens = 0;      // q rows the workspace covers: cu_seqlens_q[S] (planned) or
+                               // num_seqs * max_q_len (fixed)
+  size_t workspace_bytes = 0;  // 0 when num_splits == 1
+  bool decode = false;         // the decode kernel runs (else the general one)
+  int decode_stages = 0;       // its cp.async ring depth
 };
 
 // Raises the kernels' dynamic shared-memory limit; call once per device before the first launch.
 void init_paged_attention();
 
-// Validates the arguments (from the host mirrors) and chooses the split: enough blocks for
-// `target_blocks` (e.g. 2 waves of resident blocks), within `workspace_capacity` bytes.
+// Validates the arguments (from the host mirrors where given) and chooses the kernel and the
+// split: enough blocks for `target_blocks` (e.g. 4 x SMs), within `workspace_capacity` bytes. In
+// fixed-split mode the split is args.fixed_splits and a workspace over capacity throws.
 PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& args, int target_blocks,
                                         size_t workspace_capacity);
 
 // Runs the plan on `stream`. `workspace` holds plan.workspace_bytes (fp32 partial outputs and
-// their softmax statistics); unused when num_splits == 1.
+// their softmax statistics); unused when num_splits == 1. Graph-capturable: no allocation, no
+// synchronization, no host reads; in fixed-split mode replays are valid for any device
+// cu_seqlens_q / context_lens / block_tables within the limits above.
 void paged_attention_bf16(const PagedAttentionArgs& args, const PagedAttentionPlan& plan,
                           void* workspace, cudaStream_t stream);
+
+// The fixed split count for a captured decode graph (one per batch-size bucket): enough
+// (sequence, KV head, split) blocks for 4 x sm_count (two waves of the decode kernel at hd 128),
+// at most ceil(max_context / 64) splits (no chunk below 64 positions at the longest context the
+// graph will see, e.g. max_blocks_per_seq * block_size), at most 256, and within
+// `workspace_bytes` (the backend's attention workspace, 64 MiB). Returns >= 1.
+int graph_attention_splits(int num_seqs, int max_q_len, int num_kv_heads, int group, int head_dim,
+                           int max_context, int sm_count, size_t workspace_bytes);
+
+// Workspace bytes of one split: num_tokens * nh * (hd + 2) * 4 (O as fp32 plus (m, l)).
+size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim);
 
 }  // namespace ridge::kernels

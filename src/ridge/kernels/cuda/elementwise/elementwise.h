@@ -43,6 +43,7 @@ void rope_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
 
 // k_pool[slots[t], :] = k[t, :], v_pool likewise; k, v bf16 [T, width]; pools bf16
 // [num_slots, width] (a [num_blocks, block_size, nkv, hd] pool seen as rows of width nkv * hd).
+// Rows whose slot is negative (-1: a padding row) or >= num_slots are skipped (nothing stored).
 void kv_store_bf16(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t ld_v,
                    const int32_t* slots, int64_t T, int64_t width, uint16_t* k_pool,
                    uint16_t* v_pool, int64_t num_slots, cudaStream_t stream);

@@ -6,7 +6,9 @@
 //   to 2^24 stay exact). Limits: hd even, T * (nq + nk) * hd/2 < 2^62.
 // kv_store: one thread per 16-byte chunk (8 bf16) of a row when rows, strides and pointers allow
 //   it, else one thread per element; 1-D grid of 256-thread blocks. Pools are rows of `width`
-//   elements (slot = block * block_size + offset). A slot outside [0, num_slots) is skipped.
+//   elements (slot = block * block_size + offset). A slot outside [0, num_slots) is skipped: in
+//   particular every negative slot, e.g. the -1 of a padding row that the engine adds to fill a
+//   captured graph's batch bucket (nothing of that row is stored).
 #include <cstdint>
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/device_util.cuh"

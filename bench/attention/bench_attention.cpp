@@ -1,0 +1,399 @@
+// ridge-bench-attention: paged decode attention on Llama decode shapes, every variant first
+// checked (outputs poisoned, compared with the general kernel's output) and then timed; achieved
+// KV bandwidth (bytes of K and V read / time) against the copy and read-only ceilings measured in
+// the same run.
+//
+//   ridge-bench-attention [--op attention] [--shapes llama2-7b:16x4096,...] [--block-size 16]
+//                         [--json FILE]
+// Shapes: <model>:<batch>x<context>, model one of llama2-7b (32 KV heads, MHA, hd 128),
+// llama3-8b (8 KV heads, group 4, hd 128), smollm2-360m (5 KV heads, group 3, hd 64). Every
+// sequence of a shape has the same context; pages are shuffled across the pool.
+// Variants: the general kernel (planned split), the decode kernel with 2/3/4-stage rings (planned
+// split) and the decode kernel with the fixed split a captured decode graph would use
+// (graph_attention_splits). Timing: a CUDA graph of L back-to-back launches rotating over enough
+// KV pool sets to exceed 3 x L2, median of 9 replays, per launch (the combine included).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_attention_device.h"
+#include "ridge/core/error.h"
+#include "ridge/kernels/cuda/attention/paged_attention.h"
+#include "ridge/kernels/cuda/elementwise/check.h"
+
+namespace {
+
+namespace kn = ridge::kernels;
+namespace dv = ridge::bench_attention;
+using json = nlohmann::json;
+
+#define CK(call) RIDGE_CHECK_CUDA(call)
+
+constexpr size_t kWorkspaceBytes = size_t(64) << 20;  // as the CUDA backend's
+
+struct DeviceMemory {
+  void* ptr = nullptr;
+  explicit DeviceMemory(size_t bytes) { CK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  ~DeviceMemory() { cudaFree(ptr); }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string shell(const char* cmd) {
+  std::string out;
+  if (FILE* f = popen(cmd, "r")) {
+    char buf[512];
+    while (fgets(buf, sizeof buf, f)) out += buf;
+    pclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::string gpu_state() {
+  return shell(
+      "nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_"
+      "reasons.active --format=csv,noheader 2>/dev/null");
+}
+
+// Microseconds per launch of fn(rotation): a CUDA graph of L launches, median of 9 replays.
+double time_launches(const std::function<void(int)>& fn, int rotations, cudaStream_t s) {
+  for (int i = 0; i < 2; ++i) fn(i % rotations);
+  CK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  CK(cudaEventRecord(a, s));
+  fn(0);
+  CK(cudaEventRecord(b, s));
+  CK(cudaEventSynchronize(b));
+  float est_ms = 0;
+  CK(cudaEventElapsedTime(&est_ms, a, b));
+  const int L = std::clamp(static_cast<int>(3.0 / std::max(est_ms, 1e-3f)), 2, 64);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool graphed = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (graphed) {
+    for (int i = 0; i < L; ++i) fn(i % rotations);
+    graphed = cudaStreamEndCapture(s, &graph) == cudaSuccess &&
+              cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  }
+  if (!graphed) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "note: graph capture failed, timing a plain launch loop\n");
+  }
+  std::vector<double> times;
+  for (int r = 0; r < 10; ++r) {
+    CK(cudaEventRecord(a, s));
+    if (graphed)
+      CK(cudaGraphLaunch(exec, s));
+    else
+      for (int i = 0; i < L; ++i) fn(i % rotations);
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    if (r > 0) times.push_back(1000.0 * ms / L);  // replay 0 is a warm-up
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(times);
+}
+
+struct Ceilings {
+  double copy_tbps = 0;         // best of the two below (bytes read + written per second)
+  double memcpy_tbps = 0;       // cudaMemcpyAsync device to device
+  double copy_kernel_tbps = 0;  // 16-byte copy kernel, 8 loads in flight per thread
+  double read_tbps = 0;         // read-only kernel (what attention does: it only reads KV)
+};
+
+Ceilings measure_ceilings(cudaStream_t s) {
+  Ceilings c;
+  const size_t bytes = size_t{2} << 30;
+  DeviceMemory src(bytes), dst(bytes), sink(16);
+  dv::fill_random_bf16(src.as<uint16_t>(), bytes / 2, 1, 1.f, s);
+  // Warm-up: ~0.5 s of copies so that clocks have settled.
+  for (int i = 0; i < 100; ++i) dv::copy_bytes(dst.ptr, src.ptr, bytes, s);
+  CK(cudaStreamSynchronize(s));
+  const double us = time_launches(
+      [&](int) { CK(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, s)); }, 1,
+      s);
+  c.memcpy_tbps = 2.0 * bytes / (us * 1e-6) / 1e12;
+  const double kus = time_launches([&](int) { dv::copy_bytes(dst.ptr, src.ptr, bytes, s); }, 1, s);
+  c.copy_kernel_tbps = 2.0 * bytes / (kus * 1e-6) / 1e12;
+  const double rus =
+      time_launches([&](int) { dv::read_bytes(src.ptr, bytes, sink.as<uint32_t>(), s); }, 1, s);
+  c.read_tbps = double(bytes) / (rus * 1e-6) / 1e12;
+  c.copy_tbps = std::max(c.memcpy_tbps, c.copy_kernel_tbps);
+  return c;
+}
+
+struct Model {
+  std::string name;
+  int nkv, group, hd;
+};
+const Model kModels[] = {
+    {"llama2-7b", 32, 1, 128}, {"llama3-8b", 8, 4, 128}, {"smollm2-360m", 5, 3, 64}};
+
+struct Shape {
+  Model model;
+  int batch, ctx;
+};
+
+std::vector<Shape> parse_shapes(const std::string& text) {
+  std::vector<Shape> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t next = text.find(',', pos);
+    if (next == std::string::npos) next = text.size();
+    const std::string item = text.substr(pos, next - pos);
+    pos = next + 1;
+    const size_t colon = item.find(':'), x = item.find('x', colon == std::string::npos ? 0 : colon);
+    RIDGE_CHECK(colon != std::string::npos && x != std::string::npos,
+                "shape '{}' is not <model>:<batch>x<context>", item);
+    const std::string name = item.substr(0, colon);
+    const Model* m = nullptr;
+    for (const Model& mm : kModels)
+      if (mm.name == name) m = &mm;
+    RIDGE_CHECK(m != nullptr, "unknown model '{}' (llama2-7b, llama3-8b, smollm2-360m)", name);
+    out.push_back(
+        {*m, std::stoi(item.substr(colon + 1, x - colon - 1)), std::stoi(item.substr(x + 1))});
+  }
+  return out;
+}
+
+struct Variant {
+  std::string name;
+  kn::AttentionPath path;
+  int stages;
+  bool graph_split;
+};
+
+json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, cudaStream_t s,
+               std::mt19937& rng) {
+  const Model& m = sh.model;
+  const int nh = m.nkv * m.group, B = sh.batch, ctx = sh.ctx;
+  const int64_t blocks_per_seq = (ctx + bs - 1) / bs, blocks = B * blocks_per_seq + 1;
+  const size_t pool_elems = size_t(blocks) * bs * m.nkv * m.hd;
+  const double kv_bytes = 2.0 * double(B) * ctx * m.nkv * m.hd * 2.0;
+  const int sets =
+      int(std::clamp<double>(std::ceil(3.0 * double(l2) / (2.0 * pool_elems * 2)), 1, 4));
+  std::vector<std::unique_ptr<DeviceMemory>> kp, vp, tabs;
+  for (int i = 0; i < sets; ++i) {
+    kp.push_back(std::make_unique<DeviceMemory>(pool_elems * 2));
+    vp.push_back(std::make_unique<DeviceMemory>(pool_elems * 2));
+    dv::fill_random_bf16(kp.back()->as<uint16_t>(), pool_elems, 100 + 2 * i, 1.f, s);
+    dv::fill_random_bf16(vp.back()->as<uint16_t>(), pool_elems, 101 + 2 * i, 1.f, s);
+    std::vector<int32_t> ids(static_cast<size_t>(blocks));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<int32_t> table(size_t(B * blocks_per_seq));
+    std::copy_n(ids.begin(), table.size(), table.begin());
+    tabs.push_back(std::make_unique<DeviceMemory>(table.size() * 4));
+    CK(cudaMemcpyAsync(tabs.back()->ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice,
+                       s));
+    CK(cudaStreamSynchronize(s));
+  }
+  std::vector<int32_t> cu(size_t(B + 1)), lens(size_t(B), ctx);
+  std::iota(cu.begin(), cu.end(), 0);
+  DeviceMemory cu_d(cu.size() * 4), lens_d(lens.size() * 4), q(size_t(B) * nh * m.hd * 2),
+      out(size_t(B) * nh * m.hd * 2), ref(size_t(B) * nh * m.hd * 2), ws(kWorkspaceBytes);
+  CK(cudaMemcpyAsync(cu_d.ptr, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice, s));
+  CK(cudaMemcpyAsync(lens_d.ptr, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, s));
+  dv::fill_random_bf16(q.as<uint16_t>(), size_t(B) * nh * m.hd, 7, 1.f, s);
+  CK(cudaStreamSynchronize(s));
+
+  auto args_for = [&](const Variant& v, int set, uint16_t* dst) {
+    kn::PagedAttentionArgs a;
+    a.q = q.as<uint16_t>();
+    a.ld_q = nh * m.hd;
+    a.out = dst;
+    a.ld_out = nh * m.hd;
+    a.k_pool = kp[size_t(set)]->as<uint16_t>();
+    a.v_pool = vp[size_t(set)]->as<uint16_t>();
+    a.num_blocks = blocks;
+    a.block_size = bs;
+    a.num_kv_heads = m.nkv;
+    a.num_q_heads = nh;
+    a.head_dim = m.hd;
+    a.cu_seqlens_q = cu_d.as<int32_t>();
+    a.context_lens = lens_d.as<int32_t>();
+    a.block_tables = tabs[size_t(set)]->as<int32_t>();
+    a.max_blocks_per_seq = int(blocks_per_seq);
+    a.num_seqs = B;
+    a.scale = 1.0f / std::sqrt(float(m.hd));
+    a.host_cu_seqlens_q = cu.data();
+    a.host_context_lens = lens.data();
+    a.path = v.path;
+    a.decode_stages = v.stages;
+    a.max_q_len = 1;
+    if (v.graph_split) {
+      a.fixed_splits =
+          kn::graph_attention_splits(B, 1, m.nkv, m.group, m.hd, ctx, sms, kWorkspaceBytes);
+      a.host_cu_seqlens_q = nullptr;
+      a.host_context_lens = nullptr;
+    }
+    return a;
+  };
+  const std::vector<Variant> variants = {
+      {"general (before)", kn::AttentionPath::general, 0, false},
+      {"decode s2", kn::AttentionPath::decode, 2, false},
+      {"decode s3", kn::AttentionPath::decode, 3, false},
+      {"decode s4", kn::AttentionPath::decode, 4, false},
+      {"decode default, graph split", kn::AttentionPath::decode, 0, true},
+      {"auto (the backend's pick)", kn::AttentionPath::automatic, 0, false}};
+  const int target = 4 * sms;  // as the CUDA backend
+  json rows = json::array();
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    const Variant& v = variants[vi];
+    uint16_t* dst = vi == 0 ? ref.as<uint16_t>() : out.as<uint16_t>();
+    const kn::PagedAttentionArgs a0 = args_for(v, 0, dst);
+    const kn::PagedAttentionPlan plan = kn::plan_paged_attention(a0, target, kWorkspaceBytes);
+    CK(cudaMemsetAsync(dst, 0xff, size_t(B) * nh * m.hd * 2, s));  // poison
+    kn::paged_attention_bf16(a0, plan, ws.ptr, s);
+    CK(cudaStreamSynchronize(s));
+    const dv::Diff d = dv::compare_bf16(dst, ref.as<uint16_t>(), size_t(B) * nh * m.hd, s);
+    const bool ok = d.non_finite == 0 && d.rel < 1e-2;
+    json row = {{"model", m.name},
+                {"batch", B},
+                {"context", ctx},
+                {"block_size", bs},
+                {"nkv", m.nkv},
+                {"group", m.group},
+                {"head_dim", m.hd},
+                {"variant", v.name},
+                {"kernel", plan.decode ? "decode" : "general"},
+                {"stages", plan.decode ? plan.decode_stages : 0},
+                {"splits", plan.num_splits},
+                {"fixed_splits", a0.fixed_splits},
+                {"kv_bytes", kv_bytes},
+                {"rel_vs_general", d.rel},
+                {"non_finite", d.non_finite},
+                {"ok", ok}};
+    if (!ok) {
+      std::printf("%-13s %3dx%-6d %-28s FAILED CHECK (rel %.2e, %llu non-finite)\n", m.name.c_str(),
+                  B, ctx, v.name.c_str(), d.rel, d.non_finite);
+      rows.push_back(row);
+      continue;
+    }
+    std::vector<kn::PagedAttentionArgs> per_set;
+    for (int i = 0; i < sets; ++i) per_set.push_back(args_for(v, i, dst));
+    const double us = time_launches(
+        [&](int r) { kn::paged_attention_bf16(per_set[size_t(r)], plan, ws.ptr, s); }, sets, s);
+    const double tbps = kv_bytes / (us * 1e-6) / 1e12;
+    row["us"] = us;
+    row["kv_tbps"] = tbps;
+    row["pct_of_copy"] = 100.0 * tbps / c.copy_tbps;
+    row["pct_of_read"] = 100.0 * tbps / c.read_tbps;
+    std::printf(
+        "%-13s %3dx%-6d %-28s %-7s s%d splits %3d %9.1f us %6.2f TB/s %5.1f %% copy "
+        "%5.1f %% read  (rel %.1e)\n",
+        m.name.c_str(), B, ctx, v.name.c_str(), plan.decode ? "decode" : "general",
+        plan.decode ? plan.decode_stages : 0, plan.num_splits, us, tbps, 100.0 * tbps / c.copy_tbps,
+        100.0 * tbps / c.read_tbps, d.rel);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ridge paged decode attention benchmark: KV bandwidth vs the copy ceiling"};
+  std::string op = "attention",
+              shapes =
+                  "llama2-7b:16x4096,llama2-7b:1x32768,llama2-7b:64x512,llama3-8b:16x4096,"
+                  "llama3-8b:1x32768,llama3-8b:64x512,llama3-8b:64x4096,smollm2-360m:16x4096",
+              json_path;
+  int block_size = 16;
+  app.add_option("--op", op, "operation (attention)");
+  app.add_option("--shapes", shapes, "comma-separated <model>:<batch>x<context>");
+  app.add_option("--block-size", block_size, "KV block size (positions per page)");
+  app.add_option("--json", json_path, "write results as JSON here");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    RIDGE_CHECK(op == "attention", "--op {}: this binary runs attention", op);
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      std::fprintf(stderr, "no CUDA GPU present\n");
+      return 2;
+    }
+    cudaDeviceProp prop{};
+    CK(cudaGetDeviceProperties(&prop, 0));
+    kn::init_paged_attention();
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    json out;
+    const std::time_t now = std::time(nullptr);
+    char date[64];
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    std::string cmd;
+    for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+    const char* rev = std::getenv("RIDGE_GIT_REV");
+    out["meta"] = {{"command", cmd},
+                   {"git_revision", rev ? rev : "unknown"},
+                   {"date", date},
+                   {"gpu", prop.name},
+                   {"sms", prop.multiProcessorCount},
+                   {"l2_bytes", prop.l2CacheSize},
+                   {"driver", shell("nvidia-smi --query-gpu=driver_version --format=csv,noheader")},
+                   {"gpu_state_before", gpu_state()}};
+    std::printf("%s, %d SMs, L2 %d MB; state: %s\n", prop.name, prop.multiProcessorCount,
+                prop.l2CacheSize >> 20, gpu_state().c_str());
+    const Ceilings c = measure_ceilings(s);
+    out["ceilings"] = {{"copy_tbps", c.copy_tbps},
+                       {"memcpy_tbps", c.memcpy_tbps},
+                       {"copy_kernel_tbps", c.copy_kernel_tbps},
+                       {"read_tbps", c.read_tbps}};
+    std::printf(
+        "ceilings: copy %.2f TB/s (read+write; cudaMemcpy %.2f, copy kernel %.2f), "
+        "read-only %.2f TB/s\n",
+        c.copy_tbps, c.memcpy_tbps, c.copy_kernel_tbps, c.read_tbps);
+    std::mt19937 rng(12345);
+    json rows = json::array();
+    for (const Shape& sh : parse_shapes(shapes))
+      for (auto& r :
+           run_shape(sh, block_size, c, size_t(prop.l2CacheSize), prop.multiProcessorCount, s, rng))
+        rows.push_back(r);
+    out["results"] = rows;
+    out["meta"]["gpu_state_after"] = gpu_state();
+    std::printf("state after: %s\n", gpu_state().c_str());
+    if (!json_path.empty()) {
+      FILE* f = std::fopen(json_path.c_str(), "w");
+      RIDGE_CHECK(f != nullptr, "cannot write {}", json_path);
+      std::fputs(out.dump(1).c_str(), f);
+      std::fclose(f);
+    }
+    CK(cudaStreamDestroy(s));
+    bool all_ok = true;
+    for (const auto& r : rows) all_ok = all_ok && r["ok"].get<bool>();
+    return all_ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

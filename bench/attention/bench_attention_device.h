@@ -1,0 +1,27 @@
+// Device helpers of the attention benchmark: random fill, comparison, and the bandwidth ceilings
+// (a copy kernel and a read-only kernel with several 16-byte loads in flight per thread).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ridge::bench_attention {
+
+// Uniform in [-scale, scale] as bf16 bits, from a counter-based hash of (seed, index).
+void fill_random_bf16(uint16_t* p, size_t n, uint64_t seed, float scale, cudaStream_t stream);
+
+struct Diff {
+  double rel = 0;                     // ||a - b|| / ||b|| over finite pairs
+  unsigned long long non_finite = 0;  // elements of a that are NaN/Inf (unwritten outputs)
+};
+// Compares bf16 a against b on the device; synchronizes the stream.
+Diff compare_bf16(const uint16_t* a, const uint16_t* b, size_t n, cudaStream_t stream);
+
+// dst = src, 8 independent 16-byte loads per thread before its stores (n_bytes % 16 == 0).
+void copy_bytes(void* dst, const void* src, size_t n_bytes, cudaStream_t stream);
+// Reads src (8 independent 16-byte loads per thread), xor-reduces, writes one word to sink.
+void read_bytes(const void* src, size_t n_bytes, uint32_t* sink, cudaStream_t stream);
+
+}  // namespace ridge::bench_attention
