@@ -41,6 +41,22 @@ void add_model_options(CLI::App& app, engine::BundleOptions& o) {
   app.add_option("--prefill-chunk", o.prefill_chunk, "largest prefill step in tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  // GPU start-up: GEMM autotuning and its build cache, kernel choice, CUDA graphs.
+  app.add_option("--cache-root", o.backend.cache_root,
+                 "build cache of tuned kernel choices (default: $RIDGE_CACHE_ROOT, else "
+                 "$XDG_CACHE_HOME/ridge, else ~/.cache/ridge); see `ridge cache ls`");
+  app.add_flag_callback(
+      "--no-tune", [&o] { o.backend.tune = false; },
+      "GPU: do not time GEMM candidates at start-up and leave the build cache alone; each GEMM "
+      "takes the fixed by-shape rule");
+  app.add_option("--gemm", o.backend.gemm,
+                 "GPU GEMM kernels: auto (the tuned or by-shape pick per weight shape and token "
+                 "count), cublas (cuBLASLt only), ridge (ridge's own kernels wherever they apply)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cublas", "ridge"}));
+  app.add_flag_callback(
+      "--no-cuda-graphs", [&o] { o.backend.cuda_graphs = false; },
+      "GPU: launch decode steps op by op instead of replaying captured CUDA graphs");
 }
 
 void resolve_model(engine::BundleOptions& o) {

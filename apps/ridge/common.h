@@ -15,7 +15,8 @@ namespace ridge::app {
 // directory or beside the ridge checkout the binary was built in.
 std::string default_model_path();
 
-// -m/--model, --device, --threads, --ctx-size, --block-size, --kv-dtype, --prefill-chunk
+// -m/--model, --device, --threads, --ctx-size, --block-size, --kv-dtype, --prefill-chunk,
+// --cache-root, --no-tune, --gemm, --no-cuda-graphs (the last four fill options.backend)
 void add_model_options(CLI::App& app, engine::BundleOptions& options);
 // Fills model_path with the default when none was given, and checks it exists.
 void resolve_model(engine::BundleOptions& options);
