@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 #include "ridge/kernels/cuda/elementwise/check.h"
 
 namespace ridge::bench_attention {

@@ -14,7 +14,11 @@
 #ifdef RIDGE_TEST_ATTENTION_KERNELS
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>

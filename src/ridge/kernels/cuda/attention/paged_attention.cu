@@ -92,11 +92,12 @@ constexpr int decode_min_blocks() {
   constexpr int n = int(size_t(228 * 1024) / per_block);
   return n < 1 ? 1 : (n > 3 ? 3 : n);
 }
-// The fp32 merge scratch (kWarps x 16 rows of HD + 8 floats) reuses the drained K/V ring.
+// The fp32 merge scratch (kWarps x 16 rows of HD + 8 floats) reuses the drained ring: it fits in
+// the K part of a 2-stage ring (the smallest), i.e. 2 tiles of 64 padded bf16 rows.
 static_assert(kWarps * kDecRows * (128 + 8) * 4 <= 2 * kBN * smem_row<128>() * 2,
-              "merge scratch must fit in one ring stage");
+              "merge scratch must fit in the K tiles of the smallest ring");
 static_assert(kWarps * kDecRows * (64 + 8) * 4 <= 2 * kBN * smem_row<64>() * 2,
-              "merge scratch must fit in one ring stage");
+              "merge scratch must fit in the K tiles of the smallest ring");
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
