@@ -65,9 +65,9 @@ struct DeviceKey {
 
 struct CacheConfig {
   std::filesystem::path root;  // the cache root (empty: default_cache_root())
-  // Caps over every record under <root>/tune. A record is ~0.5 KiB, so the byte cap (256 MiB,
-  // like a few built engines' worth in TensorRT-LLM terms, and far more than any model's choices
-  // need) normally binds long after the record cap.
+  // Caps over every record under <root>/tune (all devices). A record is ~0.4 KiB, so 100,000
+  // records (~40 MiB) bind before 256 MiB of bytes; the byte cap guards against large values.
+  // One model's choices are a few hundred records (weight shapes x M buckets).
   size_t max_records = 100000;
   uint64_t max_bytes = uint64_t(256) << 20;
 };
