@@ -11,7 +11,8 @@
 //                                                                     -> out [T, N]
 //   rope        q [T, nh*hd], k [T, nkv*hd] in place; positions i32 [T]; inv_freq f32 [hd/2]
 //               (rotate-half pairing (i, i + hd/2), as HF transformers)
-//   kv_store    k, v [T, nkv*hd] -> pools at slots i32 [T] (slot = block * block_size + offset)
+//   kv_store    k, v [T, nkv*hd] -> pools at slots i32 [T] (slot = block * block_size + offset;
+//               slot -1 marks a padding row: nothing is stored)
 //   attention   q [T, nh*hd], the layer's paged KV, AttentionMeta      -> out [T, nh*hd]
 //               causal: new token i of sequence s (at position context_len - q_len + i) sees
 //               KV positions 0 ..= its own position.
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "ridge/core/tensor.h"
@@ -57,6 +59,7 @@ struct AttentionMeta {
   // > 0: a fixed number of KV splits whose ranges each block derives from context_lens on the
   // device, so that the launch does not depend on host data (a captured CUDA graph replays it
   // for any context lengths up to max_blocks_per_seq * block_size).
+  // -1: like > 0, with the count chosen by the backend from num_seqs and max_blocks_per_seq only.
   int32_t fixed_splits = 0;
 };
 
@@ -72,6 +75,47 @@ class Buffer {
  private:
   std::unique_ptr<void, std::function<void(void*)>> data_{nullptr, [](void*) {}};
   size_t bytes_ = 0;
+};
+
+// A captured sequence of ops that replays on a stream (a CUDA graph on the GPU).
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual void replay(const Stream& s) = 0;
+};
+
+// A matmul shape the model will run: w [n, k], for up to max_tokens rows of x.
+struct MatmulShape {
+  int64_t n = 0;
+  int64_t k = 0;
+};
+
+// One row of Backend::sample: engine::SamplingParams plus the row's place in its sequence.
+struct SampleRow {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t top_logprobs = 0;  // 0..20
+  uint64_t seed = 0;
+  uint64_t step = 0;  // the index of the token being drawn among the sequence's generated tokens
+  // This row's entries in SamplingBatch::penalty_tokens / penalty_counts: [begin, end).
+  int32_t penalty_begin = 0;
+  int32_t penalty_end = 0;
+};
+
+// The host side of one Backend::sample call.
+struct SamplingBatch {
+  std::span<const SampleRow> rows;
+  // Per row (its [penalty_begin, penalty_end)): the distinct tokens seen so far, each once, and
+  // how often each occurs in the generated output (0: prompt only). The repetition penalty
+  // applies to every entry, presence and frequency penalties to entries with count > 0. Rows
+  // without penalties need no entries.
+  std::span<const int32_t> penalty_tokens;
+  std::span<const int32_t> penalty_counts;
 };
 
 class Backend {
@@ -92,6 +136,31 @@ class Backend {
   // backend copies it to device memory (converting quantized types to bf16) and keeps it alive
   // until the backend is destroyed.
   virtual Tensor upload_weight(const Tensor& host) = 0;
+  // Optional: one device weight made of `parts` stacked along dim 0 (each converted from its own
+  // stored dtype; all matrices with the same number of columns, or all vectors), so that q/k/v or
+  // gate/up run as one matmul. Returns an empty Tensor when the backend keeps parts separate (the
+  // CPU backend: its weights are views of the mapped file).
+  virtual Tensor upload_weight_rows(std::span<const Tensor> parts) {
+    (void)parts;
+    return {};
+  }
+  // Host memory the device copies to and from fastest (pinned on a GPU); plain memory on the CPU.
+  virtual Buffer allocate_host(size_t bytes);
+  // Optional: the matmul shapes the model runs, before its first step, so that the backend can
+  // choose (and tune) a kernel per shape and token count up to max_tokens.
+  virtual void prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) {
+    (void)shapes;
+    (void)max_tokens;
+  }
+  // Optional: records the ops `body` issues on `s` into a Graph (nothing runs while capturing).
+  // Returns null when the backend has no graphs. The body must not allocate, synchronize, or copy
+  // between host and device.
+  virtual std::unique_ptr<Graph> capture(const Stream& s,
+                                         const std::function<void(const Stream&)>& body) {
+    (void)s;
+    (void)body;
+    return nullptr;
+  }
 
   virtual void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) = 0;
   virtual void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
@@ -108,6 +177,23 @@ class Backend {
                          const AttentionMeta& meta, float scale, Tensor& out) = 0;
   virtual void silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) = 0;
   virtual void gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+
+  // Optional: samples one token per row of logits on the device, by engine::Sampler's rules
+  // (penalties, temperature, top-k, top-p, min-p; greedy ties go to the lowest id; logprobs are
+  // the raw log-softmax). logits: f32 [R, V] device, rows contiguous (any row stride),
+  // R = batch.rows.size(). Outputs, on the device: tokens i32 [R]; logprobs f32 [R]; top_ids i32
+  // and top_logprobs f32 [R, N], contiguous, N >= every row's top_logprobs, best first, slots past
+  // a row's count -1 and -inf (may be empty tensors when no row asks for them). Draws come from a
+  // counter-based generator keyed by (seed, step): a row's token depends on nothing else, but it
+  // is not the token engine::Sampler draws with the same seed. Returns false, doing nothing, when
+  // the backend has no device sampler (then the caller samples on the host). Enqueued on s; the
+  // host data of `batch` may be reused when the call returns.
+  virtual bool sample(const Stream& s, const Tensor& logits, const SamplingBatch& batch,
+                      Tensor& tokens, Tensor& logprobs, Tensor& top_ids, Tensor& top_logprobs) {
+    (void)s, (void)logits, (void)batch, (void)tokens, (void)logprobs, (void)top_ids,
+        (void)top_logprobs;
+    return false;
+  }
 };
 
 }  // namespace ridge::backend

@@ -24,7 +24,8 @@ void Generator::run_step(const std::vector<int32_t>& tokens, int32_t context_len
   const int32_t blocks = (context_len + bs - 1) / bs;
   std::vector<int32_t> table(block_table_.begin(), block_table_.begin() + blocks);
   batch_.add_sequence(tokens, context_len, table, bs, true);
-  model_.forward({}, batch_, pool_.layers(), logits);
+  const std::span<float> out = model_.forward_logits({}, batch_, pool_.layers());
+  std::copy(out.begin(), out.end(), logits);
 }
 
 GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,

@@ -1,6 +1,7 @@
 #include "ridge/engine/model_bundle.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -47,7 +48,9 @@ std::unique_ptr<ModelBundle> ModelBundle::load(const BundleOptions& opt) {
   RIDGE_CHECK(tokens > 0, "KV capacity {} must be positive", tokens);
   const int64_t blocks = (tokens + opt.block_size - 1) / opt.block_size;
   b->kv_pool = std::make_unique<kv::KvPool>(*b->backend, c, blocks, opt.block_size, kv_dtype);
-  const size_t workspace = b->model->reserve(opt.prefill_chunk, 1);
+  const int64_t max_blocks_per_seq =
+      std::min<int64_t>(blocks, (c.max_position + opt.block_size - 1) / opt.block_size);
+  const size_t workspace = b->model->reserve(opt.prefill_chunk, 1, max_blocks_per_seq);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info("memory: weights {} ({}), KV pool {} ({} blocks of {} tokens = {} tokens, {}), "

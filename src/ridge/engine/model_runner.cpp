@@ -1,6 +1,7 @@
 #include "ridge/engine/model_runner.h"
 
 #include <cstdint>
+#include <algorithm>
 
 #include "ridge/core/error.h"
 
@@ -9,8 +10,10 @@ namespace ridge::engine {
 ModelRunner::ModelRunner(model::LlamaModel& model, kv::KvPool& pool, int32_t max_num_batched_tokens,
                          int32_t max_num_seqs)
     : model_(model), pool_(pool), vocab_(model.config().vocab) {
-  model_.reserve(max_num_batched_tokens, max_num_seqs);
-  logits_.resize(size_t(max_num_seqs) * size_t(vocab_));
+  const int64_t max_ctx =
+      std::min<int64_t>(pool.num_tokens(), model.config().max_position) + pool.block_size();
+  model_.reserve(max_num_batched_tokens, max_num_seqs, max_ctx / pool.block_size());
+  max_logits_rows_ = size_t(max_num_seqs);
   batch_.tokens.reserve(size_t(max_num_batched_tokens));
   batch_.positions.reserve(size_t(max_num_batched_tokens));
   batch_.slots.reserve(size_t(max_num_batched_tokens));
@@ -28,11 +31,9 @@ std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
     batch_.add_sequence(chunk_tokens_, end, s.block_table, bs, c.wants_logits);
   }
   const size_t rows = batch_.logits_rows.size();
-  RIDGE_CHECK(rows * size_t(vocab_) <= logits_.size(),
-              "model runner: {} logits rows, more than the {} reserved", rows,
-              logits_.size() / size_t(vocab_));
-  model_.forward({}, batch_, pool_.layers(), logits_.data());
-  return {logits_.data(), rows * size_t(vocab_)};
+  RIDGE_CHECK(rows <= max_logits_rows_, "model runner: {} logits rows, more than the {} reserved",
+              rows, max_logits_rows_);
+  return model_.forward_logits({}, batch_, pool_.layers());
 }
 
 }  // namespace ridge::engine

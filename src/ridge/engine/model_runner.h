@@ -32,7 +32,7 @@ class ModelRunner {
   int64_t vocab_;
   model::ForwardBatch batch_;
   std::vector<int32_t> chunk_tokens_;
-  std::vector<float> logits_;
+  size_t max_logits_rows_ = 0;
 };
 
 }  // namespace ridge::engine

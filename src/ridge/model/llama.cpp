@@ -53,30 +53,66 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
   size_t done = 0;
   int shown = -1;
   const bool tty = isatty(STDERR_FILENO);
-  auto up = [&](const Tensor& t) {
-    if (!t.data) return Tensor{};
-    Tensor r = be.upload_weight(t);
-    done += t.nbytes();
+  auto progress = [&](size_t bytes) {
+    done += bytes;
     const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
     if (tty && pct != shown && log::level() <= log::Level::info) {
       shown = pct;
       fmt::print(stderr, "\rloading weights to {}: {:3d}% ({} of {})", be.name(), pct,
                  log::format_bytes(double(done)), log::format_bytes(double(total)));
     }
+  };
+  auto up = [&](const Tensor& t) {
+    if (!t.data) return Tensor{};
+    Tensor r = be.upload_weight(t);
+    progress(t.nbytes());
+    return r;
+  };
+  // Stacked rows (q|k|v, gate|up) when the backend can: one matmul instead of three or two.
+  auto up_rows = [&](std::initializer_list<const Tensor*> parts) {
+    std::vector<Tensor> v;
+    size_t bytes = 0;
+    for (const Tensor* t : parts) {
+      if (!t->data) return Tensor{};
+      v.push_back(*t);
+      bytes += t->nbytes();
+    }
+    Tensor r = be.upload_weight_rows(v);
+    if (r.data) progress(bytes);
     return r;
   };
   token_embd_ = up(weights.token_embd);
   output_norm_ = up(weights.output_norm);
   output_ = weights.output.data == weights.token_embd.data ? token_embd_ : up(weights.output);
   for (const LayerWeights& l : weights.layers) {
-    layers_.push_back({up(l.attn_norm), up(l.wq), up(l.wk), up(l.wv), up(l.bq), up(l.bk),
-                       up(l.bv), up(l.wo), up(l.ffn_norm), up(l.w_gate), up(l.w_up),
-                       up(l.w_down)});
+    Layer d;
+    d.wqkv = up_rows({&l.wq, &l.wk, &l.wv});
+    const bool has_bias = l.bq.data || l.bk.data || l.bv.data;
+    if (d.wqkv.data && has_bias) {
+      d.bqkv = up_rows({&l.bq, &l.bk, &l.bv});
+      if (!d.bqkv.data) d.wqkv = Tensor{};  // partial biases: keep q, k, v separate
+    }
+    d.w_gate_up = up_rows({&l.w_gate, &l.w_up});
+    const bool qkv_fused = d.wqkv.data != nullptr, gu_fused = d.w_gate_up.data != nullptr;
+    d.w = {up(l.attn_norm),
+           qkv_fused ? Tensor{} : up(l.wq),
+           qkv_fused ? Tensor{} : up(l.wk),
+           qkv_fused ? Tensor{} : up(l.wv),
+           qkv_fused ? Tensor{} : up(l.bq),
+           qkv_fused ? Tensor{} : up(l.bk),
+           qkv_fused ? Tensor{} : up(l.bv),
+           up(l.wo),
+           up(l.ffn_norm),
+           gu_fused ? Tensor{} : up(l.w_gate),
+           gu_fused ? Tensor{} : up(l.w_up),
+           up(l.w_down)};
+    layers_.push_back(std::move(d));
   }
   if (shown >= 0) fmt::print(stderr, "\n");
   inv_freq_host_ = rope_inv_freq(weights.config(), weights.rope_freqs);
   inv_freq_ = be.allocate(inv_freq_host_.size() * sizeof(float));
   be.upload({}, inv_freq_.data(), inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float));
+  be.synchronize({});
 }
 
 backend::Buffer& LlamaModel::scratch(size_t slot, size_t bytes) {
@@ -84,6 +120,7 @@ backend::Buffer& LlamaModel::scratch(size_t slot, size_t bytes) {
   if (scratch_[slot].size() < bytes) {
     scratch_[slot] = backend::Buffer();  // free first: peak memory is the new size only
     scratch_[slot] = backend_.allocate(bytes);
+    ++scratch_generation_;
   }
   return scratch_[slot];
 }
@@ -94,12 +131,51 @@ size_t LlamaModel::workspace_bytes() const {
   return total;
 }
 
-size_t LlamaModel::reserve(int64_t max_tokens, int64_t max_logits) {
+namespace {
+constexpr size_t kMeta = 0;  // scratch slot of the packed metadata
+int64_t align4(int64_t n) { return (n + 3) / 4 * 4; }  // 16-byte aligned arrays
+// Decode graph buckets (sequences per step).
+constexpr int64_t kGraphBuckets[] = {1,   2,   4,   8,   16,  32,  48,  64,  96,
+                                     128, 160, 192, 224, 256, 320, 384, 448, 512};
+}  // namespace
+
+LlamaModel::Packing LlamaModel::pack_layout(int64_t T, int64_t S, int64_t R, int64_t max_blocks) {
+  Packing p;
+  int64_t at = 0;
+  p.tokens = at;
+  at += align4(T);
+  p.positions = at;
+  at += align4(T);
+  p.slots = at;
+  at += align4(T);
+  p.cu = at;
+  at += align4(S + 1);
+  p.ctx = at;
+  at += align4(S);
+  p.tables = at;
+  at += align4(S * max_blocks);
+  p.rows = at;
+  at += align4(R);
+  p.total = at;
+  return p;
+}
+
+size_t LlamaModel::reserve(int64_t max_tokens, int64_t max_logits, int64_t max_blocks_per_seq) {
   const ModelConfig& c = config();
   const size_t esz = ridge::row_bytes(backend_.activation_dtype(), 1);
-  const size_t T = size_t(max_tokens), R = size_t(max_logits);
-  for (size_t slot = 0; slot <= 6; ++slot) scratch(slot, std::max<size_t>(T, 1) * 4);
-  scratch(5, std::max<size_t>(T, 1) * 4 * 64);  // block tables grow with context; a first guess
+  max_tokens = std::max<int64_t>(max_tokens, 1);
+  max_logits = std::max<int64_t>(max_logits, 1);
+  max_blocks_per_seq = std::max<int64_t>(max_blocks_per_seq, 1);
+  reserved_tokens_ = std::max(reserved_tokens_, max_tokens);
+  reserved_logits_ = std::max(reserved_logits_, max_logits);
+  reserved_blocks_ = std::max(reserved_blocks_, max_blocks_per_seq);
+  const size_t T = size_t(reserved_tokens_), R = size_t(reserved_logits_);
+  // Sequences per step <= logits rows (every sequence of a step wants at most one row); a padded
+  // decode graph has as many tokens and sequences as logits rows.
+  const Packing p = pack_layout(std::max(reserved_tokens_, reserved_logits_), reserved_logits_,
+                                reserved_logits_, reserved_blocks_);
+  scratch(kMeta, size_t(p.total) * 4);
+  if (staging_.size() < size_t(p.total) * 4) staging_ = backend_.allocate_host(size_t(p.total) * 4);
   scratch(10, T * size_t(c.hidden) * esz);
   scratch(11, T * size_t(c.hidden) * esz);
   scratch(12, T * size_t(c.q_dim() + 2 * c.kv_dim()) * esz);
@@ -109,6 +185,37 @@ size_t LlamaModel::reserve(int64_t max_tokens, int64_t max_logits) {
   scratch(16, T * size_t(c.ffn) * esz);
   for (size_t slot = 17; slot <= 19; ++slot) scratch(slot, R * size_t(c.hidden) * esz);
   scratch(20, R * size_t(c.vocab) * 4);
+  // The padded decode batch lives at stable addresses: a graph's attention metadata points at its
+  // host arrays (rewritten every step); growing them moves them, so graphs are captured again.
+  {
+    const size_t most = size_t(kGraphBuckets[std::size(kGraphBuckets) - 1]);
+    const size_t table = most * size_t(reserved_blocks_);
+    if (padded_.block_tables.capacity() < table || padded_.cu_seqlens.capacity() < most + 1) {
+      padded_ = ForwardBatch{};
+      for (auto* v : {&padded_.tokens, &padded_.positions, &padded_.slots, &padded_.context_lens,
+                      &padded_.logits_rows})
+        v->reserve(most);
+      padded_.cu_seqlens.reserve(most + 1);
+      padded_.block_tables.reserve(table);
+      ++scratch_generation_;
+    }
+  }
+  if (host_logits_.size() < R * size_t(c.vocab) * 4)
+    host_logits_ = backend_.allocate_host(R * size_t(c.vocab) * 4);
+  // The matmul shapes the layers run (fused q|k|v and gate|up where the backend stacks them).
+  std::vector<backend::MatmulShape> shapes;
+  const Layer& l0 = layers_.front();
+  if (l0.wqkv.data) {
+    shapes.push_back({c.q_dim() + 2 * c.kv_dim(), c.hidden});
+  } else {
+    shapes.push_back({c.q_dim(), c.hidden});
+    shapes.push_back({c.kv_dim(), c.hidden});
+  }
+  shapes.push_back({c.hidden, c.q_dim()});
+  shapes.push_back(l0.w_gate_up.data ? backend::MatmulShape{2 * c.ffn, c.hidden}
+                                     : backend::MatmulShape{c.ffn, c.hidden});
+  shapes.push_back({c.hidden, c.ffn});
+  backend_.prepare_matmuls(shapes, reserved_tokens_);
   return workspace_bytes();
 }
 
@@ -120,43 +227,56 @@ Tensor view2d(void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld, D
 }
 }  // namespace
 
-void LlamaModel::forward(const backend::Stream& stream, const ForwardBatch& batch,
-                         std::span<backend::KvLayer> kv, float* logits) {
+int32_t* LlamaModel::upload_metadata(const backend::Stream& stream, const ForwardBatch& batch,
+                                     const Packing& p) {
+  const size_t bytes = size_t(p.total) * 4;
+  if (staging_.size() < bytes) {
+    backend_.synchronize(stream);  // the old staging buffer may still be read by a copy
+    staging_ = backend_.allocate_host(bytes);
+  }
+  auto* h = static_cast<int32_t*>(staging_.data());
+  auto put = [&](const std::vector<int32_t>& v, int64_t at) {
+    std::copy(v.begin(), v.end(), h + at);
+  };
+  put(batch.tokens, p.tokens);
+  put(batch.positions, p.positions);
+  put(batch.slots, p.slots);
+  put(batch.cu_seqlens, p.cu);
+  put(batch.context_lens, p.ctx);
+  put(batch.block_tables, p.tables);
+  put(batch.logits_rows, p.rows);
+  auto* d = static_cast<int32_t*>(scratch(kMeta, bytes).data());
+  backend_.upload(stream, d, h, bytes);
+  return d;
+}
+
+void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R, int32_t* md,
+                            const Packing& pk, backend::AttentionMeta meta,
+                            std::span<backend::KvLayer> kv) {
   const ModelConfig& c = config();
   backend::Backend& be = backend_;
-  RIDGE_CHECK(int64_t(kv.size()) == c.n_layers, "forward: {} KV layers for a {}-layer model",
-              kv.size(), c.n_layers);
-  batch.validate(kv[0].k.shape[0] * kv[0].k.shape[1], kv[0].k.shape[1]);
-  const int64_t T = batch.num_tokens(), H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn;
-  const int64_t R = int64_t(batch.logits_rows.size());
+  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn;
   const DType act = be.activation_dtype();
   const Device dev = be.device();
+  auto i32 = [&](int64_t at, int64_t n) { return Tensor(md + at, DType::i32, {n}, dev); };
+  const int64_t S = meta.num_seqs;
+  Tensor ids = i32(pk.tokens, T), positions = i32(pk.positions, T), slots = i32(pk.slots, T);
+  meta.cu_seqlens_q = i32(pk.cu, S + 1);
+  meta.context_lens = i32(pk.ctx, S);
+  meta.block_tables = i32(pk.tables, S * meta.max_blocks_per_seq);
+  Tensor rows = i32(pk.rows, R);
 
-  // Metadata on the device.
-  auto upload_i32 = [&](const std::vector<int32_t>& v, size_t slot) {
-    backend::Buffer& b = scratch(slot, std::max<size_t>(v.size(), 1) * 4);
-    if (!v.empty()) be.upload(stream, b.data(), v.data(), v.size() * 4);
-    return Tensor(b.data(), DType::i32, {int64_t(v.size())}, dev);
-  };
-  Tensor ids = upload_i32(batch.tokens, 0);
-  Tensor positions = upload_i32(batch.positions, 1);
-  Tensor slots = upload_i32(batch.slots, 2);
-  Tensor cu = upload_i32(batch.cu_seqlens, 3);
-  Tensor ctx = upload_i32(batch.context_lens, 4);
-  Tensor tables = upload_i32(batch.block_tables, 5);
-  Tensor rows = upload_i32(batch.logits_rows, 6);
-
-  // Activations: one buffer per role, grown when a step is larger than any before.
+  // Activations: one buffer per role (sized by reserve(); grown when a step is larger).
   const size_t esz = ridge::row_bytes(act, 1);
   auto buffer = [&](size_t slot, int64_t n_rows, int64_t n_cols) {
     backend::Buffer& b = scratch(slot, size_t(std::max<int64_t>(n_rows, 1) * n_cols) * esz);
     return Tensor(b.data(), act, {n_rows, n_cols}, dev);
   };
-  Tensor x = buffer(10, T, H);           // residual stream
-  Tensor h = buffer(11, T, H);           // normed input of a block
+  Tensor x = buffer(10, T, H);  // residual stream
+  Tensor h = buffer(11, T, H);  // normed input of a block
   Tensor qkv = buffer(12, T, Q + 2 * KV);
   Tensor attn = buffer(13, T, Q);
-  Tensor proj = buffer(14, T, H);        // output of wo / w_down
+  Tensor proj = buffer(14, T, H);  // output of wo / w_down
   Tensor gate_up = buffer(15, T, 2 * F);
   Tensor mlp = buffer(16, T, F);
   Tensor q = view2d(qkv.data, act, T, Q, Q + 2 * KV, dev);
@@ -165,20 +285,6 @@ void LlamaModel::forward(const backend::Stream& stream, const ForwardBatch& batc
   Tensor gate = view2d(gate_up.data, act, T, F, 2 * F, dev);
   Tensor up = view2d(static_cast<char*>(gate_up.data) + F * esz, act, T, F, 2 * F, dev);
 
-  backend::AttentionMeta meta;
-  meta.num_seqs = batch.num_seqs();
-  meta.max_blocks_per_seq = batch.max_blocks_per_seq;
-  for (int32_t s = 0; s < meta.num_seqs; ++s) {
-    meta.max_q_len = std::max(meta.max_q_len, batch.cu_seqlens[s + 1] - batch.cu_seqlens[s]);
-    meta.max_context_len = std::max(meta.max_context_len, batch.context_lens[s]);
-  }
-  meta.cu_seqlens_q = cu;
-  meta.context_lens = ctx;
-  meta.block_tables = tables;
-  meta.host_cu_seqlens_q = batch.cu_seqlens.data();
-  meta.host_context_lens = batch.context_lens.data();
-  meta.host_block_tables = batch.block_tables.data();
-
   const Tensor inv_freq(inv_freq_.data(), DType::f32, {int64_t(inv_freq_host_.size())}, dev);
   const float scale = 1.0f / std::sqrt(float(c.head_dim));
   const float eps = float(c.rms_norm_eps);
@@ -186,26 +292,34 @@ void LlamaModel::forward(const backend::Stream& stream, const ForwardBatch& batc
 
   be.embedding(stream, token_embd_, ids, x);
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    const LayerWeights& l = layers_[size_t(i)];
+    const Layer& l = layers_[size_t(i)];
     if (i == 0) {
-      be.rmsnorm(stream, x, l.attn_norm, eps, h);
+      be.rmsnorm(stream, x, l.w.attn_norm, eps, h);
     } else {
       // x += proj (the previous layer's MLP output); h = rmsnorm(x)
-      be.add_rmsnorm(stream, x, proj, l.attn_norm, eps, h);
+      be.add_rmsnorm(stream, x, proj, l.w.attn_norm, eps, h);
     }
-    be.matmul(stream, h, l.wq, bias(l.bq), q);
-    be.matmul(stream, h, l.wk, bias(l.bk), k);
-    be.matmul(stream, h, l.wv, bias(l.bv), v);
+    if (l.wqkv.data) {
+      be.matmul(stream, h, l.wqkv, bias(l.bqkv), qkv);
+    } else {
+      be.matmul(stream, h, l.w.wq, bias(l.w.bq), q);
+      be.matmul(stream, h, l.w.wk, bias(l.w.bk), k);
+      be.matmul(stream, h, l.w.wv, bias(l.w.bv), v);
+    }
     be.rope(stream, q, k, positions, inv_freq);
     be.kv_store(stream, k, v, slots, kv[size_t(i)]);
     be.attention(stream, q, kv[size_t(i)], meta, scale, attn);
-    be.matmul(stream, attn, l.wo, nullptr, proj);
+    be.matmul(stream, attn, l.w.wo, nullptr, proj);
     // [tensor-parallel all-reduce of proj goes here]
-    be.add_rmsnorm(stream, x, proj, l.ffn_norm, eps, h);
-    be.matmul(stream, h, l.w_gate, nullptr, gate);
-    be.matmul(stream, h, l.w_up, nullptr, up);
+    be.add_rmsnorm(stream, x, proj, l.w.ffn_norm, eps, h);
+    if (l.w_gate_up.data) {
+      be.matmul(stream, h, l.w_gate_up, nullptr, gate_up);
+    } else {
+      be.matmul(stream, h, l.w.w_gate, nullptr, gate);
+      be.matmul(stream, h, l.w.w_up, nullptr, up);
+    }
     be.silu_mul(stream, gate_up, mlp);
-    be.matmul(stream, mlp, l.w_down, nullptr, proj);
+    be.matmul(stream, mlp, l.w.w_down, nullptr, proj);
     // [tensor-parallel all-reduce of proj goes here]
   }
   if (R == 0) return;
@@ -216,11 +330,129 @@ void LlamaModel::forward(const backend::Stream& stream, const ForwardBatch& batc
   be.gather_rows(stream, x, rows, xr);
   be.gather_rows(stream, proj, rows, last);
   be.add_rmsnorm(stream, xr, last, output_norm_, eps, last_normed);
-  const size_t logit_bytes = size_t(R * c.vocab) * 4;
-  Tensor out(scratch(20, logit_bytes).data(), DType::f32, {R, c.vocab}, dev);
-  be.matmul(stream, last_normed, output_, nullptr, out);
-  be.download(stream, logits, out.data, logit_bytes);
-  be.synchronize(stream);
+  logits_dev_ = Tensor(scratch(20, size_t(R * c.vocab) * 4).data(), DType::f32, {R, c.vocab}, dev);
+  be.matmul(stream, last_normed, output_, nullptr, logits_dev_);
+}
+
+bool LlamaModel::forward_graph(const backend::Stream& stream, const ForwardBatch& batch,
+                               std::span<backend::KvLayer> kv) {
+  if (!graphs_enabled_ || !graphs_supported_) return false;
+  const int64_t S = batch.num_seqs();
+  if (S == 0 || batch.num_tokens() != S || int64_t(batch.logits_rows.size()) != S) return false;
+  for (int64_t i = 0; i < S; ++i)
+    if (batch.logits_rows[size_t(i)] != i || batch.cu_seqlens[size_t(i) + 1] != i + 1) return false;
+  int64_t B = 0;
+  for (int64_t b : kGraphBuckets)
+    if (b >= S) {
+      B = b;
+      break;
+    }
+  if (B == 0) return false;
+  // Grow the workspace for the bucket first (moving buffers re-captures the graphs once).
+  if (B > reserved_tokens_ || B > reserved_logits_ || batch.max_blocks_per_seq > reserved_blocks_)
+    reserve(std::max(reserved_tokens_, B), std::max(reserved_logits_, B),
+            std::max<int64_t>(reserved_blocks_, batch.max_blocks_per_seq));
+  int64_t MB = 8;
+  while (MB < batch.max_blocks_per_seq) MB *= 2;
+  MB = std::min(MB, reserved_blocks_);
+
+  // The padded batch: the step's sequences, then padding sequences of one token.
+  ForwardBatch& pb = padded_;
+  pb.tokens.assign(batch.tokens.begin(), batch.tokens.end());
+  pb.positions.assign(batch.positions.begin(), batch.positions.end());
+  pb.slots.assign(batch.slots.begin(), batch.slots.end());
+  pb.context_lens.assign(batch.context_lens.begin(), batch.context_lens.end());
+  pb.cu_seqlens.assign(batch.cu_seqlens.begin(), batch.cu_seqlens.end());
+  pb.tokens.resize(size_t(B), 0);
+  pb.positions.resize(size_t(B), 0);
+  pb.slots.resize(size_t(B), -1);
+  pb.context_lens.resize(size_t(B), 1);
+  for (int64_t i = S + 1; i <= B; ++i) pb.cu_seqlens.push_back(int32_t(i));
+  pb.max_blocks_per_seq = int32_t(MB);
+  pb.block_tables.assign(size_t(B * MB), 0);
+  for (int64_t s = 0; s < S; ++s)
+    std::copy_n(batch.block_tables.begin() + s * batch.max_blocks_per_seq,
+                batch.max_blocks_per_seq, pb.block_tables.begin() + s * MB);
+  pb.logits_rows.resize(size_t(B));
+  for (int64_t i = 0; i < B; ++i) pb.logits_rows[size_t(i)] = int32_t(i);
+
+  const Packing pk = pack_layout(B, B, B, MB);
+  int32_t* md = upload_metadata(stream, pb, pk);
+  backend::AttentionMeta meta;
+  meta.num_seqs = int32_t(B);
+  meta.max_q_len = 1;
+  meta.max_blocks_per_seq = int32_t(MB);
+  meta.max_context_len = int32_t(MB * kv[0].block_size());
+  meta.host_cu_seqlens_q = pb.cu_seqlens.data();
+  meta.host_context_lens = pb.context_lens.data();
+  meta.host_block_tables = pb.block_tables.data();
+  meta.fixed_splits = -1;
+
+  GraphEntry& e = graphs_[{B, MB}];
+  if (!e.graph || e.generation != scratch_generation_) {
+    if (e.graph && e.generation != scratch_generation_) {
+      graphs_.clear();  // buffers moved: every graph points at old memory
+      return forward_graph(stream, batch, kv);
+    }
+    const uint64_t gen = scratch_generation_;
+    // By value: a graph's arguments are fixed when it is captured.
+    e.graph = backend_.capture(stream, [this, B, md, pk, meta, kv](const backend::Stream& s) {
+      run_layers(s, B, B, md, pk, meta, kv);
+    });
+    if (!e.graph) {
+      graphs_supported_ = false;
+      graphs_.erase({B, MB});
+      return false;
+    }
+    RIDGE_CHECK(gen == scratch_generation_, "forward: a scratch buffer moved while capturing");
+    e.generation = gen;
+    ++stats_.graphs_captured;
+    log::debug("captured a decode graph for {} sequences, {} blocks per sequence", B, MB);
+  }
+  e.graph->replay(stream);
+  ++stats_.graph_steps;
+  return true;
+}
+
+void LlamaModel::forward(const backend::Stream& stream, const ForwardBatch& batch,
+                         std::span<backend::KvLayer> kv, float* logits) {
+  const ModelConfig& c = config();
+  RIDGE_CHECK(int64_t(kv.size()) == c.n_layers, "forward: {} KV layers for a {}-layer model",
+              kv.size(), c.n_layers);
+  batch.validate(kv[0].k.shape[0] * kv[0].k.shape[1], kv[0].k.shape[1]);
+  const int64_t R = int64_t(batch.logits_rows.size());
+  if (!forward_graph(stream, batch, kv)) run_eager(stream, batch, kv);
+  if (R > 0 && logits) backend_.download(stream, logits, logits_dev_.data, size_t(R * c.vocab) * 4);
+  backend_.synchronize(stream);
+}
+
+std::span<float> LlamaModel::forward_logits(const backend::Stream& stream,
+                                                  const ForwardBatch& batch,
+                                                  std::span<backend::KvLayer> kv) {
+  const size_t n = batch.logits_rows.size() * size_t(config().vocab);
+  if (host_logits_.size() < n * 4) host_logits_ = backend_.allocate_host(n * 4);
+  forward(stream, batch, kv, static_cast<float*>(host_logits_.data()));
+  return {static_cast<float*>(host_logits_.data()), n};
+}
+
+void LlamaModel::run_eager(const backend::Stream& stream, const ForwardBatch& batch,
+                           std::span<backend::KvLayer> kv) {
+  const int64_t T = batch.num_tokens();
+  const int64_t R = int64_t(batch.logits_rows.size());
+  const Packing pk = pack_layout(T, batch.num_seqs(), R, batch.max_blocks_per_seq);
+  int32_t* md = upload_metadata(stream, batch, pk);
+  backend::AttentionMeta meta;
+  meta.num_seqs = batch.num_seqs();
+  meta.max_blocks_per_seq = batch.max_blocks_per_seq;
+  for (int32_t s = 0; s < meta.num_seqs; ++s) {
+    meta.max_q_len = std::max(meta.max_q_len, batch.cu_seqlens[s + 1] - batch.cu_seqlens[s]);
+    meta.max_context_len = std::max(meta.max_context_len, batch.context_lens[s]);
+  }
+  meta.host_cu_seqlens_q = batch.cu_seqlens.data();
+  meta.host_context_lens = batch.context_lens.data();
+  meta.host_block_tables = batch.block_tables.data();
+  run_layers(stream, T, R, md, pk, meta, kv);
+  ++stats_.eager_steps;
 }
 
 }  // namespace ridge::model

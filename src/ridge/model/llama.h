@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ridge/backend/backend.h"
@@ -27,26 +30,88 @@ class LlamaModel {
   const ModelConfig& config() const { return weights_.config(); }
   backend::Backend& backend() const { return backend_; }
 
-  // Allocates the step workspace for up to max_tokens tokens and max_logits logits rows now (so
-  // that steps of that size allocate nothing); returns the workspace bytes.
-  size_t reserve(int64_t max_tokens, int64_t max_logits);
+  // Allocates the step workspace for up to max_tokens tokens, max_logits logits rows and block
+  // tables of max_blocks_per_seq entries now (so that steps of that size allocate nothing), and
+  // lets the backend choose its matmul kernels for these sizes; returns the workspace bytes.
+  size_t reserve(int64_t max_tokens, int64_t max_logits, int64_t max_blocks_per_seq = 64);
   size_t workspace_bytes() const;
 
-  // Runs one step. kv: one KvLayer per layer. logits: host f32 [batch.logits_rows.size(), vocab].
+  // Runs one step. kv: one KvLayer per layer. logits: host f32 [batch.logits_rows.size(), vocab],
+  // or null to leave them on the device (device_logits()).
+  //
+  // Decode steps (one new token per sequence, every sequence wanting its logits) run as a CUDA
+  // graph when the backend has graphs: the batch is padded to a bucket of sequences and block-table
+  // width, captured once per bucket and replayed (padding rows: token 0 at position 0, KV slot -1
+  // which kv_store skips, a context of one token). Everything else runs op by op.
   void forward(const backend::Stream& stream, const ForwardBatch& batch,
                std::span<backend::KvLayer> kv, float* logits);
+  // The last step's logits on the device, f32 [rows, vocab] (rows: the step's logits rows, or
+  // the graph bucket's padded rows of which the first logits_rows.size() are the step's).
+  const Tensor& device_logits() const { return logits_dev_; }
+  // forward() into a host buffer the model owns (pinned on a GPU: the fastest download); valid
+  // until the next call. Rows as batch.logits_rows.
+  std::span<float> forward_logits(const backend::Stream& stream, const ForwardBatch& batch,
+                                        std::span<backend::KvLayer> kv);
+
+  // Counters for tests and benchmarks.
+  struct Stats {
+    int64_t graph_steps = 0;     // steps replayed from a graph
+    int64_t eager_steps = 0;     // steps run op by op
+    int64_t graphs_captured = 0;
+  };
+  const Stats& stats() const { return stats_; }
+  // Decode graphs on or off (on by default when the backend has them).
+  void set_graphs_enabled(bool on) { graphs_enabled_ = on; }
 
  private:
+  // Device copy of one layer's weights; wqkv / w_gate_up are fused when the backend can stack
+  // rows (then wq/wk/wv and w_gate/w_up are unused).
+  struct Layer {
+    LayerWeights w;
+    Tensor wqkv, bqkv, w_gate_up;
+  };
+  // Where each metadata array sits in the packed i32 upload (offsets in int32 units).
+  struct Packing {
+    int64_t tokens = 0, positions = 0, slots = 0, cu = 0, ctx = 0, tables = 0, rows = 0, total = 0;
+  };
+  static Packing pack_layout(int64_t T, int64_t S, int64_t R, int64_t max_blocks);
   backend::Buffer& scratch(size_t slot, size_t bytes);
+  // Packs the batch's metadata into the pinned staging buffer and uploads it in one copy;
+  // returns the device base of the packed arrays.
+  int32_t* upload_metadata(const backend::Stream& stream, const ForwardBatch& batch,
+                           const Packing& p);
+  // The ops of one step, no host<->device traffic: safe to capture.
+  void run_layers(const backend::Stream& stream, int64_t T, int64_t R, int32_t* meta_dev,
+                  const Packing& p, backend::AttentionMeta meta, std::span<backend::KvLayer> kv);
+  bool forward_graph(const backend::Stream& stream, const ForwardBatch& batch,
+                     std::span<backend::KvLayer> kv);
+  void run_eager(const backend::Stream& stream, const ForwardBatch& batch,
+                 std::span<backend::KvLayer> kv);
 
   const ModelWeights& weights_;
   backend::Backend& backend_;
   // The weights as the backend uses them (host views on the CPU, device copies on a GPU).
   Tensor token_embd_, output_norm_, output_;
-  std::vector<LayerWeights> layers_;
+  std::vector<Layer> layers_;
   std::vector<float> inv_freq_host_;
   backend::Buffer inv_freq_;
   std::vector<backend::Buffer> scratch_;
+  uint64_t scratch_generation_ = 0;  // bumped when a scratch buffer moves (graphs then re-capture)
+  backend::Buffer staging_;          // pinned host staging for the packed metadata
+  backend::Buffer host_logits_;      // pinned host logits (forward_logits)
+  Tensor logits_dev_;
+  int64_t reserved_tokens_ = 0, reserved_logits_ = 0, reserved_blocks_ = 0;
+
+  // Decode graphs by (sequence bucket, block-table width bucket).
+  struct GraphEntry {
+    std::unique_ptr<backend::Graph> graph;
+    uint64_t generation = 0;
+  };
+  std::map<std::pair<int64_t, int64_t>, GraphEntry> graphs_;
+  bool graphs_enabled_ = true;
+  bool graphs_supported_ = true;  // false once the backend returned no graph
+  ForwardBatch padded_;           // the padded decode batch (reused)
+  Stats stats_;
 };
 
 }  // namespace ridge::model

@@ -207,6 +207,7 @@ void CpuBackend::kv_store(const Stream&, const Tensor& k, const Tensor& v, const
   const size_t row = ridge::row_bytes(kv.k.dtype, width);
   const int32_t* slot = slots.ptr<int32_t>();
   for (int64_t t = 0; t < k.shape[0]; ++t) {
+    if (slot[t] == -1) continue;  // a padding row (backend.h)
     RIDGE_CHECK(slot[t] >= 0 && slot[t] < num_slots, "kv_store: slot {} is outside the pool of {}",
                 slot[t], num_slots);
     cpu::store_row(kv.k.dtype, frow(k, t), static_cast<char*>(kv.k.data) + slot[t] * row, width);

@@ -9,6 +9,7 @@
 #include "ridge/kernels/cuda/attention/paged_attention.h"
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/elementwise.h"
+#include "ridge/kernels/cuda/gemm/gemm.h"
 
 namespace ridge::backend {
 
@@ -89,6 +90,10 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
 Buffer CudaBackend::allocate(size_t bytes) {
   auto mem = std::make_shared<cuda::DeviceMemory>(bytes);
   void* p = mem->data();
+  // Zeroed (KV pools, workspaces): a padding row of a decode graph reads KV slot 0 of block 0,
+  // which is then finite even before any sequence wrote it. Allocation is rare (start-up, growth).
+  RIDGE_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_->get()));
+  RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
   return Buffer(p, bytes, [mem](void*) mutable { mem.reset(); });
 }
 
@@ -106,17 +111,14 @@ void CudaBackend::synchronize(const Stream& s) {
   RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream_of(s)));
 }
 
-Tensor CudaBackend::upload_weight(const Tensor& host) {
+void CudaBackend::upload_into(const Tensor& host, void* dst, DType target) {
   expect(host.device == Device::cpu && host.data && host.ndim >= 1 && host.is_contiguous(),
          "upload_weight", fmt::format("expected a contiguous host tensor, got {}", host.describe()));
-  const bool vector = host.ndim == 1 && !is_quantized(host.dtype);
-  const DType target = vector ? DType::f32 : DType::bf16;
   const int64_t n = host.numel();
-  cuda::DeviceMemory dst(size_t(n) * (target == DType::f32 ? 4 : 2));
   cudaStream_t stream = stream_->get();
   if (host.dtype == target) {
-    RIDGE_CHECK_CUDA(cudaMemcpyAsync(dst.data(), host.data, host.nbytes(), cudaMemcpyHostToDevice,
-                                     stream));
+    RIDGE_CHECK_CUDA(
+        cudaMemcpyAsync(dst, host.data, host.nbytes(), cudaMemcpyHostToDevice, stream));
   } else {
     // Copy the stored bytes in chunks of whole blocks and convert each chunk on the GPU.
     const DTypeInfo& info = dtype_info(host.dtype);
@@ -134,15 +136,100 @@ Tensor CudaBackend::upload_weight(const Tensor& host) {
                                        size_t(nb * info.block_bytes), cudaMemcpyHostToDevice,
                                        stream));
       kernels::convert_weight(staging.data(), host.dtype, nb * info.block_elems,
-                              static_cast<char*>(dst.data()) + b0 * info.block_elems * dst_elem,
-                              target, stream);
+                              static_cast<char*>(dst) + b0 * info.block_elems * dst_elem, target,
+                              stream);
     }
     RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));  // before the staging memory is freed
   }
   RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));  // the host view may be unmapped after load
+}
+
+Tensor CudaBackend::upload_weight(const Tensor& host) {
+  expect(host.ndim >= 1, "upload_weight", fmt::format("got {}", host.describe()));
+  const bool vector = host.ndim == 1 && !is_quantized(host.dtype);
+  const DType target = vector ? DType::f32 : DType::bf16;
+  cuda::DeviceMemory dst(size_t(host.numel()) * (target == DType::f32 ? 4 : 2));
+  upload_into(host, dst.data(), target);
   Tensor out = Tensor::contiguous(dst.data(), target, host.shape.data(), host.ndim, Device::cuda);
   weights_.push_back(std::move(dst));
   return out;
+}
+
+Tensor CudaBackend::upload_weight_rows(std::span<const Tensor> parts) {
+  expect(!parts.empty(), "upload_weight_rows", "no parts");
+  const bool vector = parts[0].ndim == 1;
+  int64_t rows = 0;
+  for (const Tensor& p : parts) {
+    expect(p.data && p.ndim == parts[0].ndim && (p.ndim == 1 || p.ndim == 2) &&
+               (vector || p.shape[1] == parts[0].shape[1]) && !(vector && is_quantized(p.dtype)),
+           "upload_weight_rows",
+           fmt::format("parts must be all vectors or all matrices with one column count, got {} "
+                       "and {}",
+                       parts[0].describe(), p.describe()));
+    rows += p.shape[0];
+  }
+  const DType target = vector ? DType::f32 : DType::bf16;
+  const int64_t cols = vector ? 1 : parts[0].shape[1];
+  const size_t esz = target == DType::f32 ? 4 : 2;
+  cuda::DeviceMemory dst(size_t(rows * cols) * esz);
+  int64_t row0 = 0;
+  for (const Tensor& p : parts) {
+    upload_into(p, static_cast<char*>(dst.data()) + size_t(row0 * cols) * esz, target);
+    row0 += p.shape[0];
+  }
+  const int64_t shape[2] = {rows, cols};
+  Tensor out = Tensor::contiguous(dst.data(), target, shape, vector ? 1 : 2, Device::cuda);
+  weights_.push_back(std::move(dst));
+  return out;
+}
+
+Buffer CudaBackend::allocate_host(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("cudaMallocHost of {} bytes failed: {}", bytes, cudaGetErrorString(err));
+  }
+  return Buffer(p, bytes, [](void* q) { (void)cudaFreeHost(q); });
+}
+
+namespace {
+class CudaGraph final : public Graph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t home) : exec_(exec), home_(home) {}
+  ~CudaGraph() override { (void)cudaGraphExecDestroy(exec_); }
+  void replay(const Stream& s) override {
+    RIDGE_CHECK_CUDA(cudaGraphLaunch(exec_, s.handle ? static_cast<cudaStream_t>(s.handle) : home_));
+  }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t home_;
+};
+}  // namespace
+
+std::unique_ptr<Graph> CudaBackend::capture(const Stream& s,
+                                            const std::function<void(const Stream&)>& body) {
+  if (!options_.cuda_graphs) return nullptr;
+  cudaStream_t stream = stream_of(s);
+  workspace_for(stream);  // allocated before capture: nothing may be allocated inside
+  RIDGE_CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    body(Stream{stream});
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream, &graph);
+    if (graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  RIDGE_CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  RIDGE_CHECK_CUDA(err);
+  ++graphs_captured_;
+  return std::make_unique<CudaGraph>(exec, stream_->get());
 }
 
 void CudaBackend::embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) {
@@ -181,6 +268,54 @@ void CudaBackend::add_rmsnorm(const Stream& s, Tensor& residual, const Tensor& x
                             stream_of(s));
 }
 
+bool CudaBackend::ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  const int64_t K = x.shape[1], N = w.shape[0];
+  return out.dtype == DType::bf16 && x.stride[0] == K && out.stride[0] == N && K % 8 == 0 &&
+         N % 8 == 0 && N <= 65535 * 16 && aligned(x.data) && aligned(w.data) && aligned(out.data);
+}
+
+CudaBackend::GemmKernel CudaBackend::choose_gemm(int64_t T, int64_t N, int64_t K) const {
+  if (options_.gemm == "cublas") return GemmKernel::cublas;
+  if (options_.gemm == "ridge") return T <= 32 ? GemmKernel::skinny : GemmKernel::sm90;
+  {
+    std::lock_guard lock(gemm_mutex_);
+    auto it = gemm_choice_.find(GemmKey{token_bucket(T), N, K});
+    if (it != gemm_choice_.end()) return it->second;
+  }
+  // Untuned: the by-shape rule from the H200 ladder (docs/KERNELS.md): the weight-streaming
+  // kernel wins at one to eight tokens on the square and down projections; cuBLASLt elsewhere.
+  return T <= 8 && N * K <= (int64_t(64) << 20) ? GemmKernel::skinny : GemmKernel::cublas;
+}
+
+int64_t CudaBackend::token_bucket(int64_t T) {
+  int64_t b = 1;
+  while (b < T) b *= 2;
+  return b;
+}
+
+void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, Tensor& out,
+                           cudaStream_t stream) {
+  const int64_t T = x.shape[0], K = x.shape[1], N = w.shape[0];
+  using kb = __nv_bfloat16;
+  switch (kernel) {
+    case GemmKernel::skinny:
+      kernels::gemm_bf16_skinny(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
+                                static_cast<kb*>(out.data), int(T), int(N), int(K), stream);
+      return;
+    case GemmKernel::sm90:
+      kernels::gemm_bf16_sm90(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
+                              static_cast<kb*>(out.data), int(T), int(N), int(K), stream);
+      return;
+    case GemmKernel::cublas: {
+      Workspace& ws = workspace_for(stream);
+      matmul_->run(bf16(x), x.stride[0], bf16(w), T, N, K, out.data, out.dtype, out.stride[0],
+                   ws.cublas.data(), ws.cublas.size(), stream);
+      return;
+    }
+  }
+}
+
 void CudaBackend::matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                          Tensor& out) {
   expect_2d(x, DType::bf16, "matmul", "x");
@@ -193,12 +328,27 @@ void CudaBackend::matmul(const Stream& s, const Tensor& x, const Tensor& w, cons
          fmt::format("x {} · w {}ᵀ does not give out {}", x.describe(), w.describe(),
                      out.describe()));
   if (bias) expect_vector(*bias, N, "matmul", "bias");
+  if (T == 0) return;
   cudaStream_t stream = stream_of(s);
-  Workspace& ws = workspace_for(stream);
-  matmul_->run(bf16(x), x.stride[0], bf16(w), T, N, K, out.data, out.dtype, out.stride[0],
-               ws.cublas.data(), ws.cublas.size(), stream);
+  const GemmKernel kernel =
+      ridge_gemm_applies(x, w, out) ? choose_gemm(T, N, K) : GemmKernel::cublas;
+  run_gemm(kernel, x, w, out, stream);
   if (bias)
     kernels::add_bias(out.data, out.dtype, out.stride[0], T, N, bias->data, bias->dtype, stream);
+}
+
+const char* CudaBackend::gemm_name(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::skinny: return "ridge_skinny";
+    case GemmKernel::sm90: return "ridge_sm90";
+    case GemmKernel::cublas: return "cublaslt";
+  }
+  return "?";
+}
+
+void CudaBackend::prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) {
+  if (!options_.tune || options_.gemm != "auto" || shapes.empty()) return;
+  tune_gemms(shapes, max_tokens);
 }
 
 void CudaBackend::rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& positions,
@@ -279,6 +429,17 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.host_context_lens = meta.host_context_lens;
   cudaStream_t stream = stream_of(s);
   Workspace& ws = workspace_for(stream);
+  if (meta.fixed_splits != 0) {
+    // Graph mode: nothing launched depends on the host mirrors.
+    a.max_q_len = std::max(1, meta.max_q_len);
+    a.fixed_splits =
+        meta.fixed_splits > 0
+            ? meta.fixed_splits
+            : kernels::graph_attention_splits(
+                  meta.num_seqs, a.max_q_len, a.num_kv_heads, a.num_q_heads / a.num_kv_heads,
+                  a.head_dim, meta.max_blocks_per_seq * a.block_size, sm_count_,
+                  ws.attention.size());
+  }
   // Two waves of blocks: 2 resident 87 KB blocks per SM at hd 128 (more at hd 64).
   const kernels::PagedAttentionPlan plan =
       kernels::plan_paged_attention(a, 4 * sm_count_, ws.attention.size());

@@ -21,6 +21,8 @@
 
 #include "ridge/backend/backend.h"
 #include "ridge/backend/factory.h"
+#include "ridge/tune/autotuner.h"
+#include "ridge/tune/build_cache.h"
 #include "ridge/backend/cuda/cuda_matmul.h"
 #include "ridge/backend/cuda/cuda_resources.h"
 
@@ -39,6 +41,11 @@ class CudaBackend final : public Backend {
   void download(const Stream& s, void* dst, const void* src, size_t bytes) override;
   void synchronize(const Stream& s) override;
   Tensor upload_weight(const Tensor& host) override;
+  Tensor upload_weight_rows(std::span<const Tensor> parts) override;
+  Buffer allocate_host(size_t bytes) override;
+  void prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) override;
+  std::unique_ptr<Graph> capture(const Stream& s,
+                                 const std::function<void(const Stream&)>& body) override;
 
   void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) override;
   void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
@@ -57,6 +64,17 @@ class CudaBackend final : public Backend {
   void gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) override;
 
   int sm_count() const { return sm_count_; }
+  // Graphs captured so far (tests and benchmarks).
+  int graphs_captured() const { return graphs_captured_; }
+
+  // The matmul kernels behind matmul(): cuBLASLt, or ridge's own (kernels/cuda/gemm).
+  enum class GemmKernel : uint8_t { cublas, skinny, sm90 };
+  static const char* gemm_name(GemmKernel k);
+  // The kernel matmul() runs for T tokens against a [N, K] weight (when ridge's kernels apply:
+  // bf16 out, dense rows, 16-byte aligned).
+  GemmKernel choose_gemm(int64_t T, int64_t N, int64_t K) const;
+  // The tuned choices so far, one line per (N, K, token bucket).
+  std::string gemm_choices() const;
   // How many KV splits attention chose on its last call (for tests and benchmarks).
   int last_attention_splits() const { return last_attention_splits_; }
 
@@ -66,6 +84,25 @@ class CudaBackend final : public Backend {
     cuda::DeviceMemory attention;
   };
   cudaStream_t stream_of(const Stream& s) const;
+  void upload_into(const Tensor& host, void* dst, DType target);
+  bool ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const;
+  void run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, Tensor& out,
+                cudaStream_t stream);
+  // Times the GEMM candidates for every shape and token bucket up to max_tokens (cuda_tune.cpp).
+  void tune_gemms(std::span<const MatmulShape> shapes, int64_t max_tokens);
+  static int64_t token_bucket(int64_t T);
+  tune::DeviceKey device_key() const;
+  // Token buckets above this are not tuned (they take the by-shape rule: cuBLASLt).
+  static constexpr int64_t kMaxTunedTokens = 4096;
+  struct GemmKey {
+    int64_t t_bucket, n, k;
+    bool operator==(const GemmKey&) const = default;
+  };
+  struct GemmKeyHash {
+    size_t operator()(const GemmKey& k) const {
+      return std::hash<int64_t>()(k.t_bucket * 1000003 + k.n * 7919 + k.k);
+    }
+  };
   Workspace& workspace_for(cudaStream_t stream);
 
   int device_ = 0;
@@ -79,6 +116,12 @@ class CudaBackend final : public Backend {
   std::unordered_map<cudaStream_t, std::unique_ptr<Workspace>> workspaces_;
   std::vector<cuda::DeviceMemory> weights_;
   int last_attention_splits_ = 0;
+  int graphs_captured_ = 0;
+  std::unique_ptr<tune::BuildCache> cache_;
+  std::unique_ptr<tune::Autotuner> tuner_;
+  mutable std::mutex gemm_mutex_;
+  std::unordered_map<GemmKey, GemmKernel, GemmKeyHash> gemm_choice_;
+
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);

@@ -1,0 +1,182 @@
+// GEMM choice per (weight shape, token bucket): times cuBLASLt and ridge's kernels on random data
+// at each token bucket the engine will run and keeps the fastest (docs/KERNELS.md, "Autotuner").
+//
+// Timing: weights rotate over enough copies to exceed twice the L2 (a decode GEMV must stream
+// from HBM, as in the engine, not from a warm L2); a candidate is timed over 20 back-to-back
+// launches with CUDA events, three times, and the median kept. A candidate that throws (a shape
+// it refuses) is skipped.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "ridge/backend/cuda/cuda_backend.h"
+#include "ridge/core/error.h"
+#include "ridge/core/half.h"
+#include "ridge/core/log.h"
+#include "ridge/kernels/cuda/elementwise/check.h"
+#include "ridge/tune/autotuner.h"
+#include "ridge/tune/build_cache.h"
+
+namespace ridge::backend {
+
+namespace {
+
+// Fills n bf16 values on the device with N(0, scale²) noise, tiling a host block.
+void fill_random(void* dst, size_t n, float scale, std::mt19937& rng, cudaStream_t stream) {
+  constexpr size_t kBlock = size_t(1) << 20;
+  std::vector<uint16_t> host(std::min(n, kBlock));
+  std::normal_distribution<float> d(0.0f, scale);
+  for (auto& v : host) v = f32_to_bf16(d(rng));
+  for (size_t off = 0; off < n; off += host.size()) {
+    const size_t cnt = std::min(host.size(), n - off);
+    RIDGE_CHECK_CUDA(cudaMemcpyAsync(static_cast<uint16_t*>(dst) + off, host.data(), cnt * 2,
+                                     cudaMemcpyHostToDevice, stream));
+  }
+  RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));  // `host` must outlive the copies
+}
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  Events() {
+    RIDGE_CHECK_CUDA(cudaEventCreate(&start));
+    RIDGE_CHECK_CUDA(cudaEventCreate(&stop));
+  }
+  ~Events() {
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+  }
+};
+
+}  // namespace
+
+namespace {
+const char* const kGemmKernelVersion = "gemm-1";  // bump when a GEMM kernel's speed changes
+}  // namespace
+
+tune::DeviceKey CudaBackend::device_key() const {
+  cudaDeviceProp prop{};
+  RIDGE_CHECK_CUDA(cudaGetDeviceProperties(&prop, device_));
+  tune::DeviceKey k;
+  k.gpu_name = prop.name;
+  k.sm_count = prop.multiProcessorCount;
+  RIDGE_CHECK_CUDA(cudaDriverGetVersion(&k.driver_version));
+  RIDGE_CHECK_CUDA(cudaRuntimeGetVersion(&k.cuda_runtime_version));
+  k.kernel_version = kGemmKernelVersion;
+  return k;
+}
+
+void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_tokens) {
+  if (!tuner_) {
+    tune::CacheConfig cfg;
+    cfg.root = options_.cache_root.empty() ? tune::default_cache_root()
+                                           : std::filesystem::path(options_.cache_root);
+    cache_ = std::make_unique<tune::BuildCache>(cfg, device_key());
+    tuner_ = std::make_unique<tune::Autotuner>(cache_.get());
+  }
+  cudaStream_t stream = stream_->get();
+  int l2_bytes = 0;
+  RIDGE_CHECK_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device_));
+  std::mt19937 rng(1234);
+  const int64_t top_bucket =
+      token_bucket(std::clamp<int64_t>(max_tokens, 1, kMaxTunedTokens));
+  int64_t max_k = 0, max_n = 0;
+  for (const MatmulShape& sh : shapes) {
+    max_k = std::max(max_k, sh.k);
+    max_n = std::max(max_n, sh.n);
+  }
+  // Device buffers only when something is measured (a second start hits the cache throughout).
+  cuda::DeviceMemory x, out;
+  Events ev;
+  const tune::TunerStats before = tuner_->stats();
+  for (const MatmulShape& sh : shapes) {
+    if (sh.n % 8 != 0 || sh.k % 8 != 0) continue;  // ridge's kernels do not apply: cuBLASLt
+    const size_t w_elems = size_t(sh.n * sh.k);
+    const int rotations =
+        int(std::clamp<size_t>((2 * size_t(l2_bytes)) / (w_elems * 2) + 1, 1, 8));
+    std::vector<cuda::DeviceMemory> w;  // filled at the first miss of this shape
+    for (int64_t T = 1; T <= top_bucket; T *= 2) {
+      const GemmKey key{T, sh.n, sh.k};
+      {
+        std::lock_guard lock(gemm_mutex_);
+        if (gemm_choice_.count(key)) continue;
+      }
+      std::vector<tune::Candidate> candidates{{gemm_name(GemmKernel::cublas), "cuBLASLt heuristic #1"}};
+      if (T <= 64) candidates.push_back({gemm_name(GemmKernel::skinny), "mma.sync weight stream"});
+      if (T >= 16) candidates.push_back({gemm_name(GemmKernel::sm90), "TMA + wgmma, persistent"});
+      auto measure = [&](const tune::Candidate& c) -> double {
+        if (!x.data()) {
+          x = cuda::DeviceMemory(size_t(top_bucket * max_k) * 2);
+          out = cuda::DeviceMemory(size_t(top_bucket * max_n) * 2);
+          fill_random(x.data(), size_t(top_bucket * max_k), 1.0f, rng, stream);
+        }
+        if (w.empty())
+          for (int r = 0; r < rotations; ++r) {
+            w.emplace_back(w_elems * 2);
+            fill_random(w.back().data(), w_elems, 0.02f, rng, stream);
+          }
+        const GemmKernel kernel = c.name == gemm_name(GemmKernel::skinny) ? GemmKernel::skinny
+                                  : c.name == gemm_name(GemmKernel::sm90) ? GemmKernel::sm90
+                                                                          : GemmKernel::cublas;
+        const Tensor xt(x.data(), DType::bf16, {T, sh.k}, Device::cuda);
+        Tensor ot(out.data(), DType::bf16, {T, sh.n}, Device::cuda);
+        constexpr int kReps = 20;
+        const tune::TimingStats st = tune::time_samples([&] {
+          RIDGE_CHECK_CUDA(cudaEventRecord(ev.start, stream));
+          for (int i = 0; i < kReps; ++i) {
+            const Tensor wt(w[size_t(i % rotations)].data(), DType::bf16, {sh.n, sh.k},
+                            Device::cuda);
+            run_gemm(kernel, xt, wt, ot, stream);
+          }
+          RIDGE_CHECK_CUDA(cudaEventRecord(ev.stop, stream));
+          RIDGE_CHECK_CUDA(cudaEventSynchronize(ev.stop));
+          float ms = 0;
+          RIDGE_CHECK_CUDA(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+          return 1e-3 * double(ms) / kReps;
+        }, {2, 5, 0.1});
+        return st.median;
+      };
+      const tune::TuneResult r = tuner_->pick(
+          "gemm", tune::gemm_problem_key(T, sh.n, sh.k, "bf16.bf16"), candidates, measure);
+      (void)cudaGetLastError();
+      GemmKernel best = GemmKernel::cublas;
+      if (r.ok()) {
+        for (GemmKernel k : {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90})
+          if (r.winner == gemm_name(k)) best = k;
+      }
+      std::lock_guard lock(gemm_mutex_);
+      gemm_choice_[key] = best;
+      if (r.measured) {
+        std::string times;
+        for (const tune::Timing& t : r.timings)
+          times += fmt::format(" {} {:.1f} us", t.name, t.seconds * 1e6);
+        log::debug("gemm tuning N={} K={} T={}:{} -> {}", sh.n, sh.k, T, times, r.winner);
+      }
+    }
+  }
+  const tune::TunerStats after = tuner_->stats();
+  log::info("gemm tuning: {} hits, {} misses ({} candidates measured); {}",
+            after.hits - before.hits, after.misses - before.misses,
+            after.measurements - before.measurements, cache_->summary());
+}
+
+std::string CudaBackend::gemm_choices() const {
+  std::lock_guard lock(gemm_mutex_);
+  std::vector<std::pair<GemmKey, GemmKernel>> v(gemm_choice_.begin(), gemm_choice_.end());
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.first.n, a.first.k, a.first.t_bucket) <
+           std::tie(b.first.n, b.first.k, b.first.t_bucket);
+  });
+  std::string s;
+  for (const auto& [k, g] : v) s += fmt::format("N={} K={} T<={}: {}\n", k.n, k.k, k.t_bucket, gemm_name(g));
+  return s;
+}
+
+}  // namespace ridge::backend
