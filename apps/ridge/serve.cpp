@@ -27,6 +27,7 @@ struct ServeFlags {
   ridge::engine::EngineConfig engine;
   ridge::server::ServerOptions server;
   std::vector<std::string> served_names;
+  std::string tokenizer;  // a tokenizer for a model that has none (random-weight checkpoints)
   bool no_prefix_cache = false;
   double shutdown_timeout = 30;
   bool stub = false;
@@ -68,7 +69,7 @@ void serve(ServeFlags& f) {
   std::unique_ptr<engine::Engine> eng;
   const tokenizer::Tokenizer* tok = nullptr;
   if (f.stub) {
-    tok_only = load_tokenizer(f.model.model_path);
+    tok_only = load_tokenizer(f.tokenizer.empty() ? f.model.model_path : f.tokenizer);
     tok = tok_only.get();
     server::StubEngineConfig sc;
     sc.cycle = tok->encode(
@@ -87,7 +88,15 @@ void serve(ServeFlags& f) {
               "(for testing and benchmarking the HTTP layer)");
   } else {
     bundle = engine::ModelBundle::load(f.model);
-    if (!bundle->tokenizer) fail("{} has no tokenizer: ridge serve needs one", f.model.model_path);
+    if (!f.tokenizer.empty()) {
+      // Before the engine is made: it takes the model's stop tokens from this tokenizer.
+      bundle->tokenizer = load_tokenizer(f.tokenizer);
+      if (bundle->tokenizer->vocab_size() > size_t(bundle->config().vocab))
+        fail("--tokenizer {}: {} tokens, more than the model's {}", f.tokenizer,
+             bundle->tokenizer->vocab_size(), bundle->config().vocab);
+    }
+    if (!bundle->tokenizer)
+      fail("{} has no tokenizer: ridge serve needs one (--tokenizer)", f.model.model_path);
     tok = bundle->tokenizer.get();
     f.engine.enable_prefix_caching = !f.no_prefix_cache;
     eng = std::make_unique<engine::Engine>(*bundle, f.engine);
@@ -136,6 +145,9 @@ void setup(CLI::App& sub) {
   sub.add_option("--host", s.host, "address to bind (use 0.0.0.0 to serve other machines)")
       ->capture_default_str();
   sub.add_option("--port", s.port, "TCP port (0: any free port, printed at start)")->capture_default_str();
+  sub.add_option("--tokenizer", f->tokenizer,
+                 "tokenizer.json, its folder, or a GGUF file: replaces the model's own (for a "
+                 "checkpoint without one, e.g. random weights for benchmarks)");
   sub.add_option("--served-model-name", f->served_names,
                  "model name(s) clients use (default: the model file's name)");
   sub.add_option("--api-key", s.api_key,

@@ -1,7 +1,8 @@
 """GPU end-to-end checks of ridge against HF transformers on the same weights (run on the GPU
 machine by scripts/device/gpu-e2e).
 
-  make    random-weight bf16 checkpoints of real shapes (Llama-2-7B, Llama-3-8B, SmolLM2-135M)
+  make    random-weight bf16 checkpoints of real shapes (Llama-2-7B, Llama-3-8B, SmolLM2-135M;
+          --only llama-2-7b makes just that one); weights and config, no tokenizer
   parity  ridge (CUDA, bf16) and HF (bf16) both against HF in fp32 on the same weights: top-5
           logprobs and 32 greedy tokens for 10 prompts per model; HF's own bf16 error is the
           noise floor (see parity())
@@ -42,7 +43,12 @@ GEN = 32
 def make(args):
     from transformers import LlamaConfig, LlamaForCausalLM
     out = pathlib.Path(args.out)
-    for name, shape in SHAPES.items():
+    names = args.only.split(",") if args.only else list(SHAPES)
+    unknown = [n for n in names if n not in SHAPES]
+    if unknown:
+        raise SystemExit(f"make --only: unknown shape(s) {unknown}; known: {list(SHAPES)}")
+    for name in names:
+        shape = SHAPES[name]
         d = out / name
         if (d / "config.json").exists():
             continue
@@ -186,6 +192,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make"); m.add_argument("--out", required=True)
+    m.add_argument("--only", help="comma-separated shapes to make (default: all), e.g. llama-2-7b")
     p = sub.add_parser("parity"); p.add_argument("--models", required=True)
     p.add_argument("--ridge", required=True); p.add_argument("--json", required=True)
     q = sub.add_parser("peers"); q.add_argument("--models", required=True); q.add_argument("--json", required=True)

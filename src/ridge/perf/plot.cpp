@@ -24,8 +24,9 @@ std::string shell_quote(const std::string& s) {
   return r + "'";
 }
 
-// gnuplot string literal in double quotes.
-std::string gp_str(const std::string& s) {
+}  // namespace
+
+std::string gnuplot_string(const std::string& s) {
   std::string r = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') r += '\\';
@@ -34,7 +35,26 @@ std::string gp_str(const std::string& s) {
   return r + "\"";
 }
 
-}  // namespace
+void render_gnuplot(const std::string& dir, const std::vector<PlotFile>& files,
+                    const std::vector<std::string>& scripts) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir.empty() ? "." : dir, ec);
+  if (ec) fail("cannot create the plot folder '{}': {}", dir, ec.message());
+  for (const auto& f : files) write_file(fs::path(dir) / f.name, f.text);
+  if (scripts.empty()) return;
+  std::string names;
+  for (const auto& s : scripts) names += (names.empty() ? "" : " ") + s;
+  const std::string gnuplot = find_gnuplot();
+  if (gnuplot.empty())
+    fail("--plot needs gnuplot (Debian: apt-get install gnuplot-nox); the data and scripts are in '{}': "
+         "run 'gnuplot {}' there once it is installed",
+         dir, names);
+  std::string cmd = "cd " + shell_quote(dir.empty() ? "." : dir);
+  for (const auto& s : scripts) cmd += " && " + shell_quote(gnuplot) + " " + shell_quote(s);
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) fail("gnuplot failed (exit status {}) on the scripts in '{}'", rc, dir);
+}
 
 std::string find_gnuplot() {
   if (const char* g = std::getenv("RIDGE_GNUPLOT")) return g;
@@ -57,9 +77,6 @@ std::string find_gnuplot() {
 std::vector<std::string> write_plots(const PlanResult& plan, const std::vector<SplitPoint>& splits,
                                      const std::string& dir) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) fail("cannot create the plot folder '{}': {}", dir, ec.message());
   const auto& q = plan.request;
   const double peak = q.hw.peak(q.opt.precision.math), bw = q.hw.memory_bw;
 
@@ -78,7 +95,6 @@ std::vector<std::string> write_plots(const PlanResult& plan, const std::vector<S
     }
     dat += fmt::format("{:.6g} {:.6g} {}\n", p.intensity, p.attained_flops, p.op);
   }
-  write_file(fs::path(dir) / "roofline.dat", dat);
   std::string gp = fmt::format(
       "# ridge plan --plot: roofline of {} on {} ({}). Re-render: gnuplot roofline.gp\n"
       "reset\n"
@@ -102,10 +118,9 @@ std::vector<std::string> write_plots(const PlanResult& plan, const std::vector<S
       "  '' index 1 using 1:2 with points pt 5 ps 1.6 lc rgb '#d62728' title {}, \\\n"
       "  '' index 1 using 1:2:3 with labels offset 1.2,-0.6 font ',8' tc rgb '#d62728' notitle\n",
       q.model_name, q.hw.id, q.opt.precision.name,
-      gp_str(fmt::format("{} on {} ({}): every op of a step on the roofline", q.model_name, q.hw.name,
+      gnuplot_string(fmt::format("{} on {} ({}): every op of a step on the roofline", q.model_name, q.hw.name,
                          q.opt.precision.name)),
-      peak, bw, gp_str(phases[0]), gp_str(phases[1].empty() ? "prefill" : phases[1]));
-  write_file(fs::path(dir) / "roofline.gp", gp);
+      peak, bw, gnuplot_string(phases[0]), gnuplot_string(phases[1].empty() ? "prefill" : phases[1]));
 
   // Goodput against the prefill share: GPU splits (block 0), SM splits (block 1).
   std::string sd = "# prefill_share goodput_per_gpu label\n";
@@ -115,7 +130,6 @@ std::vector<std::string> write_plots(const PlanResult& plan, const std::vector<S
     (s.by_sms ? smd : sd) += row;
   }
   if (smd.empty()) smd = "nan nan none\n";
-  write_file(fs::path(dir) / "splits.dat", sd + "\n\n" + smd);
   const std::string sgp = fmt::format(
       "# ridge plan --plot: goodput vs prefill:decode split. Re-render: gnuplot splits.gp\n"
       "reset\n"
@@ -132,19 +146,13 @@ std::vector<std::string> write_plots(const PlanResult& plan, const std::vector<S
       "  '' index 0 using 1:2:3 with labels offset 0,1 font ',8' notitle, \\\n"
       "  '' index 1 using 1:2 with linespoints pt 5 ps 1.4 lw 2 title 'split by SMs (green contexts)'\n",
       q.slo.attainment * 100,
-      gp_str(fmt::format("{} on {} x {}: ISL {} / OSL {}, SLO TTFT {:.0f} ms, TPOT {:.0f} ms", q.model_name,
+      gnuplot_string(fmt::format("{} on {} x {}: ISL {} / OSL {}, SLO TTFT {:.0f} ms, TPOT {:.0f} ms", q.model_name,
                          q.gpus, q.hw.id, q.workload.isl.describe(), q.workload.osl.describe(),
                          q.slo.ttft_s * 1e3, q.slo.tpot_s * 1e3)));
-  write_file(fs::path(dir) / "splits.gp", sgp);
-
-  const std::string gnuplot = find_gnuplot();
-  if (gnuplot.empty())
-    fail("--plot needs gnuplot (Debian: apt-get install gnuplot-nox); the data and scripts are in '{}': "
-         "run 'gnuplot roofline.gp splits.gp' there once it is installed",
-         dir);
-  const std::string cmd = fmt::format("cd {0} && {1} roofline.gp && {1} splits.gp", shell_quote(dir), shell_quote(gnuplot));
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0) fail("gnuplot failed (exit status {}) on the scripts in '{}'", rc, dir);
+  render_gnuplot(dir,
+                 {{"roofline.dat", dat}, {"roofline.gp", gp}, {"splits.dat", sd + "\n\n" + smd},
+                  {"splits.gp", sgp}},
+                 {"roofline.gp", "splits.gp"});
   return {(fs::path(dir) / "roofline.png").string(), (fs::path(dir) / "splits.png").string()};
 }
 

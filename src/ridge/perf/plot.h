@@ -4,6 +4,7 @@
 //   roofline.png  the device roofline (min(peak, I x bandwidth)) with every op of a decode step
 //                 and a prefill step placed at (intensity, attained FLOP/s)
 //   splits.png    goodput per GPU against the prefill share of GPUs (and of SMs)
+// Other charts (ridge bench serve --plot) render through render_gnuplot() the same way.
 #pragma once
 
 #include <string>
@@ -20,5 +21,17 @@ std::vector<std::string> write_plots(const PlanResult& plan, const std::vector<S
                                      const std::string& dir);
 // The gnuplot executable ($RIDGE_GNUPLOT or `gnuplot` on PATH), or empty when none is found.
 std::string find_gnuplot();
+
+struct PlotFile {
+  std::string name;  // file name inside the plot folder
+  std::string text;
+};
+// Writes `files` into `dir` (created if missing), then runs gnuplot there on each of `scripts`
+// (names among `files`), in order (none: only writes the files). Throws ridge::Error when gnuplot is missing (the message names
+// the package and the command to run by hand once it is installed) or fails.
+void render_gnuplot(const std::string& dir, const std::vector<PlotFile>& files,
+                    const std::vector<std::string>& scripts);
+// A gnuplot string literal (double quotes, escaped).
+std::string gnuplot_string(const std::string& s);
 
 }  // namespace ridge::perf

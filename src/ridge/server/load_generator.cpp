@@ -8,6 +8,8 @@
 #include <optional>
 #include <random>
 
+#include <sys/resource.h>
+
 #include <boost/asio.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -351,6 +353,12 @@ LoadReport run_load(const LoadConfig& c) {
   if (c.request_rate <= 0 && c.concurrency <= 0) fail("give a concurrency or a request rate");
   if (c.token_high <= c.token_low) fail("empty token range [{}, {})", c.token_low, c.token_high);
 
+  // Every request in flight holds a socket: thousands at once pass the usual soft limit of 1024
+  // open files, so take the hard limit.
+  if (rlimit r{}; getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
   Runner run(c);
   boost::system::error_code ec;
   const auto addr = net::ip::make_address(c.host, ec);
@@ -439,12 +447,15 @@ ojson LoadReport::to_json() const {
   j["endpoint"] = fmt::format("http://{}:{}/v1/{}", c.host, c.port,
                               c.endpoint == "chat" ? "chat/completions" : "completions");
   ojson w;
+  w["mode"] = c.request_rate > 0 ? "poisson" : c.concurrency >= c.num_requests ? "offline" : "closed-loop";
   w["num_requests"] = c.num_requests;
   w["concurrency"] = c.concurrency;
   w["request_rate"] = c.request_rate;
   w["length_dist"] = c.length_dist;
   w["input_len"] = c.input_len;
   w["output_len"] = c.output_len;
+  if (c.length_dist == "uniform") w["range_ratio"] = c.range_ratio;
+  if (c.length_dist == "lognormal") w["lognormal_sigma"] = c.lognormal_sigma;
   w["prompt_kind"] = c.prompt_kind;
   if (c.prompt_kind == "shared-prefix") {
     w["prefix_len"] = c.prefix_len;
@@ -478,7 +489,8 @@ std::string LoadReport::table() const {
                    c.num_requests,
                    c.request_rate > 0 ? fmt::format("Poisson {:.2f} req/s{}", c.request_rate,
                                                     c.concurrency > 0 ? fmt::format(", at most {} at once", c.concurrency) : "")
-                                      : fmt::format("concurrency {}", c.concurrency));
+                   : c.concurrency >= c.num_requests ? std::string("all at once (offline)")
+                                                     : fmt::format("concurrency {}", c.concurrency));
   t += fmt::format("lengths       input {} / output {} ({}), prompts {}\n", c.input_len,
                    c.output_len, c.length_dist, c.prompt_kind);
   t += fmt::format("completed     {} ok, {} failed in {:.2f} s\n", completed, failed, duration_s);
