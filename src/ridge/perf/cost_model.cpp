@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "ridge/core/error.h"
 
@@ -79,6 +82,7 @@ StepAggregate StepAggregate::of(const StepShape& s) {
                 q.new_tokens, q.context);
     a.tokens += q.new_tokens;
     a.logits_rows += q.logits ? 1 : 0;
+    a.max_kv_tokens = std::max(a.max_kv_tokens, q.context + q.new_tokens);
     if (q.new_tokens == 1) {
       a.decode_seqs += 1;
       a.decode_kv_tokens += q.context + 1;
@@ -89,6 +93,7 @@ StepAggregate StepAggregate::of(const StepShape& s) {
       a.prefill_pairs += n * c + n * (n + 1) / 2;
       a.prefill_kv_tokens += q.context + q.new_tokens;
       a.prefill_q_tiles += (q.new_tokens + 127) / 128;
+      a.prefill_q_tiles64 += (q.new_tokens + 63) / 64;
     }
   }
   return a;
@@ -130,56 +135,157 @@ struct Builder {
   const CostOptions& opt;
   double peak;
   StepCost& out;
+  int64_t cfg_layers = 0;  // L: ops run `L` times per step are per-layer ops
 
-  void add(OpCost o, double wave_eff = 1.0) {
+  // (e_math, e_mem) of an op class: the hardware's efficiency factors in the achievable model.
+  std::pair<double, double> efficiency(OpKind kind) const {
+    if (!opt.achievable) return {1.0, 1.0};
+    const auto& e = hw.efficiency;
+    switch (kind) {
+      case OpKind::gemm: return {e.gemm_math, e.gemm_memory};
+      case OpKind::attention: return {e.attention_math, e.attention_memory};
+      default: return {1.0, e.elementwise};
+    }
+  }
+
+  // Fills the derived fields of o from its flops and bytes; `tm_eff` is T_math after wave
+  // quantization and efficiency when the caller summed parts itself (< 0: derive it here).
+  void add(OpCost o, double wave_eff = 1.0, double tm_eff = -1, double tb_eff = -1) {
     o.format = opt.precision.math;
     o.intensity = o.bytes > 0 ? o.flops / o.bytes : std::numeric_limits<double>::infinity();
     o.t_math = o.flops / peak;
     o.t_mem = o.bytes / hw.memory_bw;
     o.wave_efficiency = wave_eff;
+    std::tie(o.e_math, o.e_mem) = efficiency(o.kind);
     o.t_overhead = opt.include_overhead ? double(o.kernels) * hw.kernel_overhead_s : 0.0;
-    const double tm = o.t_math / wave_eff;
-    o.bound = tm > o.t_mem ? Bound::compute : Bound::memory;
-    o.time = std::max(tm, o.t_mem) + o.t_overhead;
+    const double tm = tm_eff >= 0 ? tm_eff : o.t_math / (wave_eff * o.e_math);
+    const double tb = tb_eff >= 0 ? tb_eff : o.t_mem / o.e_mem;
+    o.bound = tm > tb ? Bound::compute : Bound::memory;
+    o.time = (tm_eff >= 0 ? tm_eff + tb_eff : std::max(tm, tb)) + o.t_overhead;
     out.ops.push_back(std::move(o));
   }
 
-  // A GEMM [M x K] x [K x N] run `count` times per step (layers); weights N x K.
-  void gemm(const char* name, int64_t count, int64_t m, int64_t n, int64_t k, double out_bytes_per_elem) {
-    if (m <= 0) return;
-    const auto& p = opt.precision;
-    OpCost o;
-    o.name = name;
-    o.kind = OpKind::gemm;
-    o.kernels = count;
-    o.m = m, o.n = n, o.k = k;
-    o.flops = double(count) * 2.0 * double(m) * double(n) * double(k);
-    o.bytes = double(count) * (double(n) * double(k) * p.weight_bytes + double(m) * double(k) * p.act_bytes +
-                               double(m) * double(n) * out_bytes_per_elem);
+  // Wave efficiency (and split-K) of one GEMM launch of M x N in tiles.
+  double gemm_waves(int64_t m, int64_t n, int64_t k, int64_t* split_out) const {
     const int64_t tm = m <= 64 ? 64 : opt.gemm_tile_m;
     int64_t tiles = ((m + tm - 1) / tm) * ((n + opt.gemm_tile_n - 1) / opt.gemm_tile_n);
     // Too few output tiles to fill the machine (small-M decode GEMMs): kernels split K (split-K
     // or stream-K), partial sums reduced in L2, so the grid grows to about one wave.
     const int64_t slots = int64_t(hw.sms.value_or(0)) * std::max(1, opt.blocks_per_sm);
+    int64_t split = 1;
     if (slots > 0 && tiles < slots) {
-      const int64_t split = std::min<int64_t>(slots / tiles, std::max<int64_t>(1, k / 256));
-      o.split_k = split;
+      split = std::min<int64_t>(slots / tiles, std::max<int64_t>(1, k / 256));
       tiles *= split;
     }
-    add(std::move(o), wave_efficiency(tiles, hw.sms.value_or(0), opt.blocks_per_sm));
+    if (split_out) *split_out = split;
+    return wave_efficiency(tiles, hw.sms.value_or(0), opt.blocks_per_sm);
+  }
+
+  // A GEMM [M x K] x [K x N] run `count` times per step (layers) as `parts` launches of
+  // N = sum(parts) columns in all (q|k|v as one launch {q+2kv}, or three {q, kv, kv}).
+  void gemm(const char* name, int64_t count, int64_t m, std::initializer_list<int64_t> parts,
+            int64_t k, double out_bytes_per_elem) {
+    if (m <= 0) return;
+    const auto& p = opt.precision;
+    OpCost o;
+    o.name = name;
+    o.kind = OpKind::gemm;
+    o.kernels = count * int64_t(parts.size());
+    o.per_layer = count == cfg_layers;
+    o.m = m, o.k = k;
+    const auto [em, eb] = efficiency(OpKind::gemm);
+    double tm_sum = 0, tb_sum = 0, t_sum = 0, tm_raw = 0;
+    for (const int64_t n : parts) {
+      o.n += n;
+      const double fl = double(count) * 2.0 * double(m) * double(n) * double(k);
+      const double by = double(count) * (double(n) * double(k) * p.weight_bytes +
+                                         double(m) * double(k) * p.act_bytes +
+                                         double(m) * double(n) * out_bytes_per_elem);
+      o.flops += fl;
+      o.bytes += by;
+      int64_t split = 1;
+      const double w = gemm_waves(m, n, k, &split);
+      o.split_k = std::max(o.split_k, split);
+      const double tm = fl / peak / (w * em), tb = by / hw.memory_bw / eb;
+      tm_raw += fl / peak;
+      tm_sum += tm, tb_sum += tb;
+      t_sum += std::max(tm, tb);
+    }
+    if (parts.size() == 1) {
+      const double w = gemm_waves(m, o.n, k, nullptr);
+      add(std::move(o), w);
+      return;
+    }
+    // Several launches: each is bound by its own max; report the sum, split between the
+    // compute and memory terms in proportion for the bound.
+    const double wave = tm_raw > 0 ? tm_raw / (tm_sum * em) : 1.0;
+    const double share = tm_sum + tb_sum > 0 ? tm_sum / (tm_sum + tb_sum) : 0;
+    add(std::move(o), wave, t_sum * share, t_sum * (1 - share));
   }
 };
 
+// Whether ridge's paged attention splits the KV of this step's launch (plan_paged_attention:
+// blocks = row tiles of 64 x KV heads against split_blocks_per_sm x SMs, and more than one
+// 64-position KV tile in some sequence).
+bool attention_splits(const model::ModelConfig& cfg, const Hardware& hw, const StepAggregate& s,
+                      const KernelPlan& plan) {
+  if (!hw.sms || s.max_kv_tokens <= 64) return false;
+  const int64_t group = std::max<int64_t>(1, cfg.n_heads / std::max<int64_t>(1, cfg.n_kv_heads));
+  const int64_t blocks = (s.prefill_q_tiles64 * group + s.decode_seqs) * cfg.n_kv_heads;
+  return blocks < int64_t(plan.split_blocks_per_sm) * *hw.sms;
+}
+
 }  // namespace
+
+std::string_view launch_name(Launch l) { return l == Launch::eager ? "eager" : "graph"; }
+
+Launch launch_named(std::string_view name) {
+  if (name == "graph") return Launch::graph;
+  if (name == "eager") return Launch::eager;
+  fail("unknown launch mode '{}' (known: graph, eager)", name);
+}
+
+KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging) {
+  KernelPlan k;
+  k.qkv_matmuls = fused_projections ? 1 : 3;
+  k.gate_up_matmuls = fused_projections ? 1 : 2;
+  k.unified_attention = true;
+  k.attention_combine = true;
+  k.gather_logits_rows = true;
+  k.sampling_on_device = false;
+  k.metadata_uploads = pinned_staging ? 1 : 7;
+  k.logits_to_host = true;
+  k.pinned_host = pinned_staging;
+  return k;
+}
+
+CostOptions CostOptions::ridge(Launch launch, bool fused_projections, bool pinned_staging) {
+  CostOptions o;
+  o.launch = launch;
+  o.kernels = KernelPlan::ridge(fused_projections, pinned_staging);
+  o.achievable = true;
+  return o;
+}
+
+double eager_finish(const std::vector<double>& d, const std::vector<double>& h) {
+  RIDGE_CHECK(d.size() == h.size(), "eager_finish: {} durations, {} launch costs", d.size(), h.size());
+  double issued = 0, finish = 0;
+  for (size_t i = 0; i < d.size(); ++i) {
+    issued += h[i];
+    finish = std::max(finish, issued) + d[i];
+  }
+  return finish;
+}
 
 StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const StepAggregate& s,
                       const CostOptions& opt) {
   RIDGE_CHECK(s.tokens >= 1, "step shape: a step needs at least one new token (got {})", s.tokens);
   StepCost c;
-  c.ops.reserve(16);
+  c.ops.reserve(17);
   const auto& p = opt.precision;
+  const KernelPlan& kp = opt.kernels;
   const double peak = hw.peak(p.math);
-  Builder b{hw, opt, peak, c};
+  Builder b{hw, opt, peak, c, cfg.n_layers};
   const int64_t L = cfg.n_layers, T = s.tokens, R = s.logits_rows;
   const double h = double(cfg.hidden), q = double(cfg.q_dim()), kv = double(cfg.kv_dim());
   const double f = double(cfg.ffn), V = double(cfg.vocab), Td = double(T), Ld = double(L);
@@ -190,18 +296,25 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     o.bytes = Td * h * (p.weight_bytes + ab);
     b.add(o);
   }
-  auto norm = [&](const char* name, int64_t count) {
+  auto norm = [&](const char* name, int64_t count, double rows) {
     // Fused residual add + RMSNorm: read x and the residual, write the sum and the normed x.
     OpCost o = make_op(name, OpKind::norm, count);
-    o.flops = double(count) * 5.0 * Td * h;
-    o.bytes = double(count) * (4.0 * Td * h * ab + 2.0 * h);
-    if (opt.fuse_elementwise) o.bytes = double(count) * 2.0 * Td * h * ab, o.kernels = 0;  // residual stream only
+    o.per_layer = count == L;
+    o.flops = double(count) * 5.0 * rows * h;
+    o.bytes = double(count) * (4.0 * rows * h * ab + 2.0 * h);
+    if (opt.fuse_elementwise) o.bytes = double(count) * 2.0 * rows * h * ab, o.kernels = 0;  // residual stream only
     b.add(o);
   };
-  norm("attn_norm", L);
-  b.gemm("qkv_proj", L, T, cfg.q_dim() + 2 * cfg.kv_dim(), cfg.hidden, ab);
+  norm("attn_norm", L, Td);
+  const int64_t qkv_n = cfg.q_dim() + 2 * cfg.kv_dim();
+  if (kp.qkv_matmuls == 3) {
+    b.gemm("qkv_proj", L, T, {cfg.q_dim(), cfg.kv_dim(), cfg.kv_dim()}, cfg.hidden, ab);
+  } else {
+    b.gemm("qkv_proj", L, T, {qkv_n}, cfg.hidden, ab);
+  }
   {
     OpCost o = make_op("rope", OpKind::rope, L);
+    o.per_layer = true;
     o.flops = Ld * 3.0 * Td * (q + kv);
     o.bytes = Ld * 2.0 * Td * (q + kv) * ab;
     if (opt.fuse_elementwise) o.bytes = 0, o.kernels = 0;
@@ -209,43 +322,67 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   }
   {
     OpCost o = make_op("kv_write", OpKind::kv_write, L);
+    o.per_layer = true;
     o.bytes = Ld * Td * 2.0 * kv * (ab + kvb);
     if (opt.fuse_elementwise) o.bytes = Ld * Td * 2.0 * kv * kvb, o.kernels = 0;
     b.add(o);
   }
   const double per_pair = 4.0 * double(cfg.n_heads) * double(cfg.head_dim);  // QK^T and PV
+  // Kernels of one attention launch per layer: the kernel, and its combine when the KV splits.
+  const int64_t attn_kernels =
+      L * (1 + (kp.attention_combine && attention_splits(cfg, hw, s, kp) ? 1 : 0));
   if (s.prefill_seqs > 0) {
-    OpCost o = make_op("attn_prefill", OpKind::attention, L);
+    OpCost o = make_op("attn_prefill", OpKind::attention, attn_kernels);
+    o.per_layer = true;
     o.flops = Ld * per_pair * s.prefill_pairs;
     o.bytes = Ld * (2.0 * double(s.prefill_tokens) * q * ab + double(s.prefill_kv_tokens) * 2.0 * kv * kvb);
     const int64_t tiles = s.prefill_q_tiles * cfg.n_heads;
     b.add(o, wave_efficiency(tiles, hw.sms.value_or(0), 1));
   }
   if (s.decode_seqs > 0) {
-    // Split-KV (flash-decoding) keeps the SMs busy: no wave loss modelled.
-    OpCost o = make_op("attn_decode", OpKind::attention, L);
+    // Split-KV (flash-decoding) keeps the SMs busy: no wave loss modelled. With one kernel for a
+    // mixed step (unified_attention) the decode rows ride in the prefill launch.
+    const bool shared = kp.unified_attention && s.prefill_seqs > 0;
+    OpCost o = make_op("attn_decode", OpKind::attention, shared ? 0 : attn_kernels);
+    o.per_layer = true;
     o.flops = Ld * per_pair * double(s.decode_kv_tokens);
     o.bytes = Ld * (2.0 * double(s.decode_seqs) * q * ab + double(s.decode_kv_tokens) * 2.0 * kv * kvb);
     b.add(o);
   }
-  b.gemm("o_proj", L, T, cfg.hidden, cfg.q_dim(), ab);
-  norm("mlp_norm", L);
-  b.gemm("gate_up_proj", L, T, 2 * cfg.ffn, cfg.hidden, ab);
+  b.gemm("o_proj", L, T, {cfg.hidden}, cfg.q_dim(), ab);
+  norm("mlp_norm", L, Td);
+  if (kp.gate_up_matmuls == 2) {
+    b.gemm("gate_up_proj", L, T, {cfg.ffn, cfg.ffn}, cfg.hidden, ab);
+  } else {
+    b.gemm("gate_up_proj", L, T, {2 * cfg.ffn}, cfg.hidden, ab);
+  }
   {
     OpCost o = make_op("silu_mul", OpKind::elementwise, L);
+    o.per_layer = true;
     o.flops = Ld * 5.0 * Td * f;
     o.bytes = Ld * 3.0 * Td * f * ab;
     if (opt.fuse_elementwise) o.bytes = 0, o.kernels = 0;
     b.add(o);
   }
-  b.gemm("down_proj", L, T, cfg.hidden, cfg.ffn, ab);
-  norm("final_norm", 1);
-  if (R > 0) {
-    b.gemm("lm_head", 1, R, cfg.vocab, cfg.hidden, 4.0);  // fp32 logits
-    OpCost o = make_op("sampling", OpKind::sampling, 1);
-    o.flops = 5.0 * double(R) * V;
-    o.bytes = double(R) * V * 4.0;
+  b.gemm("down_proj", L, T, {cfg.hidden}, cfg.ffn, ab);
+  if (kp.gather_logits_rows && R > 0) {
+    // The logits rows of the residual stream and of the last projection, gathered before the
+    // final norm (which then runs on R rows, not T).
+    OpCost o = make_op("gather_rows", OpKind::elementwise, 2);
+    o.bytes = 2.0 * 2.0 * double(R) * h * ab;
     b.add(o);
+    norm("final_norm", 1, double(R));
+  } else {
+    norm("final_norm", 1, Td);
+  }
+  if (R > 0) {
+    b.gemm("lm_head", 1, R, {cfg.vocab}, cfg.hidden, 4.0);  // fp32 logits
+    if (kp.sampling_on_device) {
+      OpCost o = make_op("sampling", OpKind::sampling, 1);
+      o.flops = 5.0 * double(R) * V;
+      o.bytes = double(R) * V * 4.0;
+      b.add(o);
+    }
   }
 
   c.peak_flops = peak;
@@ -253,6 +390,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   c.critical_intensity = peak / hw.memory_bw;
   c.tokens = T;
   c.logits_rows = R;
+  c.launch = opt.launch;
   double busy = 0;
   for (const auto& o : c.ops) {
     c.flops += o.flops;
@@ -260,11 +398,48 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     c.t_math += o.t_math;
     c.t_mem += o.t_mem;
     c.t_overhead += o.t_overhead;
-    c.time += o.time;
+    c.t_gpu += o.time;
+    c.kernels += o.kernels;
     busy += std::max(o.t_math, o.t_mem);  // time the busier unit is saturated
   }
+  if (opt.include_overhead) {
+    if (opt.launch == Launch::graph) {
+      c.t_launch_stall = hw.launch_overhead_s;  // the graph's own launch
+    } else {
+      // The kernels in issue order: ops before the layers, L times the per-layer ops, the rest.
+      // An op fused away (no kernels of its own) still takes its GPU time, at no launch cost.
+      std::vector<double> d, hl;
+      d.reserve(size_t(c.kernels + int64_t(c.ops.size()) * L)), hl.reserve(d.capacity());
+      auto push = [&](const OpCost& o, int64_t share) {  // share: layers the op's kernels span
+        const int64_t n = o.kernels / share;
+        if (n == 0) {
+          if (o.time > 0) d.push_back(o.time / double(share)), hl.push_back(0.0);
+          return;
+        }
+        const double each = o.time / double(o.kernels);
+        const double launch = o.kind == OpKind::gemm ? hw.gemm_launch_s() : hw.launch_overhead_s;
+        for (int64_t i = 0; i < n; ++i) d.push_back(each), hl.push_back(launch);
+      };
+      size_t first = 0;
+      while (first < c.ops.size() && !c.ops[first].per_layer) push(c.ops[first++], 1);
+      size_t last = first;
+      while (last < c.ops.size() && c.ops[last].per_layer) ++last;
+      for (int64_t layer = 0; layer < L; ++layer)
+        for (size_t i = first; i < last; ++i) push(c.ops[i], L);
+      for (size_t i = last; i < c.ops.size(); ++i) push(c.ops[i], 1);
+      c.t_launch_stall = std::max(0.0, eager_finish(d, hl) - c.t_gpu);
+    }
+    // Uploads from pinned memory are queued like a launch; from pageable memory each one is
+    // staged by the host first (host_copy_latency, measured as such a copy plus a sync).
+    c.t_host = double(kp.metadata_uploads) *
+               (kp.pinned_host ? hw.launch_overhead_s : hw.host_copy_latency_s);
+    if (kp.logits_to_host && R > 0)
+      c.t_host += hw.host_copy_latency_s +
+                  double(R) * V * 4.0 / (kp.pinned_host ? hw.pinned_copy_bw : hw.host_copy_bw);
+  }
+  c.time = c.t_gpu + c.t_launch_stall + c.t_host;
   c.lower_bound = std::max(c.t_math, c.t_mem);
-  c.upper_bound = c.t_math + c.t_mem + c.t_overhead;
+  c.upper_bound = c.t_math + c.t_mem + c.t_overhead + c.t_launch_stall + c.t_host;
   c.flop_utilization = c.flops / (c.time * peak);
   c.bw_utilization = c.bytes / (c.time * hw.memory_bw);
   if (hw.tdp_w) {
@@ -279,6 +454,14 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     c.power_w = c.energy_j = std::numeric_limits<double>::quiet_NaN();
   }
   return c;
+}
+
+OpCost predict_gemm(const Hardware& hw, int64_t m, int64_t n, int64_t k, const CostOptions& opt) {
+  RIDGE_CHECK(m >= 1 && n >= 1 && k >= 1, "predict_gemm: M={} N={} K={} must be >= 1", m, n, k);
+  StepCost c;
+  Builder b{hw, opt, hw.peak(opt.precision.math), c};
+  b.gemm("gemm", 1, m, {n}, k, opt.precision.act_bytes);
+  return c.ops.front();
 }
 
 StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const StepShape& s,

@@ -2,7 +2,14 @@
 //
 //   T_math = FLOPs / (peak FLOP/s of the op's number format)
 //   T_mem  = minimal HBM bytes / memory bandwidth
-//   time   = max(T_math / wave_efficiency, T_mem) + kernels x kernel_overhead
+//   time   = max(T_math / (wave_efficiency x e_math), T_mem / e_mem) + kernels x kernel_overhead
+//
+// e_math, e_mem: the fraction of the roofline a real kernel of the op's class reaches
+// (Hardware::efficiency; 1 unless CostOptions::achievable). The step adds the launch cost of its
+// execution (CostOptions::launch: a CUDA graph's one launch, or eager launches issued by the host
+// at launch_overhead each, which stall the GPU whenever kernels are shorter) and the host copies
+// of its plan (KernelPlan). docs/PERF.md, "Execution", has the terms and where each figure comes
+// from.
 //
 // Wave quantization: a grid of `tiles` blocks on S SMs with B resident blocks each runs in
 // ceil(tiles / (S*B)) waves; the last one is partial: wave_efficiency = tiles / (waves * S * B).
@@ -47,10 +54,46 @@ enum class Bound { compute, memory };
 std::string_view op_kind_name(OpKind k);
 std::string_view bound_name(Bound b);
 
+// How a step's kernels reach the GPU.
+//   graph: one captured CUDA graph, launched once (launch_overhead), whose nodes run back to back
+//          (kernel_overhead each).
+//   eager: one host launch per kernel (launch_overhead; gemm_launch_overhead for a cuBLASLt call);
+//          the GPU runs kernel i at max(its own finish of i-1, the host's issue of i), so short
+//          kernels leave it waiting for the host (the step's launch stall).
+enum class Launch { graph, eager };
+std::string_view launch_name(Launch l);
+Launch launch_named(std::string_view name);  // "graph" | "eager"; throws otherwise
+
+// The kernels an engine launches for one step and the host copies around them. The default is
+// the minimal engine the roofline assumes (fused q|k|v and gate|up, sampling on the GPU, no host
+// copies); KernelPlan::ridge() is ridge's LlamaModel::forward (src/ridge/model/llama.cpp).
+struct KernelPlan {
+  int qkv_matmuls = 1;              // 3: q, k and v as three matmuls
+  int gate_up_matmuls = 1;          // 2: gate and up as two matmuls
+  bool unified_attention = false;   // one attention kernel for a mixed prefill+decode step
+  // A combine kernel after a split-KV attention launch; the launch splits when its blocks
+  // (query tiles of 64 rows x KV heads) are fewer than split_blocks_per_sm x SMs and some
+  // sequence has more than one 64-position KV tile (kernels/cuda/attention: plan_paged_attention).
+  bool attention_combine = false;
+  int split_blocks_per_sm = 4;
+  bool gather_logits_rows = false;  // two gathers of the logits rows before the final norm
+  bool sampling_on_device = true;   // false: no sampling kernel (the logits go to the host)
+  int metadata_uploads = 0;         // host->device copies of the step plan before its kernels
+  bool logits_to_host = false;      // f32 logits rows copied to the host after the last kernel
+  bool pinned_host = false;         // ... into pinned memory (pinned_copy_bandwidth)
+
+  // ridge as built: fused_projections when the backend stacks q|k|v and gate|up weights (the
+  // CUDA backend's upload_weight_rows); pinned_staging when the step plan goes up in one packed
+  // copy and the logits come down into pinned memory (LlamaModel::forward_logits), else seven
+  // pageable uploads and a pageable download.
+  static KernelPlan ridge(bool fused_projections = true, bool pinned_staging = true);
+};
+
 struct OpCost {
   std::string_view name;  // embedding, attn_norm, qkv_proj, ... (a static string)
   OpKind kind = OpKind::elementwise;
   int64_t kernels = 0; // launches per step (layers x 1 for per-layer ops)
+  bool per_layer = false;  // run once per layer (its kernels are L x the kernels of one layer)
   int64_t m = 0, n = 0, k = 0;  // GEMM shape (per launch) where kind == gemm
   int64_t split_k = 1;          // K split that fills the SMs when output tiles are too few
   double flops = 0;    // per step, all layers
@@ -59,7 +102,8 @@ struct OpCost {
   double t_math = 0, t_mem = 0;  // seconds, per step
   double wave_efficiency = 1;  // (0, 1]
   double t_overhead = 0;       // kernels x kernel overhead
-  double time = 0;             // predicted seconds per step
+  double e_math = 1, e_mem = 1;  // efficiencies applied (CostOptions::achievable)
+  double time = 0;             // predicted seconds per step (GPU time; launch stalls are the step's)
   Bound bound = Bound::memory; // the larger of T_math / wave_efficiency and T_mem
   std::string_view format;     // number format of the math (the Precision it came from)
 };
@@ -89,6 +133,8 @@ struct StepAggregate {
   int64_t prefill_q_tiles = 0;    // sum of ceil(n / 128) query tiles
   int64_t decode_seqs = 0;
   int64_t decode_kv_tokens = 0;   // sum of (c + 1)
+  int64_t prefill_q_tiles64 = 0;  // sum of ceil(n / 64) (ridge's attention row tiles)
+  int64_t max_kv_tokens = 0;      // largest c + n of a sequence
   static StepAggregate of(const StepShape& s);
 };
 
@@ -104,13 +150,27 @@ struct CostOptions {
   // then move only the residual stream and the KV they must store, and launch no kernels of their
   // own. Off by default: ridge runs them as separate kernels today.
   bool fuse_elementwise = false;
+  // Execution: how kernels are launched, which kernels the engine runs, and whether the
+  // hardware's efficiency factors apply (the achievable model) or the bare roofline.
+  Launch launch = Launch::graph;
+  KernelPlan kernels;
+  bool achievable = false;
+
+  // ridge as built on `launch`, with the efficiency factors: what `ridge bench model` compares.
+  static CostOptions ridge(Launch launch, bool fused_projections = true, bool pinned_staging = true);
 };
 
 struct StepCost {
   std::vector<OpCost> ops;
   double flops = 0, bytes = 0;
   double t_math = 0, t_mem = 0, t_overhead = 0;
-  double time = 0;         // sum of op times: the prediction
+  Launch launch = Launch::graph;
+  int64_t kernels = 0;        // kernels launched in the step
+  double t_gpu = 0;           // sum of op times (kernels back to back, overheads included)
+  double t_launch_stall = 0;  // GPU time spent waiting for launches: a graph's one launch, or the
+                              // eager issue of kernels shorter than their launch
+  double t_host = 0;          // host copies: the plan's uploads before, the logits after
+  double time = 0;            // t_gpu + t_launch_stall + t_host: the prediction
   double lower_bound = 0;  // max(sum T_math, sum T_mem): no overlap lost anywhere
   double upper_bound = 0;  // sum of T_math + T_mem + overhead: nothing overlaps
   double peak_flops = 0, memory_bw = 0;
@@ -131,6 +191,16 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
 
 // Wave quantization: tiles over (sms x blocks_per_sm); 1 when the SM count is unknown.
 double wave_efficiency(int64_t tiles, int sms, int blocks_per_sm);
+
+// One GEMM launch Y[m, n] = X[m, k] W[n, k]^T (weights at the precision's bytes, activations and
+// output at act_bytes): the cost `ridge bench kernels --op gemm` sets next to each measured shape
+// (one kernel, its kernel_overhead included: the benchmark times launches inside a CUDA graph).
+OpCost predict_gemm(const Hardware& hw, int64_t m, int64_t n, int64_t k, const CostOptions& opt = {});
+
+// GPU finish time of kernels of GPU durations d[i] issued by one host thread at launch costs
+// h[i] each (kernel i can start once the host has issued kernels 0..i): F_i = max(F_{i-1},
+// h[0] + ... + h[i]) + d[i]. Returns F_n (0 for no kernels).
+double eager_finish(const std::vector<double>& d, const std::vector<double>& h);
 
 // The smallest decode batch at which the step's GEMMs (weights read once per step) turn
 // compute-bound: sum of GEMM FLOPs / sum of GEMM bytes >= critical intensity.

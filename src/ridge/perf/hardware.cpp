@@ -47,6 +47,7 @@ const std::vector<UnitTable>& unit_tables() {
       {"price", {{"USD/h", 1}}},
       {"time", {{"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}}},
       {"count", {{"count", 1}}},
+      {"fraction", {{"fraction", 1}, {"%", 0.01}}},
   };
   return t;
 }
@@ -124,7 +125,10 @@ const std::set<std::string> kEntryKeys = {
     "name",      "aliases", "architecture", "dense_flops", "memory",          "memory_type",
     "memory_bandwidth",     "l2",           "sms",         "max_warps_per_sm", "links",
     "tdp",       "idle_power", "price",     "kernel_overhead", "base",         "measured",
-    "notes"};
+    "notes",     "launch_overhead", "gemm_launch_overhead", "host_copy_latency",
+    "host_copy_bandwidth", "pinned_copy_bandwidth", "efficiency"};
+const std::set<std::string> kEfficiencyKeys = {"gemm_math", "gemm_memory", "attention_math",
+                                               "attention_memory", "elementwise"};
 
 Hardware convert(const std::string& origin, const std::string& id, const nlohmann::json& e) {
   Hardware hw;
@@ -192,6 +196,33 @@ Hardware convert(const std::string& origin, const std::string& id, const nlohman
   hw.price_per_hour = r.number(e, "price", "price", {"price", 0.01, 1000});
   if (auto o = r.number(e, "kernel_overhead", "kernel_overhead", {"time", 0, 1e-3}))
     hw.kernel_overhead_s = *o;
+  if (auto o = r.number(e, "launch_overhead", "launch_overhead", {"time", 0, 1e-3}))
+    hw.launch_overhead_s = *o;
+  hw.gemm_launch_overhead_s = r.number(e, "gemm_launch_overhead", "gemm_launch_overhead", {"time", 0, 1e-3});
+  if (auto o = r.number(e, "host_copy_latency", "host_copy_latency", {"time", 0, 1e-2}))
+    hw.host_copy_latency_s = *o;
+  if (auto o = r.number(e, "host_copy_bandwidth", "host_copy_bandwidth", {"bandwidth", 1e8, 1e13}))
+    hw.host_copy_bw = *o;
+  if (auto o = r.number(e, "pinned_copy_bandwidth", "pinned_copy_bandwidth", {"bandwidth", 1e8, 1e13}))
+    hw.pinned_copy_bw = *o;
+  if (e.contains("efficiency")) {
+    const auto& ef = e["efficiency"];
+    if (!ef.is_object()) r.bad("efficiency", "must be an object of op classes");
+    for (auto it = ef.begin(); it != ef.end(); ++it) {
+      const std::string path = "efficiency." + it.key();
+      if (!kEfficiencyKeys.count(it.key()))
+        r.bad(path, "unknown op class (known: attention_math, attention_memory, elementwise, "
+                    "gemm_math, gemm_memory)");
+      // Above 1 is allowed a little: a read-mostly kernel can beat a copy-based ceiling.
+      const double v = *r.number(ef, it.key(), path, {"fraction", 0.01, 1.5});
+      auto& E = hw.efficiency;
+      if (it.key() == "gemm_math") E.gemm_math = v;
+      if (it.key() == "gemm_memory") E.gemm_memory = v;
+      if (it.key() == "attention_math") E.attention_math = v;
+      if (it.key() == "attention_memory") E.attention_memory = v;
+      if (it.key() == "elementwise") E.elementwise = v;
+    }
+  }
   return hw;
 }
 
@@ -384,7 +415,8 @@ Hardware HardwareDb::resolve(const std::string& spec) const {
 
 nlohmann::json make_profile(const std::string& id, const std::string& base, const std::string& name,
                             const std::vector<Measurement>& measurements) {
-  nlohmann::json e = {{"base", base}, {"name", name}, {"measured", true}};
+  nlohmann::json e = {{"name", name}, {"measured", true}};
+  if (!base.empty()) e["base"] = base;
   for (const auto& m : measurements) {
     nlohmann::json v = {{"value", m.value}, {"unit", m.unit}, {"source", m.source}};
     const auto dot = m.field.find('.');
@@ -397,6 +429,25 @@ nlohmann::json make_profile(const std::string& id, const std::string& base, cons
   return {{"schema", std::string(kSchema)},
           {"about", "A measured profile (ridge bench ceilings): merged over its base entry of data/hardware.json"},
           {"accelerators", {{id, e}}}};
+}
+
+std::string match_entry(const HardwareDb& db, std::string_view gpu_name) {
+  // "NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA B200": the model
+  // token (letters + digits after the vendor) names the entry through its id or an alias.
+  const std::string n = lower(gpu_name);
+  std::string best;
+  size_t best_len = 0;
+  for (const auto& id : db.ids()) {
+    std::string stem = id.substr(0, id.find('-'));  // "h100-sxm" -> "h100"
+    auto at = n.find(stem);
+    if (at == std::string::npos) continue;
+    const size_t end = at + stem.size();
+    // a whole token: "h100" must not match inside "gh100x"
+    const bool left = at == 0 || !std::isalnum(static_cast<unsigned char>(n[at - 1]));
+    const bool right = end == n.size() || !std::isalnum(static_cast<unsigned char>(n[end]));
+    if (left && right && stem.size() > best_len) best = id, best_len = stem.size();
+  }
+  return best;
 }
 
 void write_profile(const std::string& path, const nlohmann::json& profile) {

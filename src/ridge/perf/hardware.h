@@ -39,7 +39,30 @@ struct Hardware {
   std::optional<double> tdp_w;
   std::optional<double> idle_w;         // measured idle power (profiles)
   std::optional<double> price_per_hour; // USD
+  // Launch and host costs of a step (docs/PERF.md, "Execution"). kernel_overhead: GPU time per
+  // kernel beyond its roofline when kernels run back to back (a CUDA graph's node: the gap, ramp
+  // and tail); launch_overhead: host time per eager launch (the issue interval of back-to-back
+  // launches of an empty kernel); gemm_launch_overhead: the same for one cuBLASLt matmul call
+  // (launch_overhead when not measured); host_copy_latency: one small host<->device copy issued
+  // and completed; host_copy_bw: device-to-host bandwidth into pageable memory (the logits);
+  // pinned_copy_bw: the same into pinned memory.
   double kernel_overhead_s = 2e-6;
+  double launch_overhead_s = 4e-6;
+  std::optional<double> gemm_launch_overhead_s;
+  double host_copy_latency_s = 10e-6;
+  double host_copy_bw = 10e9;
+  double pinned_copy_bw = 25e9;
+  // Fractions of this entry's roofline that real kernels reach (used when
+  // CostOptions::achievable is set). The database's defaults are measured against a measured
+  // ceiling (a profile from `ridge bench ceilings`); on datasheet figures they flatter.
+  struct Efficiency {
+    double gemm_math = 1;         // compute-bound GEMMs: fraction of the dense peak
+    double gemm_memory = 1;       // memory-bound GEMMs (decode GEMV-like): fraction of memory_bw
+    double attention_math = 1;    // prefill attention: fraction of the dense peak
+    double attention_memory = 1;  // decode attention (KV streaming): fraction of memory_bw
+    double elementwise = 1;       // norms, RoPE, SiLU*mul, KV store, embedding, gathers, sampling
+  } efficiency;
+  double gemm_launch_s() const { return gemm_launch_overhead_s.value_or(launch_overhead_s); }
   std::map<std::string, std::string> sources;  // field path -> source text
   std::vector<std::string> estimates;          // field paths whose figure is an estimate
 
@@ -89,18 +112,24 @@ class HardwareDb {
 
 // What `ridge bench ceilings` measured, written as a profile over a database entry.
 struct Measurement {
-  std::string field;   // "memory_bandwidth", "dense_flops.bf16", "l2", "sms", "idle_power", "tdp"
+  std::string field;   // "memory_bandwidth", "dense_flops.bf16", "l2", "sms", "idle_power", "tdp",
+                       // "kernel_overhead", "launch_overhead", "efficiency.gemm_memory", ...
   double value = 0;
   std::string unit;    // a unit the loader accepts for that field ("TB/s", "TFLOP/s", "W", ...)
   std::string source;  // how it was measured: method, GPU name, driver, date
 };
+// `base` may be empty when the measurements hold every required field (name, dense_flops,
+// memory, memory_bandwidth): the profile then stands alone.
 nlohmann::json make_profile(const std::string& id, const std::string& base, const std::string& name,
                             const std::vector<Measurement>& measurements);
+// The database entry a GPU of this name (as CUDA reports it, e.g. "NVIDIA H200") is an instance
+// of: an id of the database, or "" when none matches.
+std::string match_entry(const HardwareDb& db, std::string_view gpu_name);
 // Writes atomically (temp file + rename); throws naming the path.
 void write_profile(const std::string& path, const nlohmann::json& profile);
 
 // Unit conversion used by the loader (exposed for tests): value in `unit` -> SI for `quantity`
-// ("flops", "bytes", "bandwidth", "power", "price", "time", "count"). Throws naming the unit and
+// ("flops", "bytes", "bandwidth", "power", "price", "time", "count", "fraction"). Throws naming the unit and
 // the units accepted for the quantity.
 double to_si(std::string_view quantity, double value, std::string_view unit);
 

@@ -152,9 +152,12 @@ nlohmann::json to_json(const StepCost& c) {
                    {"m", o.m}, {"n", o.n}, {"k", o.k}, {"split_k", o.split_k},
                    {"flops", o.flops}, {"bytes", o.bytes}, {"intensity", num(o.intensity)},
                    {"t_math_s", o.t_math}, {"t_mem_s", o.t_mem}, {"wave_efficiency", o.wave_efficiency},
-                   {"t_overhead_s", o.t_overhead}, {"time_s", o.time}, {"bound", bound_name(o.bound)}});
+                   {"t_overhead_s", o.t_overhead}, {"e_math", o.e_math}, {"e_mem", o.e_mem},
+                   {"time_s", o.time}, {"bound", bound_name(o.bound)}});
   }
   return {{"time_s", c.time}, {"lower_bound_s", c.lower_bound}, {"upper_bound_s", c.upper_bound},
+          {"launch", launch_name(c.launch)}, {"kernels", c.kernels}, {"t_gpu_s", c.t_gpu},
+          {"t_launch_stall_s", c.t_launch_stall}, {"t_host_s", c.t_host},
           {"flops", c.flops}, {"bytes", c.bytes}, {"critical_intensity", c.critical_intensity},
           {"flop_utilization", c.flop_utilization}, {"bw_utilization", c.bw_utilization},
           {"power_w", num(c.power_w)}, {"energy_j", num(c.energy_j)}, {"energy_at_tdp", c.energy_at_tdp},

@@ -1,0 +1,275 @@
+// The execution terms of the cost model (docs/PERF.md, "Execution"): kernels per step as ridge
+// launches them, eager vs graph launch cost, the achievable-efficiency factors, host copies, and
+// the hardware fields that carry them. Every expected value is worked out by hand in the comment
+// beside it from the model shape, data/hardware.json's figures and the formulas of docs/PERF.md,
+// never from the code's own output.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "ridge/core/error.h"
+#include "ridge/perf/cost_model.h"
+
+namespace ridge::perf {
+namespace {
+
+const HardwareDb& db() {
+  static const HardwareDb d = HardwareDb::load_file(std::string(RIDGE_SOURCE_DIR) + "/data/hardware.json");
+  return d;
+}
+model::ModelConfig llama2_7b() { return model::ModelConfig::named("llama-2-7b"); }
+
+TEST(Execution, EagerQueueFinishTime) {
+  // Kernels of 10, 1, 1, 10 us issued at 4 us each: available at 4, 8, 12, 16 us.
+  //   F0 = max(0, 4) + 10 = 14; F1 = max(14, 8) + 1 = 15; F2 = max(15, 12) + 1 = 16;
+  //   F3 = max(16, 16) + 10 = 26 us: the long first kernel lets the host run ahead.
+  EXPECT_DOUBLE_EQ(eager_finish({10, 1, 1, 10}, {4, 4, 4, 4}), 26);
+  // Five 1 us kernels at 4 us launches: the GPU waits for each; the last is issued at 20 us and
+  // ends at 21 us (a graph would take 5 us of kernels after one launch).
+  EXPECT_DOUBLE_EQ(eager_finish({1, 1, 1, 1, 1}, {4, 4, 4, 4, 4}), 21);
+  // Launches free: the kernels back to back.
+  EXPECT_DOUBLE_EQ(eager_finish({3, 5}, {0, 0}), 8);
+  EXPECT_DOUBLE_EQ(eager_finish({}, {}), 0);
+  EXPECT_THROW(eager_finish({1}, {}), Error);
+}
+
+TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
+  // LlamaModel::forward (src/ridge/model/llama.cpp), Llama-2-7B (32 layers, 32 KV heads).
+  // Per layer with separate projections: norm 1, q k v 3, rope 1, kv_store 1, attention 1 (+1
+  // combine when the KV splits), o 1, norm 1, gate up 2, silu_mul 1, down 1 = 13 (+1).
+  // Outside the layers: embedding 1, gather_rows 2, final add_rmsnorm 1, LM head 1 = 5.
+  // Decode bs1 at context 192: the attention launch has 1 row tile x 32 KV heads = 32 blocks
+  // < 4 x 132 SMs = 528, and 193 KV positions > one 64-position tile: it splits, so the combine
+  // kernel runs: 32 x 14 + 5 = 453 kernels (the ~450 launches of a decode step).
+  const Hardware& h200 = db().get("h200");
+  const auto sep = CostOptions::ridge(Launch::eager, /*fused*/ false, /*pinned*/ false);
+  const StepCost d1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192), sep);
+  EXPECT_EQ(d1.kernels, 453);
+  EXPECT_EQ(d1.op("qkv_proj").kernels, 96);
+  EXPECT_EQ(d1.op("gate_up_proj").kernels, 64);
+  EXPECT_EQ(d1.op("attn_decode").kernels, 64);
+  EXPECT_EQ(d1.op("gather_rows").kernels, 2);
+  EXPECT_THROW(d1.op("sampling"), Error);  // sampled on the host
+  // Fused q|k|v and gate|up: 32 x 11 + 5 = 357.
+  const StepCost f1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
+                                   CostOptions::ridge(Launch::graph, true, true));
+  EXPECT_EQ(f1.kernels, 357);
+  // Decode bs64: 64 x 32 = 2048 blocks >= 528, no split: 32 x 13 + 5 = 421.
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(64, 192), sep).kernels, 421);
+  // Prefill 2048: ceil(2048 / 64) = 32 row tiles x 32 heads = 1024 blocks, no split: 421;
+  // prefill 512: 8 x 32 = 256 blocks < 528, split: 453.
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::prefill(2048), sep).kernels, 421);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::prefill(512), sep).kernels, 453);
+  // The roofline's minimal engine (the default plan): 1 + 32 x 10 + 3 = 324, as before.
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192)).kernels, 324);
+  // A mixed step runs one attention kernel for both kinds of rows (unified_attention).
+  StepShape mixed;
+  mixed.seqs = {{512, 0, true}, {1, 300, true}};
+  const StepCost m = predict_step(llama2_7b(), h200, mixed, sep);
+  EXPECT_EQ(m.op("attn_decode").kernels, 0);
+  EXPECT_GT(m.op("attn_decode").time, 0);  // its work still counts
+}
+
+// A 2-layer model on a device so fast that every kernel's work is negligible next to its 2 us
+// overhead, so that step times are launch costs alone.
+struct Tiny {
+  model::ModelConfig cfg;
+  Hardware hw;
+  Tiny() {
+    cfg = llama2_7b();
+    cfg.n_layers = 2, cfg.hidden = 64, cfg.n_heads = 1, cfg.n_kv_heads = 1, cfg.head_dim = 64;
+    cfg.ffn = 128, cfg.vocab = 256;
+    hw = db().get("h200");
+    hw.memory_bw = 1e14;            // the largest bytes of a step (the 64 KiB LM head) take < 1 ns
+    hw.dense_flops["bf16"] = 1e17;
+    hw.kernel_overhead_s = 2e-6;
+    hw.launch_overhead_s = 10e-6;
+    hw.gemm_launch_overhead_s = 20e-6;
+  }
+};
+
+TEST(Execution, EagerLaunchesStallTheGpuGraphsDoNot) {
+  const Tiny t;
+  // Default plan, 2 layers: embedding 1 + 2 x 10 + final norm, LM head, sampling 3 = 24 kernels,
+  // 9 of them GEMMs (4 per layer + the LM head). Each kernel: 2 us of GPU time.
+  CostOptions graph, eager;
+  eager.launch = Launch::eager;
+  const StepCost g = predict_step(t.cfg, t.hw, StepShape::decode(1, 10), graph);
+  const StepCost e = predict_step(t.cfg, t.hw, StepShape::decode(1, 10), eager);
+  EXPECT_EQ(g.kernels, 24);
+  // Graph: one launch (10 us) then 24 nodes of 2 us = 58 us.
+  EXPECT_NEAR(g.time, 58e-6, 0.01e-6);
+  EXPECT_NEAR(g.t_launch_stall, 10e-6, 1e-12);
+  // Eager: the GPU always waits for the host, so the step ends 2 us after the last issue:
+  //   15 launches x 10 us + 9 GEMM calls x 20 us + 2 us = 332 us.
+  EXPECT_NEAR(e.time, 332e-6, 0.01e-6);
+  EXPECT_NEAR(e.t_launch_stall, 332e-6 - 48e-6, 0.01e-6);
+  EXPECT_NEAR(e.t_gpu, 48e-6, 0.01e-6);
+  // Without a measured cuBLASLt cost GEMMs launch like any kernel: 24 x 10 + 2 = 242 us.
+  Hardware plain = t.hw;
+  plain.gemm_launch_overhead_s.reset();
+  EXPECT_NEAR(predict_step(t.cfg, plain, StepShape::decode(1, 10), eager).time, 242e-6, 0.01e-6);
+}
+
+TEST(Execution, HostCopiesOfTheStep) {
+  // ridge as built without pinned staging: 7 pageable plan uploads at host_copy_latency 10 us,
+  // then the logits down: 10 us + R x V x 4 bytes at host_copy_bandwidth 10 GB/s.
+  // Llama-2-7B decode bs64: 64 x 32000 x 4 = 8,192,000 B -> 819.2 us; t_host = 70 + 10 + 819.2.
+  const Hardware& h200 = db().get("h200");
+  const StepCost p = predict_step(llama2_7b(), h200, StepShape::decode(64, 192),
+                                  CostOptions::ridge(Launch::eager, false, false));
+  EXPECT_NEAR(p.t_host, 899.2e-6, 0.01e-6);
+  // Pinned staging: one packed upload queued like a launch (launch_overhead 4 us), the logits
+  // into pinned memory at 25 GB/s: 8.192e6 / 25e9 = 327.68 us; 4 + 10 + 327.68 = 341.68 us.
+  const StepCost q = predict_step(llama2_7b(), h200, StepShape::decode(64, 192),
+                                  CostOptions::ridge(Launch::graph, true, true));
+  EXPECT_NEAR(q.t_host, 341.68e-6, 0.01e-6);
+  // The roofline charges none.
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(64, 192)).t_host, 0);
+}
+
+TEST(Execution, AchievableEfficiencies) {
+  const Hardware& h200 = db().get("h200");
+  // o_proj of Llama-2-7B at one token (memory-bound): per layer 4096 x 4096 x 2 B of weights +
+  // 4096 x 2 B in + 4096 x 2 B out = 33,570,816 B; x 32 layers = 1,074,266,112 B.
+  //   roofline: / 4.8e12 B/s = 223.806 us, + 32 kernels x 2 us = 287.806 us;
+  //   achievable (gemm_memory 0.9 in data/hardware.json): 223.806 / 0.9 = 248.673 us + 64 us.
+  CostOptions ach;
+  ach.achievable = true;
+  const StepCost r = predict_step(llama2_7b(), h200, StepShape::decode(1, 192));
+  const StepCost a = predict_step(llama2_7b(), h200, StepShape::decode(1, 192), ach);
+  EXPECT_NEAR(r.op("o_proj").time, 287.806e-6, 0.001e-6);
+  EXPECT_NEAR(a.op("o_proj").time, 312.673e-6, 0.001e-6);
+  EXPECT_DOUBLE_EQ(a.op("o_proj").e_mem, 0.9);
+  // Prefill 2048 on an H100, the qkv GEMM (compute-bound): T_math 6.670 ms / wave efficiency
+  // 1536/1584 (see CostModel.WaveQuantization) / gemm_math 0.97 + 64 us.
+  const StepCost q = predict_step(llama2_7b(), db().get("h100"), StepShape::prefill(2048), ach);
+  EXPECT_NEAR(q.op("qkv_proj").time, 6.5970e12 / 989e12 / (1536.0 / 1584.0) / 0.97 + 64e-6, 2e-6);
+  // Decode attention (memory-bound, attention_memory 0.7): Llama-2-7B bs1 at context 192 reads
+  // 193 tokens x 32 layers x 2 x 4096 x 2 B = 101,187,584 B of KV + q and out 32 x 2 x 4096 x 2 B
+  // = 524,288 B: 101,711,872 B / 4.8e12 = 21.190 us / 0.7 = 30.271 us + 32 x 2 us.
+  EXPECT_NEAR(a.op("attn_decode").time, 101711872.0 / 4.8e12 / 0.7 + 64e-6, 0.001e-6);
+  // Elementwise (0.6): silu_mul at one token: 32 x 3 x 11008 x 2 B = 2,113,536 B -> 0.4403 us
+  // / 0.6 = 0.7338 us + 64 us.
+  EXPECT_NEAR(a.op("silu_mul").time, 2113536.0 / 4.8e12 / 0.6 + 64e-6, 0.001e-6);
+}
+
+TEST(Execution, SplitLaunchesAddUp) {
+  // q, k, v as three launches at one token on an H200 (all memory-bound): the bytes of the three
+  // (3 x 4096 x 4096 x 2 + 3 x 4096 x 2 in + 3 x 4096 x 2 out per layer) equal those of the fused
+  // launch but for the input, read three times: per layer 100,663,296 + 24,576 + 24,576 B vs
+  // 100,663,296 + 8,192 + 24,576. Times: bytes / 4.8e12 + kernels x 2 us.
+  const Hardware& h200 = db().get("h200");
+  CostOptions sep, fused;
+  sep.kernels.qkv_matmuls = 3;
+  const OpCost s = predict_step(llama2_7b(), h200, StepShape::decode(1, 0), sep).op("qkv_proj");
+  const OpCost f = predict_step(llama2_7b(), h200, StepShape::decode(1, 0), fused).op("qkv_proj");
+  EXPECT_NEAR(s.bytes, 32.0 * (100663296 + 24576 + 24576), 1);
+  EXPECT_NEAR(f.bytes, 32.0 * (100663296 + 8192 + 24576), 1);
+  EXPECT_EQ(s.kernels, 96);
+  EXPECT_NEAR(s.time, 32.0 * (100663296 + 24576 + 24576) / 4.8e12 + 96 * 2e-6, 1e-9);
+  EXPECT_EQ(s.n, 12288);
+}
+
+TEST(Execution, OneGemmForTheKernelBenchmark) {
+  // M=1, N=K=4096 on an H200: 4096 x 4096 x 2 + 4096 x 2 + 4096 x 2 = 33,570,816 B / 4.8e12 =
+  // 6.99392 us + 2 us of kernel overhead; achievable: 6.99392 / 0.9 + 2 = 9.77102 us.
+  const Hardware& h200 = db().get("h200");
+  EXPECT_NEAR(predict_gemm(h200, 1, 4096, 4096).time, 8.99392e-6, 1e-11);
+  CostOptions ach;
+  ach.achievable = true;
+  EXPECT_NEAR(predict_gemm(h200, 1, 4096, 4096, ach).time, 9.77102e-6, 1e-11);
+  // M=N=K=8192 (compute-bound): 2 x 8192^3 = 1.0995e12 FLOP / 989e12 = 1.11173 ms; tiles
+  // 64 x 64 = 4096 on 132 SMs = 31.03 -> 32 waves: 4096 / 4224 = 0.96970.
+  const OpCost big = predict_gemm(h200, 8192, 8192, 8192);
+  EXPECT_EQ(big.bound, Bound::compute);
+  EXPECT_NEAR(big.wave_efficiency, 4096.0 / 4224.0, 1e-12);
+  EXPECT_NEAR(big.time, 2.0 * 8192.0 * 8192 * 8192 / 989e12 / (4096.0 / 4224.0) + 2e-6, 1e-9);
+  EXPECT_THROW(predict_gemm(h200, 0, 1, 1), Error);
+}
+
+TEST(Execution, HardwareCarriesLaunchHostAndEfficiencyFields) {
+  // data/hardware.json defaults: kernel_overhead 2 us, launch_overhead 4 us, host_copy_latency
+  // 10 us, host_copy_bandwidth 10 GB/s, pinned 25 GB/s; efficiencies 0.97 0.9 0.4 0.7 0.6.
+  const Hardware& h = db().get("h200");
+  EXPECT_DOUBLE_EQ(h.kernel_overhead_s, 2e-6);
+  EXPECT_DOUBLE_EQ(h.launch_overhead_s, 4e-6);
+  EXPECT_FALSE(h.gemm_launch_overhead_s.has_value());
+  EXPECT_DOUBLE_EQ(h.gemm_launch_s(), 4e-6);
+  EXPECT_DOUBLE_EQ(h.host_copy_latency_s, 10e-6);
+  EXPECT_DOUBLE_EQ(h.host_copy_bw, 10e9);
+  EXPECT_DOUBLE_EQ(h.pinned_copy_bw, 25e9);
+  EXPECT_DOUBLE_EQ(h.efficiency.gemm_math, 0.97);
+  EXPECT_DOUBLE_EQ(h.efficiency.gemm_memory, 0.9);
+  EXPECT_DOUBLE_EQ(h.efficiency.attention_math, 0.4);
+  EXPECT_DOUBLE_EQ(h.efficiency.attention_memory, 0.7);
+  EXPECT_DOUBLE_EQ(h.efficiency.elementwise, 0.6);
+  EXPECT_DOUBLE_EQ(to_si("fraction", 85, "%"), 0.85);
+
+  // What `ridge bench ceilings --out` writes (the same fields and units), merged over h200.
+  auto prof = make_profile("h200-measured", "h200", "NVIDIA H200 (measured by ridge bench ceilings)",
+                           {{"memory_bandwidth", 4.31, "TB/s", "test"},
+                            {"dense_flops.bf16", 801.5, "TFLOP/s", "test"},
+                            {"memory", 140.4, "GiB", "test"},
+                            {"l2", 60, "MiB", "test"},
+                            {"sms", 132, "count", "test"},
+                            {"kernel_overhead", 1.25, "us", "test"},
+                            {"launch_overhead", 2.5, "us", "test"},
+                            {"gemm_launch_overhead", 6.0, "us", "test"},
+                            {"host_copy_latency", 12, "us", "test"},
+                            {"host_copy_bandwidth", 9.5, "GB/s", "test"},
+                            {"pinned_copy_bandwidth", 48, "GB/s", "test"},
+                            {"efficiency.attention_memory", 55, "%", "test"}});
+  prof["measurements"] = {{"read_bw_bytes_s", 4.31e12}};  // raw figures beside the entry
+  const auto path = (std::filesystem::temp_directory_path() / "ridge-perf-ceilings-test.json").string();
+  write_profile(path, prof);
+  const Hardware m = db().resolve(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(m.id, "h200-measured");
+  EXPECT_DOUBLE_EQ(m.memory_bw, 4.31e12);
+  EXPECT_DOUBLE_EQ(m.peak("bf16"), 801.5e12);
+  EXPECT_DOUBLE_EQ(m.peak("fp8"), 1979e12);  // inherited
+  EXPECT_DOUBLE_EQ(m.memory_bytes, 140.4 * 1073741824.0);
+  EXPECT_DOUBLE_EQ(*m.l2_bytes, 60.0 * 1048576);
+  EXPECT_DOUBLE_EQ(m.kernel_overhead_s, 1.25e-6);
+  EXPECT_DOUBLE_EQ(m.launch_overhead_s, 2.5e-6);
+  EXPECT_DOUBLE_EQ(m.gemm_launch_s(), 6e-6);
+  EXPECT_DOUBLE_EQ(m.host_copy_latency_s, 12e-6);
+  EXPECT_DOUBLE_EQ(m.host_copy_bw, 9.5e9);
+  EXPECT_DOUBLE_EQ(m.pinned_copy_bw, 48e9);
+  EXPECT_DOUBLE_EQ(m.efficiency.attention_memory, 0.55);
+  EXPECT_DOUBLE_EQ(m.efficiency.gemm_memory, 0.9);  // the default, not overridden
+
+  // Without a base the profile must hold every required field; then it stands alone.
+  auto alone = make_profile("lab-gpu", "", "A lab GPU",
+                            {{"memory_bandwidth", 1, "TB/s", "t"}, {"dense_flops.bf16", 100, "TFLOP/s", "t"},
+                             {"memory", 24, "GiB", "t"}});
+  HardwareDb copy = db();
+  copy.merge(alone, "alone.json");
+  EXPECT_DOUBLE_EQ(copy.get("lab-gpu").memory_bw, 1e12);
+  EXPECT_DOUBLE_EQ(copy.get("lab-gpu").launch_overhead_s, 4e-6);  // the defaults apply
+
+  // Errors name the field.
+  nlohmann::json bad = make_profile("x", "h200", "x", {{"efficiency.gemm", 0.5, "fraction", "t"}});
+  try {
+    copy.merge(bad, "bad.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("efficiency.gemm"), std::string::npos) << e.what();
+  }
+  bad = make_profile("y", "h200", "y", {{"efficiency.gemm_math", 2.5, "fraction", "t"}});
+  EXPECT_THROW(copy.merge(bad, "bad.json"), Error);  // above 1.5: not plausible
+}
+
+TEST(Execution, GpuNamesMatchTheirEntries) {
+  // Names as cudaGetDeviceProperties reports them.
+  EXPECT_EQ(match_entry(db(), "NVIDIA H200"), "h200");
+  EXPECT_EQ(match_entry(db(), "NVIDIA H100 80GB HBM3"), "h100-sxm");
+  EXPECT_EQ(match_entry(db(), "NVIDIA A100-SXM4-80GB"), "a100-sxm");
+  EXPECT_EQ(match_entry(db(), "NVIDIA B200"), "b200");
+  EXPECT_EQ(match_entry(db(), "NVIDIA GB200"), "gb200");  // not b200 inside gb200
+  EXPECT_EQ(match_entry(db(), "NVIDIA GeForce RTX 4090"), "");
+}
+
+}  // namespace
+}  // namespace ridge::perf
