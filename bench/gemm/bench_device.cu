@@ -50,31 +50,7 @@ __global__ void compare_kernel(const bf16* a, const bf16* b, size_t n, double* s
   }
 }
 
-// Four independent 16-byte loads in flight per thread before the stores.
-__global__ void copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const uint4 a = __ldcs(src + i), b = __ldcs(src + i + stride), c = __ldcs(src + i + 2 * stride),
-                d = __ldcs(src + i + 3 * stride);
-    __stcs(dst + i, a);
-    __stcs(dst + i + stride, b);
-    __stcs(dst + i + 2 * stride, c);
-    __stcs(dst + i + 3 * stride, d);
-  }
-  for (; i < n; i += stride) dst[i] = src[i];
-}
-
 }  // namespace
-
-void copy_bytes(void* dst, const void* src, size_t n_bytes, cudaStream_t stream) {
-  int sms = 0, device = 0;
-  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-  RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  copy_kernel<<<sms * 8, 256, 0, stream>>>(static_cast<uint4*>(dst),
-                                          static_cast<const uint4*>(src), n_bytes / 16);
-  RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
-}
 
 void fill_random_bf16(bf16* p, size_t n, uint64_t seed, float scale, cudaStream_t stream) {
   fill_kernel<<<1024, 256, 0, stream>>>(p, n, seed, scale);

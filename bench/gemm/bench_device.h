@@ -22,9 +22,6 @@ struct Diff {
 // Compares a against b on the device; synchronizes the stream.
 Diff compare_bf16(const bf16* a, const bf16* b, size_t n, cudaStream_t stream);
 
-// dst = src with 16-byte loads and stores (n_bytes % 16 == 0): the copy-bandwidth ceiling.
-void copy_bytes(void* dst, const void* src, size_t n_bytes, cudaStream_t stream);
-
 // Ladder step 1: shared-memory tiled GEMM on CUDA cores (128×128×16 tiles, 8×8 per thread).
 void ladder_smem_tiled(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                        cudaStream_t stream);

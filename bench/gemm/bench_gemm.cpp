@@ -4,6 +4,7 @@
 //
 //   ridge-bench-gemm [--op gemm] [--ladder] [--models llama2-7b,llama3-8b] [--m 1,8,...]
 //                    [--json FILE]
+// Ceilings: perf/gpu (the same code as `ridge bench ceilings`).
 // Timing: warm-up, then a CUDA graph of L back-to-back launches rotating over enough input sets
 // to defeat the 50 MB L2 for memory-bound shapes; median of 9 replays, per launch.
 #include <cuda_bf16.h>
@@ -29,6 +30,7 @@
 #include "ridge/kernels/cuda/gemm/cublaslt_gemm.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
+#include "ridge/perf/gpu/ceilings.h"
 
 namespace {
 
@@ -117,33 +119,24 @@ double time_launches(const std::function<void(int)>& fn, int rotations, cudaStre
 struct Ceilings {
   double copy_tbps = 0;     // best device-to-device copy, bytes read + written
   double memcpy_tbps = 0;   // cudaMemcpyAsync device to device
-  double copy_kernel_tbps = 0;  // our 16-byte copy kernel
+  double copy_kernel_tbps = 0;  // 16-byte copy kernel
+  double read_tbps = 0;     // read-only 16-byte streaming kernel (bytes read)
   double cublas_tflops = 0;  // cuBLASLt bf16 8192³ on random data
 };
 
-Ceilings measure_ceilings(ridge::kernels::CublasLtGemm& cublas, cudaStream_t s) {
+// The ceilings of `ridge bench ceilings` (perf/gpu), the memory and GEMM groups only.
+Ceilings measure_ceilings() {
+  ridge::perf::gpu::CeilingOptions o;
+  o.gemm_sizes = {8192};
+  o.launch = false;
+  o.host = false;
+  const auto m = ridge::perf::gpu::measure(o);
   Ceilings c;
-  const size_t bytes = size_t{2} << 30;
-  DeviceMemory src(bytes), dst(bytes);
-  ridge::bench::fill_random_bf16(src.bf(), bytes / 2, 1, 1.f, s);
-  const int n = 8192;
-  DeviceMemory x(size_t{2} * n * n), w(size_t{2} * n * n), y(size_t{2} * n * n);
-  ridge::bench::fill_random_bf16(x.bf(), size_t{1} * n * n, 2, 1.f, s);
-  ridge::bench::fill_random_bf16(w.bf(), size_t{1} * n * n, 3, 1.f, s);
-  // Warm-up: ~0.3 s of GEMMs so that clocks have settled before anything is measured.
-  for (int i = 0; i < 200; ++i) cublas.run(x.bf(), w.bf(), y.bf(), n, n, n, s);
-  CK(cudaStreamSynchronize(s));
-  const double us = time_launches(
-      [&](int) { CK(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, s)); }, 1,
-      s);
-  c.memcpy_tbps = 2.0 * bytes / (us * 1e-6) / 1e12;
-  const double kus =
-      time_launches([&](int) { ridge::bench::copy_bytes(dst.ptr, src.ptr, bytes, s); }, 1, s);
-  c.copy_kernel_tbps = 2.0 * bytes / (kus * 1e-6) / 1e12;
+  c.memcpy_tbps = m.memcpy_bw / 1e12;
+  c.copy_kernel_tbps = m.copy_kernel_bw / 1e12;
   c.copy_tbps = std::max(c.memcpy_tbps, c.copy_kernel_tbps);
-  const double gus = time_launches([&](int) { cublas.run(x.bf(), w.bf(), y.bf(), n, n, n, s); },
-                                   1, s);
-  c.cublas_tflops = 2.0 * n * n * double(n) / (gus * 1e-6) / 1e12;
+  c.read_tbps = m.read_bw / 1e12;
+  c.cublas_tflops = m.gemm_bf16_flops / 1e12;
   return c;
 }
 
@@ -473,13 +466,13 @@ int main(int argc, char** argv) {
                    {"gpu_state_before", gpu_state()}};
     std::printf("%s, %d SMs, L2 %d MB; state: %s\n", prop.name, prop.multiProcessorCount,
                 prop.l2CacheSize >> 20, gpu_state().c_str());
-    const Ceilings c = measure_ceilings(cublas, s);
+    const Ceilings c = measure_ceilings();
     out["ceilings"] = {{"copy_tbps", c.copy_tbps}, {"memcpy_tbps", c.memcpy_tbps},
-                       {"copy_kernel_tbps", c.copy_kernel_tbps},
+                       {"copy_kernel_tbps", c.copy_kernel_tbps}, {"read_tbps", c.read_tbps},
                        {"cublas_bf16_8192_tflops", c.cublas_tflops}};
     std::printf("ceilings: copy %.2f TB/s (read+write; cudaMemcpy %.2f, copy kernel %.2f), "
-                "cuBLASLt bf16 8192^3 %.1f TFLOP/s\n",
-                c.copy_tbps, c.memcpy_tbps, c.copy_kernel_tbps, c.cublas_tflops);
+                "read-only %.2f TB/s, cuBLASLt bf16 8192^3 %.1f TFLOP/s\n",
+                c.copy_tbps, c.memcpy_tbps, c.copy_kernel_tbps, c.read_tbps, c.cublas_tflops);
     if (ladder) out["ladder"] = run_ladder(ladder_size, cublas, c, prop.l2CacheSize, s);
     if (!no_shapes) {
       std::vector<std::string> model_list;
