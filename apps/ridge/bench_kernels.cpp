@@ -1,55 +1,177 @@
 // ridge bench kernels: the kernel benchmarks (built with -DRIDGE_BENCH=ON, which keeps CI fast):
 // runs bin/ridge-bench-gemm beside this binary with the arguments given, e.g.
 //   ridge bench kernels --op gemm --models llama2-7b,llama3-8b --m 1,8,32,128,512,2048,8192
-// or, for `--op attention`, bin/ridge-bench-attention (paged decode attention, KV bandwidth
-// against the copy ceiling of the same run), e.g.
-//   ridge bench kernels --op attention --json attention.json
+// then sets the cost model's prediction for each shape (perf::predict_gemm, on the ceilings the
+// benchmark measured in the same run, with the database's efficiency factors) next to the
+// measured times, with the error, and adds the predictions to its JSON (--json FILE).
+// --hardware ID|FILE predicts for a database entry or a profile instead of the same-run ceilings.
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "ridge/core/error.h"
+#include "ridge/perf/cost_model.h"
+#include "ridge/perf/hardware.h"
 #include "subcommand.h"
 
 namespace {
 
-// The benchmark binary for the arguments: ridge-bench-attention for `--op attention`, else
-// ridge-bench-gemm.
-std::string tool_for(const std::vector<std::string>& args) {
-  for (size_t i = 0; i < args.size(); ++i)
-    if (args[i] == "--op=attention" || (args[i] == "--op" && i + 1 < args.size() &&
-                                        args[i + 1] == "attention"))
-      return "ridge-bench-attention";
-  return "ridge-bench-gemm";
+namespace fs = std::filesystem;
+
+int run_child(const fs::path& tool, const std::vector<std::string>& args) {
+  std::vector<std::string> copy = args;
+  std::string name = tool.string();
+  std::vector<char*> argv;
+  argv.push_back(name.data());
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  RIDGE_CHECK(pid >= 0, "cannot fork to run {}", name);
+  if (pid == 0) {
+    execv(name.c_str(), argv.data());
+    std::perror(name.c_str());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-void run(const std::vector<std::string>& args) {
-  namespace fs = std::filesystem;
+// The hardware the shapes are predicted for: --hardware, else the database entry of the GPU with
+// the ceilings measured in the same run (copy bandwidth, cuBLASLt 8192^3) in place of its
+// datasheet figures.
+ridge::perf::Hardware hardware_for(const nlohmann::json& run, const std::string& spec) {
+  using namespace ridge::perf;
+  const HardwareDb db = HardwareDb::load_default();
+  if (!spec.empty()) return db.resolve(spec);
+  const std::string gpu = run.contains("meta") ? run["meta"].value("gpu", std::string()) : std::string();
+  std::string id = match_entry(db, gpu);
+  if (id.empty()) id = "h200";
+  Hardware hw = db.get(id);
+  if (run.contains("ceilings")) {
+    const auto& c = run["ceilings"];
+    const double bw = std::max(c.value("copy_tbps", 0.0), c.value("read_tbps", 0.0)) * 1e12;
+    const double peak = c.value("cublas_bf16_8192_tflops", 0.0) * 1e12;
+    if (bw > 0) hw.memory_bw = bw;
+    if (peak > 0) hw.dense_flops["bf16"] = peak;
+    hw.id += "+same-run-ceilings";
+    hw.measured = true;
+  }
+  if (run.contains("meta") && run["meta"].contains("sms")) hw.sms = run["meta"]["sms"].get<int>();
+  return hw;
+}
+
+void predict(const fs::path& json_path, const std::string& spec) {
+  using namespace ridge;
+  std::ifstream in(json_path);
+  if (!in) return;  // the benchmark wrote nothing (e.g. --help)
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json run = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (run.is_discarded() || !run.contains("shapes")) return;
+  const perf::Hardware hw = hardware_for(run, spec);
+  perf::CostOptions ach;
+  ach.achievable = true;
+  const perf::CostOptions roof;
+  fmt::print("\npredicted (perf::predict_gemm on {}: {:.2f} TB/s, {:.0f} TFLOP/s bf16; one launch "
+             "with its kernel overhead, as timed in a graph) vs measured\n",
+             hw.id, hw.memory_bw / 1e12, hw.peak("bf16") / 1e12);
+  fmt::print("{:<10} {:<8} {:>5} {:>6} {:>6} | {:>11} {:>9} {:>7} | {:>9} {:>7} {:>9} {:>7} | {}\n", "model",
+             "layer", "M", "N", "K", "roofline_us", "pred_us", "bound", "ours_us", "err", "cublas_us",
+             "err", "beyond ±25%");
+  int outside = 0, rows = 0;
+  for (auto& r : run["shapes"]) {
+    const int64_t M = r.value("M", 0), N = r.value("N", 0), K = r.value("K", 0);
+    if (M <= 0 || N <= 0 || K <= 0) continue;
+    const perf::OpCost p = perf::predict_gemm(hw, M, N, K, ach);
+    const perf::OpCost rl = perf::predict_gemm(hw, M, N, K, roof);
+    auto us_of = [&](const char* who) {
+      return r.contains(who) && r[who].value("ok", false) ? r[who].value("us", 0.0) : 0.0;
+    };
+    const double ours = us_of("ours"), cub = us_of("cublas");
+    const double best = ours > 0 && cub > 0 ? std::min(ours, cub) : std::max(ours, cub);
+    auto err = [&](double us) { return us > 0 ? fmt::format("{:+.0f}%", 100 * (p.time * 1e6 - us) / us) : std::string("-"); };
+    const bool off = best > 0 && std::abs(p.time * 1e6 - best) / best > 0.25;
+    outside += off ? 1 : 0;
+    rows += best > 0 ? 1 : 0;
+    fmt::print("{:<10} {:<8} {:>5} {:>6} {:>6} | {:>11.2f} {:>9.2f} {:>7} | {:>9.2f} {:>7} {:>9.2f} {:>7} | {}\n",
+               r.value("model", ""), r.value("layer", ""), M, N, K, rl.time * 1e6, p.time * 1e6,
+               perf::bound_name(p.bound), ours, err(ours), cub, err(cub), off ? "yes (vs the faster)" : "");
+    r["predicted"] = {{"hardware", hw.id},
+                      {"us", p.time * 1e6},
+                      {"roofline_us", rl.time * 1e6},
+                      {"bound", perf::bound_name(p.bound)},
+                      {"wave_efficiency", p.wave_efficiency},
+                      {"split_k", p.split_k},
+                      {"error_vs_ours", ours > 0 ? (p.time * 1e6 - ours) / ours : 0.0},
+                      {"error_vs_cublas", cub > 0 ? (p.time * 1e6 - cub) / cub : 0.0}};
+  }
+  fmt::print("{} of {} shapes predicted within ±25% of the faster kernel\n", rows - outside, rows);
+  run["prediction_hardware"] = hw.describe();
+  std::ofstream(json_path) << run.dump(1) << "\n";
+}
+
+void run(const std::vector<std::string>& args_in) {
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  const fs::path tool = self.parent_path() / tool_for(args);
+  const fs::path tool = self.parent_path() / "ridge-bench-gemm";
   RIDGE_CHECK(!ec && fs::exists(tool, ec),
               "{} is not built: configure with -DRIDGE_BENCH=ON (and CUDA) to build the kernel "
               "benchmarks",
               tool.string());
-  std::vector<char*> argv;
-  std::string name = tool.string();
-  argv.push_back(name.data());
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  execv(name.c_str(), argv.data());
-  ridge::fail("cannot run {}", name);
+  // --hardware is ours; everything else goes to the benchmark, plus a JSON path to read back.
+  std::vector<std::string> args;
+  std::string hardware, json_path;
+  bool help = false;
+  for (size_t i = 0; i < args_in.size(); ++i) {
+    const std::string& a = args_in[i];
+    if ((a == "--hardware" || a == "--hardware-file") && i + 1 < args_in.size()) {
+      hardware = args_in[++i];
+      continue;
+    }
+    if (a.rfind("--hardware=", 0) == 0) {
+      hardware = a.substr(11);
+      continue;
+    }
+    if (a == "--json" && i + 1 < args_in.size()) json_path = args_in[i + 1];
+    if (a.rfind("--json=", 0) == 0) json_path = a.substr(7);
+    if (a == "-h" || a == "--help") help = true;
+    args.push_back(a);
+  }
+  fs::path tmp;
+  if (json_path.empty() && !help) {
+    tmp = fs::temp_directory_path() / fmt::format("ridge-bench-gemm-{}.json", ::getpid());
+    args.push_back("--json");
+    args.push_back(tmp.string());
+    json_path = tmp.string();
+  }
+  const int rc = run_child(tool, args);
+  if (rc == 0 && !help) predict(json_path, hardware);
+  if (!tmp.empty()) fs::remove(tmp, ec);
+  if (rc != 0) throw ridge::app::Exit{rc};
 }
 
 void setup(CLI::App& sub) {
   sub.allow_extras();
   sub.prefix_command();  // everything after `kernels` goes to the benchmark binary
+  sub.fallthrough(false);  // (inherited from the top app, it would hand --op etc. up, unparsed)
   sub.callback([&sub] { run(sub.remaining()); });
 }
 
 const ridge::app::BenchRegistrar reg(
-    "kernels", "Kernel benchmarks with ceilings (--op gemm | attention; needs -DRIDGE_BENCH=ON)", &setup);
+    "kernels",
+    "Kernel benchmarks vs cuBLAS with ceilings and predicted times (--op gemm; needs -DRIDGE_BENCH=ON)",
+    &setup);
 
 }  // namespace

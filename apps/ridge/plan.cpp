@@ -103,7 +103,8 @@ void setup(CLI::App& sub) {
   sub.add_option("-m,--model", f->model,
                  "named shape (llama-2-7b, llama-3-8b, llama-3-70b, ...), config.json, HF folder or GGUF file")
       ->required();
-  sub.add_option("--hardware", f->hardware, "accelerator id/alias in data/hardware.json, or a profile file")
+  sub.add_option("--hardware,--hardware-file", f->hardware,
+                 "accelerator id/alias in data/hardware.json, or a profile file (ridge bench ceilings --out)")
       ->capture_default_str();
   sub.add_option("--hardware-db", f->hardware_db, "the accelerator database (default: data/hardware.json)");
   sub.add_option("--prefill-hardware", f->prefill_hardware,
