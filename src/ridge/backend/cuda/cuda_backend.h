@@ -122,6 +122,18 @@ class CudaBackend final : public Backend {
   mutable std::mutex gemm_mutex_;
   std::unordered_map<GemmKey, GemmKernel, GemmKeyHash> gemm_choice_;
 
+ public:
+  // GPU sampling (cuda_sampling.cpp over kernels/cuda/sampling): Backend::sample on the device.
+  // Returns false only for vocabularies past the kernel's limit (2^18).
+  bool sample(const Stream& s, const Tensor& logits, const SamplingBatch& batch, Tensor& tokens,
+              Tensor& logprobs, Tensor& top_ids, Tensor& top_logprobs) override;
+
+ private:
+  // sample()'s grow-only buffers (pinned staging of the row parameters and penalty lists, their
+  // device copy, the workspace for penalized copies of long rows); defined in cuda_sampling.cpp.
+  struct SamplingBuffers;
+  std::unique_ptr<SamplingBuffers, void (*)(SamplingBuffers*)> sampling_{nullptr, nullptr};
+  std::mutex sampling_mutex_;
 };
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
