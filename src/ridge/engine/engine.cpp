@@ -1,5 +1,6 @@
-// The engine thread: take new requests and cancellations, schedule a step, run it, sample on
-// the host, hand outputs to the callbacks, repeat. See engine.h and scheduler.h for the policy.
+// The engine thread: take new requests and cancellations, schedule a step, run it, sample (on
+// the device when the backend can, else on the host), hand outputs to the callbacks, repeat.
+// See engine.h and scheduler.h for the policy.
 #include "ridge/engine/engine.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <unordered_map>
 
 #include "ridge/core/log.h"
+#include "ridge/engine/device_sampler.h"
 #include "ridge/engine/model_runner.h"
 #include "ridge/engine/scheduler.h"
 #include "ridge/engine/sequence.h"
@@ -83,6 +85,10 @@ struct Engine::Impl {
   Scheduler scheduler;
   ModelRunner runner;
   std::vector<int32_t> sampled;
+  DeviceSampler device_sampler;
+  std::vector<DeviceSampleRow> device_rows;
+  std::vector<SampleResult> device_results;
+  std::vector<float> host_logits;  // device logits copied back when the device declines
 
   // Shared with submit(), cancel() and shutdown().
   std::mutex mu;
@@ -113,7 +119,8 @@ Engine::Impl::Impl(ModelBundle& b, const EngineConfig& c)
       pool(int32_t(b.kv_pool->num_blocks())),
       cache(pool, int32_t(b.kv_pool->block_size())),
       scheduler(scheduler_config(c), cache),
-      runner(*b.model, *b.kv_pool, c.max_num_batched_tokens, c.max_num_seqs) {
+      runner(*b.model, *b.kv_pool, c.max_num_batched_tokens, c.max_num_seqs),
+      device_sampler(*b.backend) {
   metrics.ttft = Histogram(ttft_bounds());
   metrics.tpot = Histogram(tpot_bounds());
   metrics.e2e = Histogram(e2e_bounds());
@@ -167,13 +174,46 @@ void Engine::Impl::loop() {
 void Engine::Impl::step() {
   SchedulerOutput out = scheduler.schedule();
   if (out.empty()) return;
+  const bool on_device = config.device_sampling && device_sampler.available();
   std::span<float> logits;
+  const Tensor* device_logits = nullptr;
   try {
-    logits = runner.execute(out);
+    if (on_device)
+      device_logits = &runner.execute_on_device(out);
+    else
+      logits = runner.execute(out);
   } catch (const std::exception& e) {
     log::error("engine: step of {} tokens failed: {}", out.num_tokens, e.what());
     for (const ScheduledChunk& c : out.chunks) scheduler.finish(c.seq->seq_id, "error", e.what());
     return;
+  }
+  // Device sampling: every row in one call, only tokens and logprobs come back. When the backend
+  // declines (no device sampler), this step's logits are sampled on the host and later steps
+  // stay there.
+  bool device_sampled = false;
+  if (on_device) {
+    device_rows.clear();
+    for (const ScheduledChunk& c : out.chunks) {
+      if (!c.wants_logits) continue;
+      Sequence& s = *c.seq;
+      const SamplingParams& sp = s.request.sampling;
+      if (uses_penalties(sp))
+        s.penalties.update(s.prompt(), s.output(), vocab, sp.repetition_penalty != 1.0f);
+      device_rows.push_back({&sp, uint64_t(s.num_output_tokens()), &s.penalties});
+    }
+    device_sampled = device_rows.empty() ||
+                     device_sampler.sample({}, *device_logits, device_rows, device_results);
+    if (!device_sampled) {
+      const size_t n = device_rows.size() * size_t(vocab);
+      if (device_logits->device == Device::cpu) {
+        logits = {device_logits->ptr<float>(), n};
+      } else {
+        host_logits.resize(n);
+        bundle.backend->download({}, host_logits.data(), device_logits->data, n * 4);
+        bundle.backend->synchronize({});
+        logits = host_logits;
+      }
+    }
   }
   sampled.clear();
   const auto now = Clock::now();
@@ -181,8 +221,13 @@ void Engine::Impl::step() {
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.wants_logits) continue;
     Sequence& s = *c.seq;
-    std::span<float> r = logits.subspan(row++ * size_t(vocab), size_t(vocab));
-    SampleResult res = s.sampler.sample(r, s.prompt(), s.output());
+    SampleResult res;
+    if (device_sampled) {
+      res = std::move(device_results[row++]);
+    } else {
+      std::span<float> r = logits.subspan(row++ * size_t(vocab), size_t(vocab));
+      res = s.sampler.sample(r, s.prompt(), s.output());
+    }
     sampled.push_back(res.token);
     s.pending.push_back({res.token, res.logprob, std::move(res.top)});
     if (s.first_token == Clock::time_point{}) {

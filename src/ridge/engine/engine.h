@@ -33,6 +33,10 @@ struct EngineConfig {
   int32_t max_queue = 4096;              // waiting requests beyond which submit() refuses
   bool enable_prefix_caching = true;
   int64_t max_model_len = 0;             // 0: the model's context (capped by the KV pool)
+  // Sample on the backend's device when it can (Backend::sample: only tokens and logprobs come
+  // back); false: always on the host with engine::Sampler. Greedy tokens are the same either way;
+  // seeded random draws differ (the device has its own generator, see device_sampler.h).
+  bool device_sampling = true;
 };
 
 struct Request {

@@ -9,7 +9,7 @@
 namespace ridge::engine {
 
 Generator::Generator(model::LlamaModel& model, kv::KvPool& pool, std::vector<int32_t> stop_ids)
-    : model_(model), pool_(pool), stop_ids_(std::move(stop_ids)) {
+    : model_(model), pool_(pool), stop_ids_(std::move(stop_ids)), device_sampler_(model.backend()) {
   block_table_.resize(size_t(pool.num_blocks()));
   for (int32_t i = 0; i < int32_t(block_table_.size()); ++i) block_table_[size_t(i)] = i;
 }
@@ -24,6 +24,10 @@ void Generator::run_step(const std::vector<int32_t>& tokens, int32_t context_len
   const int32_t blocks = (context_len + bs - 1) / bs;
   std::vector<int32_t> table(block_table_.begin(), block_table_.begin() + blocks);
   batch_.add_sequence(tokens, context_len, table, bs, true);
+  if (!logits) {
+    model_.forward({}, batch_, pool_.layers(), nullptr);
+    return;
+  }
   const std::span<float> out = model_.forward_logits({}, batch_, pool_.layers());
   std::copy(out.begin(), out.end(), logits);
 }
@@ -55,12 +59,17 @@ GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const Gene
 
   Sampler sampler(opt.sampling);
   std::vector<float> logits(static_cast<size_t>(vocab));
+  // Device sampling leaves the logits on the device (nothing downloaded but the token); the
+  // host Sampler takes over for good when the backend declines.
+  bool on_device = opt.device_sampling && device_sampler_.available();
+  PenaltyHistory history;
+  std::vector<SampleResult> device_out;
   const auto t0 = clock::now();
   const int32_t chunk = std::max(1, opt.prefill_chunk);
   for (size_t pos = common; pos < prompt.size(); pos += size_t(chunk)) {
     const size_t end = std::min(prompt.size(), pos + size_t(chunk));
     std::vector<int32_t> piece(prompt.begin() + long(pos), prompt.begin() + long(end));
-    run_step(piece, int32_t(end), logits.data());
+    run_step(piece, int32_t(end), on_device ? nullptr : logits.data());
     cached_.insert(cached_.end(), piece.begin(), piece.end());
   }
   const auto t1 = clock::now();
@@ -70,7 +79,21 @@ GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const Gene
   st.finish_reason = "length";
   auto t_first = t1;
   while (int32_t(output.size()) < opt.max_tokens) {
-    SampleResult r = sampler.sample(logits, prompt, output);
+    SampleResult r;
+    if (on_device) {
+      if (uses_penalties(opt.sampling))
+        history.update(prompt, output, vocab, opt.sampling.repetition_penalty != 1.0f);
+      const DeviceSampleRow row{&opt.sampling, uint64_t(output.size()), &history};
+      if (device_sampler_.sample({}, model_.device_logits(), {&row, 1}, device_out)) {
+        r = std::move(device_out[0]);
+      } else {  // no device sampler: this step's logits to the host, and the host from now on
+        on_device = false;
+        model_.backend().download({}, logits.data(), model_.device_logits().data,
+                                  size_t(vocab) * 4);
+        model_.backend().synchronize({});
+      }
+    }
+    if (!on_device) r = sampler.sample(logits, prompt, output);
     output.push_back(r.token);
     if (output.size() == 1) t_first = clock::now();
     const bool is_stop = !opt.ignore_eos &&
@@ -84,7 +107,7 @@ GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const Gene
       break;
     }
     if (int32_t(output.size()) == opt.max_tokens) break;
-    run_step({r.token}, int32_t(cached_.size()) + 1, logits.data());
+    run_step({r.token}, int32_t(cached_.size()) + 1, on_device ? nullptr : logits.data());
     cached_.push_back(r.token);
   }
   st.generated = int32_t(output.size());

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ridge/engine/device_sampler.h"
 #include "ridge/engine/sampler.h"
 #include "ridge/kv/kv_pool.h"
 #include "ridge/model/llama.h"
@@ -19,6 +20,8 @@ struct GenerateOptions {
   SamplingParams sampling;
   bool ignore_eos = false;
   int32_t prefill_chunk = 512;
+  // Sample on the backend's device when it can (see EngineConfig::device_sampling).
+  bool device_sampling = true;
 };
 
 struct GeneratedToken {
@@ -49,6 +52,7 @@ class Generator {
   void reset() { cached_.clear(); }
 
  private:
+  // logits: host [vocab] for the last token's logits, or null to leave them on the device.
   void run_step(const std::vector<int32_t>& tokens, int32_t context_len, float* logits);
 
   model::LlamaModel& model_;
@@ -57,6 +61,7 @@ class Generator {
   std::vector<int32_t> cached_;  // tokens whose KV is in the pool (positions 0..n-1)
   std::vector<int32_t> block_table_;
   model::ForwardBatch batch_;
+  DeviceSampler device_sampler_;
 };
 
 }  // namespace ridge::engine

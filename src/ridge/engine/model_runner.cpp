@@ -20,7 +20,7 @@ ModelRunner::ModelRunner(model::LlamaModel& model, kv::KvPool& pool, int32_t max
   chunk_tokens_.reserve(size_t(max_num_batched_tokens));
 }
 
-std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
+void ModelRunner::build_batch(const SchedulerOutput& out) {
   RIDGE_CHECK(!out.empty(), "model runner: an empty step");
   const int32_t bs = int32_t(pool_.block_size());
   batch_.clear();
@@ -33,7 +33,17 @@ std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
   const size_t rows = batch_.logits_rows.size();
   RIDGE_CHECK(rows <= max_logits_rows_, "model runner: {} logits rows, more than the {} reserved",
               rows, max_logits_rows_);
+}
+
+std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
+  build_batch(out);
   return model_.forward_logits({}, batch_, pool_.layers());
+}
+
+const Tensor& ModelRunner::execute_on_device(const SchedulerOutput& out) {
+  build_batch(out);
+  model_.forward({}, batch_, pool_.layers(), nullptr);
+  return model_.device_logits();
 }
 
 }  // namespace ridge::engine

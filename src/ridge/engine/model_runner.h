@@ -23,10 +23,16 @@ class ModelRunner {
   // Runs the step. Returns host f32 logits [out.num_logits(), vocab], rows in chunk order; valid
   // until the next call.
   std::span<float> execute(const SchedulerOutput& out);
+  // Runs the step and leaves the logits on the backend's device: f32 [>= out.num_logits(),
+  // vocab], the first out.num_logits() rows in chunk order (a padded decode graph may add rows);
+  // valid until the next call. For device sampling (DeviceSampler).
+  const Tensor& execute_on_device(const SchedulerOutput& out);
   int64_t vocab() const { return vocab_; }
   const model::ForwardBatch& last_batch() const { return batch_; }
 
  private:
+  void build_batch(const SchedulerOutput& out);
+
   model::LlamaModel& model_;
   kv::KvPool& pool_;
   int64_t vocab_;

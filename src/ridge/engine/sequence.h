@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ridge/engine/device_sampler.h"
 #include "ridge/engine/engine.h"
 #include "ridge/engine/sampler.h"
 
@@ -43,6 +44,9 @@ struct Sequence {
   std::vector<int32_t> stop_ids;
   OutputCallback on_output;
   Sampler sampler;
+  // The tokens seen so far with their output counts, for device sampling with penalties (updated
+  // before each device-sampled step; empty otherwise).
+  PenaltyHistory penalties;
 
   std::vector<int32_t> tokens;
   int32_t num_prompt = 0;
