@@ -13,6 +13,17 @@
 
 #include <ucontext.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define SIMT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SIMT_ASAN 1
+#endif
+#endif
+#if defined(SIMT_ASAN)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -82,7 +93,7 @@ class Block {
         }
         current_ = t;
         f.wait = Wait::none;
-        swapcontext(&main_, &f.ctx);
+        switch_to_fiber(f);
         progressed = true;
         if (!error_.empty()) break;
       }
@@ -166,6 +177,7 @@ class Block {
     std::vector<char> stack;
     bool done = false;
     bool held = false;
+    void* fake_stack = nullptr;  // AddressSanitizer's, while suspended
     Wait wait = Wait::none;
     uint64_t wait_gen = 0;
   };
@@ -182,8 +194,35 @@ class Block {
   }
   static void trampoline() {
     Block& b = cur();
+    b.entered_fiber();
     (*b.body_)();
     b.fibers_[size_t(b.current_)].done = true;
+    b.leaving_fiber(nullptr);  // returns to main_ through uc_link
+  }
+  // AddressSanitizer needs to know about stack switches (it would report false stack errors).
+  void switch_to_fiber(Fiber& f) {
+#if defined(SIMT_ASAN)
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f.stack.data(), f.stack.size());
+    swapcontext(&main_, &f.ctx);
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+    swapcontext(&main_, &f.ctx);
+#endif
+  }
+  void entered_fiber() {
+#if defined(SIMT_ASAN)
+    __sanitizer_finish_switch_fiber(nullptr, &main_stack_, &main_stack_size_);
+#endif
+  }
+  // fake_stack: where ASan keeps the fiber's fake stack while it is suspended; null when the
+  // fiber is finishing.
+  void leaving_fiber(void** fake_stack) {
+#if defined(SIMT_ASAN)
+    __sanitizer_start_switch_fiber(fake_stack, main_stack_, main_stack_size_);
+#else
+    (void)fake_stack;
+#endif
   }
   bool runnable(const Fiber& f) const {
     switch (f.wait) {
@@ -208,7 +247,13 @@ class Block {
     f.wait_gen = wr.gen;
     yield(f);
   }
-  void yield(Fiber& f) { swapcontext(&f.ctx, &main_); }
+  void yield(Fiber& f) {
+    leaving_fiber(&f.fake_stack);
+    swapcontext(&f.ctx, &main_);
+#if defined(SIMT_ASAN)
+    __sanitizer_finish_switch_fiber(f.fake_stack, &main_stack_, &main_stack_size_);
+#endif
+  }
 
   int threads_;
   Order order_;
@@ -222,6 +267,8 @@ class Block {
   int block_count_ = 0;
   uint64_t block_gen_ = 0;
   std::string error_;
+  const void* main_stack_ = nullptr;  // for AddressSanitizer's fiber switches
+  size_t main_stack_size_ = 0;
 };
 
 inline Dim3 thread_idx() {
