@@ -274,7 +274,11 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
     vs.push_back({kn::AttentionPath::decode, 1, 0, false});
     vs.push_back({kn::AttentionPath::decode, 3, 0, false});
     vs.push_back({kn::AttentionPath::decode, graph, 0, false});
-    vs.push_back({kn::AttentionPath::decode, 64, 0, false});  // mostly empty splits
+    // Mostly empty splits, where 64 of them fit the workspace (a larger request is refused: the
+    // refusal itself is checked in AttentionKernelRefusals).
+    if (kn::paged_attention_split_bytes(b.S * int64_t(b.max_q_len), int(p.nkv * p.group),
+                                        int(p.hd)) * 64 <= kWorkspaceBytes)
+      vs.push_back({kn::AttentionPath::decode, 64, 0, false});
     if (sweep_stages)
       for (int s : {2, 3, 4}) {
         vs.push_back({kn::AttentionPath::decode, 0, s, false});

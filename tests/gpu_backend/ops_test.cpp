@@ -110,7 +110,9 @@ TEST_F(GpuBackend, Embedding) {
   }
 }
 
-void run_rmsnorm(int64_t T, int64_t H, bool fused) {
+// aligned: 16-byte aligned rows and strides (the vectorized kernel where H % 8 == 0); else x is
+// offset by one element (the scalar kernel).
+void run_rmsnorm(int64_t T, int64_t H, bool fused, bool aligned) {
   std::vector<float> x = random_bf16(size_t(T * H));
   std::vector<float> res = random_bf16(size_t(T * H), 2.0f);
   std::vector<float> w = random_bf16(size_t(H), 0.3f);
@@ -119,10 +121,10 @@ void run_rmsnorm(int64_t T, int64_t H, bool fused) {
   const Tensor w_dev = cuda().upload_weight(w_host);
   std::vector<float> ref(size_t(T * H)), res_ref(res);
   Tensor ref_t = host_f32(ref, T, H), res_t = host_f32(res_ref, T, H), x_t = host_f32(x, T, H);
-  DeviceMatrix xd = device_bf16(T, H, x, H + 3, 1);
+  DeviceMatrix xd = aligned ? device_bf16(T, H, x, H + 16, 8) : device_bf16(T, H, x, H + 3, 1);
   DeviceMatrix rd = device_bf16(T, H, res, H, 0);
   DeviceMatrix out = device_bf16(T, H, {}, H + 8, 8);
-  const std::string what = fmt::format("T={} H={}", T, H);
+  const std::string what = fmt::format("T={} H={}{}", T, H, aligned ? " aligned" : "");
   if (!fused) {
     cpu().rmsnorm({}, x_t, w_host, 1e-5f, ref_t);
     cuda().rmsnorm({}, xd.view, w_dev, 1e-5f, out.view);
@@ -138,13 +140,17 @@ void run_rmsnorm(int64_t T, int64_t H, bool fused) {
 }
 
 TEST_F(GpuBackend, RmsNorm) {
-  for (auto [T, H] : {std::pair<int64_t, int64_t>{1, 576}, {7, 1000}, {64, 4096}, {3, 8192}, {33, 33}})
-    run_rmsnorm(T, H, false);
+  for (bool aligned : {false, true})
+    for (auto [T, H] :
+         {std::pair<int64_t, int64_t>{1, 576}, {7, 1000}, {64, 4096}, {3, 8192}, {33, 33}, {2, 8200}})
+      run_rmsnorm(T, H, false, aligned);
 }
 
 TEST_F(GpuBackend, AddRmsNorm) {
-  for (auto [T, H] : {std::pair<int64_t, int64_t>{1, 576}, {7, 1000}, {64, 4096}, {33, 33}})
-    run_rmsnorm(T, H, true);
+  for (bool aligned : {false, true})
+    for (auto [T, H] : {std::pair<int64_t, int64_t>{1, 576}, {7, 1000}, {64, 4096}, {33, 33},
+                        {5, 2048}})
+      run_rmsnorm(T, H, true, aligned);
 }
 
 // out (a column slice [col0, col0 + N) of a [T, ld] buffer, or f32 logits) = x · wᵀ (+ bias).
@@ -251,10 +257,16 @@ TEST_F(GpuBackend, SiluMul) {
     std::vector<float> ref(size_t(T * F));
     Tensor ref_t = host_f32(ref, T, F);
     cpu().silu_mul({}, host_f32(gu, T, 2 * F), ref_t);
-    DeviceMatrix gd = device_bf16(T, 2 * F, gu), out = device_bf16(T, F, {}, F + 1, 1);
-    cuda().silu_mul({}, gd.view, out.view);
-    expect_close("silu_mul", fmt::format("T={} F={}", T, F), download_view(out), ref, 5e-3);
-    expect_untouched_outside("silu_mul", out);
+    // Offset output rows (the scalar kernel) and 16-byte aligned ones (the vectorized kernel
+    // where F % 8 == 0).
+    for (bool aligned : {false, true}) {
+      DeviceMatrix gd = device_bf16(T, 2 * F, gu);
+      DeviceMatrix out = aligned ? device_bf16(T, F, {}, F + 8, 8) : device_bf16(T, F, {}, F + 1, 1);
+      cuda().silu_mul({}, gd.view, out.view);
+      expect_close("silu_mul", fmt::format("T={} F={}{}", T, F, aligned ? " aligned" : ""),
+                   download_view(out), ref, 5e-3);
+      expect_untouched_outside("silu_mul", out);
+    }
   }
 }
 

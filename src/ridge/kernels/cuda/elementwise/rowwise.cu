@@ -1,5 +1,6 @@
 // Row-wise copies and activations: embedding lookup, SwiGLU (silu_mul), gather_rows, bias add.
-// Launch: 2-D grid (column chunks of 256 threads, rows); one thread per element.
+// Launch: 2-D grid (column chunks of 256 threads, rows); one thread per element (silu_mul: eight,
+// with 16-byte accesses, when the shapes are multiples of 8 and the rows 16-byte aligned).
 // Limits: rows < 2^31 (grid.y is split into chunks of 65535 rows); columns < 2^40.
 #include <cstdint>
 #include <algorithm>
@@ -43,6 +44,27 @@ __global__ void silu_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t ld
   const float g = bf16_bits_to_f32(gate_up[t * ld_gu + i]);
   const float u = bf16_bits_to_f32(gate_up[t * ld_gu + F + i]);
   out[t * ld_out + i] = f32_to_bf16_bits(g / (1.0f + expf(-g)) * u);
+}
+
+// 8 elements per thread with 16-byte loads and stores (F, both row strides multiples of 8 and
+// 16-byte aligned rows): a quarter of the instructions and full-width memory transactions.
+__global__ void silu_mul_vec_kernel(const uint16_t* __restrict__ gate_up, int64_t ld_gu, int64_t F,
+                                    uint16_t* __restrict__ out, int64_t ld_out, int64_t row0) {
+  const int64_t t = row0 + blockIdx.y;
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (i >= F) return;
+  const uint4 g4 = *reinterpret_cast<const uint4*>(gate_up + t * ld_gu + i);
+  const uint4 u4 = *reinterpret_cast<const uint4*>(gate_up + t * ld_gu + F + i);
+  const uint32_t g[4] = {g4.x, g4.y, g4.z, g4.w}, u[4] = {u4.x, u4.y, u4.z, u4.w};
+  uint32_t o[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float g0 = __uint_as_float(g[j] << 16), g1 = __uint_as_float(g[j] & 0xffff0000u);
+    const float u0 = __uint_as_float(u[j] << 16), u1 = __uint_as_float(u[j] & 0xffff0000u);
+    o[j] = uint32_t(f32_to_bf16_bits(g0 / (1.0f + expf(-g0)) * u0)) |
+           (uint32_t(f32_to_bf16_bits(g1 / (1.0f + expf(-g1)) * u1)) << 16);
+  }
+  *reinterpret_cast<uint4*>(out + t * ld_out + i) = make_uint4(o[0], o[1], o[2], o[3]);
 }
 
 template <typename E>
@@ -90,6 +112,14 @@ void silu_mul_bf16(const uint16_t* gate_up, int64_t ld_gu, int64_t T, int64_t F,
   RIDGE_KERNEL_EXPECT(T >= 0 && F >= 1 && ld_gu >= 2 * F && ld_out >= F, "silu_mul_bf16",
                       "gate_up " + detail::shape_text(T, 2 * F, ld_gu) + ", out " +
                           detail::shape_text(T, F, ld_out));
+  const auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  if (F % 8 == 0 && ld_gu % 8 == 0 && ld_out % 8 == 0 && aligned16(gate_up) && aligned16(out)) {
+    for_row_chunks(T, F / 8, [&](dim3 grid, int64_t r0) {
+      silu_mul_vec_kernel<<<grid, kThreads, 0, stream>>>(gate_up, ld_gu, F, out, ld_out, r0);
+      RIDGE_CHECK_LAUNCH("silu_mul_vec_kernel");
+    });
+    return;
+  }
   for_row_chunks(T, F, [&](dim3 grid, int64_t r0) {
     silu_mul_kernel<<<grid, kThreads, 0, stream>>>(gate_up, ld_gu, F, out, ld_out, r0);
     RIDGE_CHECK_LAUNCH("silu_mul_kernel");
