@@ -122,9 +122,29 @@ void predict(const fs::path& json_path, const std::string& spec) {
   std::ofstream(json_path) << run.dump(1) << "\n";
 }
 
+// `--op attention` (or --op=attention): the paged decode attention benchmark, whose own output
+// already reports KV bandwidth against the copy ceiling of the same run.
+bool wants_attention(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i] == "--op=attention" ||
+        (args[i] == "--op" && i + 1 < args.size() && args[i + 1] == "attention"))
+      return true;
+  return false;
+}
+
 void run(const std::vector<std::string>& args_in) {
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (wants_attention(args_in)) {
+    const fs::path tool = self.parent_path() / "ridge-bench-attention";
+    RIDGE_CHECK(!ec && fs::exists(tool, ec),
+                "{} is not built: configure with -DRIDGE_BENCH=ON (and CUDA) to build the kernel "
+                "benchmarks",
+                tool.string());
+    const int rc = run_child(tool, args_in);
+    if (rc != 0) throw ridge::app::Exit{rc};
+    return;
+  }
   const fs::path tool = self.parent_path() / "ridge-bench-gemm";
   RIDGE_CHECK(!ec && fs::exists(tool, ec),
               "{} is not built: configure with -DRIDGE_BENCH=ON (and CUDA) to build the kernel "
@@ -171,7 +191,8 @@ void setup(CLI::App& sub) {
 
 const ridge::app::BenchRegistrar reg(
     "kernels",
-    "Kernel benchmarks vs cuBLAS with ceilings and predicted times (--op gemm; needs -DRIDGE_BENCH=ON)",
+    "Kernel benchmarks with ceilings (--op gemm: vs cuBLAS with predicted times; --op attention: "
+    "paged decode attention; needs -DRIDGE_BENCH=ON)",
     &setup);
 
 }  // namespace

@@ -192,8 +192,9 @@ TEST_F(GpuBackend, MatmulShapes) {
 }
 
 TEST_F(GpuBackend, Rope) {
+  // hd % 16 == 0 with aligned rows: the 8-pairs-per-thread kernel; hd 36: the per-pair kernel.
   for (auto [nh, nkv, hd] : {std::tuple<int64_t, int64_t, int64_t>{9, 3, 64}, {32, 8, 128},
-                             {4, 4, 128}, {15, 5, 64}}) {
+                             {4, 4, 128}, {15, 5, 64}, {3, 1, 36}}) {
     const int64_t T = 37, Q = nh * hd, KV = nkv * hd, ld = Q + 2 * KV;
     std::vector<float> q = random_bf16(size_t(T * Q)), k = random_bf16(size_t(T * KV));
     std::vector<int32_t> pos(T);

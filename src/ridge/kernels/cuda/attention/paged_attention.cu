@@ -278,12 +278,20 @@ __global__ void __launch_bounds__(kThreads)
       const uint16_t* vt = vs + (tile & 1) * kBN * SROW;
       float s[kBN / 8][4];
 #pragma unroll
-      for (int n = 0; n < kBN / 8; ++n) {
-        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        const uint16_t* kr = kt + (n * 8 + g) * SROW + 2 * t4;
+      for (int n = 0; n < kBN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      // S = Q K^T: one ldmatrix.x4 gives the b0/b1 fragments of two n-tiles for one k-step
+      // (matrix i = lane / 8: n-tile 2p + i / 2, k half i % 2), a quarter of the shared-memory
+      // instructions of 32-bit loads; same MMA order per n-tile (k ascending).
+      const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
 #pragma unroll
-        for (int k = 0; k < KSTEPS; ++k) mma_16816(s[n], qa[k], lds32(kr + k * 16), lds32(kr + k * 16 + 8));
-      }
+      for (int p = 0; p < kBN / 16; ++p)
+#pragma unroll
+        for (int k = 0; k < KSTEPS; ++k) {
+          uint32_t b[4];
+          ldmatrix_x4(b, krow + p * 16 * SROW + k * 16);
+          mma_16816(s[2 * p], qa[k], b[0], b[1]);
+          mma_16816(s[2 * p + 1], qa[k], b[2], b[3]);
+        }
       // Mask, scale, online softmax.
       const int kv0 = kv_begin + tile * kBN;
       float mx[2] = {-INFINITY, -INFINITY};
