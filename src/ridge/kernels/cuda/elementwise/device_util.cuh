@@ -46,6 +46,9 @@ __device__ __forceinline__ float block_sum(float v) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// 16-byte aligned (null counts as aligned): the vectorized kernels' host-side precondition.
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 inline std::string shape_text(int64_t rows, int64_t cols, int64_t ld) {
   return "[" + std::to_string(rows) + ", " + std::to_string(cols) + "] (row stride " +
          std::to_string(ld) + ")";

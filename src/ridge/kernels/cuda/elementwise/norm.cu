@@ -20,6 +20,7 @@ namespace {
 
 using detail::bf16_bits_to_f32;
 using detail::f32_to_bf16_bits;
+using detail::aligned16;
 
 constexpr int kThreads = 256;
 
@@ -152,8 +153,6 @@ __global__ void __launch_bounds__(kVecThreads)
     }
   }
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Launches the vectorized kernel when the shapes allow; false otherwise.
 bool launch_norm_vec(uint16_t* residual, int64_t ld_r, const uint16_t* x, int64_t ld_x,

@@ -22,6 +22,7 @@ namespace {
 
 using detail::bf16_bits_to_f32;
 using detail::f32_to_bf16_bits;
+using detail::aligned16;
 
 constexpr int kThreads = 256;
 
@@ -97,8 +98,6 @@ __global__ void kv_store_kernel(const Chunk* __restrict__ k, int64_t ld_k,
   k_pool[slot * chunks_per_row + c] = k[t * ld_k + c];
   v_pool[slot * chunks_per_row + c] = v[t * ld_v + c];
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -14,6 +14,7 @@ namespace {
 
 using detail::bf16_bits_to_f32;
 using detail::f32_to_bf16_bits;
+using detail::aligned16;
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxGridY = 65535;
@@ -112,7 +113,6 @@ void silu_mul_bf16(const uint16_t* gate_up, int64_t ld_gu, int64_t T, int64_t F,
   RIDGE_KERNEL_EXPECT(T >= 0 && F >= 1 && ld_gu >= 2 * F && ld_out >= F, "silu_mul_bf16",
                       "gate_up " + detail::shape_text(T, 2 * F, ld_gu) + ", out " +
                           detail::shape_text(T, F, ld_out));
-  const auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
   if (F % 8 == 0 && ld_gu % 8 == 0 && ld_out % 8 == 0 && aligned16(gate_up) && aligned16(out)) {
     for_row_chunks(T, F / 8, [&](dim3 grid, int64_t r0) {
       silu_mul_vec_kernel<<<grid, kThreads, 0, stream>>>(gate_up, ld_gu, F, out, ld_out, r0);
