@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <set>
 #include <span>
 
@@ -51,15 +52,8 @@ struct Rows {
   void add(const SamplingParams& sp, uint64_t step, const std::vector<int32_t>& prompt = {},
            const std::vector<int32_t>& output = {}) {
     SampleRow r = to_row(sp, step);
-    r.penalty_begin = int32_t(pen_ids.size());
-    std::map<int32_t, int32_t> counts;
-    for (int32_t t : prompt) counts.emplace(t, 0);
-    for (int32_t t : output) counts[t]++;
-    for (auto [t, c] : counts) {
-      pen_ids.push_back(t);
-      pen_counts.push_back(c);
-    }
-    r.penalty_end = int32_t(pen_ids.size());
+    std::tie(r.penalty_begin, r.penalty_end) =
+        sampling_test::append_penalties(prompt, output, pen_ids, pen_counts);
     rows.push_back(r);
     top_n = std::max(top_n, sp.top_logprobs);
   }

@@ -8,6 +8,7 @@
 #include "ridge/kernels/cuda/sampling/sample_row.cuh"
 
 #include <map>
+#include <tuple>
 #include <memory>
 #include <random>
 #include <set>
@@ -114,15 +115,8 @@ struct Batch {
     storage.resize(size_t(offset + int64_t(r + 1) * ld + 8), 0.0f);
     std::copy(logits.begin(), logits.end(), row(r));
     SampleRowParams p = to_row(sp, step);
-    p.penalty_begin = int32_t(pen_ids.size());
-    std::map<int32_t, int32_t> counts;
-    for (int32_t t : prompt) counts.emplace(t, 0);
-    for (int32_t t : output) counts[t]++;
-    for (auto [t, c] : counts) {
-      pen_ids.push_back(t);
-      pen_counts.push_back(c);
-    }
-    p.penalty_end = int32_t(pen_ids.size());
+    std::tie(p.penalty_begin, p.penalty_end) =
+        sampling_test::append_penalties(prompt, output, pen_ids, pen_counts);
     params.push_back(p);
     top_n = std::max(top_n, sp.top_logprobs);
   }

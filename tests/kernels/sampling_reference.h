@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <span>
 #include <utility>
@@ -94,6 +95,23 @@ inline AllowedSet allowed_set(std::span<const float> logits, const engine::Sampl
       out.prob.push_back(p[size_t(i)] / kept);
     }
   return out;
+}
+
+// Appends one row's penalty list as Backend::sample takes it (distinct tokens of prompt and
+// output, each with its count in the output, ascending ids) and returns its [begin, end).
+inline std::pair<int32_t, int32_t> append_penalties(const std::vector<int32_t>& prompt,
+                                                    const std::vector<int32_t>& output,
+                                                    std::vector<int32_t>& ids,
+                                                    std::vector<int32_t>& counts) {
+  const int32_t begin = int32_t(ids.size());
+  std::map<int32_t, int32_t> c;
+  for (int32_t t : prompt) c.emplace(t, 0);
+  for (int32_t t : output) c[t]++;
+  for (auto [t, n] : c) {
+    ids.push_back(t);
+    counts.push_back(n);
+  }
+  return {begin, int32_t(ids.size())};
 }
 
 // The logits after engine::Sampler's penalties (prompt, output as the Sampler takes them).
