@@ -10,6 +10,7 @@
 #include "ridge/backend/backend.h"
 #include "ridge/core/error.h"
 #include "ridge/model/llama.h"
+#include "ridge/perf/cost_model.h"
 #ifdef RIDGE_HAVE_PERF_GPU
 #include "ridge/perf/gpu/ceilings.h"
 #endif
@@ -123,6 +124,32 @@ class Timer {
 #endif
 };
 
+// Whether the backend runs Backend::matmul_fused as one kernel (on the CUDA backend:
+// BackendOptions::fusion, CLI --no-fusion; the CPU backend never does). By matmul_fused's contract
+// its `scratch` receives the prologue's output only when the prologue runs as a kernel of its own,
+// so one row of down_proj's call (SiLU·mul prologue, accumulate: as run_layers issues it, with or
+// without stacked weights) tells: the scratch row is preset to a sentinel and read back.
+bool backend_fuses_prologues(Backend& be, const Tensor& gate_up, const Tensor& w_down,
+                             Tensor& mlp, Tensor& x) {
+  const Device dev = be.device();
+  const DType act = mlp.dtype;
+  const int64_t F = mlp.shape[1], H = x.shape[1];
+  const size_t bytes = ridge::row_bytes(act, F);
+  const Tensor in = view2d(gate_up.data, act, 1, 2 * F, gate_up.stride[0], dev);
+  Tensor scratch = view2d(mlp.data, act, 1, F, mlp.stride[0], dev);
+  Tensor out = view2d(x.data, act, 1, H, x.stride[0], dev);
+  const std::vector<uint8_t> sentinel(bytes, 0x7f);  // bf16 / f32 0x7f7f...: ~3.4e38, finite
+  std::vector<uint8_t> back(bytes, 0);
+  be.upload({}, scratch.data, sentinel.data(), bytes);
+  backend::MatmulFusion f;
+  f.silu_mul = true;
+  f.accumulate = true;
+  be.matmul_fused({}, in, w_down, f, scratch, out);
+  be.download({}, back.data(), scratch.data, bytes);
+  be.synchronize({});
+  return back == sentinel;
+}
+
 }  // namespace
 
 std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatch& fb,
@@ -167,14 +194,15 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   const Tensor rows = i32(fb.logits_rows);
   const bool prefill = meta.max_q_len > 1;
 
-  // Activations, one buffer per role as in LlamaModel::forward.
+  // Activations, one buffer per role as in LlamaModel::run_layers: x the residual stream (the
+  // o_proj and down_proj epilogues add into it), h a block's normed input, mlp SiLU·mul's output.
   auto act_buf = [&](int64_t n_rows, int64_t n_cols) {
     keep.push_back(filled(be, size_t(std::max<int64_t>(n_rows, 1) * n_cols) * esz, act));
     return Tensor(keep.back().data(), act, {n_rows, n_cols}, dev);
   };
   Tensor x = act_buf(T, H), h = act_buf(T, H), qkv = act_buf(T, Q + 2 * KV), attn = act_buf(T, Q),
-         proj = act_buf(T, H), gate_up = act_buf(T, 2 * F), mlp = act_buf(T, F);
-  Tensor xr = act_buf(R, H), last = act_buf(R, H), last_normed = act_buf(R, H);
+         gate_up = act_buf(T, 2 * F), mlp = act_buf(T, F);
+  Tensor xr = act_buf(R, H), last_normed = act_buf(R, H);
   keep.push_back(filled(be, size_t(std::max<int64_t>(R, 1) * V) * 4, DType::f32));
   Tensor logits(keep.back().data(), DType::f32, {R, V}, dev);
   Tensor q = view2d(qkv.data, act, T, Q, Q + 2 * KV, dev);
@@ -213,7 +241,19 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   };
   const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
 
-  be.synchronize({});  // every upload above done before ops on the timer's stream read them
+  be.synchronize({});  // every upload above done before the probe and the timed ops read them
+  // Which kernels run, by the cost model's plan of ridge (perf::KernelPlan::ridge) for this step's
+  // T and R rows, with the backend's fusion probed first: each timed op is one op of the plan,
+  // under its name. An op folded into another at this T is not timed alone: its time is inside
+  // the op it joined (attn_norm in qkv_proj, mlp_norm in gate_up_proj, silu_mul in down_proj,
+  // final_norm in lm_head, rope and kv_write in rope_kv_write), as in the prediction. A folded
+  // call is Backend::matmul_fused / rope_kv_store as run_layers issues it; where the backend
+  // composes instead, the parts are issued as the composition does (rmsnorm then matmul, silu_mul
+  // then matmul_add, rope then kv_store), each under its own name. The residual adds are always in
+  // the o_proj / down_proj epilogues (matmul_add).
+  const bool fusion = backend_fuses_prologues(be, gate_up, weights(H, F).at(0), mlp, x);
+  const perf::KernelPlan plan = perf::KernelPlan::ridge(o.fused_projections, true, fusion);
+  be.synchronize({});
   Timer timer(be, calls, o.replays);
   const Stream s = timer.stream();
   std::vector<OpTime> out;
@@ -228,6 +268,9 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
     t.eager_s = e * double(per_step);
     out.push_back(t);
   };
+  backend::MatmulFusion norm_in;  // a block's (or the LM head's) input norm, in the prologue
+  norm_in.norm_weight = &norm_w;
+  norm_in.eps = eps;
 
   {
     // The embedding table: the first V rows of the weight pool viewed as [V, H].
@@ -235,51 +278,76 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
     if (ridge::row_bytes(wdt, H) * size_t(V) <= pool_bytes)
       record("embedding", 1, 1, [&](int) { be.embedding(s, table, ids, x); });
   }
-  auto norm = [&](int) { be.add_rmsnorm(s, x, proj, norm_w, eps, h); };
-  record("attn_norm", L, 1, norm);
-  if (o.fused_projections) {
+  auto norm = [&](int) { be.rmsnorm(s, x, norm_w, eps, h); };
+  if (plan.prologue_fused(T) && plan.qkv_matmuls == 1) {
     const Weights w = weights(Q + 2 * KV, H);
-    record("qkv_proj", L, 1, [&](int i) { be.matmul(s, h, w.at(i), nullptr, qkv); });
+    record("qkv_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), norm_in, h, qkv); });
   } else {
-    const Weights wq = weights(Q, H), wk = weights(KV, H), wv = weights(KV, H);
-    record("qkv_proj", L, 3, [&](int i) {
-      be.matmul(s, h, wq.at(i), nullptr, q);
-      be.matmul(s, h, wk.at(i), nullptr, k);
-      be.matmul(s, h, wv.at(i), nullptr, v);
-    });
+    record("attn_norm", L, 1, norm);
+    if (plan.qkv_matmuls == 1) {
+      const Weights w = weights(Q + 2 * KV, H);
+      record("qkv_proj", L, 1, [&](int i) { be.matmul(s, h, w.at(i), nullptr, qkv); });
+    } else {
+      const Weights wq = weights(Q, H), wk = weights(KV, H), wv = weights(KV, H);
+      record("qkv_proj", L, 3, [&](int i) {
+        be.matmul(s, h, wq.at(i), nullptr, q);
+        be.matmul(s, h, wk.at(i), nullptr, k);
+        be.matmul(s, h, wv.at(i), nullptr, v);
+      });
+    }
   }
-  record("rope", L, 1, [&](int) { be.rope(s, q, k, positions, inv_freq); });
-  record("kv_write", L, 1, [&](int i) { be.kv_store(s, k, v, slots, kv[size_t(i) % kv.size()]); });
+  if (plan.rope_kv_fused) {
+    record("rope_kv_write", L, 1, [&](int i) {
+      be.rope_kv_store(s, q, k, v, positions, inv_freq, slots, kv[size_t(i) % kv.size()]);
+    });
+  } else {
+    record("rope", L, 1, [&](int) { be.rope(s, q, k, positions, inv_freq); });
+    record("kv_write", L, 1, [&](int i) { be.kv_store(s, k, v, slots, kv[size_t(i) % kv.size()]); });
+  }
   record(prefill ? "attn_prefill" : "attn_decode", L, 1,
          [&](int i) { be.attention(s, q, kv[size_t(i) % kv.size()], meta, scale, attn); });
   {
     const Weights w = weights(H, Q);
-    record("o_proj", L, 1, [&](int i) { be.matmul(s, attn, w.at(i), nullptr, proj); });
+    record("o_proj", L, 1, [&](int i) { be.matmul_add(s, attn, w.at(i), x); });  // x += attn·woᵀ
   }
-  record("mlp_norm", L, 1, norm);
-  if (o.fused_projections) {
+  if (plan.prologue_fused(T) && plan.gate_up_matmuls == 1) {
     const Weights w = weights(2 * F, H);
-    record("gate_up_proj", L, 1, [&](int i) { be.matmul(s, h, w.at(i), nullptr, gate_up); });
+    record("gate_up_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), norm_in, h, gate_up); });
   } else {
-    const Weights wg = weights(F, H), wu = weights(F, H);
-    record("gate_up_proj", L, 2, [&](int i) {
-      be.matmul(s, h, wg.at(i), nullptr, gate);
-      be.matmul(s, h, wu.at(i), nullptr, up);
-    });
+    record("mlp_norm", L, 1, norm);
+    if (plan.gate_up_matmuls == 1) {
+      const Weights w = weights(2 * F, H);
+      record("gate_up_proj", L, 1, [&](int i) { be.matmul(s, h, w.at(i), nullptr, gate_up); });
+    } else {
+      const Weights wg = weights(F, H), wu = weights(F, H);
+      record("gate_up_proj", L, 2, [&](int i) {
+        be.matmul(s, h, wg.at(i), nullptr, gate);
+        be.matmul(s, h, wu.at(i), nullptr, up);
+      });
+    }
   }
-  record("silu_mul", L, 1, [&](int) { be.silu_mul(s, gate_up, mlp); });
   {
     const Weights w = weights(H, F);
-    record("down_proj", L, 1, [&](int i) { be.matmul(s, mlp, w.at(i), nullptr, proj); });
+    if (plan.prologue_fused(T)) {
+      backend::MatmulFusion down;  // x += silu_mul(gate_up)·w_downᵀ
+      down.silu_mul = true;
+      down.accumulate = true;
+      record("down_proj", L, 1, [&](int i) { be.matmul_fused(s, gate_up, w.at(i), down, mlp, x); });
+    } else {
+      record("silu_mul", L, 1, [&](int) { be.silu_mul(s, gate_up, mlp); });
+      record("down_proj", L, 1, [&](int i) { be.matmul_add(s, mlp, w.at(i), x); });
+    }
   }
   if (R > 0) {
-    record("gather_rows", 1, 2, [&](int) {
-      be.gather_rows(s, x, rows, xr);
-      be.gather_rows(s, proj, rows, last);
-    });
-    record("final_norm", 1, 1, [&](int) { be.add_rmsnorm(s, xr, last, norm_w, eps, last_normed); });
+    record("gather_rows", 1, 1, [&](int) { be.gather_rows(s, x, rows, xr); });  // x's rows only
     const Weights w = weights(V, H);
-    record("lm_head", 1, 1, [&](int i) { be.matmul(s, last_normed, w.at(i), nullptr, logits); });
+    if (plan.prologue_fused(R)) {
+      record("lm_head", 1, 1,
+             [&](int i) { be.matmul_fused(s, xr, w.at(i), norm_in, last_normed, logits); });
+    } else {
+      record("final_norm", 1, 1, [&](int) { be.rmsnorm(s, xr, norm_w, eps, last_normed); });
+      record("lm_head", 1, 1, [&](int i) { be.matmul(s, last_normed, w.at(i), nullptr, logits); });
+    }
   }
   {
     // Host copies of a step: its plan up (one packed copy), its logits down, then a sync.

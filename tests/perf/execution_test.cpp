@@ -1,5 +1,6 @@
 // The execution terms of the cost model (docs/PERF.md, "Execution"): kernels per step as ridge
-// launches them, eager vs graph launch cost, the achievable-efficiency factors, host copies, and
+// launches them (norms and SiLU·mul folded into GEMMs of <= 16 rows, or not), eager vs graph
+// launch cost, the achievable-efficiency factors, host copies, and
 // the hardware fields that carry them. Every expected value is worked out by hand in the comment
 // beside it from the model shape, data/hardware.json's figures and the formulas of docs/PERF.md,
 // never from the code's own output.
@@ -34,32 +35,74 @@ TEST(Execution, EagerQueueFinishTime) {
 }
 
 TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
-  // LlamaModel::forward (src/ridge/model/llama.cpp), Llama-2-7B (32 layers, 32 KV heads).
-  // Per layer with separate projections: norm 1, q k v 3, rope 1, kv_store 1, attention 1 (+1
-  // combine when the KV splits), o 1, norm 1, gate up 2, silu_mul 1, down 1 = 13 (+1).
-  // Outside the layers: embedding 1, gather_rows 2, final add_rmsnorm 1, LM head 1 = 5.
-  // Decode bs1 at context 192: the attention launch has 1 row tile x 32 KV heads = 32 blocks
-  // < 4 x 132 SMs = 528, and 193 KV positions > one 64-position tile: it splits, so the combine
-  // kernel runs: 32 x 14 + 5 = 453 kernels (the ~450 launches of a decode step).
+  // LlamaModel::run_layers (src/ridge/model/llama.cpp) on the CUDA backend, Llama-2-7B (32 layers,
+  // 32 KV heads) on an H200 (132 SMs). Decode bs1 at context 192: the attention launch has 1 row
+  // tile x 32 KV heads = 32 blocks < 4 x 132 SMs = 528, and 193 KV positions > one 64-position
+  // tile: it splits, so the combine kernel runs.
+  // Fused q|k|v and gate|up weights, fusion on (the default), T = 1 <= 16, per layer: qkv_proj
+  // with the RMSNorm in its prologue 1, rope_kv_write 1, attention 1 + combine 1, o_proj (x +=
+  // in its epilogue) 1, gate_up_proj with the RMSNorm 1, down_proj with SiLU·mul in its prologue
+  // and x += in its epilogue 1 = 7. Outside the layers: embedding 1, gather_rows of x 1, lm_head
+  // with the final norm (R = 1 <= 16) 1 = 3. 32 x 7 + 3 = 227.
   const Hardware& h200 = db().get("h200");
-  const auto sep = CostOptions::ridge(Launch::eager, /*fused*/ false, /*pinned*/ false);
-  const StepCost d1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192), sep);
-  EXPECT_EQ(d1.kernels, 453);
-  EXPECT_EQ(d1.op("qkv_proj").kernels, 96);
-  EXPECT_EQ(d1.op("gate_up_proj").kernels, 64);
-  EXPECT_EQ(d1.op("attn_decode").kernels, 64);
-  EXPECT_EQ(d1.op("gather_rows").kernels, 2);
-  EXPECT_THROW(d1.op("sampling"), Error);  // sampled on the host
-  // Fused q|k|v and gate|up: 32 x 11 + 5 = 357.
   const StepCost f1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
                                    CostOptions::ridge(Launch::graph, true, true));
-  EXPECT_EQ(f1.kernels, 357);
-  // Decode bs64: 64 x 32 = 2048 blocks >= 528, no split: 32 x 13 + 5 = 421.
-  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(64, 192), sep).kernels, 421);
-  // Prefill 2048: ceil(2048 / 64) = 32 row tiles x 32 heads = 1024 blocks, no split: 421;
-  // prefill 512: 8 x 32 = 256 blocks < 528, split: 453.
-  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::prefill(2048), sep).kernels, 421);
-  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::prefill(512), sep).kernels, 453);
+  EXPECT_EQ(f1.kernels, 227);
+  EXPECT_EQ(f1.op("qkv_proj").kernels, 32);
+  EXPECT_EQ(f1.op("rope_kv_write").kernels, 32);
+  EXPECT_EQ(f1.op("attn_decode").kernels, 64);
+  EXPECT_EQ(f1.op("down_proj").kernels, 32);
+  EXPECT_EQ(f1.op("gather_rows").kernels, 1);
+  EXPECT_EQ(f1.op("lm_head").kernels, 1);
+  // The folded ops are not listed: their work is in the op they joined.
+  for (const char* folded : {"attn_norm", "rope", "kv_write", "mlp_norm", "silu_mul", "final_norm"})
+    EXPECT_THROW(f1.op(folded), Error) << folded;
+  EXPECT_THROW(f1.op("sampling"), Error);  // sampled on the host
+  // --no-fusion (BackendOptions::fusion off): the residual adds stay in the o / down epilogues
+  // (matmul_add), the rest runs alone: per layer norm 1, qkv 1, rope 1, kv_store 1, attention 1
+  // + combine 1, o 1, norm 1, gate_up 1, silu_mul 1, down 1 = 11; outside: embedding 1,
+  // gather_rows 1, final_norm 1, lm_head 1 = 4. 32 x 11 + 4 = 356.
+  const StepCost u1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
+                                   CostOptions::ridge(Launch::graph, true, true, /*fusion*/ false));
+  EXPECT_EQ(u1.kernels, 356);
+  EXPECT_EQ(u1.op("attn_norm").kernels, 32);
+  EXPECT_EQ(u1.op("rope").kernels, 32);
+  EXPECT_EQ(u1.op("kv_write").kernels, 32);
+  EXPECT_EQ(u1.op("silu_mul").kernels, 32);
+  EXPECT_EQ(u1.op("final_norm").kernels, 1);
+  EXPECT_THROW(u1.op("rope_kv_write"), Error);
+  // Separate q, k, v and gate, up weights (fusion on): a norm folds only into a GEMM of one
+  // launch, so both norms run alone; SiLU·mul still folds into down_proj. Per layer: norm 1,
+  // q k v 3, rope_kv_write 1, attention 1 + 1, o 1, norm 1, gate up 2, down 1 = 12; outside 3:
+  // 32 x 12 + 3 = 387.
+  const auto sep = CostOptions::ridge(Launch::eager, /*fused*/ false, /*pinned*/ false);
+  const StepCost d1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192), sep);
+  EXPECT_EQ(d1.kernels, 387);
+  EXPECT_EQ(d1.op("qkv_proj").kernels, 96);
+  EXPECT_EQ(d1.op("gate_up_proj").kernels, 64);
+  EXPECT_EQ(d1.op("attn_norm").kernels, 32);
+  EXPECT_EQ(d1.op("mlp_norm").kernels, 32);
+  EXPECT_THROW(d1.op("silu_mul"), Error);
+  // ... and without fusion: norm 1, q k v 3, rope 1, kv_store 1, attention 1 + 1, o 1, norm 1,
+  // gate up 2, silu_mul 1, down 1 = 14; outside 4: 32 x 14 + 4 = 452 (the add_rmsnorm forward
+  // before matmul_add: 453, with a second gather).
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
+                         CostOptions::ridge(Launch::eager, false, false, false))
+                .kernels,
+            452);
+  // Decode bs64 (T = 64 > 16: nothing folds into a GEMM): 64 x 32 = 2048 blocks >= 528, no
+  // split. Per layer: norm, qkv, rope_kv_write, attention, o, norm, gate_up, silu_mul, down = 9;
+  // outside: embedding, gather_rows, final_norm (R = 64 > 16), lm_head = 4. 32 x 9 + 4 = 292.
+  const auto ridge = CostOptions::ridge(Launch::graph);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(64, 192), ridge).kernels, 292);
+  // Prefill 2048: ceil(2048 / 64) = 32 row tiles x 32 heads = 1024 blocks, no split: 9 per
+  // layer; one logits row (R = 1), so the final norm folds into the LM head: 32 x 9 + 3 = 291.
+  // Prefill 512: 8 x 32 = 256 blocks < 528, split: 32 x 10 + 3 = 323.
+  const StepCost p2048 = predict_step(llama2_7b(), h200, StepShape::prefill(2048), ridge);
+  EXPECT_EQ(p2048.kernels, 291);
+  EXPECT_THROW(p2048.op("final_norm"), Error);
+  EXPECT_EQ(p2048.op("attn_norm").kernels, 32);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::prefill(512), ridge).kernels, 323);
   // The roofline's minimal engine (the default plan): 1 + 32 x 10 + 3 = 324, as before.
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192)).kernels, 324);
   // A mixed step runs one attention kernel for both kinds of rows (unified_attention).
@@ -68,6 +111,68 @@ TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   const StepCost m = predict_step(llama2_7b(), h200, mixed, sep);
   EXPECT_EQ(m.op("attn_decode").kernels, 0);
   EXPECT_GT(m.op("attn_decode").time, 0);  // its work still counts
+}
+
+TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
+  // Llama-2-7B (h = q = kv = 4096, f = 11008, V = 32000, 32 layers, bf16: 2 bytes everywhere),
+  // ridge with fused weights and fusion, decode at context 0 (1 KV position: no split).
+  const Hardware& h200 = db().get("h200");
+  const auto ridge = CostOptions::ridge(Launch::graph);
+  const StepCost t16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0), ridge);
+  const StepCost t17 = predict_step(llama2_7b(), h200, StepShape::decode(17, 0), ridge);
+  // Kernels: T = 16: 6 per layer (qkv, rope_kv_write, attention, o, gate_up, down) + embedding,
+  // gather_rows, lm_head = 32 x 6 + 3 = 195. T = 17: 9 per layer + 4 = 292.
+  EXPECT_EQ(t16.kernels, 195);
+  EXPECT_EQ(t17.kernels, 292);
+  for (const char* folded : {"attn_norm", "mlp_norm", "silu_mul", "final_norm"}) {
+    EXPECT_THROW(t16.op(folded), Error) << folded;
+    EXPECT_NO_THROW(t17.op(folded)) << folded;
+  }
+  // qkv_proj at T = 16 with the norm in its prologue, per layer: weights 12288 x 4096 x 2 =
+  // 100,663,296 + x 16 x 4096 x 2 = 131,072 + the norm weight 4096 x 2 = 8,192 + out 16 x 12288
+  // x 2 = 393,216 = 101,195,776 B.
+  EXPECT_NEAR(t16.op("qkv_proj").bytes, 32.0 * 101195776, 1);
+  // FLOPs: 2 x 16 x 12288 x 4096 = 1,610,612,736 + the norm 4 x 16 x 4096 = 262,144.
+  EXPECT_NEAR(t16.op("qkv_proj").flops, 32.0 * (1610612736.0 + 262144), 1);
+  // T = 17: 100,663,296 + 17 x 4096 x 2 = 139,264 + 17 x 12288 x 2 = 417,792 = 101,220,352 B; the
+  // norm alone (plain RMSNorm: read x, write h, and its weight): 2 x 17 x 4096 x 2 + 8,192 =
+  // 286,720 B.
+  EXPECT_NEAR(t17.op("qkv_proj").bytes, 32.0 * 101220352, 1);
+  EXPECT_NEAR(t17.op("attn_norm").bytes, 32.0 * 286720, 1);
+  // o_proj reads and writes the residual stream in its epilogue, at T = 1: 4096 x 4096 x 2 =
+  // 33,554,432 + in 8,192 + out 8,192 + the residual read 8,192 = 33,579,008 B (the minimal
+  // engine's o_proj: 33,570,816, its add in the norm).
+  const StepCost t1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 0), ridge);
+  EXPECT_NEAR(t1.op("o_proj").bytes, 32.0 * 33579008, 1);
+  // down_proj at T = 16, SiLU·mul in its prologue: weights 4096 x 11008 x 2 = 90,177,536 + gate|up
+  // 16 x 22016 x 2 = 704,512 + out 131,072 + residual 131,072 = 91,144,192 B. T = 17: 90,177,536
+  // + the SiLU·mul output 17 x 11008 x 2 = 374,272 + out 139,264 + residual 139,264 = 90,830,336,
+  // and silu_mul alone 3 x 17 x 11008 x 2 = 1,122,816 B.
+  EXPECT_NEAR(t16.op("down_proj").bytes, 32.0 * 91144192, 1);
+  EXPECT_NEAR(t17.op("down_proj").bytes, 32.0 * 90830336, 1);
+  EXPECT_NEAR(t17.op("silu_mul").bytes, 32.0 * 1122816, 1);
+  // RoPE + KV store in one kernel at T = 16: q, k, v read 16 x 12288 x 2 = 393,216, q and k
+  // written back 16 x 8192 x 2 = 262,144, K and V to the pool 16 x 8192 x 2 = 262,144: 917,504 B.
+  EXPECT_NEAR(t16.op("rope_kv_write").bytes, 32.0 * 917504, 1);
+  // The LM head of 16 rows with the final norm: 32000 x 4096 x 2 = 262,144,000 + x rows 131,072 +
+  // the norm weight 8,192 + fp32 logits 16 x 32000 x 4 = 2,048,000 = 264,331,264 B. Gather: x's
+  // 16 rows read and written, 2 x 131,072 = 262,144 B. At T = 17 the final norm runs alone on 17
+  // rows: 2 x 139,264 + 8,192 = 286,720 B.
+  EXPECT_NEAR(t16.op("lm_head").bytes, 264331264.0, 1);
+  EXPECT_NEAR(t16.op("gather_rows").bytes, 262144.0, 1);
+  EXPECT_NEAR(t17.op("final_norm").bytes, 286720.0, 1);
+
+  // Folding saves exactly what is no longer written and read back, at the same T = 16 against
+  // --no-fusion: h around qkv_proj and gate_up_proj (2 x 16 x 4096 x 2 = 262,144 B each, per
+  // layer), SiLU·mul's output (2 x 16 x 11008 x 2 = 704,512), k re-read between RoPE and the store
+  // (16 x 4096 x 2 = 131,072), and h of the final norm (262,144 once):
+  //   32 x (262,144 + 262,144 + 704,512 + 131,072) + 262,144 = 43,778,048 B fewer.
+  const StepCost u16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0),
+                                    CostOptions::ridge(Launch::graph, true, true, false));
+  EXPECT_EQ(u16.kernels, 32 * 10 + 4);  // 10 per layer without the combine, 4 outside
+  EXPECT_NEAR(u16.op("attn_norm").bytes + u16.op("qkv_proj").bytes - t16.op("qkv_proj").bytes,
+              32.0 * 262144, 1);
+  EXPECT_NEAR(u16.bytes - t16.bytes, 43778048.0, 1);
 }
 
 // A 2-layer model on a device so fast that every kernel's work is negligible next to its 2 us
@@ -109,6 +214,21 @@ TEST(Execution, EagerLaunchesStallTheGpuGraphsDoNot) {
   Hardware plain = t.hw;
   plain.gemm_launch_overhead_s.reset();
   EXPECT_NEAR(predict_step(t.cfg, plain, StepShape::decode(1, 10), eager).time, 242e-6, 0.01e-6);
+}
+
+TEST(Execution, RidgeFusedDecodeOnTheTinyModel) {
+  const Tiny t;
+  // ridge (fused weights, fusion), decode bs1 at context 10 (11 KV positions <= 64: no split):
+  // per layer qkv_proj, rope_kv_write, attention, o_proj, gate_up_proj, down_proj = 6; outside:
+  // embedding, gather_rows, lm_head (final norm folded) = 3. 2 x 6 + 3 = 15 kernels, 9 of them
+  // GEMMs (4 per layer + the LM head). The work (< 100 KB at 1e14 B/s) is below 10 ns in all.
+  const StepCost g = predict_step(t.cfg, t.hw, StepShape::decode(1, 10), CostOptions::ridge(Launch::graph));
+  const StepCost e = predict_step(t.cfg, t.hw, StepShape::decode(1, 10), CostOptions::ridge(Launch::eager));
+  EXPECT_EQ(g.kernels, 15);
+  // Graph: one launch 10 us + 15 nodes x 2 us = 40 us (the minimal engine's 24 kernels: 58 us).
+  EXPECT_NEAR(g.t_gpu + g.t_launch_stall, 40e-6, 0.02e-6);
+  // Eager: 6 launches x 10 us + 9 GEMM calls x 20 us + the last kernel's 2 us = 242 us (332 us).
+  EXPECT_NEAR(e.t_gpu + e.t_launch_stall, 242e-6, 0.02e-6);
 }
 
 TEST(Execution, HostCopiesOfTheStep) {

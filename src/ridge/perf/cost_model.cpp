@@ -130,6 +130,15 @@ OpCost make_op(const char* name, OpKind kind, int64_t kernels) {
   return o;
 }
 
+// What a GEMM moves and computes beyond its weights, input [M x K] and output [M x N], per count
+// (layer): a prologue (a norm's weight and FLOPs; SiLU·mul reading [M x 2K] and its FLOPs) and an
+// accumulating epilogue (the residual read). Charged to the first launch of the op.
+struct GemmExtra {
+  double in_cols = 0;  // columns of the input read per row (0: K)
+  double bytes = 0;
+  double flops = 0;
+};
+
 struct Builder {
   const Hardware& hw;
   const CostOptions& opt;
@@ -184,7 +193,7 @@ struct Builder {
   // A GEMM [M x K] x [K x N] run `count` times per step (layers) as `parts` launches of
   // N = sum(parts) columns in all (q|k|v as one launch {q+2kv}, or three {q, kv, kv}).
   void gemm(const char* name, int64_t count, int64_t m, std::initializer_list<int64_t> parts,
-            int64_t k, double out_bytes_per_elem) {
+            int64_t k, double out_bytes_per_elem, const GemmExtra& extra = {}) {
     if (m <= 0) return;
     const auto& p = opt.precision;
     OpCost o;
@@ -195,12 +204,17 @@ struct Builder {
     o.m = m, o.k = k;
     const auto [em, eb] = efficiency(OpKind::gemm);
     double tm_sum = 0, tb_sum = 0, t_sum = 0, tm_raw = 0;
+    bool first = true;
     for (const int64_t n : parts) {
       o.n += n;
-      const double fl = double(count) * 2.0 * double(m) * double(n) * double(k);
+      const double in_cols = first && extra.in_cols > 0 ? extra.in_cols : double(k);
+      const double fl = double(count) * (2.0 * double(m) * double(n) * double(k) +
+                                         (first ? extra.flops : 0.0));
       const double by = double(count) * (double(n) * double(k) * p.weight_bytes +
-                                         double(m) * double(k) * p.act_bytes +
-                                         double(m) * double(n) * out_bytes_per_elem);
+                                         double(m) * in_cols * p.act_bytes +
+                                         double(m) * double(n) * out_bytes_per_elem +
+                                         (first ? extra.bytes : 0.0));
+      first = false;
       o.flops += fl;
       o.bytes += by;
       int64_t split = 1;
@@ -245,12 +259,16 @@ Launch launch_named(std::string_view name) {
   fail("unknown launch mode '{}' (known: graph, eager)", name);
 }
 
-KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging) {
+KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, bool fusion) {
   KernelPlan k;
   k.qkv_matmuls = fused_projections ? 1 : 3;
   k.gate_up_matmuls = fused_projections ? 1 : 2;
   k.unified_attention = true;
   k.attention_combine = true;
+  k.residual_in_matmul = true;               // Backend::matmul_add (cuBLASLt beta = 1, or the
+                                             // skinny / sm90 GEMMs' residual epilogue)
+  k.prologue_max_rows = fusion ? 16 : 0;     // kernels::skinny_prologue_max_tokens
+  k.rope_kv_fused = fusion;
   k.gather_logits_rows = true;
   k.sampling_on_device = false;
   k.metadata_uploads = pinned_staging ? 1 : 7;
@@ -259,10 +277,11 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging) {
   return k;
 }
 
-CostOptions CostOptions::ridge(Launch launch, bool fused_projections, bool pinned_staging) {
+CostOptions CostOptions::ridge(Launch launch, bool fused_projections, bool pinned_staging,
+                               bool fusion) {
   CostOptions o;
   o.launch = launch;
-  o.kernels = KernelPlan::ridge(fused_projections, pinned_staging);
+  o.kernels = KernelPlan::ridge(fused_projections, pinned_staging, fusion);
   o.achievable = true;
   return o;
 }
@@ -296,36 +315,58 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     o.bytes = Td * h * (p.weight_bytes + ab);
     b.add(o);
   }
+  // RMSNorm as a kernel of its own. With the residual add in the GEMM epilogues
+  // (residual_in_matmul) a plain norm: read x, write h (4 FLOPs an element: square, sum, scale,
+  // weight). Otherwise the fused residual add + norm: read x and the block's output, write the
+  // sum and h (5 FLOPs). Plus the norm weight (h elements at 2 bytes).
   auto norm = [&](const char* name, int64_t count, double rows) {
-    // Fused residual add + RMSNorm: read x and the residual, write the sum and the normed x.
     OpCost o = make_op(name, OpKind::norm, count);
     o.per_layer = count == L;
-    o.flops = double(count) * 5.0 * rows * h;
-    o.bytes = double(count) * (4.0 * rows * h * ab + 2.0 * h);
+    const double passes = kp.residual_in_matmul ? 2.0 : 4.0;
+    o.flops = double(count) * (kp.residual_in_matmul ? 4.0 : 5.0) * rows * h;
+    o.bytes = double(count) * (passes * rows * h * ab + 2.0 * h);
     if (opt.fuse_elementwise) o.bytes = double(count) * 2.0 * rows * h * ab, o.kernels = 0;  // residual stream only
     b.add(o);
   };
-  norm("attn_norm", L, Td);
+  // A norm folded into the prologue of the GEMM after it, over `rows` rows: the GEMM reads x
+  // where it would read h (same bytes) and the norm weight; h is never written or read back.
+  auto norm_prologue = [&](double rows) { return GemmExtra{0, 2.0 * h, 4.0 * rows * h}; };
+  // The residual read of a GEMM that adds into x in its epilogue (its write is the GEMM's output).
+  const GemmExtra residual{0, kp.residual_in_matmul ? Td * h * ab : 0.0, 0};
+
+  const bool fold_attn_norm = kp.prologue_fused(T) && kp.qkv_matmuls == 1;
+  if (!fold_attn_norm) norm("attn_norm", L, Td);
+  const GemmExtra qkv_extra = fold_attn_norm ? norm_prologue(Td) : GemmExtra{};
   const int64_t qkv_n = cfg.q_dim() + 2 * cfg.kv_dim();
   if (kp.qkv_matmuls == 3) {
-    b.gemm("qkv_proj", L, T, {cfg.q_dim(), cfg.kv_dim(), cfg.kv_dim()}, cfg.hidden, ab);
+    b.gemm("qkv_proj", L, T, {cfg.q_dim(), cfg.kv_dim(), cfg.kv_dim()}, cfg.hidden, ab, qkv_extra);
   } else {
-    b.gemm("qkv_proj", L, T, {qkv_n}, cfg.hidden, ab);
+    b.gemm("qkv_proj", L, T, {qkv_n}, cfg.hidden, ab, qkv_extra);
   }
-  {
-    OpCost o = make_op("rope", OpKind::rope, L);
+  if (kp.rope_kv_fused) {
+    // One kernel: q, k, v read; q and k rotated in place (written back); k and v to the pool.
+    OpCost o = make_op("rope_kv_write", OpKind::kv_write, L);
     o.per_layer = true;
     o.flops = Ld * 3.0 * Td * (q + kv);
-    o.bytes = Ld * 2.0 * Td * (q + kv) * ab;
-    if (opt.fuse_elementwise) o.bytes = 0, o.kernels = 0;
-    b.add(o);
-  }
-  {
-    OpCost o = make_op("kv_write", OpKind::kv_write, L);
-    o.per_layer = true;
-    o.bytes = Ld * Td * 2.0 * kv * (ab + kvb);
+    o.bytes = Ld * (Td * (2.0 * q + 3.0 * kv) * ab + Td * 2.0 * kv * kvb);
     if (opt.fuse_elementwise) o.bytes = Ld * Td * 2.0 * kv * kvb, o.kernels = 0;
     b.add(o);
+  } else {
+    {
+      OpCost o = make_op("rope", OpKind::rope, L);
+      o.per_layer = true;
+      o.flops = Ld * 3.0 * Td * (q + kv);
+      o.bytes = Ld * 2.0 * Td * (q + kv) * ab;
+      if (opt.fuse_elementwise) o.bytes = 0, o.kernels = 0;
+      b.add(o);
+    }
+    {
+      OpCost o = make_op("kv_write", OpKind::kv_write, L);
+      o.per_layer = true;
+      o.bytes = Ld * Td * 2.0 * kv * (ab + kvb);
+      if (opt.fuse_elementwise) o.bytes = Ld * Td * 2.0 * kv * kvb, o.kernels = 0;
+      b.add(o);
+    }
   }
   const double per_pair = 4.0 * double(cfg.n_heads) * double(cfg.head_dim);  // QK^T and PV
   // Kernels of one attention launch per layer: the kernel, and its combine when the KV splits.
@@ -349,14 +390,21 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     o.bytes = Ld * (2.0 * double(s.decode_seqs) * q * ab + double(s.decode_kv_tokens) * 2.0 * kv * kvb);
     b.add(o);
   }
-  b.gemm("o_proj", L, T, {cfg.hidden}, cfg.q_dim(), ab);
-  norm("mlp_norm", L, Td);
+  b.gemm("o_proj", L, T, {cfg.hidden}, cfg.q_dim(), ab, residual);
+  const bool fold_mlp_norm = kp.prologue_fused(T) && kp.gate_up_matmuls == 1;
+  if (!fold_mlp_norm) norm("mlp_norm", L, Td);
+  const GemmExtra gate_up_extra = fold_mlp_norm ? norm_prologue(Td) : GemmExtra{};
   if (kp.gate_up_matmuls == 2) {
-    b.gemm("gate_up_proj", L, T, {cfg.ffn, cfg.ffn}, cfg.hidden, ab);
+    b.gemm("gate_up_proj", L, T, {cfg.ffn, cfg.ffn}, cfg.hidden, ab, gate_up_extra);
   } else {
-    b.gemm("gate_up_proj", L, T, {2 * cfg.ffn}, cfg.hidden, ab);
+    b.gemm("gate_up_proj", L, T, {2 * cfg.ffn}, cfg.hidden, ab, gate_up_extra);
   }
-  {
+  GemmExtra down_extra = residual;
+  if (kp.prologue_fused(T)) {
+    // SiLU·mul in down_proj's prologue: it reads gate|up [T x 2f]; the product is never written.
+    down_extra.in_cols = 2.0 * f;
+    down_extra.flops += 5.0 * Td * f;
+  } else {
     OpCost o = make_op("silu_mul", OpKind::elementwise, L);
     o.per_layer = true;
     o.flops = Ld * 5.0 * Td * f;
@@ -364,19 +412,21 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     if (opt.fuse_elementwise) o.bytes = 0, o.kernels = 0;
     b.add(o);
   }
-  b.gemm("down_proj", L, T, {cfg.hidden}, cfg.ffn, ab);
+  b.gemm("down_proj", L, T, {cfg.hidden}, cfg.ffn, ab, down_extra);
   if (kp.gather_logits_rows && R > 0) {
-    // The logits rows of the residual stream and of the last projection, gathered before the
-    // final norm (which then runs on R rows, not T).
-    OpCost o = make_op("gather_rows", OpKind::elementwise, 2);
-    o.bytes = 2.0 * 2.0 * double(R) * h * ab;
+    // The logits rows gathered before the final norm (which then runs on R rows, not T): the
+    // residual stream, and without residual_in_matmul the last projection too (added in the norm).
+    const int64_t gathers = kp.residual_in_matmul ? 1 : 2;
+    OpCost o = make_op("gather_rows", OpKind::elementwise, gathers);
+    o.bytes = double(gathers) * 2.0 * double(R) * h * ab;
     b.add(o);
-    norm("final_norm", 1, double(R));
-  } else {
-    norm("final_norm", 1, Td);
   }
+  const bool fold_final_norm = R > 0 && kp.prologue_fused(R);
+  if (!fold_final_norm) norm("final_norm", 1, kp.gather_logits_rows && R > 0 ? double(R) : Td);
   if (R > 0) {
-    b.gemm("lm_head", 1, R, {cfg.vocab}, cfg.hidden, 4.0);  // fp32 logits
+    // fp32 logits; the final norm of the R rows in the prologue where folded.
+    b.gemm("lm_head", 1, R, {cfg.vocab}, cfg.hidden, 4.0,
+           fold_final_norm ? norm_prologue(double(R)) : GemmExtra{});
     if (kp.sampling_on_device) {
       OpCost o = make_op("sampling", OpKind::sampling, 1);
       o.flops = 5.0 * double(R) * V;

@@ -65,8 +65,9 @@ std::string_view launch_name(Launch l);
 Launch launch_named(std::string_view name);  // "graph" | "eager"; throws otherwise
 
 // The kernels an engine launches for one step and the host copies around them. The default is
-// the minimal engine the roofline assumes (fused q|k|v and gate|up, sampling on the GPU, no host
-// copies); KernelPlan::ridge() is ridge's LlamaModel::forward (src/ridge/model/llama.cpp).
+// the minimal engine the roofline assumes (fused q|k|v and gate|up, a fused residual add + RMSNorm
+// kernel before each block, sampling on the GPU, no host copies); KernelPlan::ridge() is ridge's
+// LlamaModel::forward (src/ridge/model/llama.cpp, run_layers) on the CUDA backend.
 struct KernelPlan {
   int qkv_matmuls = 1;              // 3: q, k and v as three matmuls
   int gate_up_matmuls = 1;          // 2: gate and up as two matmuls
@@ -76,21 +77,43 @@ struct KernelPlan {
   // sequence has more than one 64-position KV tile (kernels/cuda/attention: plan_paged_attention).
   bool attention_combine = false;
   int split_blocks_per_sm = 4;
-  bool gather_logits_rows = false;  // two gathers of the logits rows before the final norm
+  // Where each block's residual add runs. false: in the norm of the next block (a fused residual
+  // add + RMSNorm kernel: reads x and the block's output, writes the sum and the normed x). true:
+  // in the epilogue of o_proj and down_proj (Backend::matmul_add, x += y·Wᵀ: the GEMM reads and
+  // writes the residual stream x), the norms plain RMSNorm (read x, write the normed h).
+  bool residual_in_matmul = false;
+  // Up to this many rows (T for the layers' GEMMs, R for the LM head) the RMSNorm before qkv_proj,
+  // gate_up_proj and lm_head and the SiLU·mul before down_proj run in the GEMM's prologue
+  // (Backend::matmul_fused: no kernel of their own, the normed / gated activations never
+  // written); 0: never. A norm folds only into a GEMM of one launch (qkv_matmuls, gate_up_matmuls
+  // 1). ridge: kernels::skinny_prologue_max_tokens = 16, with BackendOptions::fusion.
+  int prologue_max_rows = 0;
+  bool rope_kv_fused = false;       // RoPE and the KV store as one kernel (Backend::rope_kv_store)
+  // Gathers of the logits rows before the final norm: the residual stream x (and, without
+  // residual_in_matmul, the last block's output too: two gathers).
+  bool gather_logits_rows = false;
   bool sampling_on_device = true;   // false: no sampling kernel (the logits go to the host)
   int metadata_uploads = 0;         // host->device copies of the step plan before its kernels
   bool logits_to_host = false;      // f32 logits rows copied to the host after the last kernel
   bool pinned_host = false;         // ... into pinned memory (pinned_copy_bandwidth)
 
+  // Whether a norm / SiLU·mul before a GEMM of `rows` rows runs in that GEMM's prologue.
+  bool prologue_fused(int64_t rows) const { return rows >= 1 && rows <= prologue_max_rows; }
+
   // ridge as built: fused_projections when the backend stacks q|k|v and gate|up weights (the
   // CUDA backend's upload_weight_rows); pinned_staging when the step plan goes up in one packed
   // copy and the logits come down into pinned memory (LlamaModel::forward_logits), else seven
-  // pageable uploads and a pageable download.
-  static KernelPlan ridge(bool fused_projections = true, bool pinned_staging = true);
+  // pageable uploads and a pageable download; fusion as BackendOptions::fusion (CLI --no-fusion
+  // clears it): norms and SiLU·mul in the prologue of GEMMs of <= 16 rows, RoPE + KV store in one
+  // kernel. The residual adds are in the o_proj / down_proj epilogues either way.
+  static KernelPlan ridge(bool fused_projections = true, bool pinned_staging = true,
+                          bool fusion = true);
 };
 
 struct OpCost {
-  std::string_view name;  // embedding, attn_norm, qkv_proj, ... (a static string)
+  // embedding, attn_norm, qkv_proj, ... (a static string). An op folded into another (a norm in
+  // a GEMM's prologue, RoPE in rope_kv_write) is not listed: its work is in the op it joined.
+  std::string_view name;
   OpKind kind = OpKind::elementwise;
   int64_t kernels = 0; // launches per step (layers x 1 for per-layer ops)
   bool per_layer = false;  // run once per layer (its kernels are L x the kernels of one layer)
@@ -148,7 +171,8 @@ struct CostOptions {
   // Elementwise ops fused into the GEMMs and attention around them (norm in the GEMM prologue,
   // residual add / RoPE / SiLU*mul / KV store in epilogues), as optimized engines run them: they
   // then move only the residual stream and the KV they must store, and launch no kernels of their
-  // own. Off by default: ridge runs them as separate kernels today.
+  // own, at every T. Off by default and in CostOptions::ridge: ridge folds them only as its
+  // KernelPlan says (decode-sized GEMM prologues, RoPE + KV store); this applies to the rest.
   bool fuse_elementwise = false;
   // Execution: how kernels are launched, which kernels the engine runs, and whether the
   // hardware's efficiency factors apply (the achievable model) or the bare roofline.
@@ -157,7 +181,8 @@ struct CostOptions {
   bool achievable = false;
 
   // ridge as built on `launch`, with the efficiency factors: what `ridge bench model` compares.
-  static CostOptions ridge(Launch launch, bool fused_projections = true, bool pinned_staging = true);
+  static CostOptions ridge(Launch launch, bool fused_projections = true, bool pinned_staging = true,
+                           bool fusion = true);
 };
 
 struct StepCost {

@@ -266,7 +266,7 @@ std::string format_calibration(const StepCost& predicted, const std::vector<Meas
       for (const auto& o : predicted.ops)
         if (o.name == m.name) p = o.time, bound = std::string(bound_name(o.bound)), found = true;
       if (!found) {
-        s += fmt::format("  {:<14} {:>12} {:>12.1f} {:>8}  (no such op in the model)\n", m.name, "-", m.seconds * 1e6, "-");
+        s += fmt::format("  {:<14} {:>12} {:>12.1f} {:>8}  (not an op of this step: folded into another, or not run)\n", m.name, "-", m.seconds * 1e6, "-");
         continue;
       }
     }
