@@ -278,8 +278,17 @@ void bench(BenchModelFlags& f) {
   const perf::Hardware hw = hwo.value_or(perf::Hardware{});
   const bool fused = stacks_rows(*bundle->backend);
   const bool pinned = kHasForwardLogits<model::LlamaModel>;
+  // The decode fusions the backend runs: BackendOptions::fuse (--fuse LIST, --no-fusion), read by
+  // the CUDA backend's rules (Fusions::parse). The norm and silu prologues live in ridge's skinny
+  // GEMM, so with --gemm cublas neither folds (CudaBackend::matmul_fused); the CPU backend
+  // composes every fused call.
+  perf::Fusions fusions = perf::Fusions::none();
+  if (on_gpu) {
+    fusions = perf::Fusions::parse(f.model.backend.fuse);
+    if (f.model.backend.gemm == "cublas") fusions.norm = fusions.silu = false;
+  }
   auto options = [&](perf::Launch l) {
-    perf::CostOptions o = perf::CostOptions::ridge(l, fused, pinned);
+    perf::CostOptions o = perf::CostOptions::ridge(l, fused, pinned, fusions);
     o.precision = perf::Precision::of(cfg);
     if (on_gpu) o.precision = perf::Precision::named("bf16");  // the GPU runs bf16 weights
     return o;
@@ -287,12 +296,13 @@ void bench(BenchModelFlags& f) {
   perf::CostOptions roof_opt;
   roof_opt.precision = options(perf::Launch::graph).precision;
 
-  fmt::print("model     {} ({})\ndevice    {}\nhardware  {}{}\nkernels   {}, {}\n",
+  fmt::print("model     {} ({})\ndevice    {}\nhardware  {}{}\nkernels   {}, {}, fusions {}\n",
              bundle->weights->path(), cfg.describe(), bundle->backend->name(),
              hwo ? hw.describe() : "none (no predictions on the CPU without --hardware)",
              hw_spec.empty() ? "" : " [" + hw_spec + "]",
              fused ? "fused q|k|v and gate|up matmuls" : "separate q, k, v and gate, up matmuls",
-             pinned ? "one packed plan upload, pinned logits" : "7 pageable plan uploads, pageable logits");
+             pinned ? "one packed plan upload, pinned logits" : "7 pageable plan uploads, pageable logits",
+             fusions.describe());
 
   StepRunner runner(*bundle);
   runner.run(1, 16, 2, f.prefill_tokens.front());  // warm-up (workspace, plans, caches)
@@ -380,6 +390,7 @@ void bench(BenchModelFlags& f) {
     app::OpProfileOptions po;
     po.calls = f.profile_calls;
     po.fused_projections = fused;
+    po.fusions = fusions;
     if (hwo && hw.l2_bytes) po.l2_bytes = *hw.l2_bytes;
     for (auto& p : phases) {
       try {
@@ -540,6 +551,7 @@ void bench(BenchModelFlags& f) {
                         {"hardware_predicted", hwo ? hw.id : std::string()},
                         {"hardware_spec", hw_spec},
                         {"fused_projections", fused},
+                        {"fuse", fusions.describe()},
                         {"pinned_staging", pinned},
                         {"date", now_utc()},
                         {"weight_bytes", bundle->weights->bytes()},

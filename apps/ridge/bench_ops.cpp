@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
+
+#include <fmt/format.h>
 
 #include "ridge/backend/backend.h"
 #include "ridge/core/error.h"
@@ -124,28 +127,24 @@ class Timer {
 #endif
 };
 
-// Whether the backend runs Backend::matmul_fused as one kernel (on the CUDA backend:
-// BackendOptions::fusion, CLI --no-fusion; the CPU backend never does). By matmul_fused's contract
-// its `scratch` receives the prologue's output only when the prologue runs as a kernel of its own,
-// so one row of down_proj's call (SiLU·mul prologue, accumulate: as run_layers issues it, with or
-// without stacked weights) tells: the scratch row is preset to a sentinel and read back.
-bool backend_fuses_prologues(Backend& be, const Tensor& gate_up, const Tensor& w_down,
-                             Tensor& mlp, Tensor& x) {
+// Whether the backend runs one row of Backend::matmul_fused with prologue `f` as one kernel (on
+// the CUDA backend: the "norm" / "silu" items of BackendOptions::fuse, and not with --gemm cublas;
+// the CPU backend never does). By matmul_fused's contract its `scratch` receives the prologue's
+// output only when the prologue runs as a kernel of its own: the scratch row is preset to a
+// sentinel and read back. x, scratch and out are the first rows of the buffers run_layers uses.
+bool backend_folds(Backend& be, const Tensor& x, const Tensor& w, const backend::MatmulFusion& f,
+                   const Tensor& scratch, const Tensor& out) {
   const Device dev = be.device();
-  const DType act = mlp.dtype;
-  const int64_t F = mlp.shape[1], H = x.shape[1];
-  const size_t bytes = ridge::row_bytes(act, F);
-  const Tensor in = view2d(gate_up.data, act, 1, 2 * F, gate_up.stride[0], dev);
-  Tensor scratch = view2d(mlp.data, act, 1, F, mlp.stride[0], dev);
-  Tensor out = view2d(x.data, act, 1, H, x.stride[0], dev);
+  const DType act = scratch.dtype;
+  const size_t bytes = ridge::row_bytes(act, scratch.shape[1]);
+  const Tensor in = view2d(x.data, act, 1, x.shape[1], x.stride[0], dev);
+  Tensor sc = view2d(scratch.data, act, 1, scratch.shape[1], scratch.stride[0], dev);
+  Tensor o = view2d(out.data, out.dtype, 1, out.shape[1], out.stride[0], dev);
   const std::vector<uint8_t> sentinel(bytes, 0x7f);  // bf16 / f32 0x7f7f...: ~3.4e38, finite
   std::vector<uint8_t> back(bytes, 0);
-  be.upload({}, scratch.data, sentinel.data(), bytes);
-  backend::MatmulFusion f;
-  f.silu_mul = true;
-  f.accumulate = true;
-  be.matmul_fused({}, in, w_down, f, scratch, out);
-  be.download({}, back.data(), scratch.data, bytes);
+  be.upload({}, sc.data, sentinel.data(), bytes);
+  be.matmul_fused({}, in, w, f, sc, o);
+  be.download({}, back.data(), sc.data, bytes);
   be.synchronize({});
   return back == sentinel;
 }
@@ -241,18 +240,41 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   };
   const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
 
-  be.synchronize({});  // every upload above done before the probe and the timed ops read them
-  // Which kernels run, by the cost model's plan of ridge (perf::KernelPlan::ridge) for this step's
-  // T and R rows, with the backend's fusion probed first: each timed op is one op of the plan,
-  // under its name. An op folded into another at this T is not timed alone: its time is inside
-  // the op it joined (attn_norm in qkv_proj, mlp_norm in gate_up_proj, silu_mul in down_proj,
-  // final_norm in lm_head, rope and kv_write in rope_kv_write), as in the prediction. A folded
-  // call is Backend::matmul_fused / rope_kv_store as run_layers issues it; where the backend
-  // composes instead, the parts are issued as the composition does (rmsnorm then matmul, silu_mul
-  // then matmul_add, rope then kv_store), each under its own name. The residual adds are always in
-  // the o_proj / down_proj epilogues (matmul_add).
-  const bool fusion = backend_fuses_prologues(be, gate_up, weights(H, F).at(0), mlp, x);
-  const perf::KernelPlan plan = perf::KernelPlan::ridge(o.fused_projections, true, fusion);
+  be.synchronize({});  // every upload above done before the probes and the timed ops read them
+  // Which kernels run: the cost model's plan of ridge (perf::KernelPlan::ridge) for the fuse list
+  // the backend was built with (OpProfileOptions::fusions, from BackendOptions::fuse) at this
+  // step's T and R rows: each timed op is one op of the plan, under its name. An op folded into
+  // another at this T is not timed alone: its time is inside the op it joined (with "norm":
+  // attn_norm in qkv_proj, mlp_norm in gate_up_proj, final_norm in lm_head; with "silu": silu_mul
+  // in down_proj; with "rope_kv": rope and kv_write in rope_kv_write), as in the prediction. A
+  // folded call is Backend::matmul_fused / rope_kv_store as run_layers issues it; where the
+  // backend composes instead, the parts are issued as the composition does (rmsnorm then matmul,
+  // silu_mul then matmul_add, rope then kv_store), each under its own name. The residual adds are
+  // always in the o_proj / down_proj epilogues (matmul_add). The two prologue switches are checked
+  // against the backend first (one row of qkv_proj's and down_proj's matmul_fused); where it does
+  // otherwise (e.g. --gemm cublas folds nothing) its behaviour is what gets timed. rope_kv cannot
+  // be observed that way (fused or not, rope_kv_store writes the same memory): it is taken as given.
+  perf::Fusions fusions = o.fusions;
+  {
+    backend::MatmulFusion norm_probe;
+    norm_probe.norm_weight = &norm_w;
+    norm_probe.eps = eps;
+    backend::MatmulFusion silu_probe;
+    silu_probe.silu_mul = true;
+    silu_probe.accumulate = true;
+    const bool norm_folds = backend_folds(be, x, weights(Q + 2 * KV, H).at(0), norm_probe, h, qkv);
+    const bool silu_folds = backend_folds(be, gate_up, weights(H, F).at(0), silu_probe, mlp, x);
+    if (norm_folds != fusions.norm || silu_folds != fusions.silu) {
+      perf::Fusions seen = fusions;
+      seen.norm = norm_folds, seen.silu = silu_folds;
+      fmt::print(stderr,
+                 "profile-ops: the fuse list is {} but the backend runs {} (prologues probed); "
+                 "timing what it runs\n",
+                 fusions.describe(), seen.describe());
+      fusions = seen;
+    }
+  }
+  const perf::KernelPlan plan = perf::KernelPlan::ridge(o.fused_projections, true, fusions);
   be.synchronize({});
   Timer timer(be, calls, o.replays);
   const Stream s = timer.stream();
@@ -279,7 +301,7 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
       record("embedding", 1, 1, [&](int) { be.embedding(s, table, ids, x); });
   }
   auto norm = [&](int) { be.rmsnorm(s, x, norm_w, eps, h); };
-  if (plan.prologue_fused(T) && plan.qkv_matmuls == 1) {
+  if (plan.norm_folded(T) && plan.qkv_matmuls == 1) {
     const Weights w = weights(Q + 2 * KV, H);
     record("qkv_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), norm_in, h, qkv); });
   } else {
@@ -310,7 +332,7 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
     const Weights w = weights(H, Q);
     record("o_proj", L, 1, [&](int i) { be.matmul_add(s, attn, w.at(i), x); });  // x += attn·woᵀ
   }
-  if (plan.prologue_fused(T) && plan.gate_up_matmuls == 1) {
+  if (plan.norm_folded(T) && plan.gate_up_matmuls == 1) {
     const Weights w = weights(2 * F, H);
     record("gate_up_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), norm_in, h, gate_up); });
   } else {
@@ -328,7 +350,7 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   }
   {
     const Weights w = weights(H, F);
-    if (plan.prologue_fused(T)) {
+    if (plan.silu_folded(T)) {
       backend::MatmulFusion down;  // x += silu_mul(gate_up)·w_downᵀ
       down.silu_mul = true;
       down.accumulate = true;
@@ -341,7 +363,7 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   if (R > 0) {
     record("gather_rows", 1, 1, [&](int) { be.gather_rows(s, x, rows, xr); });  // x's rows only
     const Weights w = weights(V, H);
-    if (plan.prologue_fused(R)) {
+    if (plan.norm_folded(R)) {
       record("lm_head", 1, 1,
              [&](int i) { be.matmul_fused(s, xr, w.at(i), norm_in, last_normed, logits); });
     } else {

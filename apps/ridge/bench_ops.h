@@ -13,6 +13,7 @@
 
 #include "ridge/engine/model_bundle.h"
 #include "ridge/model/forward_batch.h"
+#include "ridge/perf/cost_model.h"
 
 namespace ridge::app {
 
@@ -27,6 +28,10 @@ struct OpProfileOptions {
   int calls = 32;             // launches of an op per timing (layers cycled)
   int replays = 5;            // graph replays (median)
   bool fused_projections = true;  // q|k|v and gate|up as one matmul each (as the model runs them)
+  // The backend's decode fusions (perf::Fusions::parse of BackendOptions::fuse on the GPU, none
+  // on the CPU): which ops are timed folded into others. The norm and silu switches are checked
+  // against what the backend does (profile_ops says so on stderr where they differ).
+  perf::Fusions fusions;
   double l2_bytes = 64.0 * (1 << 20);  // weights rotate over >= 3x this many bytes
 };
 

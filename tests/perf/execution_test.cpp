@@ -1,5 +1,6 @@
 // The execution terms of the cost model (docs/PERF.md, "Execution"): kernels per step as ridge
-// launches them (norms and SiLU·mul folded into GEMMs of <= 16 rows, or not), eager vs graph
+// launches them (by its fuse list: norms and SiLU·mul folded into GEMMs of <= 16 rows or not,
+// RoPE + KV store in one kernel or two; decode attention merging its own splits), eager vs graph
 // launch cost, the achievable-efficiency factors, host copies, and
 // the hardware fields that carry them. Every expected value is worked out by hand in the comment
 // beside it from the model shape, data/hardware.json's figures and the formulas of docs/PERF.md,
@@ -34,90 +35,193 @@ TEST(Execution, EagerQueueFinishTime) {
   EXPECT_THROW(eager_finish({1}, {}), Error);
 }
 
+TEST(Execution, FusionsReadAsTheBackendReadsItsFuseList) {
+  // BackendOptions::fuse (CLI --fuse LIST): a comma list of norm, silu, rope_kv; "none" and
+  // empty items add nothing. The backend's default is "rope_kv" alone, and so is Fusions{}.
+  EXPECT_EQ(Fusions{}, Fusions::parse("rope_kv"));
+  EXPECT_FALSE(Fusions{}.norm);
+  EXPECT_FALSE(Fusions{}.silu);
+  EXPECT_TRUE(Fusions{}.rope_kv);
+  EXPECT_EQ(Fusions::parse("none"), Fusions::none());  // --no-fusion
+  EXPECT_EQ(Fusions::parse(""), Fusions::none());
+  EXPECT_EQ(Fusions::parse("norm,silu,rope_kv"), Fusions::all());
+  EXPECT_EQ(Fusions::parse("rope_kv,silu,norm"), Fusions::all());  // any order
+  EXPECT_EQ(Fusions::parse("silu"), (Fusions{false, true, false}));
+  EXPECT_EQ(Fusions::parse("none,norm"), (Fusions{true, false, false}));  // "none" adds nothing
+  EXPECT_EQ(Fusions::parse("norm,,silu"), (Fusions{true, true, false}));  // nor does ""
+  EXPECT_THROW(Fusions::parse("rope"), Error);
+  EXPECT_THROW(Fusions::parse("Norm"), Error);
+  // describe() writes the list back in the order norm, silu, rope_kv.
+  EXPECT_EQ(Fusions::all().describe(), "norm,silu,rope_kv");
+  EXPECT_EQ(Fusions::none().describe(), "none");
+  EXPECT_EQ(Fusions{}.describe(), "rope_kv");
+  EXPECT_EQ(Fusions::parse("silu,norm").describe(), "norm,silu");
+}
+
 TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   // LlamaModel::run_layers (src/ridge/model/llama.cpp) on the CUDA backend, Llama-2-7B (32 layers,
-  // 32 KV heads) on an H200 (132 SMs). Decode bs1 at context 192: the attention launch has 1 row
-  // tile x 32 KV heads = 32 blocks < 4 x 132 SMs = 528, and 193 KV positions > one 64-position
-  // tile: it splits, so the combine kernel runs.
-  // Fused q|k|v and gate|up weights, fusion on (the default), T = 1 <= 16, per layer: qkv_proj
-  // with the RMSNorm in its prologue 1, rope_kv_write 1, attention 1 + combine 1, o_proj (x +=
-  // in its epilogue) 1, gate_up_proj with the RMSNorm 1, down_proj with SiLU·mul in its prologue
-  // and x += in its epilogue 1 = 7. Outside the layers: embedding 1, gather_rows of x 1, lm_head
-  // with the final norm (R = 1 <= 16) 1 = 3. 32 x 7 + 3 = 227.
+  // 32 heads, 32 KV heads: group 1) on an H200 (132 SMs). Decode bs1 at context 192: counted as
+  // the general kernel's blocks, 1 row tile x 32 KV heads = 32 < 4 x 132 SMs = 528, and 193 KV
+  // positions > one 64-position tile: the launch splits. But every sequence has 1 new token x
+  // group 1 = 1 row <= 16, so the decode attention kernel runs, and it merges its splits itself:
+  // 1 attention kernel per layer, no combine.
+  // The default fuse list (rope_kv only), fused q|k|v and gate|up weights, T = 1, per layer:
+  // attn_norm 1, qkv_proj 1, rope_kv_write 1, attention 1, o_proj (x += in its epilogue) 1,
+  // mlp_norm 1, gate_up_proj 1, silu_mul 1, down_proj (x += in its epilogue) 1 = 9. Outside the
+  // layers: embedding 1, gather_rows of x 1, final_norm 1, lm_head 1 = 4. 32 x 9 + 4 = 292.
   const Hardware& h200 = db().get("h200");
-  const StepCost f1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
+  const StepCost d1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
                                    CostOptions::ridge(Launch::graph, true, true));
-  EXPECT_EQ(f1.kernels, 227);
-  EXPECT_EQ(f1.op("qkv_proj").kernels, 32);
-  EXPECT_EQ(f1.op("rope_kv_write").kernels, 32);
-  EXPECT_EQ(f1.op("attn_decode").kernels, 64);
-  EXPECT_EQ(f1.op("down_proj").kernels, 32);
-  EXPECT_EQ(f1.op("gather_rows").kernels, 1);
-  EXPECT_EQ(f1.op("lm_head").kernels, 1);
+  EXPECT_EQ(d1.kernels, 292);
+  EXPECT_EQ(d1.op("attn_norm").kernels, 32);
+  EXPECT_EQ(d1.op("qkv_proj").kernels, 32);
+  EXPECT_EQ(d1.op("rope_kv_write").kernels, 32);
+  EXPECT_EQ(d1.op("attn_decode").kernels, 32);  // split, merged in the kernel
+  EXPECT_EQ(d1.op("mlp_norm").kernels, 32);
+  EXPECT_EQ(d1.op("silu_mul").kernels, 32);
+  EXPECT_EQ(d1.op("down_proj").kernels, 32);
+  EXPECT_EQ(d1.op("gather_rows").kernels, 1);
+  EXPECT_EQ(d1.op("final_norm").kernels, 1);
+  EXPECT_EQ(d1.op("lm_head").kernels, 1);
+  for (const char* folded : {"rope", "kv_write"}) EXPECT_THROW(d1.op(folded), Error) << folded;
+  EXPECT_THROW(d1.op("sampling"), Error);  // sampled on the host
+  // --fuse none (--no-fusion): the residual adds stay in the o / down epilogues (matmul_add),
+  // RoPE and the KV store run apart: per layer attn_norm, qkv, rope, kv_write, attention, o,
+  // mlp_norm, gate_up, silu_mul, down = 10; outside 4: 32 x 10 + 4 = 324.
+  const StepCost n1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
+                                   CostOptions::ridge(Launch::graph, true, true, Fusions::none()));
+  EXPECT_EQ(n1.kernels, 324);
+  EXPECT_EQ(n1.op("rope").kernels, 32);
+  EXPECT_EQ(n1.op("kv_write").kernels, 32);
+  EXPECT_EQ(n1.op("attn_decode").kernels, 32);
+  EXPECT_THROW(n1.op("rope_kv_write"), Error);
+  // --fuse norm,silu,rope_kv, T = 1 <= 16: qkv_proj with the RMSNorm in its prologue 1,
+  // rope_kv_write 1, attention 1, o_proj 1, gate_up_proj with the RMSNorm 1, down_proj with
+  // SiLU·mul in its prologue 1 = 6; outside: embedding 1, gather_rows 1, lm_head with the final
+  // norm (R = 1 <= 16) 1 = 3. 32 x 6 + 3 = 195.
+  const StepCost a1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
+                                   CostOptions::ridge(Launch::graph, true, true, Fusions::all()));
+  EXPECT_EQ(a1.kernels, 195);
+  EXPECT_EQ(a1.op("qkv_proj").kernels, 32);
+  EXPECT_EQ(a1.op("attn_decode").kernels, 32);
+  EXPECT_EQ(a1.op("lm_head").kernels, 1);
   // The folded ops are not listed: their work is in the op they joined.
   for (const char* folded : {"attn_norm", "rope", "kv_write", "mlp_norm", "silu_mul", "final_norm"})
-    EXPECT_THROW(f1.op(folded), Error) << folded;
-  EXPECT_THROW(f1.op("sampling"), Error);  // sampled on the host
-  // --no-fusion (BackendOptions::fusion off): the residual adds stay in the o / down epilogues
-  // (matmul_add), the rest runs alone: per layer norm 1, qkv 1, rope 1, kv_store 1, attention 1
-  // + combine 1, o 1, norm 1, gate_up 1, silu_mul 1, down 1 = 11; outside: embedding 1,
-  // gather_rows 1, final_norm 1, lm_head 1 = 4. 32 x 11 + 4 = 356.
-  const StepCost u1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
-                                   CostOptions::ridge(Launch::graph, true, true, /*fusion*/ false));
-  EXPECT_EQ(u1.kernels, 356);
-  EXPECT_EQ(u1.op("attn_norm").kernels, 32);
-  EXPECT_EQ(u1.op("rope").kernels, 32);
-  EXPECT_EQ(u1.op("kv_write").kernels, 32);
-  EXPECT_EQ(u1.op("silu_mul").kernels, 32);
-  EXPECT_EQ(u1.op("final_norm").kernels, 1);
-  EXPECT_THROW(u1.op("rope_kv_write"), Error);
-  // Separate q, k, v and gate, up weights (fusion on): a norm folds only into a GEMM of one
-  // launch, so both norms run alone; SiLU·mul still folds into down_proj. Per layer: norm 1,
-  // q k v 3, rope_kv_write 1, attention 1 + 1, o 1, norm 1, gate up 2, down 1 = 12; outside 3:
-  // 32 x 12 + 3 = 387.
-  const auto sep = CostOptions::ridge(Launch::eager, /*fused*/ false, /*pinned*/ false);
-  const StepCost d1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192), sep);
-  EXPECT_EQ(d1.kernels, 387);
-  EXPECT_EQ(d1.op("qkv_proj").kernels, 96);
-  EXPECT_EQ(d1.op("gate_up_proj").kernels, 64);
-  EXPECT_EQ(d1.op("attn_norm").kernels, 32);
-  EXPECT_EQ(d1.op("mlp_norm").kernels, 32);
-  EXPECT_THROW(d1.op("silu_mul"), Error);
-  // ... and without fusion: norm 1, q k v 3, rope 1, kv_store 1, attention 1 + 1, o 1, norm 1,
-  // gate up 2, silu_mul 1, down 1 = 14; outside 4: 32 x 14 + 4 = 452 (the add_rmsnorm forward
-  // before matmul_add: 453, with a second gather).
+    EXPECT_THROW(a1.op(folded), Error) << folded;
+  // One switch at a time. --fuse norm: qkv (norm), rope, kv_write, attention, o, gate_up (norm),
+  // silu_mul, down = 8; outside embedding, gather_rows, lm_head (norm) = 3: 32 x 8 + 3 = 259.
+  // --fuse silu,rope_kv: attn_norm, qkv, rope_kv_write, attention, o, mlp_norm, gate_up,
+  // down (SiLU·mul) = 8; outside 4: 32 x 8 + 4 = 260.
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
-                         CostOptions::ridge(Launch::eager, false, false, false))
+                         CostOptions::ridge(Launch::graph, true, true, Fusions::parse("norm")))
                 .kernels,
-            452);
-  // Decode bs64 (T = 64 > 16: nothing folds into a GEMM): 64 x 32 = 2048 blocks >= 528, no
-  // split. Per layer: norm, qkv, rope_kv_write, attention, o, norm, gate_up, silu_mul, down = 9;
-  // outside: embedding, gather_rows, final_norm (R = 64 > 16), lm_head = 4. 32 x 9 + 4 = 292.
+            259);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
+                         CostOptions::ridge(Launch::graph, true, true, Fusions::parse("silu,rope_kv")))
+                .kernels,
+            260);
+
+  // Separate q, k, v and gate, up weights, the default list: per layer attn_norm 1, q k v 3,
+  // rope_kv_write 1, attention 1, o 1, mlp_norm 1, gate up 2, silu_mul 1, down 1 = 12; outside 4:
+  // 32 x 12 + 4 = 388.
+  const auto sep = CostOptions::ridge(Launch::eager, /*fused*/ false, /*pinned*/ false);
+  const StepCost s1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192), sep);
+  EXPECT_EQ(s1.kernels, 388);
+  EXPECT_EQ(s1.op("qkv_proj").kernels, 96);
+  EXPECT_EQ(s1.op("gate_up_proj").kernels, 64);
+  // ... with all three: a norm folds only into a GEMM of one launch, so both block norms still
+  // run alone; SiLU·mul folds into down_proj, the final norm into the (one) LM head. Per layer
+  // attn_norm, q k v 3, rope_kv_write, attention, o, mlp_norm, gate up 2, down = 11; outside 3:
+  // 32 x 11 + 3 = 355.
+  const StepCost s1a = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
+                                    CostOptions::ridge(Launch::eager, false, false, Fusions::all()));
+  EXPECT_EQ(s1a.kernels, 355);
+  EXPECT_EQ(s1a.op("attn_norm").kernels, 32);
+  EXPECT_EQ(s1a.op("mlp_norm").kernels, 32);
+  EXPECT_THROW(s1a.op("silu_mul"), Error);
+  EXPECT_THROW(s1a.op("final_norm"), Error);
+  // ... and with none: attn_norm, q k v 3, rope, kv_write, attention, o, mlp_norm, gate up 2,
+  // silu_mul, down = 13; outside 4: 32 x 13 + 4 = 420.
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
+                         CostOptions::ridge(Launch::eager, false, false, Fusions::none()))
+                .kernels,
+            420);
+
+  // Decode bs64 (64 x 32 = 2048 blocks >= 528: no split): the default list, 9 per layer + 4 =
+  // 292; all three too, since T = 64 > 16 folds nothing into a GEMM and R = 64 > 16 keeps the
+  // final norm: 32 x 9 + 4 = 292.
   const auto ridge = CostOptions::ridge(Launch::graph);
+  const auto all = CostOptions::ridge(Launch::graph, true, true, Fusions::all());
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(64, 192), ridge).kernels, 292);
-  // Prefill 2048: ceil(2048 / 64) = 32 row tiles x 32 heads = 1024 blocks, no split: 9 per
-  // layer; one logits row (R = 1), so the final norm folds into the LM head: 32 x 9 + 3 = 291.
-  // Prefill 512: 8 x 32 = 256 blocks < 528, split: 32 x 10 + 3 = 323.
-  const StepCost p2048 = predict_step(llama2_7b(), h200, StepShape::prefill(2048), ridge);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(64, 192), all).kernels, 292);
+  // Prefill 2048 (2048 rows > 16: the general kernel): ceil(2048 / 64) = 32 row tiles x 32 heads
+  // = 1024 blocks >= 528, no split. Default: 9 per layer + 4 = 292. All three: one logits row
+  // (R = 1), so the final norm folds into the LM head: 32 x 9 + 3 = 291.
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::prefill(2048), ridge).kernels, 292);
+  const StepCost p2048 = predict_step(llama2_7b(), h200, StepShape::prefill(2048), all);
   EXPECT_EQ(p2048.kernels, 291);
   EXPECT_THROW(p2048.op("final_norm"), Error);
   EXPECT_EQ(p2048.op("attn_norm").kernels, 32);
-  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::prefill(512), ridge).kernels, 323);
+  // Prefill 512: 8 x 32 = 256 blocks < 528 and 512 positions > 64: the general kernel splits and
+  // launches its combine: 32 x (9 + 1) + 4 = 324.
+  const StepCost p512 = predict_step(llama2_7b(), h200, StepShape::prefill(512), ridge);
+  EXPECT_EQ(p512.kernels, 324);
+  EXPECT_EQ(p512.op("attn_prefill").kernels, 64);
   // The roofline's minimal engine (the default plan): 1 + 32 x 10 + 3 = 324, as before.
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192)).kernels, 324);
-  // A mixed step runs one attention kernel for both kinds of rows (unified_attention).
+  // A mixed step runs one attention kernel for both kinds of rows (unified_attention): the
+  // general one (512 rows > 16), 8 x 32 + 1 x 32 = 288 blocks < 528, 512 positions > 64: split,
+  // so kernel + combine in attn_prefill, none in attn_decode.
   StepShape mixed;
   mixed.seqs = {{512, 0, true}, {1, 300, true}};
   const StepCost m = predict_step(llama2_7b(), h200, mixed, sep);
+  EXPECT_EQ(m.op("attn_prefill").kernels, 64);
   EXPECT_EQ(m.op("attn_decode").kernels, 0);
   EXPECT_GT(m.op("attn_decode").time, 0);  // its work still counts
 }
 
-TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
-  // Llama-2-7B (h = q = kv = 4096, f = 11008, V = 32000, 32 layers, bf16: 2 bytes everywhere),
-  // ridge with fused weights and fusion, decode at context 0 (1 KV position: no split).
+TEST(Execution, DecodeAttentionMergesItsSplitsTheGeneralKernelCombines) {
+  // The decode attention kernel runs when every sequence has new tokens x group <= 16 rows, and
+  // merges its KV splits itself; the general kernel launches a combine after a split. Default
+  // fuse list, so 9 kernels per layer + 4 outside without a combine, 10 + 4 with one.
   const Hardware& h200 = db().get("h200");
   const auto ridge = CostOptions::ridge(Launch::graph);
+  StepShape s16, s17;
+  s16.seqs = {{16, 200, true}};
+  s17.seqs = {{17, 200, true}};
+  EXPECT_EQ(StepAggregate::of(s16).max_new_tokens, 16);
+  // Llama-2-7B (group 1): a chunk of 16 on 200 cached is 16 rows: the decode kernel. Both chunks
+  // split (as the general kernel counts them: 1 row tile x 32 KV heads = 32 < 528, 216 or 217
+  // positions > 64). 16: 32 x 9 + 4 = 292; 17 rows: the general kernel and its combine,
+  // 32 x 10 + 4 = 324.
+  EXPECT_EQ(predict_step(llama2_7b(), h200, s16, ridge).kernels, 292);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, s16, ridge).op("attn_prefill").kernels, 32);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, s17, ridge).kernels, 324);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, s17, ridge).op("attn_prefill").kernels, 64);
+  // Llama-3-8B (32 heads on 8 KV heads: group 4, 32 layers): 4 new tokens make 16 rows (decode
+  // kernel, 292), 5 make 20 (general kernel: 1 tile x 4 x 8 = 32 blocks < 528, 205 positions >
+  // 64, split: 324). Decode bs1 at context 192: 4 rows, the decode kernel: 292.
+  const model::ModelConfig l3 = model::ModelConfig::named("llama-3-8b");
+  StepShape c4, c5;
+  c4.seqs = {{4, 200, true}};
+  c5.seqs = {{5, 200, true}};
+  EXPECT_EQ(predict_step(l3, h200, c4, ridge).kernels, 292);
+  EXPECT_EQ(predict_step(l3, h200, c5, ridge).kernels, 324);
+  EXPECT_EQ(predict_step(l3, h200, StepShape::decode(1, 192), ridge).kernels, 292);
+  // A step aggregate built without max_new_tokens (0) and with a prefill sequence is taken as
+  // 2 new tokens x group 4 = 8 rows: the decode kernel, no combine (292, where the 5 tokens that
+  // c5 holds give 324 above).
+  StepAggregate agg = StepAggregate::of(c5);
+  agg.max_new_tokens = 0;
+  EXPECT_EQ(predict_step(l3, h200, agg, ridge).kernels, 292);
+}
+
+TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
+  // Llama-2-7B (h = q = kv = 4096, f = 11008, V = 32000, 32 layers, bf16: 2 bytes everywhere),
+  // ridge with fused weights and all three fusions, decode at context 0 (1 KV position: no
+  // split).
+  const Hardware& h200 = db().get("h200");
+  const auto ridge = CostOptions::ridge(Launch::graph, true, true, Fusions::all());
   const StepCost t16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0), ridge);
   const StepCost t17 = predict_step(llama2_7b(), h200, StepShape::decode(17, 0), ridge);
   // Kernels: T = 16: 6 per layer (qkv, rope_kv_write, attention, o, gate_up, down) + embedding,
@@ -163,16 +267,22 @@ TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
   EXPECT_NEAR(t17.op("final_norm").bytes, 286720.0, 1);
 
   // Folding saves exactly what is no longer written and read back, at the same T = 16 against
-  // --no-fusion: h around qkv_proj and gate_up_proj (2 x 16 x 4096 x 2 = 262,144 B each, per
+  // --fuse none: h around qkv_proj and gate_up_proj (2 x 16 x 4096 x 2 = 262,144 B each, per
   // layer), SiLU·mul's output (2 x 16 x 11008 x 2 = 704,512), k re-read between RoPE and the store
   // (16 x 4096 x 2 = 131,072), and h of the final norm (262,144 once):
   //   32 x (262,144 + 262,144 + 704,512 + 131,072) + 262,144 = 43,778,048 B fewer.
   const StepCost u16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0),
-                                    CostOptions::ridge(Launch::graph, true, true, false));
-  EXPECT_EQ(u16.kernels, 32 * 10 + 4);  // 10 per layer without the combine, 4 outside
+                                    CostOptions::ridge(Launch::graph, true, true, Fusions::none()));
+  EXPECT_EQ(u16.kernels, 32 * 10 + 4);  // 10 per layer, 4 outside
   EXPECT_NEAR(u16.op("attn_norm").bytes + u16.op("qkv_proj").bytes - t16.op("qkv_proj").bytes,
               32.0 * 262144, 1);
   EXPECT_NEAR(u16.bytes - t16.bytes, 43778048.0, 1);
+  // The default list (rope_kv only) at T = 16: 9 per layer + 4 = 292 kernels, and of those
+  // savings only k's re-read: 32 x 131,072 = 4,194,304 B fewer than --fuse none.
+  const StepCost d16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0),
+                                    CostOptions::ridge(Launch::graph));
+  EXPECT_EQ(d16.kernels, 292);
+  EXPECT_NEAR(u16.bytes - d16.bytes, 4194304.0, 1);
 }
 
 // A 2-layer model on a device so fast that every kernel's work is negligible next to its 2 us
@@ -218,17 +328,30 @@ TEST(Execution, EagerLaunchesStallTheGpuGraphsDoNot) {
 
 TEST(Execution, RidgeFusedDecodeOnTheTinyModel) {
   const Tiny t;
-  // ridge (fused weights, fusion), decode bs1 at context 10 (11 KV positions <= 64: no split):
-  // per layer qkv_proj, rope_kv_write, attention, o_proj, gate_up_proj, down_proj = 6; outside:
-  // embedding, gather_rows, lm_head (final norm folded) = 3. 2 x 6 + 3 = 15 kernels, 9 of them
-  // GEMMs (4 per layer + the LM head). The work (< 100 KB at 1e14 B/s) is below 10 ns in all.
+  // ridge (fused weights), decode bs1 at context 10 (11 KV positions <= 64: no split). The
+  // default list (rope_kv only): per layer attn_norm, qkv_proj, rope_kv_write, attention, o_proj,
+  // mlp_norm, gate_up_proj, silu_mul, down_proj = 9; outside: embedding, gather_rows, final_norm,
+  // lm_head = 4. 2 x 9 + 4 = 22 kernels, 9 of them GEMMs (4 per layer + the LM head). The work
+  // (< 100 KB at 1e14 B/s) is below 10 ns in all.
   const StepCost g = predict_step(t.cfg, t.hw, StepShape::decode(1, 10), CostOptions::ridge(Launch::graph));
   const StepCost e = predict_step(t.cfg, t.hw, StepShape::decode(1, 10), CostOptions::ridge(Launch::eager));
-  EXPECT_EQ(g.kernels, 15);
-  // Graph: one launch 10 us + 15 nodes x 2 us = 40 us (the minimal engine's 24 kernels: 58 us).
-  EXPECT_NEAR(g.t_gpu + g.t_launch_stall, 40e-6, 0.02e-6);
-  // Eager: 6 launches x 10 us + 9 GEMM calls x 20 us + the last kernel's 2 us = 242 us (332 us).
-  EXPECT_NEAR(e.t_gpu + e.t_launch_stall, 242e-6, 0.02e-6);
+  EXPECT_EQ(g.kernels, 22);
+  // Graph: one launch 10 us + 22 nodes x 2 us = 54 us.
+  EXPECT_NEAR(g.t_gpu + g.t_launch_stall, 54e-6, 0.02e-6);
+  // Eager: 13 launches x 10 us + 9 GEMM calls x 20 us + the last kernel's 2 us = 312 us.
+  EXPECT_NEAR(e.t_gpu + e.t_launch_stall, 312e-6, 0.02e-6);
+  // All three fusions: per layer qkv_proj, rope_kv_write, attention, o_proj, gate_up_proj,
+  // down_proj = 6; outside: embedding, gather_rows, lm_head (final norm folded) = 3. 2 x 6 + 3 =
+  // 15 kernels, still 9 GEMMs. Graph: 10 + 15 x 2 = 40 us (the minimal engine's 24 kernels:
+  // 58 us); eager: 6 x 10 + 9 x 20 + 2 = 242 us (332 us).
+  const auto all = Fusions::all();
+  const StepCost ga = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
+                                   CostOptions::ridge(Launch::graph, true, true, all));
+  const StepCost ea = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
+                                   CostOptions::ridge(Launch::eager, true, true, all));
+  EXPECT_EQ(ga.kernels, 15);
+  EXPECT_NEAR(ga.t_gpu + ga.t_launch_stall, 40e-6, 0.02e-6);
+  EXPECT_NEAR(ea.t_gpu + ea.t_launch_stall, 242e-6, 0.02e-6);
 }
 
 TEST(Execution, HostCopiesOfTheStep) {

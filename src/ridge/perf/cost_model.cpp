@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -83,6 +85,7 @@ StepAggregate StepAggregate::of(const StepShape& s) {
     a.tokens += q.new_tokens;
     a.logits_rows += q.logits ? 1 : 0;
     a.max_kv_tokens = std::max(a.max_kv_tokens, q.context + q.new_tokens);
+    a.max_new_tokens = std::max(a.max_new_tokens, q.new_tokens);
     if (q.new_tokens == 1) {
       a.decode_seqs += 1;
       a.decode_kv_tokens += q.context + 1;
@@ -259,16 +262,52 @@ Launch launch_named(std::string_view name) {
   fail("unknown launch mode '{}' (known: graph, eager)", name);
 }
 
-KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, bool fusion) {
+Fusions Fusions::parse(std::string_view list) {
+  Fusions f = none();
+  for (size_t at = 0; at <= list.size();) {
+    size_t end = list.find(',', at);
+    if (end == std::string_view::npos) end = list.size();
+    const std::string_view item = list.substr(at, end - at);
+    if (item == "norm")
+      f.norm = true;
+    else if (item == "silu")
+      f.silu = true;
+    else if (item == "rope_kv")
+      f.rope_kv = true;
+    else if (!item.empty() && item != "none")
+      fail("--fuse: unknown fusion '{}' (expected a comma list of norm, silu, rope_kv, or none)",
+           item);
+    at = end + 1;
+  }
+  return f;
+}
+
+std::string Fusions::describe() const {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ',';
+    s += name;
+  };
+  add(norm, "norm");
+  add(silu, "silu");
+  add(rope_kv, "rope_kv");
+  return s.empty() ? "none" : s;
+}
+
+KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusions fusions) {
   KernelPlan k;
   k.qkv_matmuls = fused_projections ? 1 : 3;
   k.gate_up_matmuls = fused_projections ? 1 : 2;
   k.unified_attention = true;
-  k.attention_combine = true;
+  k.attention_combine = true;                // the general kernel's, when it splits
+  k.decode_attention_max_rows = 16;          // paged_decode_kernel (kDecRows), in-kernel merge
   k.residual_in_matmul = true;               // Backend::matmul_add (cuBLASLt beta = 1, or the
                                              // skinny / sm90 GEMMs' residual epilogue)
-  k.prologue_max_rows = fusion ? 16 : 0;     // kernels::skinny_prologue_max_tokens
-  k.rope_kv_fused = fusion;
+  // kernels::skinny_prologue_max_tokens: the skinny GEMM's prologue, where switched on.
+  k.norm_prologue_max_rows = fusions.norm ? 16 : 0;
+  k.silu_prologue_max_rows = fusions.silu ? 16 : 0;
+  k.rope_kv_fused = fusions.rope_kv;
   k.gather_logits_rows = true;
   k.sampling_on_device = false;
   k.metadata_uploads = pinned_staging ? 1 : 7;
@@ -278,10 +317,10 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, bool f
 }
 
 CostOptions CostOptions::ridge(Launch launch, bool fused_projections, bool pinned_staging,
-                               bool fusion) {
+                               Fusions fusions) {
   CostOptions o;
   o.launch = launch;
-  o.kernels = KernelPlan::ridge(fused_projections, pinned_staging, fusion);
+  o.kernels = KernelPlan::ridge(fused_projections, pinned_staging, fusions);
   o.achievable = true;
   return o;
 }
@@ -334,7 +373,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   // The residual read of a GEMM that adds into x in its epilogue (its write is the GEMM's output).
   const GemmExtra residual{0, kp.residual_in_matmul ? Td * h * ab : 0.0, 0};
 
-  const bool fold_attn_norm = kp.prologue_fused(T) && kp.qkv_matmuls == 1;
+  const bool fold_attn_norm = kp.norm_folded(T) && kp.qkv_matmuls == 1;
   if (!fold_attn_norm) norm("attn_norm", L, Td);
   const GemmExtra qkv_extra = fold_attn_norm ? norm_prologue(Td) : GemmExtra{};
   const int64_t qkv_n = cfg.q_dim() + 2 * cfg.kv_dim();
@@ -369,9 +408,14 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     }
   }
   const double per_pair = 4.0 * double(cfg.n_heads) * double(cfg.head_dim);  // QK^T and PV
-  // Kernels of one attention launch per layer: the kernel, and its combine when the KV splits.
+  // Kernels of one attention launch per layer: the kernel, and its combine when the KV splits,
+  // unless the decode kernel runs (every sequence's new tokens x group within its row tile),
+  // which merges its splits itself.
+  const int64_t group = std::max<int64_t>(1, cfg.n_heads / std::max<int64_t>(1, cfg.n_kv_heads));
+  const int64_t max_q_len = std::max<int64_t>(s.max_new_tokens, s.prefill_seqs > 0 ? 2 : 1);
+  const bool decode_kernel = max_q_len * group <= kp.decode_attention_max_rows;
   const int64_t attn_kernels =
-      L * (1 + (kp.attention_combine && attention_splits(cfg, hw, s, kp) ? 1 : 0));
+      L * (1 + (kp.attention_combine && !decode_kernel && attention_splits(cfg, hw, s, kp) ? 1 : 0));
   if (s.prefill_seqs > 0) {
     OpCost o = make_op("attn_prefill", OpKind::attention, attn_kernels);
     o.per_layer = true;
@@ -391,7 +435,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     b.add(o);
   }
   b.gemm("o_proj", L, T, {cfg.hidden}, cfg.q_dim(), ab, residual);
-  const bool fold_mlp_norm = kp.prologue_fused(T) && kp.gate_up_matmuls == 1;
+  const bool fold_mlp_norm = kp.norm_folded(T) && kp.gate_up_matmuls == 1;
   if (!fold_mlp_norm) norm("mlp_norm", L, Td);
   const GemmExtra gate_up_extra = fold_mlp_norm ? norm_prologue(Td) : GemmExtra{};
   if (kp.gate_up_matmuls == 2) {
@@ -400,7 +444,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     b.gemm("gate_up_proj", L, T, {2 * cfg.ffn}, cfg.hidden, ab, gate_up_extra);
   }
   GemmExtra down_extra = residual;
-  if (kp.prologue_fused(T)) {
+  if (kp.silu_folded(T)) {
     // SiLU·mul in down_proj's prologue: it reads gate|up [T x 2f]; the product is never written.
     down_extra.in_cols = 2.0 * f;
     down_extra.flops += 5.0 * Td * f;
@@ -421,7 +465,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     o.bytes = double(gathers) * 2.0 * double(R) * h * ab;
     b.add(o);
   }
-  const bool fold_final_norm = R > 0 && kp.prologue_fused(R);
+  const bool fold_final_norm = R > 0 && kp.norm_folded(R);
   if (!fold_final_norm) norm("final_norm", 1, kp.gather_logits_rows && R > 0 ? double(R) : Td);
   if (R > 0) {
     // fp32 logits; the final norm of the R rows in the prologue where folded.

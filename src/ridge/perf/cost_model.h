@@ -64,6 +64,26 @@ enum class Launch { graph, eager };
 std::string_view launch_name(Launch l);
 Launch launch_named(std::string_view name);  // "graph" | "eager"; throws otherwise
 
+// ridge's decode-step fusions, the switches of BackendOptions::fuse (CLI --fuse LIST, --no-fusion
+// = none). Each folds one op into another; the default is rope_kv only: on the H200 the folded
+// RMSNorm and SiLU·mul recompute their prologue in every one of the GEMV's N/16 blocks, which
+// costs more than the separate kernel (docs/PERF.md, "Execution").
+struct Fusions {
+  bool norm = false;    // "norm": the RMSNorm before qkv_proj, gate_up_proj (T <= 16 rows) and
+                        // lm_head (R <= 16) in that GEMM's prologue (Backend::matmul_fused)
+  bool silu = false;    // "silu": SiLU·mul in down_proj's prologue (T <= 16)
+  bool rope_kv = true;  // "rope_kv": RoPE and the KV store as one kernel (rope_kv_store), any T
+
+  static Fusions none() { return {false, false, false}; }
+  static Fusions all() { return {true, true, true}; }
+  // As the CUDA backend reads BackendOptions::fuse: a comma list of norm, silu, rope_kv; "none"
+  // and empty items add nothing ("" and "none": no fusion). Throws on any other item.
+  static Fusions parse(std::string_view list);
+  // The list parse() takes back: "norm,silu,rope_kv" in that order, or "none".
+  std::string describe() const;
+  bool operator==(const Fusions&) const = default;
+};
+
 // The kernels an engine launches for one step and the host copies around them. The default is
 // the minimal engine the roofline assumes (fused q|k|v and gate|up, a fused residual add + RMSNorm
 // kernel before each block, sampling on the GPU, no host copies); KernelPlan::ridge() is ridge's
@@ -77,17 +97,24 @@ struct KernelPlan {
   // sequence has more than one 64-position KV tile (kernels/cuda/attention: plan_paged_attention).
   bool attention_combine = false;
   int split_blocks_per_sm = 4;
+  // A decode attention kernel for steps whose every sequence has new tokens x query group <= this
+  // many rows (one 16-row tile per sequence and KV head; 0: none). It merges its KV splits itself
+  // (the last split block of each sequence and KV head), so it never launches the combine; the
+  // general kernel (prefill, mixed steps with larger chunks) still does.
+  int decode_attention_max_rows = 0;
   // Where each block's residual add runs. false: in the norm of the next block (a fused residual
   // add + RMSNorm kernel: reads x and the block's output, writes the sum and the normed x). true:
   // in the epilogue of o_proj and down_proj (Backend::matmul_add, x += y·Wᵀ: the GEMM reads and
   // writes the residual stream x), the norms plain RMSNorm (read x, write the normed h).
   bool residual_in_matmul = false;
   // Up to this many rows (T for the layers' GEMMs, R for the LM head) the RMSNorm before qkv_proj,
-  // gate_up_proj and lm_head and the SiLU·mul before down_proj run in the GEMM's prologue
-  // (Backend::matmul_fused: no kernel of their own, the normed / gated activations never
-  // written); 0: never. A norm folds only into a GEMM of one launch (qkv_matmuls, gate_up_matmuls
-  // 1). ridge: kernels::skinny_prologue_max_tokens = 16, with BackendOptions::fusion.
-  int prologue_max_rows = 0;
+  // gate_up_proj and lm_head runs in the GEMM's prologue (Backend::matmul_fused: no kernel of its
+  // own, the normed activations never written); 0: never. A norm folds only into a GEMM of one
+  // launch (qkv_matmuls, gate_up_matmuls 1). ridge: kernels::skinny_prologue_max_tokens = 16 with
+  // the "norm" fusion.
+  int norm_prologue_max_rows = 0;
+  // The same for the SiLU·mul before down_proj (ridge: 16 with the "silu" fusion).
+  int silu_prologue_max_rows = 0;
   bool rope_kv_fused = false;       // RoPE and the KV store as one kernel (Backend::rope_kv_store)
   // Gathers of the logits rows before the final norm: the residual stream x (and, without
   // residual_in_matmul, the last block's output too: two gathers).
@@ -97,17 +124,18 @@ struct KernelPlan {
   bool logits_to_host = false;      // f32 logits rows copied to the host after the last kernel
   bool pinned_host = false;         // ... into pinned memory (pinned_copy_bandwidth)
 
-  // Whether a norm / SiLU·mul before a GEMM of `rows` rows runs in that GEMM's prologue.
-  bool prologue_fused(int64_t rows) const { return rows >= 1 && rows <= prologue_max_rows; }
+  // Whether the norm / SiLU·mul before a GEMM of `rows` rows runs in that GEMM's prologue.
+  bool norm_folded(int64_t rows) const { return rows >= 1 && rows <= norm_prologue_max_rows; }
+  bool silu_folded(int64_t rows) const { return rows >= 1 && rows <= silu_prologue_max_rows; }
 
   // ridge as built: fused_projections when the backend stacks q|k|v and gate|up weights (the
   // CUDA backend's upload_weight_rows); pinned_staging when the step plan goes up in one packed
   // copy and the logits come down into pinned memory (LlamaModel::forward_logits), else seven
-  // pageable uploads and a pageable download; fusion as BackendOptions::fusion (CLI --no-fusion
-  // clears it): norms and SiLU·mul in the prologue of GEMMs of <= 16 rows, RoPE + KV store in one
-  // kernel. The residual adds are in the o_proj / down_proj epilogues either way.
+  // pageable uploads and a pageable download; fusions as BackendOptions::fuse (Fusions::parse;
+  // none on the CPU backend, which composes every fused call). The residual adds are in the
+  // o_proj / down_proj epilogues and decode attention merges its own splits either way.
   static KernelPlan ridge(bool fused_projections = true, bool pinned_staging = true,
-                          bool fusion = true);
+                          Fusions fusions = {});
 };
 
 struct OpCost {
@@ -158,6 +186,8 @@ struct StepAggregate {
   int64_t decode_kv_tokens = 0;   // sum of (c + 1)
   int64_t prefill_q_tiles64 = 0;  // sum of ceil(n / 64) (ridge's attention row tiles)
   int64_t max_kv_tokens = 0;      // largest c + n of a sequence
+  int64_t max_new_tokens = 0;     // largest n of a sequence (0 when not filled in: taken as 1,
+                                  // or 2 with prefill sequences)
   static StepAggregate of(const StepShape& s);
 };
 
@@ -182,7 +212,7 @@ struct CostOptions {
 
   // ridge as built on `launch`, with the efficiency factors: what `ridge bench model` compares.
   static CostOptions ridge(Launch launch, bool fused_projections = true, bool pinned_staging = true,
-                           bool fusion = true);
+                           Fusions fusions = {});
 };
 
 struct StepCost {

@@ -248,6 +248,7 @@ class Sim {
       const bool last = s.prefilled + s.chunk == q.isl;
       a.tokens += s.chunk;
       a.logits_rows += last ? 1 : 0;
+      a.max_new_tokens = std::max(a.max_new_tokens, s.chunk);
       if (s.chunk == 1) {
         a.decode_seqs += 1, a.decode_kv_tokens += s.prefilled + 1;
       } else {
