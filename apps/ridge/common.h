@@ -16,7 +16,8 @@ namespace ridge::app {
 std::string default_model_path();
 
 // -m/--model, --device, --threads, --ctx-size, --block-size, --kv-dtype, --prefill-chunk,
-// --cache-root, --no-tune, --gemm, --no-cuda-graphs (the last four fill options.backend)
+// --cache-root, --no-tune, --gemm, --no-cuda-graphs, --fuse, --no-fusion, --no-pdl (the last
+// seven fill options.backend)
 void add_model_options(CLI::App& app, engine::BundleOptions& options);
 // Fills model_path with the default when none was given, and checks it exists.
 void resolve_model(engine::BundleOptions& options);

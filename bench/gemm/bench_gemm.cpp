@@ -262,7 +262,9 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     cublas.run(X, W, Y, M, N, K, st);
   };
   const Gemm skinny16 = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
-    ridge::kernels::detail::launch_skinny(X, W, Y, nullptr, M, N, K, st, 16);
+    ridge::kernels::SkinnyArgs a;
+    a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
+    ridge::kernels::detail::launch_skinny(a, ridge::kernels::SkinnyPrologue::none, st, 16);
   };
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s | %s\n", "model", "layer",
               "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw", "%peak",

@@ -80,6 +80,9 @@ def parity(args):
     ok_all = True
     for name in SHAPES:
         d = pathlib.Path(args.models) / name
+        if not d.is_dir():
+            print(f"{name}: not made (make --only), skipped")
+            continue
         gen = torch.Generator().manual_seed(sum(map(ord, name)))
         vocab = SHAPES[name]["vocab_size"]
         prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in PROMPT_LENGTHS]

@@ -206,6 +206,76 @@ TEST(CpuBackend, MatmulRefusesMismatchedShapes) {
   EXPECT_THROW(be.matmul({}, xt, wt, nullptr, ot), Error);
 }
 
+TEST(CpuBackend, MatmulAddAccumulatesIntoOut) {
+  CpuBackend be(2);
+  for (auto [T, N, K] : {std::tuple{1, 9, 64}, {6, 40, 96}}) {  // decode and prefill paths
+    auto x = randn(size_t(T * K)), w = randn(size_t(N * K), 0.5f), r = randn(size_t(T * N));
+    std::vector<float> out = r;
+    Tensor xt(x.data(), DType::f32, {T, K}), wt(w.data(), DType::f32, {N, K}),
+        ot(out.data(), DType::f32, {T, N});
+    be.matmul_add({}, xt, wt, ot);
+    std::vector<double> ref(size_t(T * N));
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j < N; ++j) {
+        double s = r[size_t(i * N + j)];
+        for (int k = 0; k < K; ++k) s += double(x[size_t(i * K + k)]) * w[size_t(j * K + k)];
+        ref[size_t(i * N + j)] = s;
+      }
+    EXPECT_LT(nmse(out, ref), 1e-12) << T << "x" << N << "x" << K;
+  }
+}
+
+// Backend::matmul_fused's default (the composition every backend without a fused kernel runs):
+// rmsnorm or silu_mul into scratch, then matmul or matmul_add.
+TEST(CpuBackend, MatmulFusedComposesPrologueAndAccumulate) {
+  CpuBackend be(2);
+  const int T = 3, N = 24, K = 64;
+  auto w = randn(size_t(N * K), 0.5f), nw = randn(K), r = randn(size_t(T * N));
+  Tensor wt(w.data(), DType::f32, {N, K}), nwt(nw.data(), DType::f32, {K});
+  for (bool silu : {false, true})
+    for (bool acc : {false, true}) {
+      const int xk = silu ? 2 * K : K;
+      auto x = randn(size_t(T * xk), 2.0f);
+      std::vector<float> out = acc ? r : std::vector<float>(size_t(T * N), NAN);
+      std::vector<float> scratch(size_t(T * K), NAN);
+      Tensor xt(x.data(), DType::f32, {T, xk}), ot(out.data(), DType::f32, {T, N}),
+          st(scratch.data(), DType::f32, {T, K});
+      MatmulFusion f;
+      if (silu) {
+        f.silu_mul = true;
+      } else {
+        f.norm_weight = &nwt;
+        f.eps = 1e-5f;
+      }
+      f.accumulate = acc;
+      be.matmul_fused({}, xt, wt, f, st, ot);
+      std::vector<double> ref(size_t(T * N));
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> h(K);
+        double ss = 0;
+        for (int k = 0; k < K; ++k) ss += double(x[size_t(t * xk + k)]) * x[size_t(t * xk + k)];
+        for (int k = 0; k < K; ++k) {
+          const double g = x[size_t(t * xk + k)];
+          h[size_t(k)] = silu ? g / (1 + std::exp(-g)) * x[size_t(t * xk + K + k)]
+                              : g / std::sqrt(ss / K + 1e-5) * nw[size_t(k)];
+        }
+        for (int j = 0; j < N; ++j) {
+          double s = acc ? r[size_t(t * N + j)] : 0.0;
+          for (int k = 0; k < K; ++k) s += h[size_t(k)] * w[size_t(j * K + k)];
+          ref[size_t(t * N + j)] = s;
+        }
+      }
+      EXPECT_LT(nmse(out, ref), 1e-11) << (silu ? "silu_mul" : "rmsnorm") << (acc ? " +=" : "");
+    }
+  std::vector<float> x(size_t(T * K)), out(size_t(T * N)), scratch(size_t(T * K));
+  Tensor xt(x.data(), DType::f32, {T, K}), ot(out.data(), DType::f32, {T, N}),
+      st(scratch.data(), DType::f32, {T, K});
+  MatmulFusion both;
+  both.norm_weight = &nwt;
+  both.silu_mul = true;
+  EXPECT_THROW(be.matmul_fused({}, xt, wt, both, st, ot), Error);
+}
+
 TEST(CpuBackend, RmsnormAndFusedAdd) {
   CpuBackend be(2);
   const int T = 4, H = 576;

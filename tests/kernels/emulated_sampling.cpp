@@ -97,6 +97,14 @@ class SamplingBackend final : public backend::Backend {
               Tensor& out) override {
     inner().matmul(s, x, w, bias, out);
   }
+  void matmul_add(const backend::Stream& s, const Tensor& x, const Tensor& w,
+                  Tensor& out) override {
+    inner().matmul_add(s, x, w, out);
+  }
+  void matmul_fused(const backend::Stream& s, const Tensor& x, const Tensor& w,
+                    const backend::MatmulFusion& fusion, Tensor& scratch, Tensor& out) override {
+    inner().matmul_fused(s, x, w, fusion, scratch, out);
+  }
   void rope(const backend::Stream& s, Tensor& q, Tensor& k, const Tensor& positions,
             const Tensor& inv_freq) override {
     inner().rope(s, q, k, positions, inv_freq);
@@ -104,6 +112,11 @@ class SamplingBackend final : public backend::Backend {
   void kv_store(const backend::Stream& s, const Tensor& k, const Tensor& v, const Tensor& slots,
                 backend::KvLayer& kv) override {
     inner().kv_store(s, k, v, slots, kv);
+  }
+  void rope_kv_store(const backend::Stream& s, Tensor& q, Tensor& k, const Tensor& v,
+                     const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
+                     backend::KvLayer& kv) override {
+    inner().rope_kv_store(s, q, k, v, positions, inv_freq, slots, kv);
   }
   void attention(const backend::Stream& s, const Tensor& q, const backend::KvLayer& kv,
                  const backend::AttentionMeta& meta, float scale, Tensor& out) override {

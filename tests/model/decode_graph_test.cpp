@@ -68,6 +68,9 @@ class ReplayBackend final : public Backend {
               Tensor& out) override {
     cpu_.matmul(s, x, w, b, out);
   }
+  void matmul_add(const Stream& s, const Tensor& x, const Tensor& w, Tensor& out) override {
+    cpu_.matmul_add(s, x, w, out);
+  }
   void rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& pos, const Tensor& f) override {
     cpu_.rope(s, q, k, pos, f);
   }

@@ -9,10 +9,15 @@
 //   add_rmsnorm residual [T, H] += x [T, H]; out = rmsnorm(residual)   (fused residual add)
 //   matmul      x [T, K], w [N, K] (nn.Linear layout, any weight dtype), bias [N] or null
 //                                                                     -> out [T, N]
+//   matmul_add  out [T, N] += x [T, K] · w [N, K]ᵀ                   (the residual add, fused)
+//   matmul_fused  out (+)= P(x) · wᵀ with a prologue P on x: rmsnorm, or silu_mul of x [T, 2K]
+//               (MatmulFusion; the default composes rmsnorm / silu_mul into `scratch` with
+//               matmul / matmul_add, a backend may fuse them into one kernel)
 //   rope        q [T, nh*hd], k [T, nkv*hd] in place; positions i32 [T]; inv_freq f32 [hd/2]
 //               (rotate-half pairing (i, i + hd/2), as HF transformers)
 //   kv_store    k, v [T, nkv*hd] -> pools at slots i32 [T] (slot = block * block_size + offset;
 //               slot -1 marks a padding row: nothing is stored)
+//   rope_kv_store  rope, then kv_store of the rotated k and v (default: the two ops)
 //   attention   q [T, nh*hd], the layer's paged KV, AttentionMeta      -> out [T, nh*hd]
 //               causal: new token i of sequence s (at position context_len - q_len + i) sees
 //               KV positions 0 ..= its own position.
@@ -88,6 +93,14 @@ class Graph {
 struct MatmulShape {
   int64_t n = 0;
   int64_t k = 0;
+};
+
+// What Backend::matmul_fused does around the product.
+struct MatmulFusion {
+  const Tensor* norm_weight = nullptr;  // prologue: x := rmsnorm(x; norm_weight, eps)
+  float eps = 0.0f;
+  bool silu_mul = false;                // prologue: x [T, 2K] := silu_mul(x) [T, K]
+  bool accumulate = false;              // epilogue: out += product, else out = product
 };
 
 // One row of Backend::sample: engine::SamplingParams plus the row's place in its sequence.
@@ -169,10 +182,22 @@ class Backend {
                            float eps, Tensor& out) = 0;
   virtual void matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                       Tensor& out) = 0;
+  virtual void matmul_add(const Stream& s, const Tensor& x, const Tensor& w, Tensor& out) = 0;
+  // out (+)= P(x) · wᵀ (MatmulFusion). scratch [T, K] (act dtype) holds P(x) when the backend
+  // does not fuse the prologue, and is otherwise left as it was (its contents are unspecified
+  // after the call). At most one prologue; bias-free.
+  virtual void matmul_fused(const Stream& s, const Tensor& x, const Tensor& w,
+                            const MatmulFusion& fusion, Tensor& scratch, Tensor& out);
   virtual void rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& positions,
                     const Tensor& inv_freq) = 0;
   virtual void kv_store(const Stream& s, const Tensor& k, const Tensor& v, const Tensor& slots,
                         KvLayer& kv) = 0;
+  virtual void rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Tensor& v,
+                             const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
+                             KvLayer& kv) {
+    rope(s, q, k, positions, inv_freq);
+    kv_store(s, k, v, slots, kv);
+  }
   virtual void attention(const Stream& s, const Tensor& q, const KvLayer& kv,
                          const AttentionMeta& meta, float scale, Tensor& out) = 0;
   virtual void silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) = 0;

@@ -180,10 +180,9 @@ size_t LlamaModel::reserve(int64_t max_tokens, int64_t max_logits, int64_t max_b
   scratch(11, T * size_t(c.hidden) * esz);
   scratch(12, T * size_t(c.q_dim() + 2 * c.kv_dim()) * esz);
   scratch(13, T * size_t(c.q_dim()) * esz);
-  scratch(14, T * size_t(c.hidden) * esz);
   scratch(15, T * size_t(2 * c.ffn) * esz);
   scratch(16, T * size_t(c.ffn) * esz);
-  for (size_t slot = 17; slot <= 19; ++slot) scratch(slot, R * size_t(c.hidden) * esz);
+  for (size_t slot = 18; slot <= 19; ++slot) scratch(slot, R * size_t(c.hidden) * esz);
   scratch(20, R * size_t(c.vocab) * 4);
   // The padded decode batch lives at stable addresses: a graph's attention metadata points at its
   // host arrays (rewritten every step); growing them moves them, so graphs are captured again.
@@ -276,7 +275,6 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
   Tensor h = buffer(11, T, H);  // normed input of a block
   Tensor qkv = buffer(12, T, Q + 2 * KV);
   Tensor attn = buffer(13, T, Q);
-  Tensor proj = buffer(14, T, H);  // output of wo / w_down
   Tensor gate_up = buffer(15, T, 2 * F);
   Tensor mlp = buffer(16, T, F);
   Tensor q = view2d(qkv.data, act, T, Q, Q + 2 * KV, dev);
@@ -293,45 +291,53 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
   be.embedding(stream, token_embd_, ids, x);
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const Layer& l = layers_[size_t(i)];
-    if (i == 0) {
+    // x holds the residual stream; each block's output is added into it by the block's last
+    // matmul (matmul_add / accumulate), and each block's input norm runs inside (or, where the
+    // backend does not fuse, just before) its first matmul, writing h.
+    backend::MatmulFusion attn_in;
+    attn_in.norm_weight = &l.w.attn_norm;
+    attn_in.eps = eps;
+    if (l.wqkv.data && !l.bqkv.data) {
+      be.matmul_fused(stream, x, l.wqkv, attn_in, h, qkv);  // qkv = rmsnorm(x) · wqkvᵀ
+    } else {
       be.rmsnorm(stream, x, l.w.attn_norm, eps, h);
-    } else {
-      // x += proj (the previous layer's MLP output); h = rmsnorm(x)
-      be.add_rmsnorm(stream, x, proj, l.w.attn_norm, eps, h);
+      if (l.wqkv.data) {
+        be.matmul(stream, h, l.wqkv, bias(l.bqkv), qkv);
+      } else {
+        be.matmul(stream, h, l.w.wq, bias(l.w.bq), q);
+        be.matmul(stream, h, l.w.wk, bias(l.w.bk), k);
+        be.matmul(stream, h, l.w.wv, bias(l.w.bv), v);
+      }
     }
-    if (l.wqkv.data) {
-      be.matmul(stream, h, l.wqkv, bias(l.bqkv), qkv);
-    } else {
-      be.matmul(stream, h, l.w.wq, bias(l.w.bq), q);
-      be.matmul(stream, h, l.w.wk, bias(l.w.bk), k);
-      be.matmul(stream, h, l.w.wv, bias(l.w.bv), v);
-    }
-    be.rope(stream, q, k, positions, inv_freq);
-    be.kv_store(stream, k, v, slots, kv[size_t(i)]);
+    be.rope_kv_store(stream, q, k, v, positions, inv_freq, slots, kv[size_t(i)]);
     be.attention(stream, q, kv[size_t(i)], meta, scale, attn);
-    be.matmul(stream, attn, l.w.wo, nullptr, proj);
-    // [tensor-parallel all-reduce of proj goes here]
-    be.add_rmsnorm(stream, x, proj, l.w.ffn_norm, eps, h);
+    // [tensor parallelism: wo is row-split; its partial products are all-reduced before the add]
+    be.matmul_add(stream, attn, l.w.wo, x);  // x += attn · woᵀ
+    backend::MatmulFusion mlp_in;
+    mlp_in.norm_weight = &l.w.ffn_norm;
+    mlp_in.eps = eps;
     if (l.w_gate_up.data) {
-      be.matmul(stream, h, l.w_gate_up, nullptr, gate_up);
+      be.matmul_fused(stream, x, l.w_gate_up, mlp_in, h, gate_up);  // rmsnorm(x) · w_gate_upᵀ
     } else {
+      be.rmsnorm(stream, x, l.w.ffn_norm, eps, h);
       be.matmul(stream, h, l.w.w_gate, nullptr, gate);
       be.matmul(stream, h, l.w.w_up, nullptr, up);
     }
-    be.silu_mul(stream, gate_up, mlp);
-    be.matmul(stream, mlp, l.w.w_down, nullptr, proj);
-    // [tensor-parallel all-reduce of proj goes here]
+    backend::MatmulFusion down;
+    down.silu_mul = true;
+    down.accumulate = true;
+    be.matmul_fused(stream, gate_up, l.w.w_down, down, mlp, x);  // x += silu_mul(gate_up) · w_downᵀ
   }
   if (R == 0) return;
-  Tensor last = buffer(17, R, H);
-  Tensor last_normed = buffer(18, R, H);
-  // Only the rows that need logits go through the final residual add, norm and LM head.
+  // Only the rows that need logits go through the final norm and LM head.
   Tensor xr = buffer(19, R, H);
+  Tensor last_normed = buffer(18, R, H);
   be.gather_rows(stream, x, rows, xr);
-  be.gather_rows(stream, proj, rows, last);
-  be.add_rmsnorm(stream, xr, last, output_norm_, eps, last_normed);
   logits_dev_ = Tensor(scratch(20, size_t(R * c.vocab) * 4).data(), DType::f32, {R, c.vocab}, dev);
-  be.matmul(stream, last_normed, output_, nullptr, logits_dev_);
+  backend::MatmulFusion head_in;
+  head_in.norm_weight = &output_norm_;
+  head_in.eps = eps;
+  be.matmul_fused(stream, xr, output_, head_in, last_normed, logits_dev_);
 }
 
 bool LlamaModel::forward_graph(const backend::Stream& stream, const ForwardBatch& batch,

@@ -109,6 +109,15 @@ void CpuBackend::add_rmsnorm(const Stream&, Tensor& residual, const Tensor& x,
 
 void CpuBackend::matmul(const Stream&, const Tensor& x, const Tensor& w, const Tensor* bias,
                         Tensor& out) {
+  matmul_impl(x, w, bias, out, false);
+}
+
+void CpuBackend::matmul_add(const Stream&, const Tensor& x, const Tensor& w, Tensor& out) {
+  matmul_impl(x, w, nullptr, out, true);
+}
+
+void CpuBackend::matmul_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,
+                             bool accumulate) {
   expect_f32_2d(x, "matmul", "x");
   expect_f32_2d(out, "matmul", "out");
   const int64_t T = x.shape[0], K = x.shape[1], N = w.shape[0];
@@ -131,10 +140,13 @@ void CpuBackend::matmul(const Stream&, const Tensor& x, const Tensor& w, const T
         N,
         [&](int64_t n0, int64_t n1) {
           for (int64_t n = n0; n < n1; ++n)
-            for (int64_t t = 0; t < T; ++t)
-              frow(out, t)[n] = cpu::dot_row(w.dtype, w.row(n), frow(x, t),
-                                             &sums[size_t(t * (K / 32 + 1))], K) +
-                                (bias ? b[n] : 0.0f);
+            for (int64_t t = 0; t < T; ++t) {
+              const float v = cpu::dot_row(w.dtype, w.row(n), frow(x, t),
+                                           &sums[size_t(t * (K / 32 + 1))], K) +
+                              (bias ? b[n] : 0.0f);
+              float& o = frow(out, t)[n];
+              o = accumulate ? o + v : v;
+            }
         },
         16);
     return;
@@ -152,8 +164,10 @@ void CpuBackend::matmul(const Stream&, const Tensor& x, const Tensor& w, const T
           for (int64_t t = 0; t < T; ++t) {
             const float* xt = frow(x, t);
             float* ot = frow(out, t);
-            for (int64_t r = 0; r < rows; ++r)
-              ot[n + r] = dot(xt, &wrow[r * K], K) + (bias ? b[n + r] : 0.0f);
+            for (int64_t r = 0; r < rows; ++r) {
+              const float v = dot(xt, &wrow[r * K], K) + (bias ? b[n + r] : 0.0f);
+              ot[n + r] = accumulate ? ot[n + r] + v : v;
+            }
           }
         }
       },

@@ -31,6 +31,7 @@ class CpuBackend final : public Backend {
                    float eps, Tensor& out) override;
   void matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
               Tensor& out) override;
+  void matmul_add(const Stream& s, const Tensor& x, const Tensor& w, Tensor& out) override;
   void rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& positions,
             const Tensor& inv_freq) override;
   void kv_store(const Stream& s, const Tensor& k, const Tensor& v, const Tensor& slots,
@@ -41,6 +42,8 @@ class CpuBackend final : public Backend {
   void gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) override;
 
  private:
+  void matmul_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,
+                   bool accumulate);
   ThreadPool pool_;
 };
 

@@ -10,6 +10,7 @@
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/elementwise.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
+#include "ridge/kernels/cuda/pdl.h"
 
 namespace ridge::backend {
 
@@ -17,6 +18,7 @@ namespace {
 
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;    // cuBLASLt's advice for Hopper
 constexpr size_t kAttentionWorkspaceBytes = size_t(64) << 20; // split-KV partials
+constexpr size_t kSplitCounterBytes = size_t(1) << 20;        // 262144 (sequence, KV head) tickets
 constexpr size_t kUploadChunkBytes = size_t(64) << 20;        // staging for weight conversion
 
 void expect(bool ok, const char* op, const std::string& what) {
@@ -63,6 +65,22 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
   lt_ = std::make_unique<cuda::CublasLtHandle>();
   matmul_ = std::make_unique<cuda::LtMatmul>(lt_->get());
   kernels::init_paged_attention();
+  kernels::pdl::set_enabled(options_.pdl);
+  for (size_t at = 0; at <= options_.fuse.size();) {
+    size_t end = options_.fuse.find(',', at);
+    if (end == std::string::npos) end = options_.fuse.size();
+    const std::string item = options_.fuse.substr(at, end - at);
+    if (item == "norm")
+      fuse_norm_ = true;
+    else if (item == "silu")
+      fuse_silu_ = true;
+    else if (item == "rope_kv")
+      fuse_rope_kv_ = true;
+    else if (!item.empty() && item != "none")
+      fail("--fuse: unknown fusion '{}' (expected a comma list of norm, silu, rope_kv, or none)",
+           item);
+    at = end + 1;
+  }
   workspace_for(stream_->get());
 }
 
@@ -83,6 +101,8 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
     w = std::make_unique<Workspace>();
     w->cublas = cuda::DeviceMemory(kCublasWorkspaceBytes);
     w->attention = cuda::DeviceMemory(kAttentionWorkspaceBytes);
+    w->split_counters = cuda::DeviceMemory(kSplitCounterBytes);
+    RIDGE_CHECK_CUDA(cudaMemset(w->split_counters.data(), 0, kSplitCounterBytes));
   }
   return *w;
 }
@@ -295,38 +315,47 @@ int64_t CudaBackend::token_bucket(int64_t T) {
 }
 
 void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, Tensor& out,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, bool accumulate) {
   const int64_t T = x.shape[0], K = x.shape[1], N = w.shape[0];
   using kb = __nv_bfloat16;
+  const auto* residual = accumulate ? static_cast<const kb*>(out.data) : nullptr;
   switch (kernel) {
     case GemmKernel::skinny:
       kernels::gemm_bf16_skinny(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
-                                static_cast<kb*>(out.data), int(T), int(N), int(K), stream);
+                                static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
+                                residual);
       return;
     case GemmKernel::sm90:
       kernels::gemm_bf16_sm90(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
-                              static_cast<kb*>(out.data), int(T), int(N), int(K), stream);
+                              static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
+                              residual);
       return;
     case GemmKernel::cublas: {
       Workspace& ws = workspace_for(stream);
       matmul_->run(bf16(x), x.stride[0], bf16(w), T, N, K, out.data, out.dtype, out.stride[0],
-                   ws.cublas.data(), ws.cublas.size(), stream);
+                   ws.cublas.data(), ws.cublas.size(), stream, accumulate);
       return;
     }
   }
 }
 
-void CudaBackend::matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
-                         Tensor& out) {
-  expect_2d(x, DType::bf16, "matmul", "x");
-  expect(out.dtype == DType::bf16 || out.dtype == DType::f32, "matmul",
+void CudaBackend::check_matmul(const char* op, const Tensor& x, const Tensor& w,
+                               const Tensor& out, int64_t x_cols) const {
+  expect_2d(x, DType::bf16, op, "x");
+  expect(out.dtype == DType::bf16 || out.dtype == DType::f32, op,
          fmt::format("out must be bf16 or f32, got {}", out.describe()));
-  expect_2d(out, out.dtype, "matmul", "out");
-  expect_2d(w, DType::bf16, "matmul", "w (from upload_weight)");
-  const int64_t T = x.shape[0], K = x.shape[1], N = w.shape[0];
-  expect(w.shape[1] == K && w.stride[0] == K && out.shape[0] == T && out.shape[1] == N, "matmul",
+  expect_2d(out, out.dtype, op, "out");
+  expect_2d(w, DType::bf16, op, "w (from upload_weight)");
+  const int64_t T = x.shape[0], K = w.shape[1], N = w.shape[0];
+  expect(x.shape[1] == x_cols && w.stride[0] == K && out.shape[0] == T && out.shape[1] == N, op,
          fmt::format("x {} · w {}ᵀ does not give out {}", x.describe(), w.describe(),
                      out.describe()));
+}
+
+void CudaBackend::matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
+                         Tensor& out) {
+  check_matmul("matmul", x, w, out, w.shape[1]);
+  const int64_t T = x.shape[0], K = x.shape[1], N = w.shape[0];
   if (bias) expect_vector(*bias, N, "matmul", "bias");
   if (T == 0) return;
   cudaStream_t stream = stream_of(s);
@@ -335,6 +364,53 @@ void CudaBackend::matmul(const Stream& s, const Tensor& x, const Tensor& w, cons
   run_gemm(kernel, x, w, out, stream);
   if (bias)
     kernels::add_bias(out.data, out.dtype, out.stride[0], T, N, bias->data, bias->dtype, stream);
+}
+
+void CudaBackend::matmul_add(const Stream& s, const Tensor& x, const Tensor& w, Tensor& out) {
+  check_matmul("matmul_add", x, w, out, w.shape[1]);
+  expect(out.dtype == DType::bf16, "matmul_add",
+         fmt::format("out must be bf16, got {}", out.describe()));
+  const int64_t T = x.shape[0], K = x.shape[1], N = w.shape[0];
+  if (T == 0) return;
+  const GemmKernel kernel =
+      ridge_gemm_applies(x, w, out) ? choose_gemm(T, N, K) : GemmKernel::cublas;
+  run_gemm(kernel, x, w, out, stream_of(s), /*accumulate*/ true);
+}
+
+void CudaBackend::matmul_fused(const Stream& s, const Tensor& x, const Tensor& w,
+                               const MatmulFusion& f, Tensor& scratch, Tensor& out) {
+  expect(!(f.norm_weight && f.silu_mul), "matmul_fused", "at most one prologue");
+  const int64_t K = w.shape[1];
+  check_matmul("matmul_fused", x, w, out, f.silu_mul ? 2 * K : K);
+  const int64_t T = x.shape[0], N = w.shape[0];
+  if (f.norm_weight) expect_vector(*f.norm_weight, K, "matmul_fused", "norm weight");
+  if (T == 0) return;
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  const bool fuse =
+      (f.norm_weight ? fuse_norm_ : f.silu_mul ? fuse_silu_ : true) && options_.gemm != "cublas" &&
+      T <= kernels::skinny_prologue_max_tokens && out.stride[0] == N && K % 8 == 0 &&
+      N % 8 == 0 && N <= 65535 * 16 && x.stride[0] % 8 == 0 && aligned(x.data) &&
+      aligned(w.data) && aligned(out.data) && !(f.accumulate && out.dtype != DType::bf16) &&
+      (!f.norm_weight || (f.norm_weight->dtype == DType::f32 && aligned(f.norm_weight->data)));
+  if (!fuse) {
+    Backend::matmul_fused(s, x, w, f, scratch, out);
+    return;
+  }
+  using kb = __nv_bfloat16;
+  kernels::SkinnyArgs a;
+  a.X = static_cast<const kb*>(x.data);
+  a.ld_x = x.stride[0];
+  a.W = static_cast<const kb*>(w.data);
+  a.Y = out.data;
+  a.y_f32 = out.dtype == DType::f32;
+  a.residual = f.accumulate ? static_cast<const kb*>(out.data) : nullptr;
+  a.norm_w = f.norm_weight ? f.norm_weight->ptr<float>() : nullptr;
+  a.eps = f.eps;
+  a.M = int(T), a.N = int(N), a.K = int(K);
+  const kernels::SkinnyPrologue prologue = f.norm_weight ? kernels::SkinnyPrologue::rmsnorm
+                                           : f.silu_mul  ? kernels::SkinnyPrologue::silu_mul
+                                                         : kernels::SkinnyPrologue::none;
+  kernels::gemm_bf16_skinny_fused(a, prologue, stream_of(s));
 }
 
 const char* CudaBackend::gemm_name(GemmKernel k) {
@@ -385,6 +461,33 @@ void CudaBackend::kv_store(const Stream& s, const Tensor& k, const Tensor& v, co
                          kv.k.shape[0] * kv.k.shape[1], stream_of(s));
 }
 
+void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Tensor& v,
+                                const Tensor& positions, const Tensor& inv_freq,
+                                const Tensor& slots, KvLayer& kv) {
+  const int64_t T = q.shape[0], hd = 2 * inv_freq.numel();
+  const bool pools_ok = kv.k.device == Device::cuda && kv.k.dtype == DType::bf16 &&
+                        kv.k.ndim == 4 && kv.k.is_contiguous() && kv.v.is_contiguous() &&
+                        kv.v.dtype == DType::bf16 && kv.v.shape == kv.k.shape &&
+                        kv.k.shape[3] == hd;
+  if (fuse_rope_kv_ && pools_ok && q.dtype == DType::bf16 && k.dtype == DType::bf16 &&
+      v.dtype == DType::bf16 && q.ndim == 2 && k.ndim == 2 && v.ndim == 2 && q.stride[1] == 1 &&
+      k.stride[1] == 1 && v.stride[1] == 1 && k.shape[0] == T && v.shape == k.shape &&
+      k.shape[1] == kv.k.shape[2] * hd && q.shape[1] % hd == 0 &&
+      inv_freq.device == Device::cuda && inv_freq.dtype == DType::f32 &&
+      positions.device == Device::cuda && positions.dtype == DType::i32 &&
+      positions.numel() == T && slots.device == Device::cuda && slots.dtype == DType::i32 &&
+      slots.numel() == T) {
+    if (T == 0) return;
+    if (kernels::rope_kv_store_bf16(bf16(q), q.stride[0], q.shape[1] / hd, bf16(k), k.stride[0],
+                                    k.shape[1] / hd, bf16(v), v.stride[0], hd,
+                                    positions.ptr<int32_t>(), inv_freq.ptr<float>(),
+                                    slots.ptr<int32_t>(), T, bf16(kv.k), bf16(kv.v),
+                                    kv.k.shape[0] * kv.k.shape[1], stream_of(s)))
+      return;
+  }
+  Backend::rope_kv_store(s, q, k, v, positions, inv_freq, slots, kv);  // checks, two kernels
+}
+
 void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
                             const AttentionMeta& meta, float scale, Tensor& out) {
   expect_2d(q, DType::bf16, "attention", "q");
@@ -429,6 +532,8 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.host_context_lens = meta.host_context_lens;
   cudaStream_t stream = stream_of(s);
   Workspace& ws = workspace_for(stream);
+  a.split_counters = static_cast<int*>(ws.split_counters.data());
+  a.split_counters_len = int64_t(ws.split_counters.size() / sizeof(int));
   if (meta.fixed_splits != 0) {
     // Graph mode: nothing launched depends on the host mirrors.
     a.max_q_len = std::max(1, meta.max_q_len);

@@ -54,10 +54,18 @@ class CudaBackend final : public Backend {
                    float eps, Tensor& out) override;
   void matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
               Tensor& out) override;
+  void matmul_add(const Stream& s, const Tensor& x, const Tensor& w, Tensor& out) override;
+  // Fused into one skinny-GEMM launch (prologue in the activation loads, residual add in the
+  // epilogue) up to kernels::skinny_prologue_max_tokens tokens; composed above that.
+  void matmul_fused(const Stream& s, const Tensor& x, const Tensor& w, const MatmulFusion& fusion,
+                    Tensor& scratch, Tensor& out) override;
   void rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& positions,
             const Tensor& inv_freq) override;
   void kv_store(const Stream& s, const Tensor& k, const Tensor& v, const Tensor& slots,
                 KvLayer& kv) override;
+  void rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Tensor& v,
+                     const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
+                     KvLayer& kv) override;
   void attention(const Stream& s, const Tensor& q, const KvLayer& kv, const AttentionMeta& meta,
                  float scale, Tensor& out) override;
   void silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) override;
@@ -82,12 +90,16 @@ class CudaBackend final : public Backend {
   struct Workspace {
     cuda::DeviceMemory cublas;
     cuda::DeviceMemory attention;
+    cuda::DeviceMemory split_counters;  // zeroed ints: decode attention's in-kernel split merge
   };
   cudaStream_t stream_of(const Stream& s) const;
   void upload_into(const Tensor& host, void* dst, DType target);
   bool ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const;
+  // accumulate: out += x·wᵀ (the residual epilogue; cuBLASLt with beta = 1).
   void run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, Tensor& out,
-                cudaStream_t stream);
+                cudaStream_t stream, bool accumulate = false);
+  void check_matmul(const char* op, const Tensor& x, const Tensor& w, const Tensor& out,
+                    int64_t x_cols) const;
   // Times the GEMM candidates for every shape and token bucket up to max_tokens (cuda_tune.cpp).
   void tune_gemms(std::span<const MatmulShape> shapes, int64_t max_tokens);
   static int64_t token_bucket(int64_t T);
@@ -107,6 +119,7 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   BackendOptions options_;
+  bool fuse_norm_ = false, fuse_silu_ = false, fuse_rope_kv_ = false;  // options_.fuse
   int sm_count_ = 0;
   std::string name_;
   std::unique_ptr<cuda::OwnedStream> stream_;

@@ -82,7 +82,7 @@ LtMatmul::Plan& LtMatmul::plan_for(const Key& key, size_t workspace_bytes) {
 
 void LtMatmul::run(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N,
                    int64_t K, void* out, DType out_dtype, int64_t ld_out, void* workspace,
-                   size_t workspace_bytes, cudaStream_t stream) {
+                   size_t workspace_bytes, cudaStream_t stream, bool accumulate) {
   RIDGE_CHECK(out_dtype == DType::bf16 || out_dtype == DType::f32,
               "matmul: output must be bf16 or f32, got {}", dtype_name(out_dtype));
   RIDGE_CHECK(T >= 0 && N >= 1 && K >= 1 && ld_x >= K && ld_out >= N,
@@ -93,7 +93,7 @@ void LtMatmul::run(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T
                 workspace_bytes};
   std::lock_guard lock(mutex_);
   Plan& p = plan_for(key, workspace_bytes);
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   RIDGE_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.d, out,
                                     p.d, &p.algo, workspace, workspace_bytes, stream));
 }

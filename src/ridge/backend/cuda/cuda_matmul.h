@@ -33,7 +33,7 @@ class LtMatmul {
 
   void run(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N, int64_t K,
            void* out, DType out_dtype, int64_t ld_out, void* workspace, size_t workspace_bytes,
-           cudaStream_t stream);
+           cudaStream_t stream, bool accumulate = false);  // accumulate: out += x·wᵀ (beta 1)
 
  private:
   struct Plan;

@@ -63,6 +63,7 @@
 #include <cuda_bf16.h>
 
 #include "ridge/kernels/cuda/elementwise/check.h"
+#include "ridge/kernels/cuda/pdl.cuh"
 
 namespace ridge::kernels {
 namespace {
@@ -176,6 +177,7 @@ struct KernelArgs {
   float* ws_o;       // [splits, ws_rows, HD]
   float* ws_ml;      // [splits, ws_rows, 2]
   float scale_log2;  // softmax scale * log2(e)
+  int* counters;     // decode kernel: [num_seqs, nkv] split tickets (in-kernel merge), or null
 };
 
 template <int HD>
@@ -404,6 +406,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
   uint16_t* ks = qs + kDecRows * SROW;          // [STAGES][kBN][SROW]
   uint16_t* vs = ks + STAGES * kBN * SROW;      // [STAGES][kBN][SROW]
 
+  pdl::wait();  // launched with PDL (pdl.cuh): q and the KV pools come from the kernels before
+  pdl::launch_dependents();
   const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
   const int q_start = a.cu_seqlens_q[seq];
   const int q_len = a.cu_seqlens_q[seq + 1] - q_start;
@@ -629,6 +633,45 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
       if (d == 0) *reinterpret_cast<float2*>(a.ws_ml + ws_row * 2) = make_float2(row_m[r], L);
     }
   }
+  if (a.num_splits == 1 || a.counters == nullptr) return;
+
+  // In-kernel merge of the splits: the last block of this (sequence, KV head) to finish takes a
+  // ticket equal to num_splits - 1 and merges every split's partial rows, exactly as
+  // combine_splits_kernel does (same order, same arithmetic), so no combine kernel is launched.
+  __shared__ int last_block;
+  __threadfence();  // this block's partials are visible device-wide before its ticket
+  __syncthreads();
+  if (tid == 0) {
+    int* ticket = a.counters + int64_t(seq) * a.nkv + kvh;
+    last_block = atomicAdd(ticket, 1) == a.num_splits - 1;
+    if (last_block) *ticket = 0;  // every split has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+  for (int idx = tid; idx < rows * (HD / 2); idx += kThreads) {
+    const int r = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
+    const int64_t token = q_start + r / a.group;
+    const int head = kvh * a.group + r % a.group;
+    const int64_t row = token * a.nh + head;
+    if (row >= a.ws_rows) continue;
+    float mx = -INFINITY;
+    for (int sp = 0; sp < a.num_splits; ++sp) mx = fmaxf(mx, __ldcg(a.ws_ml + (sp * a.ws_rows + row) * 2));
+    float2 acc = make_float2(0.0f, 0.0f);
+    float total = 0.0f;
+    for (int sp = 0; sp < a.num_splits; ++sp) {
+      const float2 ml = __ldcg(reinterpret_cast<const float2*>(a.ws_ml + (sp * a.ws_rows + row) * 2));
+      if (ml.y <= 0.0f) continue;  // a split this row saw nothing of
+      const float w = ml.y * exp2f(ml.x - mx);
+      total += w;
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(a.ws_o + (sp * a.ws_rows + row) * HD + d));
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+    }
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    *reinterpret_cast<uint32_t*>(a.out + token * a.ld_out + int64_t(head) * HD + d) =
+        pack_bf16(acc.x * inv, acc.y * inv);
+  }
 }
 
 template <int HD>
@@ -638,6 +681,8 @@ __global__ void __launch_bounds__(kThreads)
                           const int32_t* __restrict__ cu_seqlens_q, int num_seqs,
                           uint16_t* __restrict__ out, int64_t ld_out) {
   constexpr int PER_LANE = HD / 32;
+  pdl::wait();  // launched with PDL: the partials come from the attention kernel
+  pdl::launch_dependents();
   const int64_t row = int64_t(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   // The rows of this call's tokens (fewer than the plan's capacity in fixed-split mode).
@@ -676,8 +721,8 @@ void set_decode_smem() {
 template <int HD, int STAGES>
 void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStream_t stream) {
   const dim3 grid{unsigned(nkv), unsigned(splits), unsigned(seqs)};
-  paged_decode_kernel<HD, STAGES><<<grid, kThreads, decode_smem_bytes<HD, STAGES>(), stream>>>(k);
-  RIDGE_CHECK_LAUNCH("paged_decode_kernel");
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_kernel<HD, STAGES>, grid, dim3(kThreads),
+                                   decode_smem_bytes<HD, STAGES>(), stream, k));
 }
 
 template <int HD>
@@ -880,6 +925,11 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.ws_o = p.num_splits > 1 ? static_cast<float*>(workspace) : nullptr;
   k.ws_ml = k.ws_o ? k.ws_o + size_t(p.num_splits) * k.ws_rows * a.head_dim : nullptr;
   k.scale_log2 = a.scale * kLog2e;
+  k.counters = p.decode && p.num_splits > 1 && a.split_counters &&
+                       a.split_counters_len >= int64_t(a.num_seqs) * a.num_kv_heads
+                   ? a.split_counters
+                   : nullptr;
+  const bool separate_combine = p.num_splits > 1 && k.counters == nullptr;
   const unsigned combine_blocks = unsigned((k.ws_rows + kThreads / 32 - 1) / (kThreads / 32));
   if (a.head_dim == 64) {
     if (p.decode) {
@@ -891,11 +941,11 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
       paged_attention_kernel<64><<<grid, kThreads, smem_bytes<64>(), stream>>>(k);
       RIDGE_CHECK_LAUNCH("paged_attention_kernel<64>");
     }
-    if (p.num_splits > 1) {
-      combine_splits_kernel<64><<<combine_blocks, kThreads, 0, stream>>>(
-          k.ws_o, k.ws_ml, k.ws_rows, p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out,
-          a.ld_out);
-      RIDGE_CHECK_LAUNCH("combine_splits_kernel<64>");
+    if (separate_combine) {
+      RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<64>, dim3(combine_blocks),
+                                       dim3(kThreads), 0, stream, k.ws_o, k.ws_ml, k.ws_rows,
+                                       p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out,
+                                       a.ld_out));
     }
   } else {
     if (p.decode) {
@@ -907,11 +957,11 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
       paged_attention_kernel<128><<<grid, kThreads, smem_bytes<128>(), stream>>>(k);
       RIDGE_CHECK_LAUNCH("paged_attention_kernel<128>");
     }
-    if (p.num_splits > 1) {
-      combine_splits_kernel<128><<<combine_blocks, kThreads, 0, stream>>>(
-          k.ws_o, k.ws_ml, k.ws_rows, p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out,
-          a.ld_out);
-      RIDGE_CHECK_LAUNCH("combine_splits_kernel<128>");
+    if (separate_combine) {
+      RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<128>, dim3(combine_blocks),
+                                       dim3(kThreads), 0, stream, k.ws_o, k.ws_ml, k.ws_rows,
+                                       p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out,
+                                       a.ld_out));
     }
   }
 }

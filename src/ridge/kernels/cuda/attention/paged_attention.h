@@ -75,6 +75,12 @@ struct PagedAttentionArgs {
   // 0: the default, 3 at hd 128 and 4 at hd 64).
   AttentionPath path = AttentionPath::automatic;
   int decode_stages = 0;
+  // Zero-initialized device ints (at least num_seqs * num_kv_heads of them), left zero by every
+  // call: with them, a split decode-kernel launch merges its splits itself (the last block of
+  // each (sequence, KV head) to finish, by an atomic ticket) and no combine kernel runs. Null, or
+  // too few: the separate combine kernel (always for the general kernel).
+  int* split_counters = nullptr;
+  int64_t split_counters_len = 0;
 };
 
 // The plan of one call: which kernel, how many KV splits, and how much workspace they take.

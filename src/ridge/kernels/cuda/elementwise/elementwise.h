@@ -48,6 +48,15 @@ void kv_store_bf16(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t l
                    const int32_t* slots, int64_t T, int64_t width, uint16_t* k_pool,
                    uint16_t* v_pool, int64_t num_slots, cudaStream_t stream);
 
+// rope_bf16 then kv_store_bf16 (v's pool rows are nk * head_dim wide) in one launch, with the
+// same results. Returns false, launching nothing, when the shapes do not allow the vectorized
+// kernel (head_dim % 16, 16-byte aligned rows, T <= 65535): the caller runs the two ops.
+bool rope_kv_store_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
+                        int64_t nk, const uint16_t* v, int64_t ld_v, int64_t head_dim,
+                        const int32_t* positions, const float* inv_freq, const int32_t* slots,
+                        int64_t T, uint16_t* k_pool, uint16_t* v_pool, int64_t num_slots,
+                        cudaStream_t stream);
+
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, F + i]; gate_up bf16 [T, 2F], out bf16 [T, F].
 void silu_mul_bf16(const uint16_t* gate_up, int64_t ld_gu, int64_t T, int64_t F, uint16_t* out,
                    int64_t ld_out, cudaStream_t stream);

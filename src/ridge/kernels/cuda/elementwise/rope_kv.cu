@@ -2,7 +2,8 @@
 //
 // rope: eight rotated pairs per thread with 16-byte accesses when hd % 16 == 0 and rows are
 //   16-byte aligned (grid: head chunks x tokens), else one thread per rotated pair (token, head,
-//   i < hd/2) over q's and k's heads together, blocks of 256 threads, 1-D grid. Pairing (i, i + hd/2) (rotate-half, as HF transformers).
+//   i < hd/2) over q's and k's heads together, blocks of 256 threads, 1-D grid. Pairing
+//   (i, i + hd/2) (rotate-half, as HF transformers).
 //   angle = float(pos) * inv_freq[i] in fp32, then sincosf (full range reduction: positions up
 //   to 2^24 stay exact). Limits: hd even, T * (nq + nk) * hd/2 < 2^62.
 // kv_store: one thread per 16-byte chunk (8 bf16) of a row when rows, strides and pointers allow
@@ -10,12 +11,15 @@
 //   elements (slot = block * block_size + offset). A slot outside [0, num_slots) is skipped: in
 //   particular every negative slot, e.g. the -1 of a padding row that the engine adds to fill a
 //   captured graph's batch bucket (nothing of that row is stored).
+// rope_kv_store: both in one launch of the vectorized form (grid: chunks of q, k and v, tokens);
+//   launched with programmatic dependent launch (pdl.cuh) for the decode chain.
 #include <cstdint>
 #include <algorithm>
 
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/device_util.cuh"
 #include "ridge/kernels/cuda/elementwise/elementwise.h"
+#include "ridge/kernels/cuda/pdl.cuh"
 
 namespace ridge::kernels {
 namespace {
@@ -45,22 +49,11 @@ __global__ void rope_kernel(uint16_t* __restrict__ q, int64_t ld_q, int64_t nq,
   x[i + half] = f32_to_bf16_bits(b * c + a * s);
 }
 
-// 8 rotated pairs per thread: x[i..i+8) and x[i+half..i+half+8) with 16-byte accesses, 32-bit
-// index arithmetic within a token (the per-pair kernel above spends most of its time in four
-// 64-bit divisions per pair). Grid: (chunks of the token's heads * half/8 pairs, tokens).
-// Same arithmetic per pair as rope_kernel (bit-identical results).
-__global__ void rope_vec_kernel(uint16_t* __restrict__ q, int64_t ld_q, int nq,
-                                uint16_t* __restrict__ k, int64_t ld_k, int nk, int half,
-                                const int32_t* __restrict__ positions,
-                                const float* __restrict__ inv_freq, int64_t row0) {
-  const int64_t t = row0 + blockIdx.y;
-  const int cpr = half / 8;  // 8-pair chunks per head
-  const int j = int(blockIdx.x) * blockDim.x + int(threadIdx.x);
-  if (j >= (nq + nk) * cpr) return;
-  const int h = j / cpr, i0 = (j % cpr) * 8;
-  uint16_t* x = h < nq ? q + t * ld_q + int64_t(h) * 2 * half
-                       : k + t * ld_k + int64_t(h - nq) * 2 * half;
-  const float pos = float(positions[t]);
+// Rotates the 8 pairs x[i0..i0+8) / x[i0+half..i0+half+8) in place (16-byte accesses); the
+// rotated halves are also returned (for the KV pool). Same arithmetic per pair as rope_kernel.
+__device__ __forceinline__ void rope8(uint16_t* x, int i0, int half, float pos,
+                                      const float* __restrict__ inv_freq, uint4& out_a,
+                                      uint4& out_b) {
   const uint4 a4 = *reinterpret_cast<const uint4*>(x + i0);
   const uint4 b4 = *reinterpret_cast<const uint4*>(x + i0 + half);
   const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
@@ -80,8 +73,67 @@ __global__ void rope_vec_kernel(uint16_t* __restrict__ q, int64_t ld_q, int nq,
     ra[w] = oa;
     rb[w] = ob;
   }
-  *reinterpret_cast<uint4*>(x + i0) = make_uint4(ra[0], ra[1], ra[2], ra[3]);
-  *reinterpret_cast<uint4*>(x + i0 + half) = make_uint4(rb[0], rb[1], rb[2], rb[3]);
+  out_a = make_uint4(ra[0], ra[1], ra[2], ra[3]);
+  out_b = make_uint4(rb[0], rb[1], rb[2], rb[3]);
+  *reinterpret_cast<uint4*>(x + i0) = out_a;
+  *reinterpret_cast<uint4*>(x + i0 + half) = out_b;
+}
+
+// 8 rotated pairs per thread with 16-byte accesses, 32-bit index arithmetic within a token (the
+// per-pair kernel above spends most of its time in four 64-bit divisions per pair).
+// Grid: (chunks of the token's heads * half/8 pairs, tokens).
+__global__ void rope_vec_kernel(uint16_t* __restrict__ q, int64_t ld_q, int nq,
+                                uint16_t* __restrict__ k, int64_t ld_k, int nk, int half,
+                                const int32_t* __restrict__ positions,
+                                const float* __restrict__ inv_freq, int64_t row0) {
+  const int64_t t = row0 + blockIdx.y;
+  const int cpr = half / 8;  // 8-pair chunks per head
+  const int j = int(blockIdx.x) * blockDim.x + int(threadIdx.x);
+  if (j >= (nq + nk) * cpr) return;
+  const int h = j / cpr, i0 = (j % cpr) * 8;
+  uint16_t* x = h < nq ? q + t * ld_q + int64_t(h) * 2 * half
+                       : k + t * ld_k + int64_t(h - nq) * 2 * half;
+  uint4 ra, rb;
+  rope8(x, i0, half, float(positions[t]), inv_freq, ra, rb);
+}
+
+// RoPE and the KV store in one launch (decode): threads [0, (nq+nk)·cpr) rotate q and k chunks
+// as rope_vec_kernel (k's rotated chunks also go to the pool), the next nk·2·cpr threads copy
+// v's 16-byte chunks to the pool. Slots outside [0, num_slots) store nothing. Launched with PDL.
+__global__ void rope_store_vec_kernel(uint16_t* __restrict__ q, int64_t ld_q, int nq,
+                                      uint16_t* __restrict__ k, int64_t ld_k, int nk,
+                                      const uint16_t* __restrict__ v, int64_t ld_v, int half,
+                                      const int32_t* __restrict__ positions,
+                                      const float* __restrict__ inv_freq,
+                                      const int32_t* __restrict__ slots,
+                                      uint16_t* __restrict__ k_pool, uint16_t* __restrict__ v_pool,
+                                      int64_t num_slots) {
+  pdl::wait();
+  pdl::launch_dependents();
+  const int64_t t = blockIdx.y;
+  const int cpr = half / 8;
+  const int j = int(blockIdx.x) * blockDim.x + int(threadIdx.x);
+  const int rotated = (nq + nk) * cpr;
+  if (j >= rotated + nk * 2 * cpr) return;
+  const int64_t slot = slots[t];
+  const bool store = slot >= 0 && slot < num_slots;
+  const int64_t width = int64_t(nk) * 2 * half;
+  if (j < rotated) {
+    const int h = j / cpr, i0 = (j % cpr) * 8;
+    uint16_t* x = h < nq ? q + t * ld_q + int64_t(h) * 2 * half
+                         : k + t * ld_k + int64_t(h - nq) * 2 * half;
+    uint4 ra, rb;
+    rope8(x, i0, half, float(positions[t]), inv_freq, ra, rb);
+    if (h >= nq && store) {
+      uint16_t* dst = k_pool + slot * width + int64_t(h - nq) * 2 * half;
+      *reinterpret_cast<uint4*>(dst + i0) = ra;
+      *reinterpret_cast<uint4*>(dst + i0 + half) = rb;
+    }
+  } else if (store) {
+    const int64_t c = int64_t(j - rotated) * 8;
+    *reinterpret_cast<uint4*>(v_pool + slot * width + c) =
+        *reinterpret_cast<const uint4*>(v + t * ld_v + c);
+  }
 }
 
 template <typename Chunk>
@@ -152,6 +204,26 @@ void kv_store_bf16(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t l
                                           num_slots, total);
   }
   RIDGE_CHECK_LAUNCH("kv_store_kernel");
+}
+
+bool rope_kv_store_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
+                        int64_t nk, const uint16_t* v, int64_t ld_v, int64_t head_dim,
+                        const int32_t* positions, const float* inv_freq, const int32_t* slots,
+                        int64_t T, uint16_t* k_pool, uint16_t* v_pool, int64_t num_slots,
+                        cudaStream_t stream) {
+  const int64_t half = head_dim / 2;
+  const bool vec = head_dim % 16 == 0 && ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 &&
+                   aligned16(q) && aligned16(k) && aligned16(v) && aligned16(k_pool) &&
+                   aligned16(v_pool) && T >= 1 && T <= 65535 && ld_q >= nq * head_dim &&
+                   ld_k >= nk * head_dim && ld_v >= nk * head_dim && nk >= 1 &&
+                   (nq + 3 * nk) * (half / 8) < (int64_t(1) << 30);
+  if (!vec) return false;
+  const int64_t threads = (nq + nk) * (half / 8) + nk * 2 * (half / 8);
+  const dim3 grid(unsigned(detail::ceil_div(threads, kThreads)), unsigned(T));
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(rope_store_vec_kernel, grid, dim3(kThreads), 0, stream, q,
+                                   ld_q, int(nq), k, ld_k, int(nk), v, ld_v, int(half), positions,
+                                   inv_freq, slots, k_pool, v_pool, num_slots));
+  return true;
 }
 
 }  // namespace ridge::kernels

@@ -2,12 +2,15 @@
 // Launch: 2-D grid (column chunks of 256 threads, rows); one thread per element (silu_mul: eight,
 // with 16-byte accesses, when the shapes are multiples of 8 and the rows 16-byte aligned).
 // Limits: rows < 2^31 (grid.y is split into chunks of 65535 rows); columns < 2^40.
+// embedding and gather_rows are launched with programmatic dependent launch (pdl.cuh): they sit
+// on the decode chain.
 #include <cstdint>
 #include <algorithm>
 
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/device_util.cuh"
 #include "ridge/kernels/cuda/elementwise/elementwise.h"
+#include "ridge/kernels/cuda/pdl.cuh"
 
 namespace ridge::kernels {
 namespace {
@@ -30,6 +33,8 @@ void for_row_chunks(int64_t rows, int64_t cols, Launch launch) {
 __global__ void embedding_kernel(const uint16_t* __restrict__ table, int64_t vocab, int64_t hidden,
                                  const int32_t* __restrict__ ids, uint16_t* __restrict__ out,
                                  int64_t ld_out, int64_t row0) {
+  pdl::wait();  // launched with PDL (pdl.cuh)
+  pdl::launch_dependents();
   const int64_t t = row0 + blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= hidden) return;
@@ -72,6 +77,8 @@ template <typename E>
 __global__ void gather_rows_kernel(const E* __restrict__ x, int64_t ld_x, int64_t rows_x,
                                    const int32_t* __restrict__ rows, int64_t cols,
                                    E* __restrict__ out, int64_t ld_out, int64_t row0) {
+  pdl::wait();  // launched with PDL (pdl.cuh)
+  pdl::launch_dependents();
   const int64_t r = row0 + blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= cols) return;
@@ -103,8 +110,8 @@ void embedding_bf16(const uint16_t* table, int64_t vocab, int64_t hidden, const 
                       "table [" + std::to_string(vocab) + ", " + std::to_string(hidden) +
                           "], out " + detail::shape_text(T, hidden, ld_out));
   for_row_chunks(T, hidden, [&](dim3 grid, int64_t r0) {
-    embedding_kernel<<<grid, kThreads, 0, stream>>>(table, vocab, hidden, ids, out, ld_out, r0);
-    RIDGE_CHECK_LAUNCH("embedding_kernel");
+    RIDGE_CHECK_CUDA(pdl::launch_pdl(embedding_kernel, grid, dim3(kThreads), 0, stream, table,
+                                     vocab, hidden, ids, out, ld_out, r0));
   });
 }
 
@@ -136,14 +143,13 @@ void gather_rows(const void* x, int64_t ld_x, int64_t rows_x, const int32_t* row
                           std::to_string(elem_bytes));
   for_row_chunks(R, cols, [&](dim3 grid, int64_t r0) {
     if (elem_bytes == 2)
-      gather_rows_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(
-          static_cast<const uint16_t*>(x), ld_x, rows_x, rows, cols, static_cast<uint16_t*>(out),
-          ld_out, r0);
+      RIDGE_CHECK_CUDA(pdl::launch_pdl(gather_rows_kernel<uint16_t>, grid, dim3(kThreads), 0,
+                                       stream, static_cast<const uint16_t*>(x), ld_x, rows_x,
+                                       rows, cols, static_cast<uint16_t*>(out), ld_out, r0));
     else
-      gather_rows_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(
-          static_cast<const uint32_t*>(x), ld_x, rows_x, rows, cols, static_cast<uint32_t*>(out),
-          ld_out, r0);
-    RIDGE_CHECK_LAUNCH("gather_rows_kernel");
+      RIDGE_CHECK_CUDA(pdl::launch_pdl(gather_rows_kernel<uint32_t>, grid, dim3(kThreads), 0,
+                                       stream, static_cast<const uint32_t*>(x), ld_x, rows_x,
+                                       rows, cols, static_cast<uint32_t*>(out), ld_out, r0));
   });
 }
 

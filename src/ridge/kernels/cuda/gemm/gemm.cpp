@@ -44,7 +44,25 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
                       cudaStream_t stream, const bf16* residual) {
   check_common("gemm_bf16_skinny", X, W, Y, residual, M, N, K);
   RIDGE_CHECK(N <= 65535 * 16, "gemm_bf16_skinny: N = {} is larger than {}", N, 65535 * 16);
-  detail::launch_skinny(X, W, Y, residual, M, N, K, stream);
+  SkinnyArgs a;
+  a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.residual = residual, a.M = M, a.N = N, a.K = K;
+  detail::launch_skinny(a, SkinnyPrologue::none, stream);
+}
+
+void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream) {
+  const char* what = "gemm_bf16_skinny_fused";
+  check_common(what, a.X, a.W, static_cast<const bf16*>(a.Y), a.residual, a.M, a.N, a.K);
+  RIDGE_CHECK(a.N <= 65535 * 16, "{}: N = {} is larger than {}", what, a.N, 65535 * 16);
+  const int64_t width = prologue == SkinnyPrologue::silu_mul ? 2 * int64_t(a.K) : a.K;
+  RIDGE_CHECK(a.ld_x >= width && a.ld_x % 8 == 0,
+              "{}: X row stride {} must be a multiple of 8 and at least {}", what, a.ld_x, width);
+  RIDGE_CHECK(!(a.y_f32 && a.residual), "{}: an f32 output takes no residual", what);
+  RIDGE_CHECK(prologue == SkinnyPrologue::none || a.M <= skinny_prologue_max_tokens,
+              "{}: the prologues run up to {} tokens, got M = {}", what,
+              skinny_prologue_max_tokens, a.M);
+  RIDGE_CHECK(prologue != SkinnyPrologue::rmsnorm || (a.norm_w && aligned16(a.norm_w)),
+              "{}: the rmsnorm prologue needs a 16-byte aligned f32 norm weight", what);
+  detail::launch_skinny(a, prologue, stream);
 }
 
 void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,

@@ -13,8 +13,8 @@ namespace ridge::kernels::detail {
 
 // tokens_per_block: 0 = by M (8, 16, 32 or 64 tokens per block); 16 = always 16-token tiles
 // (several tiles re-read the weights, mostly from L2) — an alternative the benchmark times.
-void launch_skinny(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int N,
-                   int K, cudaStream_t stream, int tokens_per_block = 0);
+void launch_skinny(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t stream,
+                   int tokens_per_block = 0);
 
 // out_n: columns of Y; w_rows: rows of W (N, or 2F for SwiGLU); swiglu: gate/up epilogue.
 void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int out_n,

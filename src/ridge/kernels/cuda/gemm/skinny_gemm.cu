@@ -1,4 +1,7 @@
-// Decode GEMV / skinny GEMM: Y[M,N] = X[M,K] · W[N,K]ᵀ (+ residual) for small M (decode).
+// Decode GEMV / skinny GEMM: Y[M,N] = P(X)[M,K] · W[N,K]ᵀ (+ residual) for small M (decode),
+// where the prologue P is the identity, an RMSNorm of each row of X, or SwiGLU of X = [gate|up]
+// (gemm.h, SkinnyPrologue): the normalized or activated row is never written to memory, so the
+// decode step saves the norm and SwiGLU kernels and their round trips.
 //
 // The weights dominate the bytes (N·K·2 against M·K·2), so the kernel is a weight stream: every
 // weight byte is read exactly once, with 16-byte non-allocating loads, a register double buffer
@@ -16,6 +19,16 @@
 // of 32·KU columns) and are reduced through shared memory in a fixed order (deterministic).
 // Limits: K % 8 == 0, N % 8 == 0 (host-checked); partial row/token tiles are clamped on load
 // and masked on store; the k tail is zero-filled per 16-byte chunk.
+// Prologues: rmsnorm — rmsnorm(x)·Wᵀ = (1/rms(x)) · (x ⊙ w)·Wᵀ per token, so each activation
+// chunk is multiplied by the norm weight as it is loaded (rounded to bf16 for the MMA), its
+// squares are summed on the way, and the epilogue scales each token's outputs by 1/rms: no
+// extra pass over x, no latency before the weight stream (an earlier form reduced the rows up
+// front in every block and lost to the separate norm kernel; docs/KERNELS.md). The rounding is
+// bf16(x·w) instead of the RMSNorm kernel's bf16(x·(1/rms)·w): the same relative size.
+// silu_mul — each chunk of the gate half and the matching chunk of the up half,
+// bf16(silu(g)·u) (fast exp and division: within a bf16 rounding of the SwiGLU kernel's
+// result); every block repeats it for the whole row, so it is bound by the special-function
+// units (measured slower than the separate kernel; off by default).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -23,6 +36,7 @@
 
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
+#include "ridge/kernels/cuda/pdl.cuh"
 
 namespace ridge::kernels {
 namespace {
@@ -45,6 +59,11 @@ __device__ __forceinline__ uint4 load_activations16(const bf16* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
 __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, uint32_t a1,
                                                   uint32_t a2, uint32_t a3, uint32_t b0,
                                                   uint32_t b1) {
@@ -55,17 +74,58 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, ui
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The 8 activations at k of token row x (16 bytes) after the prologue, as bf16 pairs.
+// rmsnorm: bf16(x * w) (the 1/rms factor is per token and applied in the epilogue), and the
+// squares of x are added to ss.
+template <SkinnyPrologue P>
+__device__ __forceinline__ uint4 load_prologue(const bf16* x, int K, const float (&gamma)[8],
+                                               float& ss) {
+  if constexpr (P == SkinnyPrologue::none) {
+    return load_activations16(x);
+  } else if constexpr (P == SkinnyPrologue::rmsnorm) {
+    const uint4 raw = load_activations16(x);
+    const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float lo = __uint_as_float(r[i] << 16), hi = __uint_as_float(r[i] & 0xffff0000u);
+      ss += lo * lo + hi * hi;
+      o[i] = pack_bf16x2(gamma[2 * i] * lo, gamma[2 * i + 1] * hi);
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+  } else {
+    // bf16(silu(g) * u), gate at k, up at K + k of the same row; with the fast exp and division
+    // (every block recomputes its tokens' whole row, so this math is repeated N/16 times).
+    const uint4 g4 = load_activations16(x), u4 = load_activations16(x + K);
+    const uint32_t g[4] = {g4.x, g4.y, g4.z, g4.w}, u[4] = {u4.x, u4.y, u4.z, u4.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float g0 = __uint_as_float(g[i] << 16), g1 = __uint_as_float(g[i] & 0xffff0000u);
+      const float u0 = __uint_as_float(u[i] << 16), u1 = __uint_as_float(u[i] & 0xffff0000u);
+      o[i] = pack_bf16x2(__fdividef(g0, 1.0f + __expf(-g0)) * u0,
+                         __fdividef(g1, 1.0f + __expf(-g1)) * u1);
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
 // NG: token groups of 8 (MT = 8·NG tokens per block); RT: 16-row weight tiles per warp;
 // KU: 32-column chunks per step (bytes in flight per thread = RT·2·KU·16, twice buffered);
-// MIN_BLOCKS: blocks per SM the register budget must allow (2 keeps 16 warps streaming).
-template <int NG, int RT, int KU, int MIN_BLOCKS>
+// MIN_BLOCKS: blocks per SM the register budget must allow (2 keeps 16 warps streaming);
+// P: what is applied to the activations as they are loaded (skinny.h).
+// Launched with programmatic dependent launch (pdl.cuh): the first step of weight loads is issued
+// before pdl::wait(), so it overlaps the previous kernel's tail.
+template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P>
 __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
-    skinny_gemm_kernel(const bf16* __restrict__ X, const bf16* __restrict__ W, bf16* Y,
-                       const bf16* residual, int M, int N, int K) {
+    skinny_gemm_kernel(const SkinnyArgs a) {
   constexpr int MT = 8 * NG;
   constexpr int KSTEP = 32 * KU;
   extern __shared__ float reduce_smem[];  // [warp][RT·NG·4 registers][32 lanes]
+  __shared__ float inv_rms[MT];           // rmsnorm prologue: 1 / rms of each token row
 
+  const int M = a.M, N = a.N, K = a.K;
+  const bf16* __restrict__ W = a.W;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2;  // MMA group: weight row g (and g+8), token g
@@ -81,14 +141,41 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       const int n = min(n0 + rt * 16 + h * 8 + g, N - 1);  // clamped rows are never stored
       wrow[rt][h] = W + static_cast<size_t>(n) * K + t * 8;
     }
+
+  const int steps = (K + KSTEP - 1) / KSTEP;
+  uint4 cur[RT][2][KU];
+  uint4 nxt[RT][2][KU];
+  auto load_step = [&](uint4 (&dst)[RT][2][KU], int s) {
+#pragma unroll
+    for (int c = 0; c < KU; ++c) {
+      const int k = s * KSTEP + 32 * c;
+      const bool ok = k + t * 8 < K;
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          dst[rt][h][c] = ok ? load_weights16(wrow[rt][h] + k) : make_uint4(0, 0, 0, 0);
+    }
+  };
+
+  // Activation addresses (computed only; nothing is read before pdl::wait()).
   const bf16* xrow[NG];
   bool token_ok[NG];
 #pragma unroll
   for (int j = 0; j < NG; ++j) {
     const int m = m0 + j * 8 + g;
     token_ok[j] = m < M;
-    xrow[j] = X + static_cast<size_t>(min(m, M - 1)) * K + t * 8;
+    xrow[j] = a.X + static_cast<size_t>(min(m, M - 1)) * a.ld_x + t * 8;
   }
+  // Weights do not depend on the previous kernel: start streaming them before waiting for it.
+  int s = warp;
+  if (s < steps) load_step(cur, s);
+  pdl::wait();
+  pdl::launch_dependents();
+
+  float ss[NG];  // rmsnorm: this thread's share of the sum of squares of its token rows
+#pragma unroll
+  for (int j = 0; j < NG; ++j) ss[j] = 0.0f;
 
   float acc[RT][NG][4];
 #pragma unroll
@@ -98,34 +185,24 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[rt][j][r] = 0.f;
 
-  const int steps = (K + KSTEP - 1) / KSTEP;
-  uint4 cur[RT][2][KU];
-  uint4 nxt[RT][2][KU];
-  auto load_step = [&](uint4 (&a)[RT][2][KU], int s) {
-#pragma unroll
-    for (int c = 0; c < KU; ++c) {
-      const int k = s * KSTEP + 32 * c;
-      const bool ok = k + t * 8 < K;
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          a[rt][h][c] = ok ? load_weights16(wrow[rt][h] + k) : make_uint4(0, 0, 0, 0);
-    }
-  };
-
-  int s = warp;
-  if (s < steps) load_step(cur, s);
   for (; s < steps; s += kSkinnyWarps) {
     if (s + kSkinnyWarps < steps) load_step(nxt, s + kSkinnyWarps);
 #pragma unroll
     for (int c = 0; c < KU; ++c) {
       const int k = s * KSTEP + 32 * c;
       const bool k_ok = k + t * 8 < K;
+      float gamma[8];
+      if constexpr (P == SkinnyPrologue::rmsnorm) {
+        const float4* gp = reinterpret_cast<const float4*>(a.norm_w + k + t * 8);
+        const float4 g0 = k_ok ? __ldg(gp) : make_float4(0, 0, 0, 0);
+        const float4 g1 = k_ok ? __ldg(gp + 1) : make_float4(0, 0, 0, 0);
+        gamma[0] = g0.x, gamma[1] = g0.y, gamma[2] = g0.z, gamma[3] = g0.w;
+        gamma[4] = g1.x, gamma[5] = g1.y, gamma[6] = g1.z, gamma[7] = g1.w;
+      }
 #pragma unroll
       for (int j = 0; j < NG; ++j) {
-        const uint4 b =
-            (k_ok && token_ok[j]) ? load_activations16(xrow[j] + k) : make_uint4(0, 0, 0, 0);
+        const uint4 b = (k_ok && token_ok[j]) ? load_prologue<P>(xrow[j] + k, K, gamma, ss[j])
+                                              : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int rt = 0; rt < RT; ++rt) {
           const uint4 lo = cur[rt][0][c];  // row g
@@ -141,6 +218,26 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int c = 0; c < KU; ++c) cur[rt][h][c] = nxt[rt][h][c];
+  }
+
+  if constexpr (P == SkinnyPrologue::rmsnorm) {
+    // Token g of group j: the 4 threads of its MMA group (t) in each of the 8 warps hold its
+    // partial sums; fixed-order reduction (lanes, then warps).
+    __shared__ float warp_ss[kSkinnyWarps][MT];
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+      float v = ss[j];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (t == 0) warp_ss[warp][j * 8 + g] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < MT) {
+      float total = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kSkinnyWarps; ++w) total += warp_ss[w][threadIdx.x];
+      inv_rms[threadIdx.x] = 1.0f / sqrtf(total / float(K) + a.eps);
+    }
   }
 
   constexpr int kRegs = RT * NG * 4;
@@ -165,46 +262,65 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     // C fragment of m16n8: c0,c1 at (row g, cols 2t, 2t+1); c2,c3 at (row g+8, same cols).
     const int n = n0 + rt * 16 + (ln >> 2) + (r >= 2 ? 8 : 0);
     const int m = m0 + j * 8 + (ln & 3) * 2 + (r & 1);
+    if constexpr (P == SkinnyPrologue::rmsnorm) sum *= inv_rms[m - m0];
     if (n < N && m < M) {
       const size_t idx = static_cast<size_t>(m) * N + n;
-      if (residual != nullptr) sum += __bfloat162float(residual[idx]);
-      Y[idx] = __float2bfloat16(sum);
+      if (a.residual != nullptr) sum += __bfloat162float(a.residual[idx]);
+      if (a.y_f32)
+        static_cast<float*>(a.Y)[idx] = sum;
+      else
+        static_cast<bf16*>(a.Y)[idx] = __float2bfloat16(sum);
     }
   }
 }
 
-template <int NG, int RT, int KU, int MIN_BLOCKS>
-void launch_skinny_config(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M,
-                          int N, int K, cudaStream_t stream) {
+template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P>
+void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   constexpr int MT = 8 * NG;
   const size_t smem = sizeof(float) * kSkinnyWarps * RT * NG * 4 * 32;
-  auto kernel = skinny_gemm_kernel<NG, RT, KU, MIN_BLOCKS>;
+  auto kernel = skinny_gemm_kernel<NG, RT, KU, MIN_BLOCKS, P>;
   if (smem > 48 * 1024)
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid((M + MT - 1) / MT, (N + 16 * RT - 1) / (16 * RT));
-  kernel<<<grid, kSkinnyThreads, smem, stream>>>(X, W, Y, residual, M, N, K);
-  RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
+  const dim3 grid((a.M + MT - 1) / MT, (a.N + 16 * RT - 1) / (16 * RT));
+  RIDGE_GEMM_CUDA_CHECK(pdl::launch_pdl(kernel, grid, dim3(kSkinnyThreads), smem, stream, a));
 }
 
 }  // namespace
 
 namespace detail {
 
-void launch_skinny(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int N,
-                   int K, cudaStream_t stream, int tokens_per_block) {
+void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream,
+                   int tokens_per_block) {
+  // The prologues exist for up to 16 tokens (decode at small batch), the plain kernel for any M.
+  switch (prologue) {
+    case SkinnyPrologue::rmsnorm:
+      if (a.M <= 8)
+        launch_skinny_config<1, 1, 4, 2, SkinnyPrologue::rmsnorm>(a, stream);
+      else
+        launch_skinny_config<2, 1, 4, 2, SkinnyPrologue::rmsnorm>(a, stream);
+      return;
+    case SkinnyPrologue::silu_mul:
+      if (a.M <= 8)
+        launch_skinny_config<1, 1, 4, 2, SkinnyPrologue::silu_mul>(a, stream);
+      else
+        launch_skinny_config<2, 1, 4, 2, SkinnyPrologue::silu_mul>(a, stream);
+      return;
+    case SkinnyPrologue::none: break;
+  }
+  constexpr auto kNone = SkinnyPrologue::none;
   if (tokens_per_block == 16) {
-    launch_skinny_config<2, 1, 4, 2>(X, W, Y, residual, M, N, K, stream);
+    launch_skinny_config<2, 1, 4, 2, kNone>(a, stream);
     return;
   }
-  if (M <= 8)
-    launch_skinny_config<1, 1, 4, 2>(X, W, Y, residual, M, N, K, stream);
-  else if (M <= 16)
-    launch_skinny_config<2, 1, 4, 2>(X, W, Y, residual, M, N, K, stream);
-  else if (M <= 32)
-    launch_skinny_config<4, 2, 2, 2>(X, W, Y, residual, M, N, K, stream);
+  if (a.M <= 8)
+    launch_skinny_config<1, 1, 4, 2, kNone>(a, stream);
+  else if (a.M <= 16)
+    launch_skinny_config<2, 1, 4, 2, kNone>(a, stream);
+  else if (a.M <= 32)
+    launch_skinny_config<4, 2, 2, 2, kNone>(a, stream);
   else
-    launch_skinny_config<8, 2, 1, 2>(X, W, Y, residual, M, N, K, stream);
+    launch_skinny_config<8, 2, 1, 2, kNone>(a, stream);
 }
 
 }  // namespace detail

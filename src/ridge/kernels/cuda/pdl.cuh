@@ -1,0 +1,55 @@
+// Programmatic dependent launch (PDL, sm_90): a kernel launched with launch_pdl may start while
+// the kernel before it on the stream is still running, so that its launch latency, and any work
+// that does not depend on the previous kernel (a GEMV's first weight loads), overlap that
+// kernel's tail. In a CUDA graph the captured launches keep this as programmatic edges.
+//
+// The contract, for every kernel launched with launch_pdl:
+//   - it calls pdl::wait() before it reads or writes any memory that an earlier kernel on the
+//     stream writes or reads (activations, KV pools, workspaces; weights are read-only and may be
+//     read before the wait). wait() returns once every earlier grid has completed and its memory
+//     is visible; because each kernel on the chain waits before it finishes, this holds for all
+//     earlier kernels, not just the previous one.
+//   - every thread of every block reaches wait() (no early return before it), so that the grid
+//     cannot complete before its predecessor.
+//   - it may call pdl::launch_dependents() (after its wait) to let the next kernel launch before
+//     this one ends; without it the next kernel launches when this one's blocks exit.
+// Kernels launched with <<<>>> are unaffected (wait() is a no-op without the launch attribute).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "ridge/kernels/cuda/pdl.h"
+
+namespace ridge::kernels::pdl {
+
+__device__ __forceinline__ void wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization
+// when enabled. Returns the launch's error (the caller checks it as after <<<>>>).
+template <typename... Params, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+}  // namespace ridge::kernels::pdl

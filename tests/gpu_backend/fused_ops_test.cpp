@@ -1,0 +1,178 @@
+// The decode-step fusions of the CUDA backend against the CPU reference: matmul_add (the residual
+// add in the GEMM epilogue: skinny, wgmma and cuBLASLt paths), matmul_fused (RMSNorm or SwiGLU in
+// the skinny GEMM's activation loads, bf16 and f32 outputs, up to 16 tokens fused and composed
+// above), and rope_kv_store (RoPE and the KV store in one kernel, padding slots skipped). The CPU
+// reference runs the unfused ops (Backend's default composition) in fp32. Fresh random inputs,
+// outputs poisoned, normalized error bounds as the rest of the harness.
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "harness.h"
+#include "ridge/core/error.h"
+
+namespace ridge::backend::gpu_test {
+namespace {
+
+struct WeightPair {
+  std::vector<uint16_t> bits;  // bf16 [N, K] on the host (the CPU reference reads it)
+  Tensor host;
+  Tensor dev;
+};
+
+WeightPair random_weight(int64_t N, int64_t K) {
+  WeightPair w;
+  w.bits = to_bf16_bits(random_bf16(size_t(N * K), 0.05f));
+  w.host = Tensor(w.bits.data(), DType::bf16, {N, K});
+  w.dev = cuda().upload_weight(w.host);
+  return w;
+}
+
+// out = residual + x · wᵀ, out starting as the residual (random).
+void run_matmul_add(int64_t T, int64_t N, int64_t K) {
+  const WeightPair w = random_weight(N, K);
+  std::vector<float> x = random_bf16(size_t(T * K)), r = random_bf16(size_t(T * N));
+  std::vector<float> ref(r);
+  Tensor ref_t = host_f32(ref, T, N);
+  cpu().matmul_add({}, host_f32(x, T, K), w.host, ref_t);
+  DeviceMatrix xd = device_bf16(T, K, x), out = device_bf16(T, N, r);
+  cuda().matmul_add({}, xd.view, w.dev, out.view);
+  expect_close("matmul_add", fmt::format("T={} N={} K={}", T, N, K), download_view(out), ref,
+               1e-2);
+  expect_untouched_outside("matmul_add", out);
+}
+
+TEST_F(GpuBackend, MatmulAdd) {
+  // 1..16 tokens: the skinny kernel's residual epilogue; 33, 300: the tuned or by-shape kernel
+  // (cuBLASLt with beta = 1, or the wgmma kernel's residual epilogue).
+  for (auto [T, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 576, 576}, {5, 1000, 320},
+                         {16, 4096, 1024}, {33, 576, 1536}, {300, 1024, 512}})
+    run_matmul_add(T, N, K);
+}
+
+enum class Prologue { rmsnorm, silu_mul };
+
+// out (+)= P(x) · wᵀ through matmul_fused on both backends (CPU: the default composition).
+void run_matmul_fused(Prologue p, int64_t T, int64_t N, int64_t K, bool accumulate, bool f32_out,
+                      int64_t ld_extra = 0) {
+  const WeightPair w = random_weight(N, K);
+  const int64_t xk = p == Prologue::silu_mul ? 2 * K : K, ld_x = xk + ld_extra;
+  std::vector<float> x = random_bf16(size_t(T * xk), p == Prologue::silu_mul ? 2.0f : 3.0f);
+  std::vector<float> nw = random_bf16(size_t(K), 0.5f);
+  for (auto& v : nw) v += 1.0f;
+  const Tensor nw_host(nw.data(), DType::f32, {K});
+  const Tensor nw_dev = cuda().upload_weight(nw_host);
+  std::vector<float> r = random_bf16(size_t(T * N));
+
+  MatmulFusion fc, fg;
+  if (p == Prologue::rmsnorm) {
+    fc.norm_weight = &nw_host, fg.norm_weight = &nw_dev;
+    fc.eps = fg.eps = 1e-5f;
+  } else {
+    fc.silu_mul = fg.silu_mul = true;
+  }
+  fc.accumulate = fg.accumulate = accumulate;
+
+  std::vector<float> ref = accumulate ? r : std::vector<float>(size_t(T * N));
+  std::vector<float> scratch(size_t(T * K));
+  Tensor ref_t = host_f32(ref, T, N), scratch_t = host_f32(scratch, T, K);
+  cpu().matmul_fused({}, host_f32(x, T, xk), w.host, fc, scratch_t, ref_t);
+
+  DeviceMatrix xd = device_bf16(T, xk, x, ld_x);
+  DeviceMatrix sd = device_bf16(T, K, {});
+  DeviceMatrix out = f32_out ? device_f32(T, N) : device_bf16(T, N, accumulate ? r : std::vector<float>{});
+  cuda().matmul_fused({}, xd.view, w.dev, fg, sd.view, out.view);
+  const std::string what =
+      fmt::format("{} T={} N={} K={}{}{}{}", p == Prologue::rmsnorm ? "rmsnorm" : "silu_mul", T,
+                  N, K, accumulate ? " accumulate" : "", f32_out ? " f32out" : "",
+                  ld_extra ? fmt::format(" ld_x+{}", ld_extra) : "");
+  expect_close("matmul_fused", what, download_view(out), ref, f32_out ? 5e-3 : 1e-2);
+  expect_untouched_outside("matmul_fused", out);
+}
+
+TEST_F(GpuBackend, MatmulFusedRmsNorm) {
+  // T <= 8 and 9..16: the two fused configurations; 17 and 40: composed (norm kernel + matmul).
+  for (int64_t T : {1, 3, 8, 9, 16, 17, 40}) run_matmul_fused(Prologue::rmsnorm, T, 1000, 576, false, false);
+  run_matmul_fused(Prologue::rmsnorm, 1, 12288, 4096, false, false);  // Llama-2-7B q|k|v
+  run_matmul_fused(Prologue::rmsnorm, 2, 2048, 4104, false, false);   // K not a multiple of 256
+  run_matmul_fused(Prologue::rmsnorm, 4, 3001 + 7, 576, false, true); // LM head: f32 logits
+  run_matmul_fused(Prologue::rmsnorm, 1, 49152, 64, false, true);     // wide logits, short rows
+  run_matmul_fused(Prologue::rmsnorm, 5, 512, 320, true, false, 8);   // accumulate, strided x
+}
+
+TEST_F(GpuBackend, MatmulFusedSiluMul) {
+  // x = [gate | up]: the down projection, accumulated into the residual stream.
+  for (int64_t T : {1, 7, 16, 24}) run_matmul_fused(Prologue::silu_mul, T, 576, 1536, true, false);
+  run_matmul_fused(Prologue::silu_mul, 1, 4096, 11008, true, false);  // Llama-2-7B down
+  run_matmul_fused(Prologue::silu_mul, 3, 256, 1000, false, false);   // no accumulate
+}
+
+TEST_F(GpuBackend, MatmulFusedRefusals) {
+  const WeightPair w = random_weight(64, 64);
+  DeviceMatrix x = device_bf16(2, 64, random_bf16(128)), s = device_bf16(2, 64, {});
+  DeviceMatrix out = device_bf16(2, 64, {});
+  std::vector<float> nw(64, 1.0f);
+  const Tensor nw_dev = cuda().upload_weight(Tensor(nw.data(), DType::f32, {64}));
+  MatmulFusion both;
+  both.norm_weight = &nw_dev;
+  both.silu_mul = true;
+  EXPECT_THROW(cuda().matmul_fused({}, x.view, w.dev, both, s.view, out.view), Error);
+  MatmulFusion silu;
+  silu.silu_mul = true;  // x must then be [T, 2K]
+  EXPECT_THROW(cuda().matmul_fused({}, x.view, w.dev, silu, s.view, out.view), Error);
+  DeviceMatrix f = device_f32(2, 64);
+  EXPECT_THROW(cuda().matmul_add({}, x.view, w.dev, f.view), Error);  // accumulate into f32
+}
+
+TEST_F(GpuBackend, RopeKvStore) {
+  for (auto [nh, nkv, hd, bs] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{32, 32, 128, 16},
+                                 {32, 8, 128, 32}, {9, 3, 64, 16}, {3, 1, 36, 16}}) {
+    const int64_t T = 21, Q = nh * hd, KV = nkv * hd, ld = Q + 2 * KV;
+    const int64_t blocks = 5, slots_n = blocks * bs;
+    std::vector<float> q = random_bf16(size_t(T * Q)), k = random_bf16(size_t(T * KV));
+    std::vector<float> v = random_bf16(size_t(T * KV));
+    std::vector<float> pool_k = random_bf16(size_t(slots_n * KV)), pool_v = random_bf16(size_t(slots_n * KV));
+    std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(slots_n));
+    std::uniform_int_distribution<int32_t> pd(0, 40000);
+    for (auto& p : pos) p = pd(rng());
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng());
+    slots.resize(size_t(T));
+    slots[3] = -1;  // padding rows: rotated, never stored
+    slots[T - 1] = -1;
+    std::vector<float> inv(size_t(hd / 2));
+    for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / float(hd));
+
+    std::vector<float> qr(q), kr(k);
+    std::vector<uint16_t> hk = to_bf16_bits(pool_k), hv = to_bf16_bits(pool_v);
+    KvLayer cpu_kv{Tensor(hk.data(), DType::bf16, {blocks, bs, nkv, hd}),
+                   Tensor(hv.data(), DType::bf16, {blocks, bs, nkv, hd})};
+    Tensor qt = host_f32(qr, T, Q), kt = host_f32(kr, T, KV);
+    cpu().rope_kv_store({}, qt, kt, host_f32(v, T, KV), Tensor(pos.data(), DType::i32, {T}),
+                        Tensor(inv.data(), DType::f32, {hd / 2}),
+                        Tensor(slots.data(), DType::i32, {T}), cpu_kv);
+
+    DeviceMatrix qd = device_bf16(T, Q, q, ld, 0), kd = device_bf16(T, KV, k, ld, Q);
+    DeviceMatrix vd = device_bf16(T, KV, v, ld, Q + KV);
+    DeviceMatrix pk = device_bf16(slots_n, KV, pool_k), pv = device_bf16(slots_n, KV, pool_v);
+    KvLayer kv{Tensor(pk.view.data, DType::bf16, {blocks, bs, nkv, hd}, Device::cuda),
+               Tensor(pv.view.data, DType::bf16, {blocks, bs, nkv, hd}, Device::cuda)};
+    Buffer pos_buf, slot_buf, inv_buf = cuda().allocate(inv.size() * 4);
+    cuda().upload({}, inv_buf.data(), inv.data(), inv.size() * 4);
+    const Tensor inv_d(inv_buf.data(), DType::f32, {hd / 2}, Device::cuda);
+    cuda().rope_kv_store({}, qd.view, kd.view, vd.view, device_i32(pos_buf, pos), inv_d,
+                         device_i32(slot_buf, slots), kv);
+
+    std::vector<float> rk(hk.size()), rv(hv.size());
+    for (size_t i = 0; i < hk.size(); ++i) rk[i] = bf16_to_f32(hk[i]), rv[i] = bf16_to_f32(hv[i]);
+    const std::string what = fmt::format("nh={} nkv={} hd={} bs={}", nh, nkv, hd, bs);
+    expect_close("rope_kv_store", what + " q", download_view(qd), qr, 5e-3);
+    expect_close("rope_kv_store", what + " k", download_view(kd), kr, 5e-3);
+    expect_close("rope_kv_store", what + " K pool", download_view(pk), rk, 5e-3);
+    expect_close("rope_kv_store", what + " V pool", download_view(pv), rv, 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace ridge::backend::gpu_test
