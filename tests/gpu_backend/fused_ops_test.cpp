@@ -1,7 +1,9 @@
 // The decode-step fusions of the CUDA backend against the CPU reference: matmul_add (the residual
-// add in the GEMM epilogue: skinny, wgmma and cuBLASLt paths), matmul_fused (RMSNorm or SwiGLU in
-// the skinny GEMM's activation loads, bf16 and f32 outputs, up to 16 tokens fused and composed
-// above), and rope_kv_store (RoPE and the KV store in one kernel, padding slots skipped). The CPU
+// add in the GEMM epilogue: skinny, wgmma and cuBLASLt paths), matmul_fused (RMSNorm as a 1/rms
+// scale of a norm-folded weight, or SwiGLU in the skinny GEMM's activation loads; bf16 and f32
+// outputs; fused up to 16 tokens and composed above, and composed on a backend without the
+// fusions), fold_norm_weight, and rope_kv_store (RoPE and the KV store in one kernel, padding
+// slots skipped). The CPU
 // reference runs the unfused ops (Backend's default composition) in fp32. Fresh random inputs,
 // outputs poisoned, normalized error bounds as the rest of the harness.
 #include <algorithm>
@@ -10,10 +12,21 @@
 #include <fmt/format.h>
 
 #include "harness.h"
+#include "ridge/backend/factory.h"
 #include "ridge/core/error.h"
 
 namespace ridge::backend::gpu_test {
 namespace {
+
+// A CUDA backend with every decode fusion on (the harness's cuda() has the defaults).
+Backend& fusing() {
+  static std::unique_ptr<Backend> b = [] {
+    BackendOptions o;
+    o.fuse = "norm,silu,rope_kv";
+    return make_backend("cuda", o);
+  }();
+  return *b;
+}
 
 struct WeightPair {
   std::vector<uint16_t> bits;  // bf16 [N, K] on the host (the CPU reference reads it)
@@ -21,11 +34,11 @@ struct WeightPair {
   Tensor dev;
 };
 
-WeightPair random_weight(int64_t N, int64_t K) {
+WeightPair random_weight(int64_t N, int64_t K, Backend& be = cuda()) {
   WeightPair w;
   w.bits = to_bf16_bits(random_bf16(size_t(N * K), 0.05f));
   w.host = Tensor(w.bits.data(), DType::bf16, {N, K});
-  w.dev = cuda().upload_weight(w.host);
+  w.dev = be.upload_weight(w.host);
   return w;
 }
 
@@ -53,22 +66,31 @@ TEST_F(GpuBackend, MatmulAdd) {
 
 enum class Prologue { rmsnorm, silu_mul };
 
-// out (+)= P(x) · wᵀ through matmul_fused on both backends (CPU: the default composition).
+// out (+)= P(x) · wᵀ through matmul_fused on the CPU reference (the default composition, fp32)
+// and on a CUDA backend: `fused` = the backend with every fusion on, where the norm's weight is
+// folded into w first (fold_norm_weight) and the norm then takes ones; else the default backend
+// (norm and SwiGLU composed from their own kernels).
 void run_matmul_fused(Prologue p, int64_t T, int64_t N, int64_t K, bool accumulate, bool f32_out,
-                      int64_t ld_extra = 0) {
-  const WeightPair w = random_weight(N, K);
+                      int64_t ld_extra = 0, bool fused = true) {
+  Backend& be = fused ? fusing() : cuda();
+  WeightPair w = random_weight(N, K, be);
   const int64_t xk = p == Prologue::silu_mul ? 2 * K : K, ld_x = xk + ld_extra;
   std::vector<float> x = random_bf16(size_t(T * xk), p == Prologue::silu_mul ? 2.0f : 3.0f);
   std::vector<float> nw = random_bf16(size_t(K), 0.5f);
   for (auto& v : nw) v += 1.0f;
+  std::vector<float> ones(size_t(K), 1.0f);
   const Tensor nw_host(nw.data(), DType::f32, {K});
-  const Tensor nw_dev = cuda().upload_weight(nw_host);
+  const Tensor nw_dev = be.upload_weight(nw_host);
+  const Tensor ones_dev = be.upload_weight(Tensor(ones.data(), DType::f32, {K}));
   std::vector<float> r = random_bf16(size_t(T * N));
 
   MatmulFusion fc, fg;
   if (p == Prologue::rmsnorm) {
-    fc.norm_weight = &nw_host, fg.norm_weight = &nw_dev;
+    fc.norm_weight = &nw_host;
     fc.eps = fg.eps = 1e-5f;
+    fg.norm_folded = be.fold_norm_weight(w.dev, nw_dev);
+    EXPECT_EQ(fg.norm_folded, fused) << "fold_norm_weight follows --fuse norm";
+    fg.norm_weight = fg.norm_folded ? &ones_dev : &nw_dev;
   } else {
     fc.silu_mul = fg.silu_mul = true;
   }
@@ -82,11 +104,12 @@ void run_matmul_fused(Prologue p, int64_t T, int64_t N, int64_t K, bool accumula
   DeviceMatrix xd = device_bf16(T, xk, x, ld_x);
   DeviceMatrix sd = device_bf16(T, K, {});
   DeviceMatrix out = f32_out ? device_f32(T, N) : device_bf16(T, N, accumulate ? r : std::vector<float>{});
-  cuda().matmul_fused({}, xd.view, w.dev, fg, sd.view, out.view);
+  be.matmul_fused({}, xd.view, w.dev, fg, sd.view, out.view);
+  be.synchronize({});  // fusing() runs on its own stream; the harness downloads on cuda()'s
   const std::string what =
-      fmt::format("{} T={} N={} K={}{}{}{}", p == Prologue::rmsnorm ? "rmsnorm" : "silu_mul", T,
+      fmt::format("{} T={} N={} K={}{}{}{}{}", p == Prologue::rmsnorm ? "rmsnorm" : "silu_mul", T,
                   N, K, accumulate ? " accumulate" : "", f32_out ? " f32out" : "",
-                  ld_extra ? fmt::format(" ld_x+{}", ld_extra) : "");
+                  ld_extra ? fmt::format(" ld_x+{}", ld_extra) : "", fused ? "" : " composed");
   expect_close("matmul_fused", what, download_view(out), ref, f32_out ? 5e-3 : 1e-2);
   expect_untouched_outside("matmul_fused", out);
 }
@@ -99,6 +122,9 @@ TEST_F(GpuBackend, MatmulFusedRmsNorm) {
   run_matmul_fused(Prologue::rmsnorm, 4, 3001 + 7, 576, false, true); // LM head: f32 logits
   run_matmul_fused(Prologue::rmsnorm, 1, 49152, 64, false, true);     // wide logits, short rows
   run_matmul_fused(Prologue::rmsnorm, 5, 512, 320, true, false, 8);   // accumulate, strided x
+  // The default backend (norm not fused): weights not folded, the norm kernel then the matmul.
+  run_matmul_fused(Prologue::rmsnorm, 1, 1000, 576, false, false, 0, false);
+  run_matmul_fused(Prologue::rmsnorm, 2, 3008, 576, false, true, 0, false);
 }
 
 TEST_F(GpuBackend, MatmulFusedSiluMul) {
@@ -106,6 +132,7 @@ TEST_F(GpuBackend, MatmulFusedSiluMul) {
   for (int64_t T : {1, 7, 16, 24}) run_matmul_fused(Prologue::silu_mul, T, 576, 1536, true, false);
   run_matmul_fused(Prologue::silu_mul, 1, 4096, 11008, true, false);  // Llama-2-7B down
   run_matmul_fused(Prologue::silu_mul, 3, 256, 1000, false, false);   // no accumulate
+  run_matmul_fused(Prologue::silu_mul, 4, 576, 1536, true, false, 0, false);  // composed
 }
 
 TEST_F(GpuBackend, MatmulFusedRefusals) {

@@ -99,6 +99,9 @@ struct MatmulShape {
 struct MatmulFusion {
   const Tensor* norm_weight = nullptr;  // prologue: x := rmsnorm(x; norm_weight, eps)
   float eps = 0.0f;
+  // The norm's weight is already in w (fold_norm_weight) and norm_weight holds ones: only the
+  // 1/rms(x) scale remains, which a backend may apply to the product instead of to x.
+  bool norm_folded = false;
   bool silu_mul = false;                // prologue: x [T, 2K] := silu_mul(x) [T, K]
   bool accumulate = false;              // epilogue: out += product, else out = product
 };
@@ -156,6 +159,14 @@ class Backend {
   virtual Tensor upload_weight_rows(std::span<const Tensor> parts) {
     (void)parts;
     return {};
+  }
+  // Optional: w [N, K] := w · diag(norm_weight) in place (w's columns scaled by the RMSNorm weight
+  // that precedes it), so that matmul_fused can run the norm as a per-token scale
+  // (MatmulFusion::norm_folded). Returns false, changing nothing, when the backend does not fold
+  // (the CPU backend: its weights are views of the mapped file).
+  virtual bool fold_norm_weight(Tensor& w, const Tensor& norm_weight) {
+    (void)w, (void)norm_weight;
+    return false;
   }
   // Host memory the device copies to and from fastest (pinned on a GPU); plain memory on the CPU.
   virtual Buffer allocate_host(size_t bytes);

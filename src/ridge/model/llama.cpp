@@ -109,6 +109,19 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
     layers_.push_back(std::move(d));
   }
   if (shown >= 0) fmt::print(stderr, "\n");
+  // Fold each RMSNorm weight into the matmul after it where the backend runs the norm as a
+  // per-token scale of the product (--fuse norm); the norm then takes a weight of ones.
+  bool folded = false;
+  for (Layer& d : layers_) {
+    if (d.wqkv.data && !d.bqkv.data) d.attn_norm_folded = be.fold_norm_weight(d.wqkv, d.w.attn_norm);
+    if (d.w_gate_up.data) d.ffn_norm_folded = be.fold_norm_weight(d.w_gate_up, d.w.ffn_norm);
+    folded = folded || d.attn_norm_folded || d.ffn_norm_folded;
+  }
+  if (output_.data != token_embd_.data) head_norm_folded_ = be.fold_norm_weight(output_, output_norm_);
+  if (folded || head_norm_folded_) {
+    ones_host_.assign(size_t(weights.config().hidden), 1.0f);
+    ones_ = be.upload_weight(Tensor(ones_host_.data(), DType::f32, {int64_t(ones_host_.size())}));
+  }
   inv_freq_host_ = rope_inv_freq(weights.config(), weights.rope_freqs);
   inv_freq_ = be.allocate(inv_freq_host_.size() * sizeof(float));
   be.upload({}, inv_freq_.data(), inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float));
@@ -295,7 +308,8 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
     // matmul (matmul_add / accumulate), and each block's input norm runs inside (or, where the
     // backend does not fuse, just before) its first matmul, writing h.
     backend::MatmulFusion attn_in;
-    attn_in.norm_weight = &l.w.attn_norm;
+    attn_in.norm_weight = l.attn_norm_folded ? &ones_ : &l.w.attn_norm;
+    attn_in.norm_folded = l.attn_norm_folded;
     attn_in.eps = eps;
     if (l.wqkv.data && !l.bqkv.data) {
       be.matmul_fused(stream, x, l.wqkv, attn_in, h, qkv);  // qkv = rmsnorm(x) · wqkvᵀ
@@ -314,7 +328,8 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
     // [tensor parallelism: wo is row-split; its partial products are all-reduced before the add]
     be.matmul_add(stream, attn, l.w.wo, x);  // x += attn · woᵀ
     backend::MatmulFusion mlp_in;
-    mlp_in.norm_weight = &l.w.ffn_norm;
+    mlp_in.norm_weight = l.ffn_norm_folded ? &ones_ : &l.w.ffn_norm;
+    mlp_in.norm_folded = l.ffn_norm_folded;
     mlp_in.eps = eps;
     if (l.w_gate_up.data) {
       be.matmul_fused(stream, x, l.w_gate_up, mlp_in, h, gate_up);  // rmsnorm(x) · w_gate_upᵀ
@@ -335,7 +350,8 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
   be.gather_rows(stream, x, rows, xr);
   logits_dev_ = Tensor(scratch(20, size_t(R * c.vocab) * 4).data(), DType::f32, {R, c.vocab}, dev);
   backend::MatmulFusion head_in;
-  head_in.norm_weight = &output_norm_;
+  head_in.norm_weight = head_norm_folded_ ? &ones_ : &output_norm_;
+  head_in.norm_folded = head_norm_folded_;
   head_in.eps = eps;
   be.matmul_fused(stream, xr, output_, head_in, last_normed, logits_dev_);
 }

@@ -69,6 +69,8 @@ class LlamaModel {
   struct Layer {
     LayerWeights w;
     Tensor wqkv, bqkv, w_gate_up;
+    // The RMSNorm weight before wqkv / w_gate_up is folded into it (Backend::fold_norm_weight).
+    bool attn_norm_folded = false, ffn_norm_folded = false;
   };
   // Where each metadata array sits in the packed i32 upload (offsets in int32 units).
   struct Packing {
@@ -92,6 +94,9 @@ class LlamaModel {
   backend::Backend& backend_;
   // The weights as the backend uses them (host views on the CPU, device copies on a GPU).
   Tensor token_embd_, output_norm_, output_;
+  bool head_norm_folded_ = false;  // output_norm_ folded into output_ (not when tied)
+  std::vector<float> ones_host_;   // the norm weight of a folded norm: ones [hidden]
+  Tensor ones_;
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_host_;
   backend::Buffer inv_freq_;

@@ -203,6 +203,19 @@ Tensor CudaBackend::upload_weight_rows(std::span<const Tensor> parts) {
   return out;
 }
 
+bool CudaBackend::fold_norm_weight(Tensor& w, const Tensor& norm_weight) {
+  if (!fuse_norm_ || options_.gemm == "cublas") return false;
+  if (!(w.device == Device::cuda && w.dtype == DType::bf16 && w.ndim == 2 && w.is_contiguous() &&
+        w.shape[1] % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0 &&
+        norm_weight.device == Device::cuda && norm_weight.dtype == DType::f32 &&
+        norm_weight.numel() == w.shape[1]))
+    return false;
+  kernels::scale_columns_bf16(static_cast<__nv_bfloat16*>(w.data), w.shape[0], w.shape[1],
+                              norm_weight.ptr<float>(), stream_->get());
+  RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
+  return true;
+}
+
 Buffer CudaBackend::allocate_host(size_t bytes) {
   void* p = nullptr;
   const cudaError_t err = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
@@ -386,12 +399,13 @@ void CudaBackend::matmul_fused(const Stream& s, const Tensor& x, const Tensor& w
   if (f.norm_weight) expect_vector(*f.norm_weight, K, "matmul_fused", "norm weight");
   if (T == 0) return;
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  // The norm runs fused only as the 1/rms scale of a folded weight (fold_norm_weight).
   const bool fuse =
-      (f.norm_weight ? fuse_norm_ : f.silu_mul ? fuse_silu_ : true) && options_.gemm != "cublas" &&
+      (f.norm_weight ? fuse_norm_ && f.norm_folded : f.silu_mul ? fuse_silu_ : true) &&
+      options_.gemm != "cublas" &&
       T <= kernels::skinny_prologue_max_tokens && out.stride[0] == N && K % 8 == 0 &&
       N % 8 == 0 && N <= 65535 * 16 && x.stride[0] % 8 == 0 && aligned(x.data) &&
-      aligned(w.data) && aligned(out.data) && !(f.accumulate && out.dtype != DType::bf16) &&
-      (!f.norm_weight || (f.norm_weight->dtype == DType::f32 && aligned(f.norm_weight->data)));
+      aligned(w.data) && aligned(out.data) && !(f.accumulate && out.dtype != DType::bf16);
   if (!fuse) {
     Backend::matmul_fused(s, x, w, f, scratch, out);
     return;
@@ -404,7 +418,6 @@ void CudaBackend::matmul_fused(const Stream& s, const Tensor& x, const Tensor& w
   a.Y = out.data;
   a.y_f32 = out.dtype == DType::f32;
   a.residual = f.accumulate ? static_cast<const kb*>(out.data) : nullptr;
-  a.norm_w = f.norm_weight ? f.norm_weight->ptr<float>() : nullptr;
   a.eps = f.eps;
   a.M = int(T), a.N = int(N), a.K = int(K);
   const kernels::SkinnyPrologue prologue = f.norm_weight ? kernels::SkinnyPrologue::rmsnorm

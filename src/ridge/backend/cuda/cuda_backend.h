@@ -43,6 +43,8 @@ class CudaBackend final : public Backend {
   Tensor upload_weight(const Tensor& host) override;
   Tensor upload_weight_rows(std::span<const Tensor> parts) override;
   Buffer allocate_host(size_t bytes) override;
+  // Folds when the "norm" fusion is on (--fuse norm) and w is a dense bf16 weight.
+  bool fold_norm_weight(Tensor& w, const Tensor& norm_weight) override;
   void prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) override;
   std::unique_ptr<Graph> capture(const Stream& s,
                                  const std::function<void(const Stream&)>& body) override;

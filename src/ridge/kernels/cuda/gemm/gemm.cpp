@@ -60,8 +60,6 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
   RIDGE_CHECK(prologue == SkinnyPrologue::none || a.M <= skinny_prologue_max_tokens,
               "{}: the prologues run up to {} tokens, got M = {}", what,
               skinny_prologue_max_tokens, a.M);
-  RIDGE_CHECK(prologue != SkinnyPrologue::rmsnorm || (a.norm_w && aligned16(a.norm_w)),
-              "{}: the rmsnorm prologue needs a 16-byte aligned f32 norm weight", what);
   detail::launch_skinny(a, prologue, stream);
 }
 
@@ -78,6 +76,12 @@ void gemm_bf16_swiglu(const bf16* X, const bf16* W_gate_up, bf16* Out, int M, in
   RIDGE_CHECK(F % 128 == 0, "gemm_bf16_swiglu: F = {} must be a multiple of 128", F);
   check_sm90("gemm_bf16_swiglu");
   detail::launch_sm90(X, W_gate_up, Out, nullptr, M, F, 2 * F, K, true, {}, stream);
+}
+
+void scale_columns_bf16(bf16* W, int64_t N, int64_t K, const float* scale, cudaStream_t stream) {
+  RIDGE_CHECK(N >= 1 && K >= 8 && K % 8 == 0 && W && scale && aligned16(W),
+              "scale_columns_bf16: W [{}, {}] must have K % 8 == 0 and be 16-byte aligned", N, K);
+  detail::launch_scale_columns(W, N, K, scale, stream);
 }
 
 // Measured on the H200 (docs/KERNELS.md, run 2): the skinny kernel wins up to M = 32; from

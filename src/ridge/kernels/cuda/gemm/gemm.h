@@ -40,13 +40,14 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // The skinny kernel with a prologue on its activations and a choice of output type (the decode
 // step's fusions). Y[M,N] = P(X)·Wᵀ (+ residual), with P:
 //   none      X [M, K] (row stride ld_x)
-//   rmsnorm   X [M, K]: row m scaled by 1/sqrt(mean(X[m]²) + eps) and norm_w[K] (f32), rounded
-//             to bf16, as rmsnorm_bf16 computes it
+//   rmsnorm   X [M, K]: row m scaled by 1/sqrt(mean(X[m]²) + eps); the norm's weight must be
+//             folded into W beforehand (scale_columns_bf16); the scale is applied to the
+//             product in the epilogue, X goes to the MMA unchanged
 //   silu_mul  X [M, 2K] = [gate | up]: bf16(silu(gate) · up), as silu_mul_bf16
 // Y is bf16, or f32 when y_f32 (then residual must be null); Y has row stride N. The prologues
 // are implemented for M ≤ 16 (skinny_prologue_max_tokens); the plain kernel for any M.
-// Preconditions as gemm_bf16_skinny, plus ld_x ≥ K (≥ 2K for silu_mul), ld_x % 8 == 0, norm_w
-// 16-byte aligned. Launched with programmatic dependent launch (pdl.cuh).
+// Preconditions as gemm_bf16_skinny, plus ld_x ≥ K (≥ 2K for silu_mul), ld_x % 8 == 0.
+// Launched with programmatic dependent launch (pdl.cuh).
 enum class SkinnyPrologue { none, rmsnorm, silu_mul };
 struct SkinnyArgs {
   const bf16* X = nullptr;
@@ -55,12 +56,15 @@ struct SkinnyArgs {
   void* Y = nullptr;
   bool y_f32 = false;
   const bf16* residual = nullptr;  // may alias Y
-  const float* norm_w = nullptr;   // rmsnorm prologue: [K] f32
-  float eps = 0.0f;
+  float eps = 0.0f;                // rmsnorm prologue
   int M = 0, N = 0, K = 0;
 };
 constexpr int skinny_prologue_max_tokens = 16;
 void gemm_bf16_skinny_fused(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t stream);
+
+// W [N, K] bf16 := bf16(W[n, k] · scale[k]) in place (scale f32 [K]): folds an RMSNorm weight into
+// the matmul that follows the norm. K % 8 == 0, W 16-byte aligned.
+void scale_columns_bf16(bf16* W, int64_t N, int64_t K, const float* scale, cudaStream_t stream);
 
 // The warp-specialized Hopper GEMM (TMA producer warpgroup, two wgmma consumer warpgroups,
 // mbarrier pipeline, 128×256×64 or 128×128×64 tiles). Options exist so the ladder in bench/gemm can time

@@ -16,6 +16,9 @@ namespace ridge::kernels::detail {
 void launch_skinny(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t stream,
                    int tokens_per_block = 0);
 
+// W [N, K] := W · diag(scale), K % 8 == 0, W 16-byte aligned (checked by the caller).
+void launch_scale_columns(bf16* W, int64_t N, int64_t K, const float* scale, cudaStream_t stream);
+
 // out_n: columns of Y; w_rows: rows of W (N, or 2F for SwiGLU); swiglu: gate/up epilogue.
 void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int out_n,
                  int w_rows, int K, bool swiglu, const Sm90GemmOptions& options,

@@ -19,12 +19,12 @@
 // of 32·KU columns) and are reduced through shared memory in a fixed order (deterministic).
 // Limits: K % 8 == 0, N % 8 == 0 (host-checked); partial row/token tiles are clamped on load
 // and masked on store; the k tail is zero-filled per 16-byte chunk.
-// Prologues: rmsnorm — rmsnorm(x)·Wᵀ = (1/rms(x)) · (x ⊙ w)·Wᵀ per token, so each activation
-// chunk is multiplied by the norm weight as it is loaded (rounded to bf16 for the MMA), its
-// squares are summed on the way, and the epilogue scales each token's outputs by 1/rms: no
-// extra pass over x, no latency before the weight stream (an earlier form reduced the rows up
-// front in every block and lost to the separate norm kernel; docs/KERNELS.md). The rounding is
-// bf16(x·w) instead of the RMSNorm kernel's bf16(x·(1/rms)·w): the same relative size.
+// Prologues: rmsnorm — rmsnorm(x; w)·Wᵀ = (1/rms(x)) · x·(W·diag(w))ᵀ per token: the norm weight
+// is folded into W at load (scale_columns_bf16), x goes to the MMA as loaded, its squares are
+// summed on the way, and the epilogue scales each token's outputs by 1/rms. No extra pass over
+// x, nothing on the loop's critical path but 8 FMAs per chunk. (Two earlier forms lost to the
+// separate norm kernel: the rows reduced up front in every block, and x·w per chunk with 1/rms in
+// the epilogue; docs/KERNELS.md.)
 // silu_mul — each chunk of the gate half and the matching chunk of the up half,
 // bf16(silu(g)·u) (fast exp and division: within a bf16 rounding of the SwiGLU kernel's
 // result); every block repeats it for the whole row, so it is bound by the special-function
@@ -75,24 +75,21 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, ui
 }
 
 // The 8 activations at k of token row x (16 bytes) after the prologue, as bf16 pairs.
-// rmsnorm: bf16(x * w) (the 1/rms factor is per token and applied in the epilogue), and the
-// squares of x are added to ss.
+// rmsnorm: x itself (the norm weight is folded into W, the 1/rms factor is per token and applied
+// in the epilogue); the squares of x are added to ss.
 template <SkinnyPrologue P>
-__device__ __forceinline__ uint4 load_prologue(const bf16* x, int K, const float (&gamma)[8],
-                                               float& ss) {
+__device__ __forceinline__ uint4 load_prologue(const bf16* x, int K, float& ss) {
   if constexpr (P == SkinnyPrologue::none) {
     return load_activations16(x);
   } else if constexpr (P == SkinnyPrologue::rmsnorm) {
     const uint4 raw = load_activations16(x);
     const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
-    uint32_t o[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float lo = __uint_as_float(r[i] << 16), hi = __uint_as_float(r[i] & 0xffff0000u);
       ss += lo * lo + hi * hi;
-      o[i] = pack_bf16x2(gamma[2 * i] * lo, gamma[2 * i + 1] * hi);
     }
-    return make_uint4(o[0], o[1], o[2], o[3]);
+    return raw;
   } else {
     // bf16(silu(g) * u), gate at k, up at K + k of the same row; with the fast exp and division
     // (every block recomputes its tokens' whole row, so this math is repeated N/16 times).
@@ -191,17 +188,9 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     for (int c = 0; c < KU; ++c) {
       const int k = s * KSTEP + 32 * c;
       const bool k_ok = k + t * 8 < K;
-      float gamma[8];
-      if constexpr (P == SkinnyPrologue::rmsnorm) {
-        const float4* gp = reinterpret_cast<const float4*>(a.norm_w + k + t * 8);
-        const float4 g0 = k_ok ? __ldg(gp) : make_float4(0, 0, 0, 0);
-        const float4 g1 = k_ok ? __ldg(gp + 1) : make_float4(0, 0, 0, 0);
-        gamma[0] = g0.x, gamma[1] = g0.y, gamma[2] = g0.z, gamma[3] = g0.w;
-        gamma[4] = g1.x, gamma[5] = g1.y, gamma[6] = g1.z, gamma[7] = g1.w;
-      }
 #pragma unroll
       for (int j = 0; j < NG; ++j) {
-        const uint4 b = (k_ok && token_ok[j]) ? load_prologue<P>(xrow[j] + k, K, gamma, ss[j])
+        const uint4 b = (k_ok && token_ok[j]) ? load_prologue<P>(xrow[j] + k, K, ss[j])
                                               : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int rt = 0; rt < RT; ++rt) {
@@ -324,4 +313,30 @@ void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t st
 }
 
 }  // namespace detail
+
+namespace {
+__global__ void scale_columns_kernel(bf16* __restrict__ W, int64_t n_chunks, int64_t K,
+                                     const float* __restrict__ scale) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_chunks) return;
+  const int64_t k = (i * 8) % K;
+  uint4* p = reinterpret_cast<uint4*>(W) + i;
+  const uint4 v = *p;
+  const uint32_t r[4] = {v.x, v.y, v.z, v.w};
+  uint32_t o[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    o[j] = pack_bf16x2(__uint_as_float(r[j] << 16) * scale[k + 2 * j],
+                       __uint_as_float(r[j] & 0xffff0000u) * scale[k + 2 * j + 1]);
+  *p = make_uint4(o[0], o[1], o[2], o[3]);
+}
+}  // namespace
+
+void detail::launch_scale_columns(bf16* W, int64_t N, int64_t K, const float* scale,
+                                  cudaStream_t stream) {
+  const int64_t chunks = N * K / 8;
+  scale_columns_kernel<<<unsigned((chunks + 255) / 256), 256, 0, stream>>>(W, chunks, K, scale);
+  RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace ridge::kernels
