@@ -101,8 +101,12 @@ TEST(Rope, InverseFrequencies) {
   const double base = 500000.0;
   for (int i = 0; i < 64; ++i) {
     const double inv = std::pow(base, -2.0 * i / 128), wavelen = 2 * M_PI / inv;
-    if (wavelen < 8192.0 / 4) EXPECT_NEAR(g[i], inv, 1e-6 * inv) << i;  // high frequency
-    if (wavelen > 8192.0 / 1) EXPECT_NEAR(g[i], inv / 8, 1e-6 * inv) << i;  // low frequency
+    if (wavelen < 8192.0 / 4) {
+      EXPECT_NEAR(g[i], inv, 1e-6 * inv) << i;  // high frequency
+    }
+    if (wavelen > 8192.0 / 1) {
+      EXPECT_NEAR(g[i], inv / 8, 1e-6 * inv) << i;  // low frequency
+    }
   }
 }
 

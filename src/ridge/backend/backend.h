@@ -99,8 +99,9 @@ struct MatmulShape {
 struct MatmulFusion {
   const Tensor* norm_weight = nullptr;  // prologue: x := rmsnorm(x; norm_weight, eps)
   float eps = 0.0f;
-  // The norm's weight is already in w (fold_norm_weight) and norm_weight holds ones: only the
-  // 1/rms(x) scale remains, which a backend may apply to the product instead of to x.
+  // The norm's weight is already in w (fold_norm_weight) and norm_weight MUST then be a vector of
+  // ones: only the 1/rms(x) scale remains, which a backend may apply to the product instead of to
+  // x (ignoring norm_weight), while a composed path applies norm_weight as given.
   bool norm_folded = false;
   bool silu_mul = false;                // prologue: x [T, 2K] := silu_mul(x) [T, K]
   bool accumulate = false;              // epilogue: out += product, else out = product
@@ -194,9 +195,9 @@ class Backend {
   virtual void matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
                       Tensor& out) = 0;
   virtual void matmul_add(const Stream& s, const Tensor& x, const Tensor& w, Tensor& out) = 0;
-  // out (+)= P(x) · wᵀ (MatmulFusion). scratch [T, K] (act dtype) holds P(x) when the backend
-  // does not fuse the prologue, and is otherwise left as it was (its contents are unspecified
-  // after the call). At most one prologue; bias-free.
+  // out (+)= P(x) · wᵀ (MatmulFusion). scratch [T, K] (act dtype) receives P(x) when the backend
+  // does not fuse the prologue and is left untouched when it does (callers must not rely on
+  // either). At most one prologue; bias-free.
   virtual void matmul_fused(const Stream& s, const Tensor& x, const Tensor& w,
                             const MatmulFusion& fusion, Tensor& scratch, Tensor& out);
   virtual void rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& positions,

@@ -325,7 +325,8 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
     }
     be.rope_kv_store(stream, q, k, v, positions, inv_freq, slots, kv[size_t(i)]);
     be.attention(stream, q, kv[size_t(i)], meta, scale, attn);
-    // [tensor parallelism: wo is row-split; its partial products are all-reduced before the add]
+    // [tensor parallelism: wo is row-split; its partial products must be all-reduced before the
+    //  residual is added once (matmul, all-reduce, add: not matmul_add on every rank)]
     be.matmul_add(stream, attn, l.w.wo, x);  // x += attn · woᵀ
     backend::MatmulFusion mlp_in;
     mlp_in.norm_weight = l.ffn_norm_folded ? &ones_ : &l.w.ffn_norm;

@@ -102,7 +102,10 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
     w->cublas = cuda::DeviceMemory(kCublasWorkspaceBytes);
     w->attention = cuda::DeviceMemory(kAttentionWorkspaceBytes);
     w->split_counters = cuda::DeviceMemory(kSplitCounterBytes);
-    RIDGE_CHECK_CUDA(cudaMemset(w->split_counters.data(), 0, kSplitCounterBytes));
+    // Zeroed on this stream and waited for: the ticket scheme never repairs a counter that starts
+    // non-zero, and a plain cudaMemset (legacy stream) is not ordered before a non-blocking one.
+    RIDGE_CHECK_CUDA(cudaMemsetAsync(w->split_counters.data(), 0, kSplitCounterBytes, stream));
+    RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
   }
   return *w;
 }
@@ -477,9 +480,13 @@ void CudaBackend::kv_store(const Stream& s, const Tensor& k, const Tensor& v, co
 void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Tensor& v,
                                 const Tensor& positions, const Tensor& inv_freq,
                                 const Tensor& slots, KvLayer& kv) {
+  expect_2d(q, DType::bf16, "rope_kv_store", "q");
+  expect_2d(k, DType::bf16, "rope_kv_store", "k");
+  expect_2d(v, DType::bf16, "rope_kv_store", "v");
   const int64_t T = q.shape[0], hd = 2 * inv_freq.numel();
   const bool pools_ok = kv.k.device == Device::cuda && kv.k.dtype == DType::bf16 &&
                         kv.k.ndim == 4 && kv.k.is_contiguous() && kv.v.is_contiguous() &&
+                        kv.v.device == Device::cuda &&
                         kv.v.dtype == DType::bf16 && kv.v.shape == kv.k.shape &&
                         kv.k.shape[3] == hd;
   if (fuse_rope_kv_ && pools_ok && q.dtype == DType::bf16 && k.dtype == DType::bf16 &&
