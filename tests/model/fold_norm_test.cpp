@@ -19,25 +19,15 @@
 #include "ridge/kv/kv_pool.h"
 #include "ridge/model/llama.h"
 #include "ridge/model/weights.h"
+#include "cpu_delegate.h"
 
 namespace ridge::model {
 namespace {
 
-using backend::Stream;
-
 // The CPU reference with stacked fp32 weights it owns, and norms folded into them.
-class FoldingBackend final : public backend::Backend {
+class FoldingBackend final : public CpuDelegate {
  public:
-  Device device() const override { return Device::cpu; }
   std::string name() const override { return "cpu-folding"; }
-  DType activation_dtype() const override { return cpu_.activation_dtype(); }
-  backend::Buffer allocate(size_t bytes) override { return cpu_.allocate(bytes); }
-  void upload(const Stream& s, void* d, const void* h, size_t n) override { cpu_.upload(s, d, h, n); }
-  void download(const Stream& s, void* h, const void* d, size_t n) override {
-    cpu_.download(s, h, d, n);
-  }
-  void synchronize(const Stream& s) override { cpu_.synchronize(s); }
-  Tensor upload_weight(const Tensor& host) override { return cpu_.upload_weight(host); }
   Tensor upload_weight_rows(std::span<const Tensor> parts) override {
     if (parts.empty() || parts[0].ndim != 2) return {};  // matrices only (no stacked biases)
     const int64_t K = parts[0].shape[1];
@@ -61,23 +51,6 @@ class FoldingBackend final : public backend::Backend {
     ++folds;
     return true;
   }
-  void embedding(const Stream& s, const Tensor& t, const Tensor& ids, Tensor& out) override {
-    cpu_.embedding(s, t, ids, out);
-  }
-  void rmsnorm(const Stream& s, const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
-    cpu_.rmsnorm(s, x, w, eps, out);
-  }
-  void add_rmsnorm(const Stream& s, Tensor& r, const Tensor& x, const Tensor& w, float eps,
-                   Tensor& out) override {
-    cpu_.add_rmsnorm(s, r, x, w, eps, out);
-  }
-  void matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* b,
-              Tensor& out) override {
-    cpu_.matmul(s, x, w, b, out);
-  }
-  void matmul_add(const Stream& s, const Tensor& x, const Tensor& w, Tensor& out) override {
-    cpu_.matmul_add(s, x, w, out);
-  }
   void matmul_fused(const Stream& s, const Tensor& x, const Tensor& w,
                     const backend::MatmulFusion& f, Tensor& scratch, Tensor& out) override {
     if (f.norm_weight) {
@@ -86,26 +59,10 @@ class FoldingBackend final : public backend::Backend {
     }
     Backend::matmul_fused(s, x, w, f, scratch, out);
   }
-  void rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& pos, const Tensor& f) override {
-    cpu_.rope(s, q, k, pos, f);
-  }
-  void kv_store(const Stream& s, const Tensor& k, const Tensor& v, const Tensor& slots,
-                backend::KvLayer& kv) override {
-    cpu_.kv_store(s, k, v, slots, kv);
-  }
-  void attention(const Stream& s, const Tensor& q, const backend::KvLayer& kv,
-                 const backend::AttentionMeta& meta, float scale, Tensor& out) override {
-    cpu_.attention(s, q, kv, meta, scale, out);
-  }
-  void silu_mul(const Stream& s, const Tensor& gu, Tensor& out) override { cpu_.silu_mul(s, gu, out); }
-  void gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) override {
-    cpu_.gather_rows(s, x, rows, out);
-  }
 
   int folds = 0, norm_calls = 0, folded_calls = 0;
 
  private:
-  backend::CpuBackend cpu_{2};
   std::list<std::vector<float>> owned_;
 };
 

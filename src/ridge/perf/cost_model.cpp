@@ -306,6 +306,8 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusion
                                              // skinny / sm90 GEMMs' residual epilogue)
   // kernels::skinny_prologue_max_tokens: the skinny GEMM's prologue, where switched on.
   k.norm_prologue_max_rows = fusions.norm ? 16 : 0;
+  k.norm_folds_into_biased_qkv = false;      // LlamaModel folds q|k|v only without biases
+  k.norm_folds_into_tied_head = false;       // ... and the LM head only when not tied
   k.silu_prologue_max_rows = fusions.silu ? 16 : 0;
   k.rope_kv_fused = fusions.rope_kv;
   k.gather_logits_rows = true;
@@ -373,7 +375,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   // The residual read of a GEMM that adds into x in its epilogue (its write is the GEMM's output).
   const GemmExtra residual{0, kp.residual_in_matmul ? Td * h * ab : 0.0, 0};
 
-  const bool fold_attn_norm = kp.norm_folded(T) && kp.qkv_matmuls == 1;
+  const bool fold_attn_norm = kp.attn_norm_folded(cfg, T);
   if (!fold_attn_norm) norm("attn_norm", L, Td);
   const GemmExtra qkv_extra = fold_attn_norm ? norm_prologue(Td) : GemmExtra{};
   const int64_t qkv_n = cfg.q_dim() + 2 * cfg.kv_dim();
@@ -435,7 +437,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     b.add(o);
   }
   b.gemm("o_proj", L, T, {cfg.hidden}, cfg.q_dim(), ab, residual);
-  const bool fold_mlp_norm = kp.norm_folded(T) && kp.gate_up_matmuls == 1;
+  const bool fold_mlp_norm = kp.mlp_norm_folded(T);
   if (!fold_mlp_norm) norm("mlp_norm", L, Td);
   const GemmExtra gate_up_extra = fold_mlp_norm ? norm_prologue(Td) : GemmExtra{};
   if (kp.gate_up_matmuls == 2) {
@@ -465,7 +467,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     o.bytes = double(gathers) * 2.0 * double(R) * h * ab;
     b.add(o);
   }
-  const bool fold_final_norm = R > 0 && kp.norm_folded(R);
+  const bool fold_final_norm = R > 0 && kp.final_norm_folded(cfg, R);
   if (!fold_final_norm) norm("final_norm", 1, kp.gather_logits_rows && R > 0 ? double(R) : Td);
   if (R > 0) {
     // fp32 logits; the final norm of the R rows in the prologue where folded.

@@ -70,7 +70,8 @@ Launch launch_named(std::string_view name);  // "graph" | "eager"; throws otherw
 // costs more than the separate kernel (docs/PERF.md, "Execution").
 struct Fusions {
   bool norm = false;    // "norm": the RMSNorm before qkv_proj, gate_up_proj (T <= 16 rows) and
-                        // lm_head (R <= 16) in that GEMM's prologue (Backend::matmul_fused)
+                        // lm_head (R <= 16) in that GEMM's prologue (Backend::matmul_fused), its
+                        // weight folded into the GEMM's (not biased q|k|v, not a tied LM head)
   bool silu = false;    // "silu": SiLU·mul in down_proj's prologue (T <= 16)
   bool rope_kv = true;  // "rope_kv": RoPE and the KV store as one kernel (rope_kv_store), any T
 
@@ -113,6 +114,13 @@ struct KernelPlan {
   // launch (qkv_matmuls, gate_up_matmuls 1). ridge: kernels::skinny_prologue_max_tokens = 16 with
   // the "norm" fusion.
   int norm_prologue_max_rows = 0;
+  // Where a norm may fold, given the model (ModelConfig::qkv_bias, tied_embeddings). ridge folds
+  // a norm only by scaling the GEMM's weight by the norm weight at load (Backend::fold_norm_weight,
+  // LlamaModel's constructor), the prologue then applying the 1/rms scale alone: not into q|k|v
+  // with biases (matmul_fused takes no bias; run_layers composes them) nor into an LM head tied
+  // to the token embedding (the embedding reads the same table, which must stay unscaled).
+  bool norm_folds_into_biased_qkv = true;
+  bool norm_folds_into_tied_head = true;
   // The same for the SiLU·mul before down_proj (ridge: 16 with the "silu" fusion).
   int silu_prologue_max_rows = 0;
   bool rope_kv_fused = false;       // RoPE and the KV store as one kernel (Backend::rope_kv_store)
@@ -127,13 +135,24 @@ struct KernelPlan {
   // Whether the norm / SiLU·mul before a GEMM of `rows` rows runs in that GEMM's prologue.
   bool norm_folded(int64_t rows) const { return rows >= 1 && rows <= norm_prologue_max_rows; }
   bool silu_folded(int64_t rows) const { return rows >= 1 && rows <= silu_prologue_max_rows; }
+  // The three norms of a step of `rows` rows (T for the blocks, R for the LM head) of model `cfg`:
+  // folded into qkv_proj (one launch, and no biases unless norm_folds_into_biased_qkv), into
+  // gate_up_proj (one launch), into lm_head (not tied unless norm_folds_into_tied_head).
+  bool attn_norm_folded(const model::ModelConfig& cfg, int64_t rows) const {
+    return norm_folded(rows) && qkv_matmuls == 1 && (norm_folds_into_biased_qkv || !cfg.qkv_bias);
+  }
+  bool mlp_norm_folded(int64_t rows) const { return norm_folded(rows) && gate_up_matmuls == 1; }
+  bool final_norm_folded(const model::ModelConfig& cfg, int64_t rows) const {
+    return norm_folded(rows) && (norm_folds_into_tied_head || !cfg.tied_embeddings);
+  }
 
   // ridge as built: fused_projections when the backend stacks q|k|v and gate|up weights (the
   // CUDA backend's upload_weight_rows); pinned_staging when the step plan goes up in one packed
   // copy and the logits come down into pinned memory (LlamaModel::forward_logits), else seven
   // pageable uploads and a pageable download; fusions as BackendOptions::fuse (Fusions::parse;
-  // none on the CPU backend, which composes every fused call). The residual adds are in the
-  // o_proj / down_proj epilogues and decode attention merges its own splits either way.
+  // none on the CPU backend, which composes every fused call; the norms fold only where the
+  // model folds their weights: not into biased q|k|v, not into a tied LM head). The residual adds
+  // are in the o_proj / down_proj epilogues and decode attention merges its own splits either way.
   static KernelPlan ridge(bool fused_projections = true, bool pinned_staging = true,
                           Fusions fusions = {});
 };

@@ -275,6 +275,15 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   RIDGE_GEMM_CUDA_CHECK(pdl::launch_pdl(kernel, grid, dim3(kSkinnyThreads), smem, stream, a));
 }
 
+// The prologue configurations: 8 or 16 tokens per block.
+template <SkinnyPrologue P>
+void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
+  if (a.M <= 8)
+    launch_skinny_config<1, 1, 4, 2, P>(a, stream);
+  else
+    launch_skinny_config<2, 1, 4, 2, P>(a, stream);
+}
+
 }  // namespace
 
 namespace detail {
@@ -283,18 +292,8 @@ void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t st
                    int tokens_per_block) {
   // The prologues exist for up to 16 tokens (decode at small batch), the plain kernel for any M.
   switch (prologue) {
-    case SkinnyPrologue::rmsnorm:
-      if (a.M <= 8)
-        launch_skinny_config<1, 1, 4, 2, SkinnyPrologue::rmsnorm>(a, stream);
-      else
-        launch_skinny_config<2, 1, 4, 2, SkinnyPrologue::rmsnorm>(a, stream);
-      return;
-    case SkinnyPrologue::silu_mul:
-      if (a.M <= 8)
-        launch_skinny_config<1, 1, 4, 2, SkinnyPrologue::silu_mul>(a, stream);
-      else
-        launch_skinny_config<2, 1, 4, 2, SkinnyPrologue::silu_mul>(a, stream);
-      return;
+    case SkinnyPrologue::rmsnorm: launch_with_prologue<SkinnyPrologue::rmsnorm>(a, stream); return;
+    case SkinnyPrologue::silu_mul: launch_with_prologue<SkinnyPrologue::silu_mul>(a, stream); return;
     case SkinnyPrologue::none: break;
   }
   constexpr auto kNone = SkinnyPrologue::none;
