@@ -211,6 +211,13 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   Tensor up = view2d(static_cast<char*>(gate_up.data) + F * esz, act, T, F, 2 * F, dev);
   keep.push_back(filled(be, size_t(H) * 4, DType::f32, 1.0f));
   const Tensor norm_w(keep.back().data(), DType::f32, {H}, dev);
+  // The norm weight of a folded norm (MatmulFusion::norm_folded): ones, as LlamaModel's ones_.
+  // It is also what the timed weights are folded with (Backend::fold_norm_weight), which leaves
+  // their values, shared by every shape carved from the pool, as they are.
+  const std::vector<float> ones_host(size_t(H), 1.0f);
+  keep.push_back(be.allocate(ones_host.size() * 4));
+  be.upload({}, keep.back().data(), ones_host.data(), ones_host.size() * 4);
+  const Tensor ones(keep.back().data(), DType::f32, {H}, dev);
   const std::vector<float> inv = model::rope_inv_freq(c);
   keep.push_back(be.allocate(inv.size() * 4));
   be.upload({}, keep.back().data(), inv.data(), inv.size() * 4);
@@ -239,6 +246,14 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
     return ws;
   };
   const float eps = float(c.rms_norm_eps), scale = 1.0f / std::sqrt(float(c.head_dim));
+  // The norm runs fused only into a weight it was folded into (fold_norm_weight, as the model
+  // does at load). Folds every copy of `w` with the ones vector: false, changing nothing, where
+  // the backend does not fold (the CPU backend; CUDA without --fuse norm or with --gemm cublas).
+  auto fold = [&](const Weights& w) {
+    for (Tensor t : w.sets)
+      if (!be.fold_norm_weight(t, ones)) return false;
+    return true;
+  };
 
   be.synchronize({});  // every upload above done before the probes and the timed ops read them
   // Which kernels run: the cost model's plan of ridge (perf::KernelPlan::ridge) for the fuse list
@@ -250,19 +265,27 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   // folded call is Backend::matmul_fused / rope_kv_store as run_layers issues it; where the
   // backend composes instead, the parts are issued as the composition does (rmsnorm then matmul,
   // silu_mul then matmul_add, rope then kv_store), each under its own name. The residual adds are
-  // always in the o_proj / down_proj epilogues (matmul_add). The two prologue switches are checked
-  // against the backend first (one row of qkv_proj's and down_proj's matmul_fused); where it does
-  // otherwise (e.g. --gemm cublas folds nothing) its behaviour is what gets timed. rope_kv cannot
-  // be observed that way (fused or not, rope_kv_store writes the same memory): it is taken as given.
+  // always in the o_proj / down_proj epilogues (matmul_add). A norm folds as the model folds it:
+  // its weight folded into the GEMM's (Backend::fold_norm_weight, here the timed weights with
+  // ones) and matmul_fused told so (norm_folded, a norm weight of ones); not into q|k|v with
+  // biases nor into a tied LM head (KernelPlan::attn_norm_folded / final_norm_folded of the
+  // model's config), and where the backend does not fold the weight, composed. The two prologue
+  // switches are checked against the backend first (one row of qkv_proj's and down_proj's
+  // matmul_fused, the norm's on a folded q|k|v weight); where it does otherwise (e.g. --gemm
+  // cublas folds nothing) its behaviour is what gets timed. rope_kv cannot be observed that way
+  // (fused or not, rope_kv_store writes the same memory): it is taken as given.
   perf::Fusions fusions = o.fusions;
   {
     backend::MatmulFusion norm_probe;
-    norm_probe.norm_weight = &norm_w;
+    norm_probe.norm_weight = &ones;
     norm_probe.eps = eps;
+    norm_probe.norm_folded = true;
     backend::MatmulFusion silu_probe;
     silu_probe.silu_mul = true;
     silu_probe.accumulate = true;
-    const bool norm_folds = backend_folds(be, x, weights(Q + 2 * KV, H).at(0), norm_probe, h, qkv);
+    Tensor probe_w = weights(Q + 2 * KV, H).at(0);
+    const bool norm_folds = be.fold_norm_weight(probe_w, ones) &&
+                            backend_folds(be, x, probe_w, norm_probe, h, qkv);
     const bool silu_folds = backend_folds(be, gate_up, weights(H, F).at(0), silu_probe, mlp, x);
     if (norm_folds != fusions.norm || silu_folds != fusions.silu) {
       perf::Fusions seen = fusions;
@@ -290,9 +313,11 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
     t.eager_s = e * double(per_step);
     out.push_back(t);
   };
-  backend::MatmulFusion norm_in;  // a block's (or the LM head's) input norm, in the prologue
-  norm_in.norm_weight = &norm_w;
+  // A block's (or the LM head's) input norm in the prologue, its weight folded into the GEMM's.
+  backend::MatmulFusion norm_in;
+  norm_in.norm_weight = &ones;
   norm_in.eps = eps;
+  norm_in.norm_folded = true;
 
   {
     // The embedding table: the first V rows of the weight pool viewed as [V, H].
@@ -301,13 +326,11 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
       record("embedding", 1, 1, [&](int) { be.embedding(s, table, ids, x); });
   }
   auto norm = [&](int) { be.rmsnorm(s, x, norm_w, eps, h); };
-  if (plan.norm_folded(T) && plan.qkv_matmuls == 1) {
-    const Weights w = weights(Q + 2 * KV, H);
+  if (const Weights w = weights(Q + 2 * KV, H); plan.attn_norm_folded(c, T) && fold(w)) {
     record("qkv_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), norm_in, h, qkv); });
   } else {
     record("attn_norm", L, 1, norm);
     if (plan.qkv_matmuls == 1) {
-      const Weights w = weights(Q + 2 * KV, H);
       record("qkv_proj", L, 1, [&](int i) { be.matmul(s, h, w.at(i), nullptr, qkv); });
     } else {
       const Weights wq = weights(Q, H), wk = weights(KV, H), wv = weights(KV, H);
@@ -332,13 +355,11 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
     const Weights w = weights(H, Q);
     record("o_proj", L, 1, [&](int i) { be.matmul_add(s, attn, w.at(i), x); });  // x += attn·woᵀ
   }
-  if (plan.norm_folded(T) && plan.gate_up_matmuls == 1) {
-    const Weights w = weights(2 * F, H);
+  if (const Weights w = weights(2 * F, H); plan.mlp_norm_folded(T) && fold(w)) {
     record("gate_up_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), norm_in, h, gate_up); });
   } else {
     record("mlp_norm", L, 1, norm);
     if (plan.gate_up_matmuls == 1) {
-      const Weights w = weights(2 * F, H);
       record("gate_up_proj", L, 1, [&](int i) { be.matmul(s, h, w.at(i), nullptr, gate_up); });
     } else {
       const Weights wg = weights(F, H), wu = weights(F, H);
@@ -363,7 +384,7 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   if (R > 0) {
     record("gather_rows", 1, 1, [&](int) { be.gather_rows(s, x, rows, xr); });  // x's rows only
     const Weights w = weights(V, H);
-    if (plan.norm_folded(R)) {
+    if (plan.final_norm_folded(c, R) && fold(w)) {
       record("lm_head", 1, 1,
              [&](int i) { be.matmul_fused(s, xr, w.at(i), norm_in, last_normed, logits); });
     } else {

@@ -30,7 +30,10 @@ struct OpProfileOptions {
   bool fused_projections = true;  // q|k|v and gate|up as one matmul each (as the model runs them)
   // The backend's decode fusions (perf::Fusions::parse of BackendOptions::fuse on the GPU, none
   // on the CPU): which ops are timed folded into others. The norm and silu switches are checked
-  // against what the backend does (profile_ops says so on stderr where they differ).
+  // against what the backend does (profile_ops says so on stderr where they differ). A norm is
+  // timed folded as the model folds it: its weight folded into the GEMM's first
+  // (Backend::fold_norm_weight; composed where that returns false), never into q|k|v with biases
+  // or a tied LM head (the model config's qkv_bias, tied_embeddings).
   perf::Fusions fusions;
   double l2_bytes = 64.0 * (1 << 20);  // weights rotate over >= 3x this many bytes
 };

@@ -1,6 +1,6 @@
 // The execution terms of the cost model (docs/PERF.md, "Execution"): kernels per step as ridge
-// launches them (by its fuse list: norms and SiLU·mul folded into GEMMs of <= 16 rows or not,
-// RoPE + KV store in one kernel or two; decode attention merging its own splits), eager vs graph
+// launches them (by its fuse list: norms and SiLU·mul folded into GEMMs of <= 16 rows or not, a
+// norm only where the model folds its weight: not into biased q|k|v or a tied LM head; RoPE + KV store in one kernel or two; decode attention merging its own splits), eager vs graph
 // launch cost, the achievable-efficiency factors, host copies, and
 // the hardware fields that carry them. Every expected value is worked out by hand in the comment
 // beside it from the model shape, data/hardware.json's figures and the formulas of docs/PERF.md,
@@ -283,6 +283,90 @@ TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
                                     CostOptions::ridge(Launch::graph));
   EXPECT_EQ(d16.kernels, 292);
   EXPECT_NEAR(u16.bytes - d16.bytes, 4194304.0, 1);
+}
+
+TEST(Execution, RidgeFoldsANormOnlyWhereTheModelFoldsItsWeight) {
+  // --fuse norm runs a norm in the GEMM's prologue only as the 1/rms scale of a weight the norm
+  // weight was folded into at load (Backend::fold_norm_weight; LlamaModel folds q|k|v only
+  // without biases, gate|up always, the LM head only when not tied to the token embedding).
+  // The minimal engine's plan (the default) folds wherever its rows allow; ridge's does not.
+  const model::ModelConfig smol = model::ModelConfig::named("smollm2-135m");  // tied, no bias
+  const model::ModelConfig qwen = model::ModelConfig::named("qwen2-7b");      // biases, untied
+  ASSERT_TRUE(smol.tied_embeddings && !smol.qkv_bias);
+  ASSERT_TRUE(qwen.qkv_bias && !qwen.tied_embeddings);
+  KernelPlan minimal;
+  minimal.norm_prologue_max_rows = 16;
+  EXPECT_TRUE(minimal.attn_norm_folded(qwen, 1));
+  EXPECT_TRUE(minimal.final_norm_folded(smol, 1));
+  const KernelPlan plan = KernelPlan::ridge(true, true, Fusions::all());
+  EXPECT_FALSE(plan.attn_norm_folded(qwen, 1));  // biased q|k|v
+  EXPECT_TRUE(plan.attn_norm_folded(smol, 1));
+  EXPECT_TRUE(plan.mlp_norm_folded(1));          // gate|up: always
+  EXPECT_FALSE(plan.final_norm_folded(smol, 1)); // tied LM head
+  EXPECT_TRUE(plan.final_norm_folded(qwen, 1));
+  EXPECT_FALSE(plan.final_norm_folded(qwen, 17));  // 17 rows > 16, as before
+  EXPECT_FALSE(KernelPlan::ridge(true, true, Fusions::none()).attn_norm_folded(smol, 1));
+
+  const Hardware& h200 = db().get("h200");
+  const auto all = CostOptions::ridge(Launch::graph, true, true, Fusions::all());
+  // SmolLM2-135M (30 layers, h = q = 576, 9 heads on 3 KV heads: group 3, kv = 192, V = 49152,
+  // tied), decode bs1 at context 192: 1 row x group 3 = 3 <= 16, the decode attention kernel (no
+  // combine). All three fusions: per layer qkv_proj (norm) 1, rope_kv_write 1, attention 1,
+  // o_proj 1, gate_up_proj (norm) 1, down_proj (SiLU·mul) 1 = 6; outside embedding 1,
+  // gather_rows 1, final_norm 1 (tied head: it runs alone), lm_head 1 = 4: 30 x 6 + 4 = 184.
+  // The same shape untied: the final norm folds, 30 x 6 + 3 = 183.
+  const StepCost st = predict_step(smol, h200, StepShape::decode(1, 192), all);
+  model::ModelConfig smol_untied = smol;
+  smol_untied.tied_embeddings = false;
+  const StepCost su = predict_step(smol_untied, h200, StepShape::decode(1, 192), all);
+  EXPECT_EQ(st.kernels, 184);
+  EXPECT_EQ(su.kernels, 183);
+  for (const char* folded : {"attn_norm", "mlp_norm", "silu_mul"}) {
+    EXPECT_THROW(st.op(folded), Error) << folded;
+    EXPECT_THROW(su.op(folded), Error) << folded;
+  }
+  EXPECT_EQ(st.op("final_norm").kernels, 1);
+  EXPECT_THROW(su.op("final_norm"), Error);
+  // final_norm of R = 1 row (plain RMSNorm: read x, write h, its weight): 2 x 576 x 2 = 2,304 +
+  // 576 x 2 = 1,152 = 3,456 B; 4 x 576 = 2,304 FLOPs.
+  EXPECT_NEAR(st.op("final_norm").bytes, 3456.0, 1e-6);
+  EXPECT_NEAR(st.op("final_norm").flops, 2304.0, 1e-6);
+  // lm_head, tied: weights 49152 x 576 x 2 = 56,623,104 + h 576 x 2 = 1,152 + fp32 logits
+  // 49152 x 4 = 196,608 = 56,820,864 B; 2 x 49152 x 576 = 56,623,104 FLOPs. Untied, the norm in
+  // its prologue: + the norm weight 1,152 = 56,822,016 B, + 4 x 576 = 2,304 FLOPs.
+  EXPECT_NEAR(st.op("lm_head").bytes, 56820864.0, 1e-6);
+  EXPECT_NEAR(st.op("lm_head").flops, 56623104.0, 1e-6);
+  EXPECT_NEAR(su.op("lm_head").bytes, 56822016.0, 1e-6);
+  EXPECT_NEAR(su.op("lm_head").flops, 56625408.0, 1e-6);
+
+  // Qwen2-7B (28 layers, h = q = 3584, 28 heads on 4 KV heads: group 7, kv = 512, f = 18944,
+  // q|k|v biases, untied), decode bs1 at context 192: 7 rows <= 16, the decode kernel. All three:
+  // per layer attn_norm 1 (biased q|k|v: it runs alone), qkv_proj 1, rope_kv_write 1,
+  // attention 1, o_proj 1, gate_up_proj (norm) 1, down_proj (SiLU·mul) 1 = 7; outside embedding,
+  // gather_rows, lm_head (norm: untied) = 3: 28 x 7 + 3 = 199. Without biases the attention norm
+  // folds too: 28 x 6 + 3 = 171.
+  const StepCost qb = predict_step(qwen, h200, StepShape::decode(1, 192), all);
+  model::ModelConfig qwen_nobias = qwen;
+  qwen_nobias.qkv_bias = false;
+  const StepCost qn = predict_step(qwen_nobias, h200, StepShape::decode(1, 192), all);
+  EXPECT_EQ(qb.kernels, 199);
+  EXPECT_EQ(qn.kernels, 171);
+  EXPECT_EQ(qb.op("attn_norm").kernels, 28);
+  EXPECT_THROW(qn.op("attn_norm"), Error);
+  for (const char* folded : {"mlp_norm", "silu_mul", "final_norm"}) {
+    EXPECT_THROW(qb.op(folded), Error) << folded;
+    EXPECT_THROW(qn.op(folded), Error) << folded;
+  }
+  // attn_norm per layer: 2 x 3584 x 2 = 14,336 + 3584 x 2 = 7,168 = 21,504 B.
+  EXPECT_NEAR(qb.op("attn_norm").bytes, 28.0 * 21504, 1e-6);
+  // qkv_proj per layer, N = 3584 + 2 x 512 = 4608: weights 4608 x 3584 x 2 = 33,030,144 + h 3584
+  // x 2 = 7,168 + out 4608 x 2 = 9,216 = 33,046,528 B. Folded (no biases): + the norm weight
+  // 7,168 = 33,053,696 B.
+  EXPECT_NEAR(qb.op("qkv_proj").bytes, 28.0 * 33046528, 1e-6);
+  EXPECT_NEAR(qn.op("qkv_proj").bytes, 28.0 * 33053696, 1e-6);
+  // The step moves h of the attention norm written and read back more with biases: 28 x 2 x
+  // 3584 x 2 = 401,408 B.
+  EXPECT_NEAR(qb.bytes - qn.bytes, 401408.0, 1e-3);
 }
 
 // A 2-layer model on a device so fast that every kernel's work is negligible next to its 2 us
