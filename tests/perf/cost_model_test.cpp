@@ -7,16 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include "perf/fixtures.h"
+
 #include "ridge/core/error.h"
 
 namespace ridge::perf {
 namespace {
 
-const HardwareDb& db() {
-  static const HardwareDb d = HardwareDb::load_file(std::string(RIDGE_SOURCE_DIR) + "/data/hardware.json");
-  return d;
-}
-model::ModelConfig llama2_7b() { return model::ModelConfig::named("llama-2-7b"); }
+using test::db;
+using test::llama2_7b;
 model::ModelConfig llama3_8b() { return model::ModelConfig::named("llama-3-8b"); }
 
 CostOptions with(const char* precision) {

@@ -9,17 +9,16 @@
 
 #include <gtest/gtest.h>
 
+#include "perf/fixtures.h"
+
 #include "ridge/core/error.h"
 #include "ridge/perf/cost_model.h"
 
 namespace ridge::perf {
 namespace {
 
-const HardwareDb& db() {
-  static const HardwareDb d = HardwareDb::load_file(std::string(RIDGE_SOURCE_DIR) + "/data/hardware.json");
-  return d;
-}
-model::ModelConfig llama2_7b() { return model::ModelConfig::named("llama-2-7b"); }
+using test::db;
+using test::llama2_7b;
 
 TEST(Execution, EagerQueueFinishTime) {
   // Kernels of 10, 1, 1, 10 us issued at 4 us each: available at 4, 8, 12, 16 us.

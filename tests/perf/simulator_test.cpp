@@ -7,16 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include "perf/fixtures.h"
+
 #include "ridge/core/error.h"
 #include "ridge/perf/planner.h"
 
 namespace ridge::perf {
 namespace {
 
-const HardwareDb& db() {
-  static const HardwareDb d = HardwareDb::load_file(std::string(RIDGE_SOURCE_DIR) + "/data/hardware.json");
-  return d;
-}
+using test::db;
 
 ServingConfig disagg(int p, int d) {
   ServingConfig c;
