@@ -130,6 +130,12 @@ Engine::Impl::Impl(ModelBundle& b, const EngineConfig& c)
       "of {} tokens, prefix caching {}",
       c.max_num_seqs, c.max_num_batched_tokens, max_model_len, pool.num_blocks(),
       cache.block_size(), c.enable_prefix_caching ? "on" : "off");
+  if (pool.num_blocks() < int64_t(c.max_num_seqs))
+    log::warn(
+        "engine: the KV pool has {} blocks, fewer than max_num_seqs {}: at most {} sequences can "
+        "hold KV at once and the rest wait or are preempted; raise --ctx-size (KV tokens) or "
+        "lower --max-num-seqs",
+        pool.num_blocks(), c.max_num_seqs, pool.num_blocks());
 }
 
 void Engine::Impl::loop() {
