@@ -21,6 +21,7 @@
 
 #include "harness.h"
 #include "kernels/sampling_reference.h"
+#include "ridge/engine/device_sampler.h"
 #include "ridge/core/error.h"
 
 namespace ridge::backend::gpu_test {
@@ -29,20 +30,7 @@ namespace {
 using engine::SamplingParams;
 using sampling_test::allowed_set;
 
-SampleRow to_row(const SamplingParams& sp, uint64_t step) {
-  SampleRow r;
-  r.temperature = sp.temperature;
-  r.top_k = sp.top_k;
-  r.top_p = sp.top_p;
-  r.min_p = sp.min_p;
-  r.repetition_penalty = sp.repetition_penalty;
-  r.presence_penalty = sp.presence_penalty;
-  r.frequency_penalty = sp.frequency_penalty;
-  r.top_logprobs = sp.top_logprobs;
-  r.seed = sp.seed;
-  r.step = step;
-  return r;
-}
+SampleRow to_row(const SamplingParams& sp, uint64_t step) { return engine::to_sample_row(sp, step); }
 
 // The rows of one call as the engine builds them.
 struct Rows {

@@ -8,6 +8,21 @@
 
 namespace ridge::engine {
 
+backend::SampleRow to_sample_row(const SamplingParams& p, uint64_t step) {
+  backend::SampleRow s;
+  s.temperature = p.temperature;
+  s.top_k = p.top_k;
+  s.top_p = p.top_p;
+  s.min_p = p.min_p;
+  s.repetition_penalty = p.repetition_penalty;
+  s.presence_penalty = p.presence_penalty;
+  s.frequency_penalty = p.frequency_penalty;
+  s.top_logprobs = p.top_logprobs;
+  s.seed = p.seed;
+  s.step = step;
+  return s;
+}
+
 bool uses_penalties(const SamplingParams& p) {
   return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
 }
@@ -61,17 +76,7 @@ bool DeviceSampler::sample(const backend::Stream& stream, const Tensor& logits,
   int32_t top_n = 0;
   for (const DeviceSampleRow& r : rows) {
     const SamplingParams& p = *r.params;
-    backend::SampleRow s;
-    s.temperature = p.temperature;
-    s.top_k = p.top_k;
-    s.top_p = p.top_p;
-    s.min_p = p.min_p;
-    s.repetition_penalty = p.repetition_penalty;
-    s.presence_penalty = p.presence_penalty;
-    s.frequency_penalty = p.frequency_penalty;
-    s.top_logprobs = p.top_logprobs;
-    s.seed = p.seed;
-    s.step = r.step;
+    backend::SampleRow s = to_sample_row(p, r.step);
     s.penalty_begin = s.penalty_end = int32_t(penalty_tokens_.size());
     if (r.history && uses_penalties(p)) {
       const auto t = r.history->tokens();

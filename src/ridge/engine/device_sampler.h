@@ -49,6 +49,9 @@ class PenaltyHistory {
   std::unordered_map<int32_t, uint32_t> slot_;
 };
 
+// The backend's row for a sequence's parameters at generated-token index `step` (no penalty range).
+backend::SampleRow to_sample_row(const SamplingParams& params, uint64_t step);
+
 // One row of a step: the sequence's parameters, how many tokens it has generated, and its penalty
 // history (null, or ignored, when the parameters use no penalty).
 struct DeviceSampleRow {
