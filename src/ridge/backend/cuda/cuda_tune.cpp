@@ -22,6 +22,7 @@
 #include "ridge/core/half.h"
 #include "ridge/core/log.h"
 #include "ridge/kernels/cuda/elementwise/check.h"
+#include "ridge/kernels/cuda/pdl.h"
 #include "ridge/tune/autotuner.h"
 #include "ridge/tune/build_cache.h"
 
@@ -128,6 +129,9 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
         const Tensor xt(x.data(), DType::bf16, {T, sh.k}, Device::cuda);
         Tensor ot(out.data(), DType::bf16, {T, sh.n}, Device::cuda);
         constexpr int kReps = 20;
+        // Each candidate alone: with PDL the skinny kernel's back-to-back launches would overlap
+        // (its first weight loads run during the previous launch), which cuBLASLt's do not.
+        const kernels::pdl::ScopedDisable no_pdl;
         const tune::TimingStats st = tune::time_samples([&] {
           RIDGE_CHECK_CUDA(cudaEventRecord(ev.start, stream));
           for (int i = 0; i < kReps; ++i) {

@@ -11,9 +11,15 @@
 //     earlier kernels, not just the previous one.
 //   - every thread of every block reaches wait() (no early return before it), so that the grid
 //     cannot complete before its predecessor.
-//   - it may call pdl::launch_dependents() (after its wait) to let the next kernel launch before
-//     this one ends; without it the next kernel launches when this one's blocks exit.
-// Kernels launched with <<<>>> are unaffected (wait() is a no-op without the launch attribute).
+//   - it may call pdl::launch_dependents() to let the next kernel launch before this one ends;
+//     without it the next kernel launches when this one's blocks exit. Calling it first, before
+//     the wait (pdl::begin()), is safe: the next kernel's wait() still returns only after this
+//     grid has completed, which is after this grid's own wait. The next kernel launches once
+//     every block of this grid has triggered, i.e. once all of them are resident, so its waiting
+//     blocks only take SM space this grid left free (no deadlock), and they run the independent
+//     part of their work (a GEMV's first weight loads) meanwhile.
+// Kernels launched with <<<>>> are unaffected (wait() is a no-op without the launch attribute),
+// and they are full barriers on the chain: no kernel after them starts before they end.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +38,13 @@ __device__ __forceinline__ void launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// The start of a kernel on the decode chain: let the next kernel launch, then wait for the
+// previous ones.
+__device__ __forceinline__ void begin() {
+  launch_dependents();
+  wait();
 }
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization

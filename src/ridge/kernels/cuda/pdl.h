@@ -14,4 +14,20 @@ inline std::atomic<bool>& enabled_flag() {
 inline void set_enabled(bool on) { enabled_flag().store(on, std::memory_order_relaxed); }
 inline bool enabled() { return enabled_flag().load(std::memory_order_relaxed); }
 
+// Turns PDL off for a scope (then restores the previous setting): for timing one kernel alone,
+// where back-to-back launches of a PDL kernel would overlap each other (the skinny GEMM's first
+// weight loads run during the previous launch's tail) and flatter it against kernels that do not
+// overlap (cuBLASLt's). Not thread safe against other launching threads (the switch is
+// process-wide).
+class ScopedDisable {
+ public:
+  ScopedDisable() : previous_(enabled()) { set_enabled(false); }
+  ~ScopedDisable() { set_enabled(previous_); }
+  ScopedDisable(const ScopedDisable&) = delete;
+  ScopedDisable& operator=(const ScopedDisable&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace ridge::kernels::pdl

@@ -9,11 +9,14 @@
 //     ~7 us per 4096-wide row on the H200.)
 //   scalar (anything else): one block of 256 threads per row; each thread strides over the row,
 //     and the second pass re-reads it from L1/L2.
+// All three are launched with programmatic dependent launch (pdl.cuh): they sit on the decode
+// chain between GEMVs, and the GEMV after them starts its weight prefetch while they run.
 // Limits: T < 2^31 rows; any H >= 1.
 #include <cstdint>
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/device_util.cuh"
 #include "ridge/kernels/cuda/elementwise/elementwise.h"
+#include "ridge/kernels/cuda/pdl.cuh"
 
 namespace ridge::kernels {
 namespace {
@@ -27,6 +30,7 @@ constexpr int kThreads = 256;
 __global__ void rmsnorm_kernel(const uint16_t* __restrict__ x, int64_t ld_x,
                                const void* __restrict__ w, bool w_f32, int64_t H, float eps,
                                uint16_t* __restrict__ out, int64_t ld_out) {
+  pdl::begin();
   const int64_t t = blockIdx.x;
   const uint16_t* xr = x + t * ld_x;
   float ss = 0.0f;
@@ -44,6 +48,7 @@ __global__ void add_rmsnorm_kernel(uint16_t* __restrict__ residual, int64_t ld_r
                                    const uint16_t* __restrict__ x, int64_t ld_x,
                                    const void* __restrict__ w, bool w_f32, int64_t H, float eps,
                                    uint16_t* __restrict__ out, int64_t ld_out) {
+  pdl::begin();
   const int64_t t = blockIdx.x;
   uint16_t* r = residual + t * ld_r;
   const uint16_t* xr = x + t * ld_x;
@@ -108,6 +113,7 @@ __global__ void __launch_bounds__(kVecThreads)
                     const uint16_t* __restrict__ x, int64_t ld_x, const void* __restrict__ w,
                     bool w_f32, int64_t H, float eps, uint16_t* __restrict__ out,
                     int64_t ld_out) {
+  pdl::begin();
   const int64_t t = blockIdx.x;
   const int64_t n_chunks = H / 8;
   const uint16_t* xr = x + t * ld_x;
@@ -164,9 +170,9 @@ bool launch_norm_vec(uint16_t* residual, int64_t ld_r, const uint16_t* x, int64_
     return false;
   const int64_t per_thread = (H / 8 + kVecThreads - 1) / kVecThreads;
   const unsigned grid = unsigned(T);
-#define RIDGE_NORM_VEC(N)                                                                 \
-  norm_vec_kernel<N><<<grid, kVecThreads, 0, stream>>>(residual, ld_r, x, ld_x, w, w_f32, H, \
-                                                       eps, out, ld_out)
+#define RIDGE_NORM_VEC(N)                                                               \
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(norm_vec_kernel<N>, dim3(grid), dim3(kVecThreads), 0, stream, \
+                                   residual, ld_r, x, ld_x, w, w_f32, H, eps, out, ld_out))
   if (per_thread <= 1)
     RIDGE_NORM_VEC(1);
   else if (per_thread <= 2)
@@ -176,7 +182,6 @@ bool launch_norm_vec(uint16_t* residual, int64_t ld_r, const uint16_t* x, int64_
   else
     RIDGE_NORM_VEC(8);
 #undef RIDGE_NORM_VEC
-  RIDGE_CHECK_LAUNCH("norm_vec_kernel");
   return true;
 }
 
@@ -198,9 +203,8 @@ void rmsnorm_bf16(const uint16_t* x, int64_t ld_x, const void* w, DType w_dtype,
   if (launch_norm_vec(nullptr, 0, x, ld_x, w, w_dtype == DType::f32, T, H, eps, out, ld_out,
                       stream))
     return;
-  rmsnorm_kernel<<<unsigned(T), kThreads, 0, stream>>>(x, ld_x, w, w_dtype == DType::f32, H, eps,
-                                                       out, ld_out);
-  RIDGE_CHECK_LAUNCH("rmsnorm_kernel");
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(rmsnorm_kernel, dim3(unsigned(T)), dim3(kThreads), 0, stream,
+                                   x, ld_x, w, w_dtype == DType::f32, H, eps, out, ld_out));
 }
 
 void add_rmsnorm_bf16(uint16_t* residual, int64_t ld_r, const uint16_t* x, int64_t ld_x,
@@ -213,10 +217,9 @@ void add_rmsnorm_bf16(uint16_t* residual, int64_t ld_r, const uint16_t* x, int64
   if (launch_norm_vec(residual, ld_r, x, ld_x, w, w_dtype == DType::f32, T, H, eps, out, ld_out,
                       stream))
     return;
-  add_rmsnorm_kernel<<<unsigned(T), kThreads, 0, stream>>>(residual, ld_r, x, ld_x, w,
-                                                           w_dtype == DType::f32, H, eps, out,
-                                                           ld_out);
-  RIDGE_CHECK_LAUNCH("add_rmsnorm_kernel");
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(add_rmsnorm_kernel, dim3(unsigned(T)), dim3(kThreads), 0,
+                                   stream, residual, ld_r, x, ld_x, w, w_dtype == DType::f32, H,
+                                   eps, out, ld_out));
 }
 
 }  // namespace ridge::kernels

@@ -86,6 +86,7 @@ __global__ void rope_vec_kernel(uint16_t* __restrict__ q, int64_t ld_q, int nq,
                                 uint16_t* __restrict__ k, int64_t ld_k, int nk, int half,
                                 const int32_t* __restrict__ positions,
                                 const float* __restrict__ inv_freq, int64_t row0) {
+  pdl::begin();
   const int64_t t = row0 + blockIdx.y;
   const int cpr = half / 8;  // 8-pair chunks per head
   const int j = int(blockIdx.x) * blockDim.x + int(threadIdx.x);
@@ -108,8 +109,7 @@ __global__ void rope_store_vec_kernel(uint16_t* __restrict__ q, int64_t ld_q, in
                                       const int32_t* __restrict__ slots,
                                       uint16_t* __restrict__ k_pool, uint16_t* __restrict__ v_pool,
                                       int64_t num_slots) {
-  pdl::wait();
-  pdl::launch_dependents();
+  pdl::begin();
   const int64_t t = blockIdx.y;
   const int cpr = half / 8;
   const int j = int(blockIdx.x) * blockDim.x + int(threadIdx.x);
@@ -142,6 +142,7 @@ __global__ void kv_store_kernel(const Chunk* __restrict__ k, int64_t ld_k,
                                 const int32_t* __restrict__ slots, int64_t chunks_per_row,
                                 Chunk* __restrict__ k_pool, Chunk* __restrict__ v_pool,
                                 int64_t num_slots, int64_t total) {
+  pdl::begin();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int64_t t = idx / chunks_per_row, c = idx % chunks_per_row;
@@ -170,9 +171,9 @@ void rope_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
     const unsigned gx = unsigned(detail::ceil_div((nq + nk) * (half / 8), kThreads));
     for (int64_t r0 = 0; r0 < T; r0 += 65535) {
       const unsigned gy = unsigned(std::min<int64_t>(65535, T - r0));
-      rope_vec_kernel<<<dim3(gx, gy), kThreads, 0, stream>>>(q, ld_q, int(nq), k, ld_k, int(nk),
-                                                             int(half), positions, inv_freq, r0);
-      RIDGE_CHECK_LAUNCH("rope_vec_kernel");
+      RIDGE_CHECK_CUDA(pdl::launch_pdl(rope_vec_kernel, dim3(gx, gy), dim3(kThreads), 0, stream,
+                                       q, ld_q, int(nq), k, ld_k, int(nk), int(half), positions,
+                                       inv_freq, r0));
     }
     return;
   }
@@ -193,17 +194,18 @@ void kv_store_bf16(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t l
                    aligned16(v) && aligned16(k_pool) && aligned16(v_pool);
   if (vec) {
     const int64_t cpr = width / 8, total = T * cpr;
-    kv_store_kernel<uint4><<<unsigned(detail::ceil_div(total, kThreads)), kThreads, 0, stream>>>(
-        reinterpret_cast<const uint4*>(k), ld_k / 8, reinterpret_cast<const uint4*>(v), ld_v / 8,
-        slots, cpr, reinterpret_cast<uint4*>(k_pool), reinterpret_cast<uint4*>(v_pool), num_slots,
-        total);
+    RIDGE_CHECK_CUDA(pdl::launch_pdl(
+        kv_store_kernel<uint4>, dim3(unsigned(detail::ceil_div(total, kThreads))), dim3(kThreads),
+        0, stream, reinterpret_cast<const uint4*>(k), ld_k / 8,
+        reinterpret_cast<const uint4*>(v), ld_v / 8, slots, cpr, reinterpret_cast<uint4*>(k_pool),
+        reinterpret_cast<uint4*>(v_pool), num_slots, total));
   } else {
     const int64_t total = T * width;
-    kv_store_kernel<uint16_t><<<unsigned(detail::ceil_div(total, kThreads)), kThreads, 0,
-                                stream>>>(k, ld_k, v, ld_v, slots, width, k_pool, v_pool,
-                                          num_slots, total);
+    RIDGE_CHECK_CUDA(pdl::launch_pdl(kv_store_kernel<uint16_t>,
+                                     dim3(unsigned(detail::ceil_div(total, kThreads))),
+                                     dim3(kThreads), 0, stream, k, ld_k, v, ld_v, slots, width,
+                                     k_pool, v_pool, num_slots, total));
   }
-  RIDGE_CHECK_LAUNCH("kv_store_kernel");
 }
 
 bool rope_kv_store_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,

@@ -2,8 +2,7 @@
 // Launch: 2-D grid (column chunks of 256 threads, rows); one thread per element (silu_mul: eight,
 // with 16-byte accesses, when the shapes are multiples of 8 and the rows 16-byte aligned).
 // Limits: rows < 2^31 (grid.y is split into chunks of 65535 rows); columns < 2^40.
-// embedding and gather_rows are launched with programmatic dependent launch (pdl.cuh): they sit
-// on the decode chain.
+// All are launched with programmatic dependent launch (pdl.cuh): they sit on the decode chain.
 #include <cstdint>
 #include <algorithm>
 
@@ -33,8 +32,7 @@ void for_row_chunks(int64_t rows, int64_t cols, Launch launch) {
 __global__ void embedding_kernel(const uint16_t* __restrict__ table, int64_t vocab, int64_t hidden,
                                  const int32_t* __restrict__ ids, uint16_t* __restrict__ out,
                                  int64_t ld_out, int64_t row0) {
-  pdl::wait();  // launched with PDL (pdl.cuh)
-  pdl::launch_dependents();
+  pdl::begin();  // launched with PDL (pdl.cuh)
   const int64_t t = row0 + blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= hidden) return;
@@ -44,6 +42,7 @@ __global__ void embedding_kernel(const uint16_t* __restrict__ table, int64_t voc
 
 __global__ void silu_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t ld_gu, int64_t F,
                                 uint16_t* __restrict__ out, int64_t ld_out, int64_t row0) {
+  pdl::begin();
   const int64_t t = row0 + blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= F) return;
@@ -56,6 +55,7 @@ __global__ void silu_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t ld
 // 16-byte aligned rows): a quarter of the instructions and full-width memory transactions.
 __global__ void silu_mul_vec_kernel(const uint16_t* __restrict__ gate_up, int64_t ld_gu, int64_t F,
                                     uint16_t* __restrict__ out, int64_t ld_out, int64_t row0) {
+  pdl::begin();
   const int64_t t = row0 + blockIdx.y;
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
   if (i >= F) return;
@@ -77,8 +77,7 @@ template <typename E>
 __global__ void gather_rows_kernel(const E* __restrict__ x, int64_t ld_x, int64_t rows_x,
                                    const int32_t* __restrict__ rows, int64_t cols,
                                    E* __restrict__ out, int64_t ld_out, int64_t row0) {
-  pdl::wait();  // launched with PDL (pdl.cuh)
-  pdl::launch_dependents();
+  pdl::begin();  // launched with PDL (pdl.cuh)
   const int64_t r = row0 + blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= cols) return;
@@ -90,6 +89,7 @@ __global__ void gather_rows_kernel(const E* __restrict__ x, int64_t ld_x, int64_
 
 __global__ void add_bias_kernel(void* __restrict__ out, bool out_f32, int64_t ld_out, int64_t N,
                                 const void* __restrict__ bias, bool bias_f32, int64_t row0) {
+  pdl::begin();
   const int64_t t = row0 + blockIdx.y;
   const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (n >= N) return;
@@ -122,14 +122,14 @@ void silu_mul_bf16(const uint16_t* gate_up, int64_t ld_gu, int64_t T, int64_t F,
                           detail::shape_text(T, F, ld_out));
   if (F % 8 == 0 && ld_gu % 8 == 0 && ld_out % 8 == 0 && aligned16(gate_up) && aligned16(out)) {
     for_row_chunks(T, F / 8, [&](dim3 grid, int64_t r0) {
-      silu_mul_vec_kernel<<<grid, kThreads, 0, stream>>>(gate_up, ld_gu, F, out, ld_out, r0);
-      RIDGE_CHECK_LAUNCH("silu_mul_vec_kernel");
+      RIDGE_CHECK_CUDA(pdl::launch_pdl(silu_mul_vec_kernel, grid, dim3(kThreads), 0, stream,
+                                       gate_up, ld_gu, F, out, ld_out, r0));
     });
     return;
   }
   for_row_chunks(T, F, [&](dim3 grid, int64_t r0) {
-    silu_mul_kernel<<<grid, kThreads, 0, stream>>>(gate_up, ld_gu, F, out, ld_out, r0);
-    RIDGE_CHECK_LAUNCH("silu_mul_kernel");
+    RIDGE_CHECK_CUDA(pdl::launch_pdl(silu_mul_kernel, grid, dim3(kThreads), 0, stream, gate_up,
+                                     ld_gu, F, out, ld_out, r0));
   });
 }
 
@@ -163,9 +163,9 @@ void add_bias(void* out, DType out_dtype, int64_t ld_out, int64_t T, int64_t N, 
                           detail::shape_text(T, N, ld_out) + ", bias " +
                           std::string(dtype_name(bias_dtype)));
   for_row_chunks(T, N, [&](dim3 grid, int64_t r0) {
-    add_bias_kernel<<<grid, kThreads, 0, stream>>>(out, out_dtype == DType::f32, ld_out, N, bias,
-                                                   bias_dtype == DType::f32, r0);
-    RIDGE_CHECK_LAUNCH("add_bias_kernel");
+    RIDGE_CHECK_CUDA(pdl::launch_pdl(add_bias_kernel, grid, dim3(kThreads), 0, stream, out,
+                                     out_dtype == DType::f32, ld_out, N, bias,
+                                     bias_dtype == DType::f32, r0));
   });
 }
 
