@@ -111,8 +111,11 @@ __device__ __forceinline__ uint4 load_prologue(const bf16* x, int K, float& ss) 
 // KU: 32-column chunks per step (bytes in flight per thread = RT·2·KU·16, twice buffered);
 // MIN_BLOCKS: blocks per SM the register budget must allow (2 keeps 16 warps streaming);
 // P: what is applied to the activations as they are loaded (skinny.h).
-// Launched with programmatic dependent launch (pdl.cuh): the first step of weight loads is issued
-// before pdl::wait(), so it overlaps the previous kernel's tail.
+// Launched with programmatic dependent launch (pdl.cuh): before pdl::wait() the block lets the
+// next kernel launch and issues its first step of weight loads, so a block that is resident while
+// the previous kernel runs starts streaming early. (An L2 bulk prefetch of the first 4-16 KB of
+// each of the block's rows before the wait measured slower, in the decode step and alone:
+// docs/KERNELS.md.)
 template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P>
 __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     skinny_gemm_kernel(const SkinnyArgs a) {
@@ -165,10 +168,10 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     xrow[j] = a.X + static_cast<size_t>(min(m, M - 1)) * a.ld_x + t * 8;
   }
   // Weights do not depend on the previous kernel: start streaming them before waiting for it.
+  pdl::launch_dependents();
   int s = warp;
   if (s < steps) load_step(cur, s);
   pdl::wait();
-  pdl::launch_dependents();
 
   float ss[NG];  // rmsnorm: this thread's share of the sum of squares of its token rows
 #pragma unroll
@@ -289,7 +292,7 @@ void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
 namespace detail {
 
 void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream,
-                   int tokens_per_block) {
+                   int variant) {
   // The prologues exist for up to 16 tokens (decode at small batch), the plain kernel for any M.
   switch (prologue) {
     case SkinnyPrologue::rmsnorm: launch_with_prologue<SkinnyPrologue::rmsnorm>(a, stream); return;
@@ -297,18 +300,27 @@ void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t st
     case SkinnyPrologue::none: break;
   }
   constexpr auto kNone = SkinnyPrologue::none;
-  if (tokens_per_block == 16) {
+  if (variant == 16) {
     launch_skinny_config<2, 1, 4, 2, kNone>(a, stream);
     return;
   }
+  // Above 16 tokens the activations (re-read from L2 by every row tile) cost as much as the
+  // weights. Measured on the H200 (docs/KERNELS.md, run 6), per width: at 32 tokens, two 16-row
+  // tiles per warp where there are row tiles enough to fill the SMs (N >= 6144), else one (twice
+  // the blocks); at 64 tokens, one 64-token tile where N is wide (it spills 64 bytes and is
+  // still the fastest there), else two 32-token tiles. The 32-token configuration used before
+  // (two row tiles, two chunks per step) spilled 108 bytes and ran at 0.5-0.6x cuBLASLt.
+  const bool wide = a.N >= 6144;
   if (a.M <= 8)
     launch_skinny_config<1, 1, 4, 2, kNone>(a, stream);
   else if (a.M <= 16)
     launch_skinny_config<2, 1, 4, 2, kNone>(a, stream);
   else if (a.M <= 32)
-    launch_skinny_config<4, 2, 2, 2, kNone>(a, stream);
+    wide ? launch_skinny_config<4, 2, 1, 2, kNone>(a, stream)
+         : launch_skinny_config<4, 1, 2, 2, kNone>(a, stream);
   else
-    launch_skinny_config<8, 2, 1, 2, kNone>(a, stream);
+    wide ? launch_skinny_config<8, 2, 1, 2, kNone>(a, stream)
+         : launch_skinny_config<4, 2, 1, 2, kNone>(a, stream);
 }
 
 }  // namespace detail
