@@ -7,7 +7,8 @@
 //   with query head kvh * group + r % group, so the query heads sharing a KV head (GQA) read
 //   each K/V tile once; a decode token fills `group` rows. Warp w owns rows 16w .. 16w + 15.
 //   The block walks its split's KV range in tiles of BN = 64 positions, stopping at the causal
-//   limit of its last row. K/V rows are gathered from the pages with cp.async (16 bytes per
+//   limit of its last row; blocks take the q tiles from the last (the longest causal range)
+//   down, so the long blocks start first. Tiles wholly inside every row's range skip the mask. K/V rows are gathered from the pages with cp.async (16 bytes per
 //   thread per copy; positions outside the range are zero-filled), double-buffered.
 //   Per tile: S = Q K^T (mma.sync m16n8k16, bf16 in, fp32 accumulate), causal/range mask, online
 //   softmax in the exp2 domain (row max and sum across the 4 threads of a quad), P rounded to
@@ -193,12 +194,18 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* vs = ks + 2 * kBN * SROW;
 
   const int seq = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
-  const int kvh = blockIdx.y;
+  // Heaviest work first: blocks start in order of (x, y), and under the causal mask a row tile's
+  // work grows with its index, so the (x, y) plane is walked as q tiles from the last down, all
+  // KV heads of one q tile together. The long blocks then start in the first wave and the short
+  // ones fill the tail (longest-processing-time-first).
+  const int lin = blockIdx.x + gridDim.x * blockIdx.y;
+  const int kvh = lin % gridDim.y;
+  const int q_tile = gridDim.x - 1 - lin / gridDim.y;
   const int q_start = a.cu_seqlens_q[seq];
   const int q_len = a.cu_seqlens_q[seq + 1] - q_start;
   const int ctx = min(a.context_lens[seq], a.max_ctx);
   const int rows_total = q_len * a.group;
-  const int row0 = blockIdx.x * kBM;
+  const int row0 = q_tile * kBM;
   if (row0 >= rows_total) return;
   const int rows_here = min(kBM, rows_total - row0);
 
@@ -231,9 +238,13 @@ __global__ void __launch_bounds__(kThreads)
       bool valid = pos < kv_end;
       int64_t off = 0;
       if (valid) {
-        const int page = table[pos / a.block_size];
+        // Power-of-two pages (the usual case) by shift and mask: a division by a runtime value
+        // costs ~20 integer instructions, and the ALU is this kernel's busiest pipe.
+        const int blk = a.bs_shift >= 0 ? pos >> a.bs_shift : pos / a.block_size;
+        const int in_blk = a.bs_shift >= 0 ? pos & (a.block_size - 1) : pos % a.block_size;
+        const int page = table[blk];
         valid = page >= 0 && page < a.num_blocks;
-        const int64_t slot = int64_t(page) * a.block_size + pos % a.block_size;
+        const int64_t slot = int64_t(page) * a.block_size + in_blk;
         off = valid ? (slot * a.nkv + kvh) * HD + cc * 8 : 0;
       }
       cp_async_16(kd + j * SROW + cc * 8, a.k_pool + off, valid);
@@ -250,6 +261,10 @@ __global__ void __launch_bounds__(kThreads)
     row_pos[h] = r < rows_here ? ctx - q_len + (row0 + r) / a.group : -1;
   }
   const bool warp_active = warp * 16 < rows_here;
+  // The position of the warp's first row, when all 16 of its rows are real (else -1): a tile
+  // wholly at or before it and inside the range needs no mask.
+  const int warp_full_pos = warp * 16 + 16 <= rows_here ? ctx - q_len + (row0 + warp * 16) / a.group
+                                                        : -1;
 
   uint32_t qa[KSTEPS][4];
   float o[DTILES][4];
@@ -296,6 +311,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       // Mask, scale, online softmax.
       const int kv0 = kv_begin + tile * kBN;
+      const bool unmasked = kv0 + kBN <= kv_end && kv0 + kBN - 1 <= warp_full_pos;
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int n = 0; n < kBN / 8; ++n)
@@ -303,7 +319,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 4; ++e) {
           const int h = e / 2;
           const int pos = kv0 + n * 8 + 2 * t4 + (e & 1);
-          const bool ok = pos <= row_pos[h] && pos < kv_end;
+          const bool ok = unmasked || (pos <= row_pos[h] && pos < kv_end);
           s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
           mx[h] = fmaxf(mx[h], s[n][e]);
         }
@@ -406,8 +422,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
   uint16_t* ks = qs + kDecRows * SROW;          // [STAGES][kBN][SROW]
   uint16_t* vs = ks + STAGES * kBN * SROW;      // [STAGES][kBN][SROW]
 
-  pdl::wait();  // launched with PDL (pdl.cuh): q and the KV pools come from the kernels before
-  pdl::launch_dependents();
+  pdl::begin();  // launched with PDL (pdl.cuh): q and the KV pools come from the kernels before
   const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
   const int q_start = a.cu_seqlens_q[seq];
   const int q_len = a.cu_seqlens_q[seq + 1] - q_start;
@@ -681,8 +696,7 @@ __global__ void __launch_bounds__(kThreads)
                           const int32_t* __restrict__ cu_seqlens_q, int num_seqs,
                           uint16_t* __restrict__ out, int64_t ld_out) {
   constexpr int PER_LANE = HD / 32;
-  pdl::wait();  // launched with PDL: the partials come from the attention kernel
-  pdl::launch_dependents();
+  pdl::begin();  // launched with PDL: the partials come from the attention kernel
   const int64_t row = int64_t(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   // The rows of this call's tokens (fewer than the plan's capacity in fixed-split mode).
