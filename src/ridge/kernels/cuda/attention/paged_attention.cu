@@ -8,7 +8,8 @@
 //   each K/V tile once; a decode token fills `group` rows. Warp w owns rows 16w .. 16w + 15.
 //   The block walks its split's KV range in tiles of BN = 64 positions, stopping at the causal
 //   limit of its last row; blocks take the q tiles from the last (the longest causal range)
-//   down, so the long blocks start first. Tiles wholly inside every row's range skip the mask. K/V rows are gathered from the pages with cp.async (16 bytes per
+//   down, so the long blocks start first. Tiles wholly inside every row's range skip the mask.
+//   K/V rows are gathered from the pages with cp.async (16 bytes per
 //   thread per copy; positions outside the range are zero-filled), double-buffered.
 //   Per tile: S = Q K^T (mma.sync m16n8k16, bf16 in, fp32 accumulate), causal/range mask, online
 //   softmax in the exp2 domain (row max and sum across the 4 threads of a quad), P rounded to
@@ -263,8 +264,8 @@ __global__ void __launch_bounds__(kThreads)
   const bool warp_active = warp * 16 < rows_here;
   // The position of the warp's first row, when all 16 of its rows are real (else -1): a tile
   // wholly at or before it and inside the range needs no mask.
-  const int warp_full_pos = warp * 16 + 16 <= rows_here ? ctx - q_len + (row0 + warp * 16) / a.group
-                                                        : -1;
+  const int warp_full_pos =
+      warp * 16 + 16 <= rows_here ? ctx - q_len + (row0 + warp * 16) / a.group : -1;
 
   uint32_t qa[KSTEPS][4];
   float o[DTILES][4];

@@ -10,7 +10,7 @@
 //   scalar (anything else): one block of 256 threads per row; each thread strides over the row,
 //     and the second pass re-reads it from L1/L2.
 // All three are launched with programmatic dependent launch (pdl.cuh): they sit on the decode
-// chain between GEMVs, and the GEMV after them starts its weight prefetch while they run.
+// chain between GEMVs, and the GEMV after them issues its first weight loads while they run.
 // Limits: T < 2^31 rows; any H >= 1.
 #include <cstdint>
 #include "ridge/kernels/cuda/elementwise/check.h"

@@ -11,11 +11,11 @@
 
 namespace ridge::kernels::detail {
 
-// variant (prologue none only): 0 = by M and N (8, 16, 32 or 64 tokens per block); 16 = always
-// 16-token tiles (several tiles re-read the weights, mostly from L2), an alternative the
-// benchmark times.
+// tokens_per_block (prologue none only): 0 = by M and N (8, 16, 32 or 64 tokens per block);
+// 16 = always 16-token tiles (several tiles re-read the weights, mostly from L2), an alternative
+// the benchmark times.
 void launch_skinny(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t stream,
-                   int variant = 0);
+                   int tokens_per_block = 0);
 
 // W [N, K] := W · diag(scale), K % 8 == 0, W 16-byte aligned (checked by the caller).
 void launch_scale_columns(bf16* W, int64_t N, int64_t K, const float* scale, cudaStream_t stream);

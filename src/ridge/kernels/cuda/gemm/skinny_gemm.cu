@@ -292,7 +292,7 @@ void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
 namespace detail {
 
 void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream,
-                   int variant) {
+                   int tokens_per_block) {
   // The prologues exist for up to 16 tokens (decode at small batch), the plain kernel for any M.
   switch (prologue) {
     case SkinnyPrologue::rmsnorm: launch_with_prologue<SkinnyPrologue::rmsnorm>(a, stream); return;
@@ -300,7 +300,7 @@ void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t st
     case SkinnyPrologue::none: break;
   }
   constexpr auto kNone = SkinnyPrologue::none;
-  if (variant == 16) {
+  if (tokens_per_block == 16) {
     launch_skinny_config<2, 1, 4, 2, kNone>(a, stream);
     return;
   }
