@@ -185,11 +185,13 @@ struct Variant {
   int fixed_splits = 0;  // > 0: graph mode (host mirrors not given)
   int stages = 0;
   bool one_wave = false;  // target 1 block: no planned split
+  int block_rows = 0;     // the general kernel's rows per block (0: automatic, 64, 128)
   std::string name() const {
     std::string s = path == kn::AttentionPath::general  ? "general"
                     : path == kn::AttentionPath::decode ? "decode"
                                                         : "auto";
     if (stages) s += fmt::format("/s{}", stages);
+    if (block_rows) s += fmt::format("/rows{}", block_rows);
     s += fixed_splits ? fmt::format(" fixed={}", fixed_splits)
                       : (one_wave ? " planned(1 block)" : " planned");
     return s;
@@ -226,6 +228,7 @@ kn::PagedAttentionArgs args_for(const Pools& p, Dev& d, const Batch& b, const Va
   a.scale = 1.0f / std::sqrt(float(p.hd));
   a.path = v.path;
   a.decode_stages = v.stages;
+  a.general_block_rows = v.block_rows;
   a.fixed_splits = v.fixed_splits;
   a.max_q_len = b.max_q_len;
   if (!v.fixed_splits) {  // graph mode gets no host data at all
@@ -264,7 +267,14 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
                              {kn::AttentionPath::general, 0, 0, false},
                              {kn::AttentionPath::general, 0, 0, true},
                              {kn::AttentionPath::general, 1, 0, false},
-                             {kn::AttentionPath::general, 7, 0, false}};
+                             {kn::AttentionPath::general, 7, 0, false},
+                             // Both row-block sizes of the general kernel on every batch (auto
+                             // takes 128 only above 64 rows): 32 rows per warp, partly filled
+                             // warps and row tiles, splits.
+                             {kn::AttentionPath::general, 0, 0, false, 64},
+                             {kn::AttentionPath::general, 0, 0, false, 128},
+                             {kn::AttentionPath::general, 0, 0, true, 128},
+                             {kn::AttentionPath::general, 7, 0, false, 128}};
   if (decode_ok) {
     const int graph =
         kn::graph_attention_splits(int(b.S), b.max_q_len, int(p.nkv), int(p.group), int(p.hd),
@@ -293,6 +303,9 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
     }
     if (v.fixed_splits) {
       EXPECT_EQ(plan.num_splits, v.fixed_splits) << b.label;
+    }
+    if (v.block_rows) {
+      EXPECT_EQ(plan.block_rows, v.block_rows) << b.label;
     }
     check(fmt::format("{} [{}, splits {}]", b.label, v.name(), plan.num_splits), d, b);
   }
@@ -334,6 +347,16 @@ TEST_F(GpuBackend, AttentionKernelDecodeVariants) {
   run_case({{5, 70}, {3, 5}, {1, 1}}, 2, 3, 128, 16, false);          // 15 rows
   run_case({{3, 40}, {1, 200}}, 1, 16, 128, 16, false);               // group 16: general only
   run_case({{17, 40}, {1, 9}}, 2, 1, 64, 16, false);                  // 17 rows: general only
+}
+
+// Prefill chunks and mixed batches (the general kernel; auto takes 128-row blocks here): rows
+// across the 64- and 128-row block edges, chunks after a cached prefix, decodes beside them,
+// GQA 1/4/8, hd 64/128, a block size that is not a power of two.
+TEST_F(GpuBackend, AttentionKernelPrefillVariants) {
+  run_case({{200, 200}, {129, 300}, {1, 77}, pad()}, 2, 1, 128, 16, false);  // MHA
+  run_case({{65, 65}, {33, 90}, {1, 5}}, 2, 4, 128, 32, false);              // 132 / 260 rows
+  run_case({{300, 300}, {16, 400}}, 1, 8, 64, 64, false);                    // 2400 rows
+  run_case({{127, 127}, {128, 140}, {97, 97}}, 3, 1, 64, 24, false);         // block size 24
 }
 
 // Fixed splits with no host data, captured once as a CUDA graph and replayed for other contexts
@@ -416,7 +439,9 @@ TEST_F(GpuBackend, AttentionKernelSanitizerSubset) {
     for (const Variant& v : {Variant{kn::AttentionPath::decode, 6, 2, false},
                              Variant{kn::AttentionPath::decode, 0, 3, false},
                              Variant{kn::AttentionPath::decode, 0, 4, true},
-                             Variant{kn::AttentionPath::general, 4, 0, false}}) {
+                             Variant{kn::AttentionPath::general, 4, 0, false},
+                             Variant{kn::AttentionPath::general, 4, 0, false, 128},
+                             Variant{kn::AttentionPath::general, 0, 0, false, 128}}) {
       load(d, b);
       const kn::PagedAttentionPlan plan = run_variant(p, d, b, v);
       check(fmt::format("{} [{}, splits {}]", b.label, v.name(), plan.num_splits), d, b);

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -15,6 +16,18 @@
 namespace ridge::backend {
 
 namespace {
+
+// An experiment knob for A/B runs on the GPU machine: RIDGE_ATTN_BLOCK_ROWS=64|128 forces the
+// general attention kernel's rows per block (0 or unset: the kernel's automatic choice).
+int attention_block_rows() {
+  static const int rows = [] {
+    const char* v = std::getenv("RIDGE_ATTN_BLOCK_ROWS");
+    if (!v || !*v) return 0;
+    const int r = std::atoi(v);
+    return r == 64 || r == 128 ? r : 0;
+  }();
+  return rows;
+}
 
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;    // cuBLASLt's advice for Hopper
 constexpr size_t kAttentionWorkspaceBytes = size_t(64) << 20; // split-KV partials
@@ -550,6 +563,7 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.scale = scale;
   a.host_cu_seqlens_q = meta.host_cu_seqlens_q;
   a.host_context_lens = meta.host_context_lens;
+  a.general_block_rows = attention_block_rows();
   cudaStream_t stream = stream_of(s);
   Workspace& ws = workspace_for(stream);
   a.split_counters = static_cast<int*>(ws.split_counters.data());
@@ -565,7 +579,8 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
                   a.head_dim, meta.max_blocks_per_seq * a.block_size, sm_count_,
                   ws.attention.size());
   }
-  // Two waves of blocks: 2 resident 87 KB blocks per SM at hd 128 (more at hd 64).
+  // Two waves of blocks: 2 resident blocks per SM at hd 128 (87 KB with 64 rows, 102 KB with
+  // 128; more at hd 64).
   const kernels::PagedAttentionPlan plan =
       kernels::plan_paged_attention(a, 4 * sm_count_, ws.attention.size());
   last_attention_splits_ = plan.num_splits;

@@ -70,7 +70,8 @@
 namespace ridge::kernels {
 namespace {
 
-constexpr int kBM = 64;        // rows per block (general kernel)
+constexpr int kBM = 64;        // rows per block of the general kernel with one row tile per warp
+constexpr int kWideRows = 64;  // the general kernel takes 128-row blocks above this many rows
 constexpr int kBN = 64;        // KV positions per tile (both kernels)
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / 32;
@@ -81,8 +82,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 template <int HD>
 constexpr int smem_row() { return HD + 8; }  // bf16 elements per padded shared row
-template <int HD>
-constexpr size_t smem_bytes() { return size_t(5) * kBM * smem_row<HD>() * 2; }
+template <int HD, int MT>
+constexpr size_t smem_bytes() {  // Q tile (MT * 64 rows), 2 stages of K and V tiles
+  return size_t(MT * kBM + 4 * kBN) * smem_row<HD>() * 2;
+}
 template <int HD, int STAGES>
 constexpr size_t decode_smem_bytes() {
   return size_t(kDecRows + 2 * STAGES * kBN) * smem_row<HD>() * 2;
@@ -182,16 +185,23 @@ struct KernelArgs {
   int* counters;     // decode kernel: [num_seqs, nkv] split tickets (in-kernel merge), or null
 };
 
-template <int HD>
-__global__ void __launch_bounds__(kThreads)
+// MT: 16-row MMA tiles per warp (1: 64-row blocks; 2: 128-row blocks, FlashAttention-2's
+// 32 rows per warp: every K and V fragment read from shared memory feeds two MMAs per warp
+// instead of one, and each 64-position K/V tile gathered from the pages serves twice the rows).
+template <int HD, int MT>
+__global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
     paged_attention_kernel(const KernelArgs a) {
+  constexpr int BM = kBM * MT;      // rows per block
+  constexpr int WROWS = 16 * MT;    // rows per warp
   constexpr int SROW = smem_row<HD>();
   constexpr int KSTEPS = HD / 16;   // k-steps of Q K^T
   constexpr int DTILES = HD / 8;    // n8 tiles of the output
   constexpr int CHUNKS = HD / 8;    // 16-byte chunks per row
+  constexpr int ROW_STEP = kThreads / CHUNKS;  // KV rows between one thread's copies (8 or 16)
+  constexpr int COPIES = kBN / ROW_STEP;       // copies of K (and of V) per thread per tile
   extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* qs = smem;
-  uint16_t* ks = qs + kBM * SROW;   // [2][kBN][SROW]
+  uint16_t* qs = smem;              // [BM][SROW]
+  uint16_t* ks = qs + BM * SROW;    // [2][kBN][SROW]
   uint16_t* vs = ks + 2 * kBN * SROW;
 
   const int seq = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
@@ -206,9 +216,9 @@ __global__ void __launch_bounds__(kThreads)
   const int q_len = a.cu_seqlens_q[seq + 1] - q_start;
   const int ctx = min(a.context_lens[seq], a.max_ctx);
   const int rows_total = q_len * a.group;
-  const int row0 = q_tile * kBM;
+  const int row0 = q_tile * BM;
   if (row0 >= rows_total) return;
-  const int rows_here = min(kBM, rows_total - row0);
+  const int rows_here = min(BM, rows_total - row0);
 
   const int chunk = a.kv_chunk > 0 ? a.kv_chunk : fixed_chunk(ctx, a.num_splits);
   const int kv_begin = split * chunk;
@@ -221,7 +231,7 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* table = a.block_tables + int64_t(seq) * a.max_blocks_per_seq;
 
   // Q tile -> shared (zero rows past the sequence).
-  for (int c = tid; c < kBM * CHUNKS; c += kThreads) {
+  for (int c = tid; c < BM * CHUNKS; c += kThreads) {
     const int r = c / CHUNKS, cc = c % CHUNKS;
     const bool valid = r < rows_here;
     const int rr = row0 + (valid ? r : 0);
@@ -229,48 +239,73 @@ __global__ void __launch_bounds__(kThreads)
     const int head = kvh * a.group + rr % a.group;
     cp_async_16(qs + r * SROW + cc * 8, a.q + token * a.ld_q + int64_t(head) * HD + cc * 8, valid);
   }
+  // This thread copies rows j0 + i * ROW_STEP (i < COPIES) of every tile, chunk cc: first all
+  // COPIES page lookups (independent loads, in flight together), then the 2 * COPIES copies.
+  // Power-of-two pages (the usual case) by shift and mask: a division by a runtime value costs
+  // ~20 integer instructions, and the ALU is this kernel's busiest pipe.
+  const int j0 = tid / CHUNKS, cc = tid % CHUNKS;
+  const int64_t head_off = int64_t(kvh) * HD + cc * 8;
   auto load_kv = [&](int tile, int stage) {
-    const int kv0 = kv_begin + tile * kBN;
-    uint16_t* kd = ks + stage * kBN * SROW;
-    uint16_t* vd = vs + stage * kBN * SROW;
-    for (int c = tid; c < kBN * CHUNKS; c += kThreads) {
-      const int j = c / CHUNKS, cc = c % CHUNKS;
-      const int pos = kv0 + j;
-      bool valid = pos < kv_end;
-      int64_t off = 0;
-      if (valid) {
-        // Power-of-two pages (the usual case) by shift and mask: a division by a runtime value
-        // costs ~20 integer instructions, and the ALU is this kernel's busiest pipe.
-        const int blk = a.bs_shift >= 0 ? pos >> a.bs_shift : pos / a.block_size;
-        const int in_blk = a.bs_shift >= 0 ? pos & (a.block_size - 1) : pos % a.block_size;
-        const int page = table[blk];
-        valid = page >= 0 && page < a.num_blocks;
-        const int64_t slot = int64_t(page) * a.block_size + in_blk;
-        off = valid ? (slot * a.nkv + kvh) * HD + cc * 8 : 0;
-      }
-      cp_async_16(kd + j * SROW + cc * 8, a.k_pool + off, valid);
-      cp_async_16(vd + j * SROW + cc * 8, a.v_pool + off, valid);
+    const int pos0 = kv_begin + tile * kBN + j0;
+    int page[COPIES];
+#pragma unroll
+    for (int i = 0; i < COPIES; ++i) {
+      const int pos = pos0 + i * ROW_STEP;
+      const int blk = a.bs_shift >= 0 ? pos >> a.bs_shift : pos / a.block_size;
+      page[i] = pos < kv_end ? __ldg(table + blk) : -1;
+    }
+    uint16_t* kd = ks + (stage * kBN + j0) * SROW + cc * 8;
+    uint16_t* vd = vs + (stage * kBN + j0) * SROW + cc * 8;
+#pragma unroll
+    for (int i = 0; i < COPIES; ++i) {
+      const int pos = pos0 + i * ROW_STEP;
+      const bool valid = unsigned(page[i]) < unsigned(a.num_blocks_i);
+      const int in_blk = a.bs_shift >= 0 ? pos & (a.block_size - 1) : pos % a.block_size;
+      const int64_t slot = int64_t(valid ? page[i] : 0) * a.block_size + in_blk;
+      const int64_t off = valid ? slot * a.nkv * HD + head_off : 0;
+      cp_async_16(kd + i * ROW_STEP * SROW, a.k_pool + off, valid);
+      cp_async_16(vd + i * ROW_STEP * SROW, a.v_pool + off, valid);
     }
   };
   if (n_tiles > 0) load_kv(0, 0);
   cp_async_commit();
 
-  // This thread's two rows (g and g + 8 of the warp's 16): their positions; -1 masks a row.
-  int row_pos[2];
-  for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + g + 8 * h;
-    row_pos[h] = r < rows_here ? ctx - q_len + (row0 + r) / a.group : -1;
-  }
-  const bool warp_active = warp * 16 < rows_here;
-  // The position of the warp's first row, when all 16 of its rows are real (else -1): a tile
-  // wholly at or before it and inside the range needs no mask.
+  // This thread's rows (g and g + 8 of each of the warp's MT 16-row tiles): their positions; -1
+  // masks a row.
+  int row_pos[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * WROWS + mt * 16 + g + 8 * h;
+      row_pos[mt][h] = r < rows_here ? ctx - q_len + (row0 + r) / a.group : -1;
+    }
+  // The warp's 16-row tiles holding real rows (the rest are skipped), the position of its last
+  // real row (-1: none; a KV tile past it is wholly masked for the warp and skipped), and the
+  // position of its first row when all WROWS of its rows are real (else -1): a KV tile wholly at
+  // or before it and inside the range needs no mask.
+  const int warp_row0 = warp * WROWS;
+  const int warp_rows = max(0, min(WROWS, rows_here - warp_row0));
+  const int mt_count = (warp_rows + 15) / 16;
+  const int warp_last_pos = warp_rows > 0 ? ctx - q_len + (row0 + warp_row0 + warp_rows - 1) / a.group : -1;
   const int warp_full_pos =
-      warp * 16 + 16 <= rows_here ? ctx - q_len + (row0 + warp * 16) / a.group : -1;
+      warp_rows == WROWS ? ctx - q_len + (row0 + warp_row0) / a.group : -1;
 
-  uint32_t qa[KSTEPS][4];
-  float o[DTILES][4];
-  for (int d = 0; d < DTILES; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  uint32_t qa[MT == 1 ? KSTEPS : 1][4];  // MT 1: Q fragments in registers; MT 2: from shared
+  float o[MT][DTILES][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int d = 0; d < DTILES; ++d) o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.0f;
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+
+  // ldmatrix addresses. Q (A operand, MT 2): matrix i = lane / 8 is rows (i % 2) * 8 .. + 7,
+  // k half i / 2. K (B operand of Q K^T): matrix i is n-tile 2p + i / 2, k half i % 2.
+  const uint16_t* qrow = qs + (warp_row0 + (lane & 15)) * SROW + (lane >> 4) * 8;
+  const int krow_off = ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
+  const int vrow_off = (lane & 15) * SROW + (lane >> 4) * 8;
 
   for (int tile = 0; tile < n_tiles; ++tile) {
     if (tile + 1 < n_tiles) {
@@ -281,88 +316,118 @@ __global__ void __launch_bounds__(kThreads)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (tile == 0) {
-      const uint16_t* qw = qs + (warp * 16 + g) * SROW + 2 * t4;
+    if constexpr (MT == 1) {
+      if (tile == 0) {
+        const uint16_t* qw = qs + (warp * 16 + g) * SROW + 2 * t4;
 #pragma unroll
-      for (int s = 0; s < KSTEPS; ++s) {
-        qa[s][0] = lds32(qw + s * 16);
-        qa[s][1] = lds32(qw + 8 * SROW + s * 16);
-        qa[s][2] = lds32(qw + s * 16 + 8);
-        qa[s][3] = lds32(qw + 8 * SROW + s * 16 + 8);
+        for (int s = 0; s < KSTEPS; ++s) {
+          qa[s][0] = lds32(qw + s * 16);
+          qa[s][1] = lds32(qw + 8 * SROW + s * 16);
+          qa[s][2] = lds32(qw + s * 16 + 8);
+          qa[s][3] = lds32(qw + 8 * SROW + s * 16 + 8);
+        }
       }
     }
-    if (warp_active) {
-      const uint16_t* kt = ks + (tile & 1) * kBN * SROW;
-      const uint16_t* vt = vs + (tile & 1) * kBN * SROW;
-      float s[kBN / 8][4];
+    const int kv0 = kv_begin + tile * kBN;
+    if (kv0 <= warp_last_pos) {
+      const uint16_t* kt = ks + (tile & 1) * kBN * SROW + krow_off;
+      const uint16_t* vt = vs + (tile & 1) * kBN * SROW + vrow_off;
+      float s[MT][kBN / 8][4];
 #pragma unroll
-      for (int n = 0; n < kBN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < kBN / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
       // S = Q K^T: one ldmatrix.x4 gives the b0/b1 fragments of two n-tiles for one k-step
-      // (matrix i = lane / 8: n-tile 2p + i / 2, k half i % 2), a quarter of the shared-memory
-      // instructions of 32-bit loads; same MMA order per n-tile (k ascending).
-      const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
+      // (a quarter of the shared-memory instructions of 32-bit loads), used by the warp's MT row
+      // tiles; each accumulator sums k ascending.
 #pragma unroll
-      for (int p = 0; p < kBN / 16; ++p)
+      for (int k = 0; k < KSTEPS; ++k) {
+        uint32_t qf[MT][4];
 #pragma unroll
-        for (int k = 0; k < KSTEPS; ++k) {
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (MT == 1) {
+            qf[0][0] = qa[k][0], qf[0][1] = qa[k][1], qf[0][2] = qa[k][2], qf[0][3] = qa[k][3];
+          } else if (mt < mt_count) {
+            ldmatrix_x4(qf[mt], qrow + mt * 16 * SROW + k * 16);
+          }
+        }
+#pragma unroll
+        for (int p = 0; p < kBN / 16; ++p) {
           uint32_t b[4];
-          ldmatrix_x4(b, krow + p * 16 * SROW + k * 16);
-          mma_16816(s[2 * p], qa[k], b[0], b[1]);
-          mma_16816(s[2 * p + 1], qa[k], b[2], b[3]);
+          ldmatrix_x4(b, kt + p * 16 * SROW + k * 16);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            if (mt < mt_count) {
+              mma_16816(s[mt][2 * p], qf[mt], b[0], b[1]);
+              mma_16816(s[mt][2 * p + 1], qf[mt], b[2], b[3]);
+            }
+          }
         }
+      }
       // Mask, scale, online softmax.
-      const int kv0 = kv_begin + tile * kBN;
       const bool unmasked = kv0 + kBN <= kv_end && kv0 + kBN - 1 <= warp_full_pos;
-      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int n = 0; n < kBN / 8; ++n)
+      for (int mt = 0; mt < MT; ++mt) {
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2;
-          const int pos = kv0 + n * 8 + 2 * t4 + (e & 1);
-          const bool ok = unmasked || (pos <= row_pos[h] && pos < kv_end);
-          s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
-          mx[h] = fmaxf(mx[h], s[n][e]);
+        for (int n = 0; n < kBN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2;
+            const int pos = kv0 + n * 8 + 2 * t4 + (e & 1);
+            const bool ok = unmasked || (pos <= row_pos[mt][h] && pos < kv_end);
+            s[mt][n][e] = ok ? s[mt][n][e] * a.scale_log2 : -INFINITY;
+            mx[h] = fmaxf(mx[h], s[mt][n][e]);
+          }
+        float alpha[2], base[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+          const float m_new = fmaxf(m[mt][h], mx[h]);
+          base[h] = m_new == -INFINITY ? 0.0f : m_new;
+          alpha[h] = exp2f(m[mt][h] - base[h]);  // 0 while the row has seen nothing
+          m[mt][h] = m_new;
+          l[mt][h] *= alpha[h];
         }
-      float alpha[2], base[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float m_new = fmaxf(m[h], mx[h]);
-        base[h] = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[h] = exp2f(m[h] - base[h]);  // 0 while the row has seen nothing
-        m[h] = m_new;
-        l[h] *= alpha[h];
-      }
-#pragma unroll
-      for (int d = 0; d < DTILES; ++d) {
-        o[d][0] *= alpha[0];
-        o[d][1] *= alpha[0];
-        o[d][2] *= alpha[1];
-        o[d][3] *= alpha[1];
-      }
-#pragma unroll
-      for (int n = 0; n < kBN / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[n][e] = exp2f(s[n][e] - base[e / 2]);
-          l[e / 2] += s[n][e];
+        for (int d = 0; d < DTILES; ++d) {
+          o[mt][d][0] *= alpha[0];
+          o[mt][d][1] *= alpha[0];
+          o[mt][d][2] *= alpha[1];
+          o[mt][d][3] *= alpha[1];
         }
-      // O += P V, 16 KV positions per k-step.
+#pragma unroll
+        for (int n = 0; n < kBN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[mt][n][e] = exp2f(s[mt][n][e] - base[e / 2]);
+            l[mt][e / 2] += s[mt][n][e];
+          }
+      }
+      // O += P V, 16 KV positions per k-step; each V fragment (ldmatrix.trans) serves the
+      // warp's MT row tiles.
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk) {
-        const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                                pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        const uint16_t* vrow = vt + (kk * 16 + (lane & 15)) * SROW + (lane >> 4) * 8;
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          pa[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int d = 0; d < DTILES; d += 2) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, vrow + d * 8);
-          mma_16816(o[d], pa, b[0], b[1]);
-          mma_16816(o[d + 1], pa, b[2], b[3]);
+          ldmatrix_x4_trans(b, vt + kk * 16 * SROW + d * 8);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            if (mt < mt_count) {
+              mma_16816(o[mt][d], pa[mt], b[0], b[1]);
+              mma_16816(o[mt][d + 1], pa[mt], b[2], b[3]);
+            }
+          }
         }
       }
     }
@@ -370,41 +435,44 @@ __global__ void __launch_bounds__(kThreads)
   }
   cp_async_wait<0>();
 
-  if (!warp_active) return;
-  float inv_l[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    inv_l[h] = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-  }
+  for (int mt = 0; mt < MT; ++mt) {
+    if (mt >= mt_count) break;
+    float inv_l[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + g + 8 * h;
-    if (r >= rows_here) continue;
-    const int rr = row0 + r;
-    const int64_t token = q_start + rr / a.group;
-    const int head = kvh * a.group + rr % a.group;
-    if (a.num_splits == 1) {
-      uint16_t* dst = a.out + token * a.ld_out + int64_t(head) * HD + 2 * t4;
+    for (int h = 0; h < 2; ++h) {
+      l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 1);
+      l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 2);
+      inv_l[h] = l[mt][h] > 0.0f ? 1.0f / l[mt][h] : 0.0f;
+    }
 #pragma unroll
-      for (int d = 0; d < DTILES; ++d)
-        *reinterpret_cast<uint32_t*>(dst + d * 8) =
-            pack_bf16(o[d][2 * h] * inv_l[h], o[d][2 * h + 1] * inv_l[h]);
-    } else {
-      const int64_t row_in_split = token * a.nh + head;
-      if (row_in_split >= a.ws_rows) continue;  // q_len past max_q_len (fixed mode): not ours
-      const int64_t ws_row = int64_t(split) * a.ws_rows + row_in_split;
-      float* dst = a.ws_o + ws_row * HD + 2 * t4;
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp_row0 + mt * 16 + g + 8 * h;
+      if (r >= rows_here) continue;
+      const int rr = row0 + r;
+      const int64_t token = q_start + rr / a.group;
+      const int head = kvh * a.group + rr % a.group;
+      if (a.num_splits == 1) {
+        uint16_t* dst = a.out + token * a.ld_out + int64_t(head) * HD + 2 * t4;
 #pragma unroll
-      for (int d = 0; d < DTILES; ++d)
-        *reinterpret_cast<float2*>(dst + d * 8) =
-            make_float2(o[d][2 * h] * inv_l[h], o[d][2 * h + 1] * inv_l[h]);
-      if (t4 == 0) *reinterpret_cast<float2*>(a.ws_ml + ws_row * 2) = make_float2(m[h], l[h]);
+        for (int d = 0; d < DTILES; ++d)
+          *reinterpret_cast<uint32_t*>(dst + d * 8) =
+              pack_bf16(o[mt][d][2 * h] * inv_l[h], o[mt][d][2 * h + 1] * inv_l[h]);
+      } else {
+        const int64_t row_in_split = token * a.nh + head;
+        if (row_in_split >= a.ws_rows) continue;  // q_len past max_q_len (fixed mode): not ours
+        const int64_t ws_row = int64_t(split) * a.ws_rows + row_in_split;
+        float* dst = a.ws_o + ws_row * HD + 2 * t4;
+#pragma unroll
+        for (int d = 0; d < DTILES; ++d)
+          *reinterpret_cast<float2*>(dst + d * 8) =
+              make_float2(o[mt][d][2 * h] * inv_l[h], o[mt][d][2 * h + 1] * inv_l[h]);
+        if (t4 == 0)
+          *reinterpret_cast<float2*>(a.ws_ml + ws_row * 2) = make_float2(m[mt][h], l[mt][h]);
+      }
     }
   }
 }
-
 template <int HD, int STAGES>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
     paged_decode_kernel(const KernelArgs a) {
@@ -726,6 +794,30 @@ __global__ void __launch_bounds__(kThreads)
 
 std::string int_text(int64_t v) { return std::to_string(v); }
 
+template <int HD, int MT>
+void set_general_smem() {
+  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_attention_kernel<HD, MT>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(smem_bytes<HD, MT>())));
+}
+
+template <int HD>
+void launch_general(const KernelArgs& k, int block_rows, const dim3& grid, cudaStream_t stream) {
+  if (block_rows == 2 * kBM) {
+    paged_attention_kernel<HD, 2><<<grid, kThreads, smem_bytes<HD, 2>(), stream>>>(k);
+  } else {
+    paged_attention_kernel<HD, 1><<<grid, kThreads, smem_bytes<HD, 1>(), stream>>>(k);
+  }
+  RIDGE_CHECK_LAUNCH("paged_attention_kernel");
+}
+
+// Rows per block of the general kernel: 128 (two row tiles per warp) once a sequence has more
+// rows than one 64-row block, unless forced.
+int general_rows_for(int forced, int64_t max_rows) {
+  if (forced == kBM || forced == 2 * kBM) return forced;
+  return max_rows > kWideRows ? 2 * kBM : kBM;
+}
+
 template <int HD, int STAGES>
 void set_decode_smem() {
   RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_decode_kernel<HD, STAGES>,
@@ -755,12 +847,10 @@ int default_decode_stages(int head_dim) { return head_dim == 128 ? 3 : 4; }
 }  // namespace
 
 void init_paged_attention() {
-  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_attention_kernel<64>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem_bytes<64>())));
-  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_attention_kernel<128>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem_bytes<128>())));
+  set_general_smem<64, 1>();
+  set_general_smem<64, 2>();
+  set_general_smem<128, 1>();
+  set_general_smem<128, 2>();
   set_decode_smem<64, 2>();
   set_decode_smem<64, 3>();
   set_decode_smem<64, 4>();
@@ -778,7 +868,8 @@ int graph_attention_splits(int num_seqs, int max_q_len, int num_kv_heads, int gr
                            int max_context, int sm_count, size_t workspace_bytes) {
   if (num_seqs <= 0 || num_kv_heads <= 0 || group <= 0 || max_q_len <= 0) return 1;
   const int64_t rows = int64_t(max_q_len) * group;
-  const int64_t q_tiles = rows <= kDecRows ? 1 : (rows + kBM - 1) / kBM;
+  const int bm = general_rows_for(0, rows);
+  const int64_t q_tiles = rows <= kDecRows ? 1 : (rows + bm - 1) / bm;
   const int64_t blocks = int64_t(num_seqs) * num_kv_heads * q_tiles;
   const int64_t target = 4 * int64_t(std::max(sm_count, 1));
   if (blocks >= target) return 1;
@@ -830,12 +921,17 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                           "), pools 16-byte aligned");
   RIDGE_KERNEL_EXPECT(a.decode_stages == 0 || (a.decode_stages >= 2 && a.decode_stages <= 4),
                       kName, "decode_stages must be 0 (default) or 2..4");
+  RIDGE_KERNEL_EXPECT(a.general_block_rows == 0 || a.general_block_rows == kBM ||
+                          a.general_block_rows == 2 * kBM,
+                      kName,
+                      "general_block_rows must be 0 (automatic), 64 or 128, got " +
+                          int_text(a.general_block_rows));
   const int group = a.num_q_heads / a.num_kv_heads;
 
   // Host mirrors: validation (always when given), and the plan's inputs (planned mode).
   const bool have_host = a.host_cu_seqlens_q && a.host_context_lens;
-  int64_t general_blocks = 0, decode_blocks = 0;
-  int general_q_tiles = 0, max_rows = 0, max_ctx = 0;
+  int64_t general_blocks[2] = {0, 0}, decode_blocks = 0;  // [0]: 64-row blocks, [1]: 128
+  int general_q_tiles[2] = {0, 0}, max_rows = 0, max_ctx = 0;
   int64_t host_tokens = 0;
   if (have_host) {
     for (int s = 0; s < a.num_seqs; ++s) {
@@ -852,9 +948,11 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                           "sequence " + int_text(s) + " has " + int_text(q_len) +
                               " new tokens, more than max_q_len " + int_text(a.max_q_len));
       const int rows = q_len * group;
-      const int tiles = (rows + kBM - 1) / kBM;
-      general_q_tiles = std::max(general_q_tiles, tiles);
-      general_blocks += int64_t(tiles) * a.num_kv_heads;
+      for (int w = 0; w < 2; ++w) {
+        const int tiles = (rows + kBM * (w + 1) - 1) / (kBM * (w + 1));
+        general_q_tiles[w] = std::max(general_q_tiles[w], tiles);
+        general_blocks[w] += int64_t(tiles) * a.num_kv_heads;
+      }
       if (rows > 0) decode_blocks += a.num_kv_heads;
       max_rows = std::max(max_rows, rows);
       max_ctx = std::max(max_ctx, ctx);
@@ -873,12 +971,20 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                           int_text(rows_bound) + " rows, block size " + int_text(a.block_size));
   p.decode = a.path == AttentionPath::decode || (a.path == AttentionPath::automatic && decode_fits);
   p.decode_stages = a.decode_stages ? a.decode_stages : default_decode_stages(a.head_dim);
+  p.block_rows = p.decode ? kDecRows : general_rows_for(a.general_block_rows, rows_bound);
+  // Planned mode: a 128-row block does the work of two 64-row blocks, so it needs half the
+  // blocks (target_blocks / 2) to fill the GPU; when the batch has fewer, 64-row blocks spread
+  // the rows over more SMs before any KV split (which costs a combine pass over fp32 partials).
+  if (!fixed && !p.decode && a.general_block_rows == 0 && p.block_rows == 2 * kBM &&
+      general_blocks[1] * 2 < target_blocks)
+    p.block_rows = kBM;
+  const int wide = p.block_rows == 2 * kBM ? 1 : 0;
 
   if (fixed) {
     p.num_tokens = int64_t(a.num_seqs) * a.max_q_len;
     p.max_q_tiles = a.num_seqs == 0 ? 0
                     : p.decode      ? 1
-                                    : int((rows_bound + kBM - 1) / kBM);
+                                    : int((rows_bound + p.block_rows - 1) / p.block_rows);
     p.num_splits = a.fixed_splits;
     p.kv_chunk = 0;
     const size_t per_split = paged_attention_split_bytes(p.num_tokens, a.num_q_heads, a.head_dim);
@@ -892,12 +998,13 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   }
 
   p.num_tokens = host_tokens;
-  p.max_q_tiles = p.decode ? (decode_blocks > 0 ? 1 : 0) : general_q_tiles;
-  const int64_t blocks = p.decode ? decode_blocks : general_blocks;
+  p.max_q_tiles = p.decode ? (decode_blocks > 0 ? 1 : 0) : general_q_tiles[wide];
+  const int64_t blocks = p.decode ? decode_blocks : general_blocks[wide];
   const int max_tiles = std::max(1, (max_ctx + kBN - 1) / kBN);
   int splits = 1;
-  if (blocks > 0 && blocks < target_blocks)
-    splits = int(std::min<int64_t>({(target_blocks + blocks - 1) / blocks, max_tiles, kMaxSplits,
+  const int64_t target = wide ? (int64_t(target_blocks) + 1) / 2 : target_blocks;
+  if (blocks > 0 && blocks < target)
+    splits = int(std::min<int64_t>({(target + blocks - 1) / blocks, max_tiles, kMaxSplits,
                                     65535 / std::max(1, a.num_seqs)}));
   const size_t per_split = paged_attention_split_bytes(p.num_tokens, a.num_q_heads, a.head_dim);
   if (per_split > 0) splits = int(std::min<size_t>(size_t(splits), workspace_capacity / per_split));
@@ -953,8 +1060,7 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
     } else {
       const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
                       unsigned(a.num_seqs * p.num_splits));
-      paged_attention_kernel<64><<<grid, kThreads, smem_bytes<64>(), stream>>>(k);
-      RIDGE_CHECK_LAUNCH("paged_attention_kernel<64>");
+      launch_general<64>(k, p.block_rows, grid, stream);
     }
     if (separate_combine) {
       RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<64>, dim3(combine_blocks),
@@ -969,8 +1075,7 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
     } else {
       const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
                       unsigned(a.num_seqs * p.num_splits));
-      paged_attention_kernel<128><<<grid, kThreads, smem_bytes<128>(), stream>>>(k);
-      RIDGE_CHECK_LAUNCH("paged_attention_kernel<128>");
+      launch_general<128>(k, p.block_rows, grid, stream);
     }
     if (separate_combine) {
       RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<128>, dim3(combine_blocks),

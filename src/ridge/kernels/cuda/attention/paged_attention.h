@@ -1,7 +1,8 @@
 // Paged attention over bf16 KV pools for a mixed batch of prefill chunks and decode tokens
 // (varlen, GQA, causal). Two kernels, one contract:
-//   - the general kernel: FlashAttention-2 style 64-row tiles of (token, query head) rows with an
-//     online softmax in registers (mma.sync m16n8k16 bf16 -> fp32); any q_len;
+//   - the general kernel: FlashAttention-2 style 64- or 128-row tiles of (token, query head) rows
+//     (16 or 32 rows per warp) with an online softmax in registers (mma.sync m16n8k16 bf16 ->
+//     fp32); any q_len;
 //   - the decode kernel: one 16-row tile per (sequence, KV head, split) holding the sequence's
 //     q_len * group rows, the 4 warps of a block each taking their own 16 of every 64 KV
 //     positions, K/V streamed through a 2-4 stage cp.async ring (32 KB per stage at hd 128), the
@@ -75,6 +76,9 @@ struct PagedAttentionArgs {
   // 0: the default, 3 at hd 128 and 4 at hd 64).
   AttentionPath path = AttentionPath::automatic;
   int decode_stages = 0;
+  // The general kernel's rows per block: 64 (one 16-row MMA tile per warp) or 128 (two, as
+  // FlashAttention-2); 0: automatic, 128 when some sequence has more than 64 rows (q_len * group).
+  int general_block_rows = 0;
   // Zero-initialized device ints (at least num_seqs * num_kv_heads of them), left zero by every
   // call: with them, a split decode-kernel launch merges its splits itself (the last block of
   // each (sequence, KV head) to finish, by an atomic ticket) and no combine kernel runs. Null, or
@@ -93,6 +97,7 @@ struct PagedAttentionPlan {
                                // num_seqs * max_q_len (fixed)
   size_t workspace_bytes = 0;  // 0 when num_splits == 1
   bool decode = false;         // the decode kernel runs (else the general one)
+  int block_rows = 64;         // rows per block: 16 (decode kernel), 64 or 128 (general)
   int decode_stages = 0;       // its cp.async ring depth
 };
 
