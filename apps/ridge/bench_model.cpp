@@ -28,6 +28,9 @@
 #include "ridge/perf/hardware.h"
 #include "ridge/perf/planner.h"
 #include "subcommand.h"
+#ifdef RIDGE_HAVE_PERF_GPU
+#include "ridge/perf/gpu/ceilings.h"
+#endif
 
 namespace {
 
@@ -75,13 +78,13 @@ constexpr bool kHasForwardLogits =
 template <class M>
 std::span<const float> run_forward(M& m, const model::ForwardBatch& fb,
                                    std::span<backend::KvLayer> kv, std::vector<float>& buf,
-                                   int64_t vocab) {
+                                   int64_t vocab, backend::Stream stream = {}) {
   if constexpr (kHasForwardLogits<M>) {
-    const auto s = m.forward_logits(backend::Stream{}, fb, kv);  // pinned host logits
+    const auto s = m.forward_logits(stream, fb, kv);  // pinned host logits
     return {s.data(), s.size()};
   } else {
     buf.resize(fb.logits_rows.size() * size_t(vocab));
-    m.forward(backend::Stream{}, fb, kv, buf.data());
+    m.forward(stream, fb, kv, buf.data());
     return {buf.data(), buf.size()};
   }
 }
@@ -252,6 +255,9 @@ struct Phase {
   perf::Launch launch = perf::Launch::eager;
   perf::StepCost predicted, alternative, roofline;
   std::vector<app::OpTime> ops;
+  // The step's GPU time by events on its stream (< 0: not measured): as issued (host gaps
+  // included), and queued behind a hold kernel (every launch queued before the GPU starts).
+  double gpu_events = -1, gpu_queued = -1;
 };
 
 void bench(BenchModelFlags& f) {
@@ -368,6 +374,43 @@ void bench(BenchModelFlags& f) {
   if (on_gpu && !f.skip_long)
     decode_phase(fmt::format("decode bs{} at {} context", f.long_batch, f.long_context), f.long_batch,
                  f.long_context, 32);
+
+  // The step's GPU time apart from the host: the same step (one step of each phase) on a stream of
+  // its own, timed by events (a: as issued, host gaps included) and issued behind a 20 ms hold
+  // kernel (b: every launch queued before the GPU reaches the first, so no host gaps). Wall >> a:
+  // host work before the first launch or after the last kernel; a >> b: the GPU waits for
+  // launches; b >> the ops alone summed: the ops run slower inside the step (clocks, caches).
+#ifdef RIDGE_HAVE_PERF_GPU
+  if (on_gpu) {
+    perf::gpu::StreamTimer timer;
+    const backend::Stream ts{timer.stream()};
+    std::vector<float> buf;
+    fmt::print("\nstep GPU time (events on the step's stream, median of {}): wall = forward call, "
+               "events = as issued, queued = behind a 20 ms hold kernel (no host gaps)\n",
+               std::max(1, f.repeats));
+    fmt::print("  {:<32} {:>10} {:>10} {:>10}\n", "phase", "wall ms", "events ms", "queued ms");
+    for (auto& p : phases) {
+      auto issue = [&] {
+        (void)run_forward(*bundle->model, p.fb, bundle->kv_pool->layers(), buf, cfg.vocab, ts);
+      };
+      try {
+        issue();  // warm-up on this stream (its workspace, a decode graph's capture)
+        std::vector<double> ev, q;
+        for (int r = 0; r < std::max(1, f.repeats); ++r) {
+          ev.push_back(timer.eager(issue));
+          q.push_back(timer.queued(issue));
+        }
+        p.gpu_events = median(ev);
+        p.gpu_queued = median(q);
+      } catch (const std::exception& e) {
+        fmt::print("  {:<32} failed: {}\n", p.name, e.what());
+        continue;
+      }
+      fmt::print("  {:<32} {:>10.3f} {:>10.3f} {:>10.3f}\n", p.name, p.measured * 1e3,
+                 p.gpu_events * 1e3, p.gpu_queued * 1e3);
+    }
+  }
+#endif
 
   // Calibration: predicted vs measured per phase.
   if (hwo) fmt::print("\ncalibration: the cost model (ridge as built, achievable efficiencies) vs the steps "
@@ -527,6 +570,8 @@ void bench(BenchModelFlags& f) {
                            {"unit", p.unit},
                            {"launch", perf::launch_name(p.launch)},
                            {"ops", ops}};
+      if (p.gpu_events >= 0) jp["gpu_events_seconds"] = p.gpu_events;
+      if (p.gpu_queued >= 0) jp["gpu_queued_seconds"] = p.gpu_queued;
       if (hwo) {
         jp["predicted_seconds"] = p.predicted.time;
         jp["error"] = error_of(p.predicted.time, p.measured);

@@ -1,18 +1,24 @@
 // Paged attention kernels (see paged_attention.h for layouts and limits).
 //
-// paged_attention_kernel<HD> (the general kernel: prefill chunks, mixed batches, big groups)
+// paged_attention_kernel<HD, MT> (the general kernel: prefill chunks, mixed batches, big groups)
 //   Launch: grid (q tiles, nkv, num_seqs * num_splits), 128 threads (4 warps), dynamic shared
-//   memory (5 * 64 * (HD + 8) * 2 bytes: Q tile, 2 stages of K and V tiles; 87 KB at HD 128).
-//   A block owns BM = 64 "rows" of one sequence and one KV head: row r is query token r / group
-//   with query head kvh * group + r % group, so the query heads sharing a KV head (GQA) read
-//   each K/V tile once; a decode token fills `group` rows. Warp w owns rows 16w .. 16w + 15.
+//   memory ((64 * MT + 4 * 64) * (HD + 8) * 2 bytes: Q tile, 2 stages of K and V tiles; 87 KB
+//   (MT 1) or 102 KB (MT 2) at HD 128).
+//   A block owns BM = 64 * MT "rows" of one sequence and one KV head: row r is query token
+//   r / group with query head kvh * group + r % group, so the query heads sharing a KV head (GQA)
+//   read each K/V tile once; a decode token fills `group` rows. Warp w owns rows 16 * MT * w ..
+//   16 * MT * (w + 1) - 1 as MT 16-row MMA tiles (MT 2: FlashAttention-2's 32 rows per warp, Q
+//   fragments by ldmatrix per k-step since O and S fill the registers).
 //   The block walks its split's KV range in tiles of BN = 64 positions, stopping at the causal
 //   limit of its last row; blocks take the q tiles from the last (the longest causal range)
 //   down, so the long blocks start first. Tiles wholly inside every row's range skip the mask.
 //   K/V rows are gathered from the pages with cp.async (16 bytes per
 //   thread per copy; positions outside the range are zero-filled), double-buffered.
-//   Per tile: S = Q K^T (mma.sync m16n8k16, bf16 in, fp32 accumulate), causal/range mask, online
-//   softmax in the exp2 domain (row max and sum across the 4 threads of a quad), P rounded to
+//   Per tile: S = Q K^T (mma.sync m16n8k16, bf16 in, fp32 accumulate), causal/range mask (one
+//   uniform branch per tile, a select per score: no branch inside the tile loop, which ptxas
+//   schedules only within basic blocks), online softmax in the exp2 domain (row max on raw
+//   scores, each weight one FFMA with the scale and one ex2.approx.ftz; row max and sum across
+//   the 4 threads of a quad), P rounded to
 //   bf16 straight from the accumulator layout into the A-operand layout, O += P V (V read with
 //   ldmatrix.trans). Shared-memory rows are padded by 16 bytes: the 32-bit fragment loads and
 //   the ldmatrix phases hit 32 distinct banks.
@@ -146,6 +152,15 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// 2^x as one MUFU.EX2 (ex2.approx.ftz): exp2f adds a range test and two conditional multiplies
+// to keep denormal results, which a softmax weight rounded to bf16 next to a maximum of 1 never
+// needs (a result below 2^-126 flushes to 0). exp2(-inf) = 0.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t lds32(const uint16_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
@@ -245,24 +260,32 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
   // ~20 integer instructions, and the ALU is this kernel's busiest pipe.
   const int j0 = tid / CHUNKS, cc = tid % CHUNKS;
   const int64_t head_off = int64_t(kvh) * HD + cc * 8;
+  const int64_t slot_elems = int64_t(a.nkv) * HD;  // one position of one page
   auto load_kv = [&](int tile, int stage) {
     const int pos0 = kv_begin + tile * kBN + j0;
-    int page[COPIES];
+    int page[COPIES], in_blk[COPIES];
+    if (a.bs_shift >= 0) {  // one uniform branch per tile, not one per copy
 #pragma unroll
-    for (int i = 0; i < COPIES; ++i) {
-      const int pos = pos0 + i * ROW_STEP;
-      const int blk = a.bs_shift >= 0 ? pos >> a.bs_shift : pos / a.block_size;
-      page[i] = pos < kv_end ? __ldg(table + blk) : -1;
+      for (int i = 0; i < COPIES; ++i) {
+        const int pos = pos0 + i * ROW_STEP;
+        page[i] = pos < kv_end ? __ldg(table + (pos >> a.bs_shift)) : -1;
+        in_blk[i] = pos & (a.block_size - 1);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < COPIES; ++i) {
+        const int pos = pos0 + i * ROW_STEP;
+        page[i] = pos < kv_end ? __ldg(table + pos / a.block_size) : -1;
+        in_blk[i] = pos % a.block_size;
+      }
     }
     uint16_t* kd = ks + (stage * kBN + j0) * SROW + cc * 8;
     uint16_t* vd = vs + (stage * kBN + j0) * SROW + cc * 8;
 #pragma unroll
     for (int i = 0; i < COPIES; ++i) {
-      const int pos = pos0 + i * ROW_STEP;
       const bool valid = unsigned(page[i]) < unsigned(a.num_blocks_i);
-      const int in_blk = a.bs_shift >= 0 ? pos & (a.block_size - 1) : pos % a.block_size;
-      const int64_t slot = int64_t(valid ? page[i] : 0) * a.block_size + in_blk;
-      const int64_t off = valid ? slot * a.nkv * HD + head_off : 0;
+      const int64_t slot = int64_t(valid ? page[i] : 0) * a.block_size + in_blk[i];
+      const int64_t off = valid ? slot * slot_elems + head_off : 0;
       cp_async_16(kd + i * ROW_STEP * SROW, a.k_pool + off, valid);
       cp_async_16(vd + i * ROW_STEP * SROW, a.v_pool + off, valid);
     }
@@ -280,10 +303,12 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
       const int r = warp * WROWS + mt * 16 + g + 8 * h;
       row_pos[mt][h] = r < rows_here ? ctx - q_len + (row0 + r) / a.group : -1;
     }
-  // The warp's 16-row tiles holding real rows (the rest are skipped), the position of its last
-  // real row (-1: none; a KV tile past it is wholly masked for the warp and skipped), and the
-  // position of its first row when all WROWS of its rows are real (else -1): a KV tile wholly at
-  // or before it and inside the range needs no mask.
+  // The warp's 16-row tiles holding real rows (only they are written; the MMAs run on all MT:
+  // a branch around each MMA would cut the tile loop into basic blocks that ptxas cannot
+  // schedule across, and rows past the end are zero and masked), the position of its last real
+  // row (-1: none; a KV tile past it is wholly masked for the warp and skipped), and the position
+  // of its first row when all WROWS of its rows are real (else -1): a KV tile wholly at or before
+  // it and inside the range needs no mask.
   const int warp_row0 = warp * WROWS;
   const int warp_rows = max(0, min(WROWS, rows_here - warp_row0));
   const int mt_count = (warp_rows + 15) / 16;
@@ -347,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
         for (int mt = 0; mt < MT; ++mt) {
           if constexpr (MT == 1) {
             qf[0][0] = qa[k][0], qf[0][1] = qa[k][1], qf[0][2] = qa[k][2], qf[0][3] = qa[k][3];
-          } else if (mt < mt_count) {
+          } else {
             ldmatrix_x4(qf[mt], qrow + mt * 16 * SROW + k * 16);
           }
         }
@@ -357,36 +382,43 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
           ldmatrix_x4(b, kt + p * 16 * SROW + k * 16);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            if (mt < mt_count) {
-              mma_16816(s[mt][2 * p], qf[mt], b[0], b[1]);
-              mma_16816(s[mt][2 * p + 1], qf[mt], b[2], b[3]);
-            }
+            mma_16816(s[mt][2 * p], qf[mt], b[0], b[1]);
+            mma_16816(s[mt][2 * p + 1], qf[mt], b[2], b[3]);
           }
         }
       }
-      // Mask, scale, online softmax.
+      // Mask, online softmax. The raw scores are masked and their row maximum taken before the
+      // scale (positive, so the maximum commutes with it); each weight is then one FFMA and one
+      // MUFU: 2^(s * scale_log2 - m), m the running maximum in the scaled (exp2) domain.
       const bool unmasked = kv0 + kBN <= kv_end && kv0 + kBN - 1 <= warp_full_pos;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
+        // One uniform branch per tile (the diagonal and range-end tiles mask), and selects
+        // inside it: a short-circuit per element would put two branches on each score.
+        if (!unmasked) {
+          const int lim0 = min(row_pos[mt][0], kv_end - 1) - kv0 - 2 * t4;
+          const int lim1 = min(row_pos[mt][1], kv_end - 1) - kv0 - 2 * t4;
+#pragma unroll
+          for (int n = 0; n < kBN / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int off = n * 8 + (e & 1);  // pos - kv0 - 2 * t4
+              s[mt][n][e] = off <= (e < 2 ? lim0 : lim1) ? s[mt][n][e] : -INFINITY;
+            }
+        }
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < kBN / 8; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e / 2;
-            const int pos = kv0 + n * 8 + 2 * t4 + (e & 1);
-            const bool ok = unmasked || (pos <= row_pos[mt][h] && pos < kv_end);
-            s[mt][n][e] = ok ? s[mt][n][e] * a.scale_log2 : -INFINITY;
-            mx[h] = fmaxf(mx[h], s[mt][n][e]);
-          }
+          for (int e = 0; e < 4; ++e) mx[e / 2] = fmaxf(mx[e / 2], s[mt][n][e]);
         float alpha[2], base[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-          const float m_new = fmaxf(m[mt][h], mx[h]);
+          const float m_new = fmaxf(m[mt][h], mx[h] * a.scale_log2);
           base[h] = m_new == -INFINITY ? 0.0f : m_new;
-          alpha[h] = exp2f(m[mt][h] - base[h]);  // 0 while the row has seen nothing
+          alpha[h] = exp2_ftz(m[mt][h] - base[h]);  // 0 while the row has seen nothing
           m[mt][h] = m_new;
           l[mt][h] *= alpha[h];
         }
@@ -401,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
         for (int n = 0; n < kBN / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            s[mt][n][e] = exp2f(s[mt][n][e] - base[e / 2]);
+            s[mt][n][e] = exp2_ftz(fmaf(s[mt][n][e], a.scale_log2, -base[e / 2]));
             l[mt][e / 2] += s[mt][n][e];
           }
       }
@@ -423,10 +455,8 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
           ldmatrix_x4_trans(b, vt + kk * 16 * SROW + d * 8);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            if (mt < mt_count) {
-              mma_16816(o[mt][d], pa[mt], b[0], b[1]);
-              mma_16816(o[mt][d + 1], pa[mt], b[2], b[3]);
-            }
+            mma_16816(o[mt][d], pa[mt], b[0], b[1]);
+            mma_16816(o[mt][d + 1], pa[mt], b[2], b[3]);
           }
         }
       }
@@ -926,6 +956,9 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                       kName,
                       "general_block_rows must be 0 (automatic), 64 or 128, got " +
                           int_text(a.general_block_rows));
+  RIDGE_KERNEL_EXPECT(a.scale > 0.0f && a.scale < INFINITY, kName,
+                      "the softmax scale must be positive and finite, got " +
+                          std::to_string(a.scale));
   const int group = a.num_q_heads / a.num_kv_heads;
 
   // Host mirrors: validation (always when given), and the plan's inputs (planned mode).
