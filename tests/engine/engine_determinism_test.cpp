@@ -9,6 +9,7 @@
 // differently. A request alone decodes in 1-row steps; among 8 others in 9-row steps. Every row
 // is still computed independently of the others, so a KV mix-up would show as a large difference.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "engine_test_util.h"
@@ -109,6 +110,7 @@ TEST_F(EngineDeterminism, AloneEqualsAmongEightConcurrentOthers) {
 
   Collector col;
   {
+    const auto t0 = std::chrono::steady_clock::now();
     Engine engine(*bundle_, small_config());
     // Five at once, the other four once the first is decoding: prefill chunks meet decodes.
     for (int i = 0; i < 5; ++i) engine.submit(reqs[size_t(i)], col.callback());
@@ -124,6 +126,16 @@ TEST_F(EngineDeterminism, AloneEqualsAmongEightConcurrentOthers) {
     EXPECT_EQ(m.e2e.count, 9u);
     EXPECT_EQ(m.kv_blocks_used, 0);
     EXPECT_EQ(m.running + m.waiting, 0);
+    // The engine thread's time by part: every part ran, the forward most (a real model on the
+    // CPU), and together they fit in the wall time since the engine started.
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (double part : {m.seconds_schedule, m.seconds_forward, m.seconds_sample, m.seconds_output,
+                        m.seconds_between})
+      EXPECT_GT(part, 0.0);
+    EXPECT_GT(m.seconds_forward, m.seconds_schedule + m.seconds_output);
+    EXPECT_LE(m.seconds_schedule + m.seconds_forward + m.seconds_sample + m.seconds_output +
+                  m.seconds_between,
+              wall);
   }
   double worst = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {

@@ -72,6 +72,7 @@ struct Engine::Impl {
   void emit(Sequence& s, bool finished);
   void emit_finished();
   void refresh_metrics();
+  void add_seconds(double EngineMetrics::*field, Clock::time_point since);
   void stop(bool drain);
 
   ModelBundle& bundle;
@@ -153,12 +154,14 @@ void Engine::Impl::loop() {
       abort_all = stopping && !drain;
       exit_when_idle = stopping;
     }
+    const auto t_between = Clock::now();
     for (int64_t id : cancel_now) scheduler.finish(id, "abort");
     cancel_now.clear();
     if (abort_all) scheduler.finish_all("abort");
     // Gauges first, so that a caller woken by a final output sees its blocks returned.
     refresh_metrics();
     emit_finished();
+    add_seconds(&EngineMetrics::seconds_between, t_between);
     if (scheduler.has_work()) {
       try {
         step();
@@ -167,8 +170,10 @@ void Engine::Impl::loop() {
         log::error("engine: step failed, ending all requests: {}", e.what());
         scheduler.finish_all("error", e.what());
       }
+      const auto t_after = Clock::now();
       refresh_metrics();
       emit_finished();
+      add_seconds(&EngineMetrics::seconds_between, t_after);
     }
     if (exit_when_idle && !scheduler.has_work()) {
       std::lock_guard lock(mu);
@@ -177,9 +182,18 @@ void Engine::Impl::loop() {
   }
 }
 
+void Engine::Impl::add_seconds(double EngineMetrics::*field, Clock::time_point since) {
+  const double s = seconds(Clock::now() - since);
+  std::lock_guard lock(metrics_mu);
+  metrics.*field += s;
+}
+
 void Engine::Impl::step() {
+  const auto t_schedule = Clock::now();
   SchedulerOutput out = scheduler.schedule();
+  add_seconds(&EngineMetrics::seconds_schedule, t_schedule);
   if (out.empty()) return;
+  const auto t_forward = Clock::now();
   const bool on_device = config.device_sampling && device_sampler.available();
   std::span<float> logits;
   const Tensor* device_logits = nullptr;
@@ -193,6 +207,8 @@ void Engine::Impl::step() {
     for (const ScheduledChunk& c : out.chunks) scheduler.finish(c.seq->seq_id, "error", e.what());
     return;
   }
+  add_seconds(&EngineMetrics::seconds_forward, t_forward);
+  const auto t_sample = Clock::now();
   // Device sampling: every row in one call, only tokens and logprobs come back. When the backend
   // declines (no device sampler), this step's logits are sampled on the host and later steps
   // stay there.
@@ -243,6 +259,8 @@ void Engine::Impl::step() {
     }
     s.last_token = now;
   }
+  add_seconds(&EngineMetrics::seconds_sample, t_sample);
+  const auto t_output = Clock::now();
   scheduler.update(out, sampled);
   {
     std::lock_guard lock(metrics_mu);
@@ -251,6 +269,7 @@ void Engine::Impl::step() {
   }
   for (const ScheduledChunk& c : out.chunks)
     if (c.wants_logits && c.seq->status != SequenceStatus::finished) emit(*c.seq, false);
+  add_seconds(&EngineMetrics::seconds_output, t_output);
 }
 
 void Engine::Impl::emit(Sequence& s, bool finished) {

@@ -103,6 +103,13 @@ struct EngineMetrics {
   int64_t requests_finished = 0;
   int64_t preemptions = 0;
   int64_t steps = 0;
+  // Seconds the engine thread spent, since start, in each part of its loop: scheduling a step,
+  // the model's forward (host launches and the GPU until the logits are ready), sampling (on the
+  // device: its kernels and the copy back), handing tokens out (detokenized streams, stop
+  // strings, callbacks into the server), and the bookkeeping between steps (admission,
+  // cancellations, gauges, finished requests). Where serving throughput goes, without a profiler.
+  double seconds_schedule = 0, seconds_forward = 0, seconds_sample = 0, seconds_output = 0,
+         seconds_between = 0;
   // Latency (seconds) since start: time to first token, time per output token (per request,
   // the mean of its inter-token gaps), end-to-end.
   Histogram ttft, tpot, e2e;

@@ -1007,6 +1007,14 @@ std::string HttpServer::Impl::metrics_text() {
   append_metric(out, "ridge_requests_finished_total", "counter", "Engine requests finished.", double(m.requests_finished));
   append_metric(out, "ridge_preemptions_total", "counter", "Sequences preempted for KV space.", double(m.preemptions));
   append_metric(out, "ridge_engine_steps_total", "counter", "Engine steps run.", double(m.steps));
+  out += "# HELP ridge_engine_seconds_total Seconds of the engine thread by part of its loop.\n"
+         "# TYPE ridge_engine_seconds_total counter\n";
+  for (const auto& [part, v] : {std::pair<const char*, double>{"schedule", m.seconds_schedule},
+                                {"forward", m.seconds_forward},
+                                {"sample", m.seconds_sample},
+                                {"output", m.seconds_output},
+                                {"between", m.seconds_between}})
+    out += fmt::format("ridge_engine_seconds_total{{part=\"{}\"}} {}\n", part, v);
   append_histogram(out, "ridge_time_to_first_token_seconds", "Time to first token.", m.ttft);
   append_histogram(out, "ridge_time_per_output_token_seconds", "Mean time between output tokens of a request.", m.tpot);
   append_histogram(out, "ridge_e2e_request_latency_seconds", "Request latency, arrival to last token.", m.e2e);
