@@ -77,7 +77,6 @@ namespace ridge::kernels {
 namespace {
 
 constexpr int kBM = 64;        // rows per block of the general kernel with one row tile per warp
-constexpr int kWideRows = 64;  // the general kernel takes 128-row blocks above this many rows
 constexpr int kBN = 64;        // KV positions per tile (both kernels)
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / 32;
@@ -841,11 +840,16 @@ void launch_general(const KernelArgs& k, int block_rows, const dim3& grid, cudaS
   RIDGE_CHECK_LAUNCH("paged_attention_kernel");
 }
 
-// Rows per block of the general kernel: 128 (two row tiles per warp) once a sequence has more
-// rows than one 64-row block, unless forced.
-int general_rows_for(int forced, int64_t max_rows) {
+// Rows per block of the general kernel, unless forced: 128 (two row tiles per warp) once a
+// sequence has more rows than one 64-row block and, when the plan knows its block target (planned
+// mode; 0 otherwise), the 128-row blocks reach half of it: a 128-row block does the work of two
+// 64-row ones, and with fewer of them 64-row blocks spread the rows over more SMs before any KV
+// split (which costs a combine pass over fp32 partials).
+int general_rows_for(int forced, int64_t max_rows, int64_t wide_blocks = 0,
+                     int64_t target_blocks = 0) {
   if (forced == kBM || forced == 2 * kBM) return forced;
-  return max_rows > kWideRows ? 2 * kBM : kBM;
+  if (max_rows <= kBM) return kBM;
+  return target_blocks > 0 && wide_blocks * 2 < target_blocks ? kBM : 2 * kBM;
 }
 
 template <int HD, int STAGES>
@@ -1004,13 +1008,9 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                           int_text(rows_bound) + " rows, block size " + int_text(a.block_size));
   p.decode = a.path == AttentionPath::decode || (a.path == AttentionPath::automatic && decode_fits);
   p.decode_stages = a.decode_stages ? a.decode_stages : default_decode_stages(a.head_dim);
-  p.block_rows = p.decode ? kDecRows : general_rows_for(a.general_block_rows, rows_bound);
-  // Planned mode: a 128-row block does the work of two 64-row blocks, so it needs half the
-  // blocks (target_blocks / 2) to fill the GPU; when the batch has fewer, 64-row blocks spread
-  // the rows over more SMs before any KV split (which costs a combine pass over fp32 partials).
-  if (!fixed && !p.decode && a.general_block_rows == 0 && p.block_rows == 2 * kBM &&
-      general_blocks[1] * 2 < target_blocks)
-    p.block_rows = kBM;
+  p.block_rows = p.decode ? kDecRows
+                           : general_rows_for(a.general_block_rows, rows_bound, general_blocks[1],
+                                              fixed ? 0 : target_blocks);
   const int wide = p.block_rows == 2 * kBM ? 1 : 0;
 
   if (fixed) {

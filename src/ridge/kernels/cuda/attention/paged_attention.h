@@ -77,7 +77,8 @@ struct PagedAttentionArgs {
   AttentionPath path = AttentionPath::automatic;
   int decode_stages = 0;
   // The general kernel's rows per block: 64 (one 16-row MMA tile per warp) or 128 (two, as
-  // FlashAttention-2); 0: automatic, 128 when some sequence has more than 64 rows (q_len * group).
+  // FlashAttention-2); 0: automatic, 128 when some sequence has more than 64 rows (q_len * group)
+  // and, in planned mode, the 128-row blocks reach half of the plan's block target.
   int general_block_rows = 0;
   // Zero-initialized device ints (at least num_seqs * num_kv_heads of them), left zero by every
   // call: with them, a split decode-kernel launch merges its splits itself (the last block of
