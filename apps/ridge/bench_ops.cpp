@@ -260,7 +260,8 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   // the backend was built with (OpProfileOptions::fusions, from BackendOptions::fuse) at this
   // step's T and R rows: each timed op is one op of the plan, under its name. An op folded into
   // another at this T is not timed alone: its time is inside the op it joined (with "norm":
-  // attn_norm in qkv_proj, mlp_norm in gate_up_proj, final_norm in lm_head; with "silu": silu_mul
+  // attn_norm in qkv_proj but for the first layer's, mlp_norm in gate_up_proj, their sums of
+  // squares written by down_proj and o_proj, timed after one such call; with "silu": silu_mul
   // in down_proj; with "rope_kv": rope and kv_write in rope_kv_write), as in the prediction. A
   // folded call is Backend::matmul_fused / rope_kv_store as run_layers issues it; where the
   // backend composes instead, the parts are issued as the composition does (rmsnorm then matmul,
@@ -275,15 +276,24 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   // cublas folds nothing) its behaviour is what gets timed. rope_kv cannot be observed that way
   // (fused or not, rope_kv_store writes the same memory): it is taken as given.
   perf::Fusions fusions = o.fusions;
+  // The residual-adding matmuls as run_layers issues them: o_proj and down_proj record the sums of
+  // squares of x's rows (tags 1 and 2) for the next block's folded norm (norm_sumsq).
+  backend::MatmulFusion attn_out;
+  attn_out.accumulate = true;
+  attn_out.record_sumsq = 1;
   {
     backend::MatmulFusion norm_probe;
     norm_probe.norm_weight = &ones;
     norm_probe.eps = eps;
     norm_probe.norm_folded = true;
+    norm_probe.norm_sumsq = 1;
     backend::MatmulFusion silu_probe;
     silu_probe.silu_mul = true;
     silu_probe.accumulate = true;
     Tensor probe_w = weights(Q + 2 * KV, H).at(0);
+    Tensor x1 = view2d(x.data, act, 1, H, H, dev);
+    const Tensor attn1 = view2d(attn.data, act, 1, Q, Q, dev);
+    be.matmul_fused({}, attn1, weights(H, Q).at(0), attn_out, h, x1);  // the sums of x's row
     const bool norm_folds = be.fold_norm_weight(probe_w, ones) &&
                             backend_folds(be, x, probe_w, norm_probe, h, qkv);
     const bool silu_folds = backend_folds(be, gate_up, weights(H, F).at(0), silu_probe, mlp, x);
@@ -313,11 +323,15 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
     t.eager_s = e * double(per_step);
     out.push_back(t);
   };
-  // A block's (or the LM head's) input norm in the prologue, its weight folded into the GEMM's.
+  // A block's input norm in the GEMM, its weight folded into the GEMM's, its sums of squares
+  // from the o_proj (tag 1) or down_proj (tag 2) epilogue.
   backend::MatmulFusion norm_in;
   norm_in.norm_weight = &ones;
   norm_in.eps = eps;
   norm_in.norm_folded = true;
+  backend::MatmulFusion mlp_out;
+  mlp_out.accumulate = true;
+  mlp_out.record_sumsq = 2;
 
   {
     // The embedding table: the first V rows of the weight pool viewed as [V, H].
@@ -327,7 +341,12 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   }
   auto norm = [&](int) { be.rmsnorm(s, x, norm_w, eps, h); };
   if (const Weights w = weights(Q + 2 * KV, H); plan.attn_norm_folded(c, T) && fold(w)) {
-    record("qkv_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), norm_in, h, qkv); });
+    // The first layer's norm follows the embedding (no sums): a kernel, once a step.
+    if (plan.norm_sums_in_epilogue) record("attn_norm", 1, 1, norm);
+    backend::MatmulFusion in = norm_in;
+    in.norm_sumsq = 2;
+    be.matmul_fused(s, mlp, weights(H, F).at(0), mlp_out, gate_up, x);  // the sums, once
+    record("qkv_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), in, h, qkv); });
   } else {
     record("attn_norm", L, 1, norm);
     if (plan.qkv_matmuls == 1) {
@@ -353,10 +372,12 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
          [&](int i) { be.attention(s, q, kv[size_t(i) % kv.size()], meta, scale, attn); });
   {
     const Weights w = weights(H, Q);
-    record("o_proj", L, 1, [&](int i) { be.matmul_add(s, attn, w.at(i), x); });  // x += attn·woᵀ
+    record("o_proj", L, 1, [&](int i) { be.matmul_fused(s, attn, w.at(i), attn_out, h, x); });  // x += attn·woᵀ
   }
   if (const Weights w = weights(2 * F, H); plan.mlp_norm_folded(T) && fold(w)) {
-    record("gate_up_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), norm_in, h, gate_up); });
+    backend::MatmulFusion in = norm_in;
+    in.norm_sumsq = 1;  // from o_proj's calls just timed
+    record("gate_up_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), in, h, gate_up); });
   } else {
     record("mlp_norm", L, 1, norm);
     if (plan.gate_up_matmuls == 1) {
@@ -372,13 +393,12 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   {
     const Weights w = weights(H, F);
     if (plan.silu_folded(T)) {
-      backend::MatmulFusion down;  // x += silu_mul(gate_up)·w_downᵀ
+      backend::MatmulFusion down = mlp_out;  // x += silu_mul(gate_up)·w_downᵀ
       down.silu_mul = true;
-      down.accumulate = true;
       record("down_proj", L, 1, [&](int i) { be.matmul_fused(s, gate_up, w.at(i), down, mlp, x); });
     } else {
       record("silu_mul", L, 1, [&](int) { be.silu_mul(s, gate_up, mlp); });
-      record("down_proj", L, 1, [&](int i) { be.matmul_add(s, mlp, w.at(i), x); });
+      record("down_proj", L, 1, [&](int i) { be.matmul_fused(s, mlp, w.at(i), mlp_out, h, x); });
     }
   }
   if (R > 0) {

@@ -59,8 +59,10 @@ void add_model_options(CLI::App& app, engine::BundleOptions& o) {
       "GPU: launch decode steps op by op instead of replaying captured CUDA graphs");
   app.add_option("--fuse", o.backend.fuse,
                  "GPU decode fusions, a comma list: norm (RMSNorm weight folded into the next "
-                 "matmul, the norm a 1/rms scale in its epilogue), silu (SwiGLU inside the down "
+                 "matmul, the norm a 1/rms scale in its epilogue from sums of squares the matmul "
+                 "before it left), silu (SwiGLU inside the down "
                  "projection), rope_kv (RoPE and the KV store in one kernel); none")
+      ->envname("RIDGE_FUSE")
       ->capture_default_str();
   app.add_flag_callback(
       "--no-fusion", [&o] { o.backend.fuse = "none"; }, "GPU: the same as --fuse none");

@@ -3,7 +3,8 @@
 // CPU (fp32, every row computed independently): exactly. GPU (bf16; GEMM kernels differ by M):
 // the same tokens, or a divergence only where the reference's top-2 logits are within
 // RIDGE_TEST_TIE (the margin is printed). CPU: the default model, batch 8. GPU:
-// RIDGE_TEST_DEVICE=cuda RIDGE_TEST_MODEL=<path> RIDGE_TEST_BATCH=64 RIDGE_TEST_TIE=0.1.
+// RIDGE_TEST_DEVICE=cuda RIDGE_TEST_MODEL=<path> RIDGE_TEST_BATCH=64 RIDGE_TEST_TIE=0.1 (and
+// RIDGE_FUSE for the decode fusions, as ridge's --fuse).
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -30,6 +31,7 @@ class BatchConsistency : public ::testing::Test {
                        std::string(RIDGE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if (!std::filesystem::exists(o.model_path)) GTEST_SKIP() << "no model at " << o.model_path;
     o.device = env("RIDGE_TEST_DEVICE", "cpu");
+    o.backend.fuse = env("RIDGE_FUSE", o.backend.fuse);  // as the CLI's --fuse reads it
     o.kv_tokens = 64 * 256;
     bundle_ = ModelBundle::load(o);
     batch_ = std::stoi(env("RIDGE_TEST_BATCH", "8"));

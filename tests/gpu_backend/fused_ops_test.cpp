@@ -1,6 +1,7 @@
 // The decode-step fusions of the CUDA backend against the CPU reference: matmul_add (the residual
 // add in the GEMM epilogue: skinny, wgmma and cuBLASLt paths), matmul_fused (RMSNorm as a 1/rms
-// scale of a norm-folded weight, or SwiGLU in the skinny GEMM's activation loads; bf16 and f32
+// scale of a norm-folded weight, from the sums of squares the matmul that wrote x recorded, or
+// composed where there are none; SwiGLU in the skinny GEMM's activation loads; bf16 and f32
 // outputs; fused up to 16 tokens and composed above, and composed on a backend without the
 // fusions), fold_norm_weight, and rope_kv_store (RoPE and the KV store in one kernel, padding
 // slots skipped). The CPU
@@ -115,7 +116,8 @@ void run_matmul_fused(Prologue p, int64_t T, int64_t N, int64_t K, bool accumula
 }
 
 TEST_F(GpuBackend, MatmulFusedRmsNorm) {
-  // T <= 8 and 9..16: the two fused configurations; 17 and 40: composed (norm kernel + matmul).
+  // No recorded sums of squares (norm_sumsq 0): composed (norm kernel + matmul) at every T, with
+  // the folded weight (fusing()) or not (cuda()).
   for (int64_t T : {1, 3, 8, 9, 16, 17, 40}) run_matmul_fused(Prologue::rmsnorm, T, 1000, 576, false, false);
   run_matmul_fused(Prologue::rmsnorm, 1, 12288, 4096, false, false);  // Llama-2-7B q|k|v
   run_matmul_fused(Prologue::rmsnorm, 2, 2048, 4104, false, false);   // K not a multiple of 256
@@ -125,6 +127,120 @@ TEST_F(GpuBackend, MatmulFusedRmsNorm) {
   // The default backend (norm not fused): weights not folded, the norm kernel then the matmul.
   run_matmul_fused(Prologue::rmsnorm, 1, 1000, 576, false, false, 0, false);
   run_matmul_fused(Prologue::rmsnorm, 2, 3008, 576, false, true, 0, false);
+}
+
+// The norm from recorded sums, as run_layers chains them: a residual-adding matmul (o_proj, or
+// down_proj with SwiGLU in its prologue when `silu`) records the sums of squares of x's rows under
+// a tag; the next matmul_fused takes 1/rms(x) from them (norm folded into its weight). Checked:
+// the producer's x against the CPU reference; the consumer's output against rmsnorm(x)·wᵀ on the
+// CPU from the x the GPU stored (bf16), and that it ran fused (its scratch untouched: no norm
+// kernel wrote h). A consumer whose x is not what the tag recorded composes and is still right.
+void run_norm_from_sums(int64_t T, int64_t H, int64_t N, int64_t Kp, bool silu) {
+  Backend& be = fusing();
+  const WeightPair wp = random_weight(H, Kp, be);  // producer [H, Kp]
+  WeightPair wc = random_weight(N, H, be);         // consumer [N, H]
+  const int64_t xk = silu ? 2 * Kp : Kp;
+  std::vector<float> a = random_bf16(size_t(T * xk), silu ? 2.0f : 1.0f);
+  std::vector<float> r = random_bf16(size_t(T * H), 3.0f);
+  std::vector<float> nw = random_bf16(size_t(H), 0.5f);
+  for (auto& v : nw) v += 1.0f;
+  std::vector<float> ones(size_t(H), 1.0f);
+  const Tensor nw_host(nw.data(), DType::f32, {H});
+  const Tensor ones_dev = be.upload_weight(Tensor(ones.data(), DType::f32, {H}));
+  ASSERT_TRUE(be.fold_norm_weight(wc.dev, be.upload_weight(nw_host)));
+  const std::string what = fmt::format("T={} H={} N={} Kp={}{}", T, H, N, Kp, silu ? " silu" : "");
+
+  // Producer: x = r + P(a)·wpᵀ, recording under tag 2.
+  MatmulFusion prod;
+  prod.accumulate = true;
+  prod.silu_mul = silu;
+  prod.record_sumsq = 2;
+  std::vector<float> xref(r), ps(size_t(T * Kp));
+  Tensor xref_t = host_f32(xref, T, H), ps_t = host_f32(ps, T, Kp);
+  cpu().matmul_fused({}, host_f32(a, T, xk), wp.host, prod, ps_t, xref_t);
+  DeviceMatrix ad = device_bf16(T, xk, a), xd = device_bf16(T, H, r), pscratch = device_bf16(T, Kp, {});
+  be.matmul_fused({}, ad.view, wp.dev, prod, pscratch.view, xd.view);
+
+  // Consumer: out = rmsnorm(x; nw)·wcᵀ with the folded weight and ones, 1/rms from tag 2.
+  MatmulFusion cons;
+  cons.norm_weight = &ones_dev;
+  cons.norm_folded = true;
+  cons.eps = 1e-5f;
+  cons.norm_sumsq = 2;
+  DeviceMatrix hd = device_bf16(T, H, {}), out = device_bf16(T, N, {});
+  be.matmul_fused({}, xd.view, wc.dev, cons, hd.view, out.view);
+  be.synchronize({});
+  const std::vector<float> x_gpu = download_view(xd);
+  expect_close("matmul_fused", "producer x " + what, x_gpu, xref, 1e-2);
+
+  MatmulFusion cref;
+  cref.norm_weight = &nw_host;
+  cref.eps = 1e-5f;
+  std::vector<float> ref(size_t(T * N)), hs(size_t(T * H)), xin(x_gpu);
+  Tensor ref_t = host_f32(ref, T, N), hs_t = host_f32(hs, T, H);
+  cpu().matmul_fused({}, host_f32(xin, T, H), wc.host, cref, hs_t, ref_t);
+  expect_close("matmul_fused", "norm from sums " + what, download_view(out), ref, 1e-2);
+  expect_untouched_outside("matmul_fused", out);
+  const std::vector<uint16_t> h_bits = download_bits(hd);
+  EXPECT_TRUE(std::all_of(h_bits.begin(), h_bits.end(), [](uint16_t b) { return b == kPoisonBf16; }))
+      << what << ": the norm ran as a kernel (scratch written), not from the recorded sums";
+
+  // A consumer whose x is another buffer than the tag's (same shape): composed, still correct.
+  DeviceMatrix x2 = device_bf16(T, H, x_gpu), out2 = device_bf16(T, N, {}), h2 = device_bf16(T, H, {});
+  be.matmul_fused({}, x2.view, wc.dev, cons, h2.view, out2.view);
+  be.synchronize({});
+  expect_close("matmul_fused", "norm, sums of another x " + what, download_view(out2), ref, 1e-2);
+}
+
+TEST_F(GpuBackend, MatmulFusedNormFromRecordedSums) {
+  // T <= 8 and 9..16: the two skinny configurations (8 and 16 tokens a block); H = 4096 has 256
+  // partial sums a row (all in registers at 8 tokens, half in the epilogue at 16), 4104 a
+  // partial last one, 576 (SmolLM2) 36.
+  for (int64_t T : {1, 3, 8, 9, 16}) run_norm_from_sums(T, 576, 1000, 320, false);
+  run_norm_from_sums(1, 4096, 12288, 4096, false);  // Llama-2-7B o_proj then q|k|v
+  run_norm_from_sums(16, 4096, 2048, 4096, false);
+  run_norm_from_sums(5, 4104, 1024, 512, false);
+  run_norm_from_sums(2, 576, 3072, 1536, true);     // down_proj with SwiGLU, then gate|up
+  run_norm_from_sums(13, 4096, 1024, 11008, true);
+}
+
+TEST_F(GpuBackend, MatmulFusedNormSumsRefusedPastSixteenTokens) {
+  // 17 tokens: nothing is recorded (the skinny prologues stop at 16), the norm composes.
+  Backend& be = fusing();
+  const int64_t T = 17, H = 576, N = 640;
+  WeightPair wc = random_weight(N, H, be);
+  const WeightPair wp = random_weight(H, H, be);
+  std::vector<float> a = random_bf16(size_t(T * H)), r = random_bf16(size_t(T * H), 3.0f);
+  std::vector<float> ones(size_t(H), 1.0f);
+  const Tensor ones_dev = be.upload_weight(Tensor(ones.data(), DType::f32, {H}));
+  ASSERT_TRUE(be.fold_norm_weight(wc.dev, ones_dev));
+  MatmulFusion prod;
+  prod.accumulate = true;
+  prod.record_sumsq = 1;
+  DeviceMatrix ad = device_bf16(T, H, a), xd = device_bf16(T, H, r), sc = device_bf16(T, H, {});
+  be.matmul_fused({}, ad.view, wp.dev, prod, sc.view, xd.view);
+  MatmulFusion cons;
+  cons.norm_weight = &ones_dev;
+  cons.norm_folded = true;
+  cons.eps = 1e-5f;
+  cons.norm_sumsq = 1;
+  DeviceMatrix hd = device_bf16(T, H, {}), out = device_bf16(T, N, {});
+  be.matmul_fused({}, xd.view, wc.dev, cons, hd.view, out.view);
+  be.synchronize({});
+  std::vector<float> x_gpu = download_view(xd), ref(size_t(T * N)), hs(size_t(T * H));
+  MatmulFusion cref;
+  const Tensor ones_host(ones.data(), DType::f32, {H});
+  cref.norm_weight = &ones_host;
+  cref.eps = 1e-5f;
+  Tensor ref_t = host_f32(ref, T, N), hs_t = host_f32(hs, T, H);
+  cpu().matmul_fused({}, host_f32(x_gpu, T, H), wc.host, cref, hs_t, ref_t);
+  expect_close("matmul_fused", "norm past 16 tokens (composed)", download_view(out), ref, 1e-2);
+  const std::vector<uint16_t> h_bits = download_bits(hd);
+  EXPECT_FALSE(std::all_of(h_bits.begin(), h_bits.end(), [](uint16_t b) { return b == kPoisonBf16; }))
+      << "17 tokens: the norm must run as its own kernel";
+  MatmulFusion bad;
+  bad.record_sumsq = 3;
+  EXPECT_THROW(be.matmul_fused({}, ad.view, wp.dev, bad, sc.view, xd.view), Error);
 }
 
 TEST_F(GpuBackend, MatmulFusedSiluMul) {

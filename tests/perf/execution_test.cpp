@@ -94,27 +94,31 @@ TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   EXPECT_EQ(n1.op("kv_write").kernels, 32);
   EXPECT_EQ(n1.op("attn_decode").kernels, 32);
   EXPECT_THROW(n1.op("rope_kv_write"), Error);
-  // --fuse norm,silu,rope_kv, T = 1 <= 16: qkv_proj with the RMSNorm in its prologue 1,
+  // --fuse norm,silu,rope_kv, T = 1 <= 16: qkv_proj with the RMSNorm as a 1/rms scale 1,
   // rope_kv_write 1, attention 1, o_proj 1, gate_up_proj with the RMSNorm 1, down_proj with
-  // SiLU·mul in its prologue 1 = 6; outside: embedding 1, gather_rows 1, lm_head with the final
-  // norm (R = 1 <= 16) 1 = 3. 32 x 6 + 3 = 195.
+  // SiLU·mul in its prologue 1 = 6; outside: embedding 1, the first layer's attn_norm (after the
+  // embedding no GEMM left its sums) 1, gather_rows 1, final_norm (on the gathered rows) 1,
+  // lm_head 1 = 5. 32 x 6 + 5 = 197.
   const StepCost a1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
                                    CostOptions::ridge(Launch::graph, true, true, Fusions::all()));
-  EXPECT_EQ(a1.kernels, 195);
+  EXPECT_EQ(a1.kernels, 197);
   EXPECT_EQ(a1.op("qkv_proj").kernels, 32);
   EXPECT_EQ(a1.op("attn_decode").kernels, 32);
   EXPECT_EQ(a1.op("lm_head").kernels, 1);
+  EXPECT_EQ(a1.op("attn_norm").kernels, 1);
+  EXPECT_EQ(a1.op("final_norm").kernels, 1);
   // The folded ops are not listed: their work is in the op they joined.
-  for (const char* folded : {"attn_norm", "rope", "kv_write", "mlp_norm", "silu_mul", "final_norm"})
+  for (const char* folded : {"rope", "kv_write", "mlp_norm", "silu_mul"})
     EXPECT_THROW(a1.op(folded), Error) << folded;
   // One switch at a time. --fuse norm: qkv (norm), rope, kv_write, attention, o, gate_up (norm),
-  // silu_mul, down = 8; outside embedding, gather_rows, lm_head (norm) = 3: 32 x 8 + 3 = 259.
+  // silu_mul, down = 8; outside embedding, attn_norm, gather_rows, final_norm, lm_head = 5:
+  // 32 x 8 + 5 = 261.
   // --fuse silu,rope_kv: attn_norm, qkv, rope_kv_write, attention, o, mlp_norm, gate_up,
   // down (SiLU·mul) = 8; outside 4: 32 x 8 + 4 = 260.
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
                          CostOptions::ridge(Launch::graph, true, true, Fusions::parse("norm")))
                 .kernels,
-            259);
+            261);
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
                          CostOptions::ridge(Launch::graph, true, true, Fusions::parse("silu,rope_kv")))
                 .kernels,
@@ -129,16 +133,16 @@ TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   EXPECT_EQ(s1.op("qkv_proj").kernels, 96);
   EXPECT_EQ(s1.op("gate_up_proj").kernels, 64);
   // ... with all three: a norm folds only into a GEMM of one launch, so both block norms still
-  // run alone; SiLU·mul folds into down_proj, the final norm into the (one) LM head. Per layer
-  // attn_norm, q k v 3, rope_kv_write, attention, o, mlp_norm, gate up 2, down = 11; outside 3:
-  // 32 x 11 + 3 = 355.
+  // run alone; SiLU·mul folds into down_proj; the final norm never folds (ridge takes a folded
+  // norm's sums from the GEMM before it). Per layer attn_norm, q k v 3, rope_kv_write,
+  // attention, o, mlp_norm, gate up 2, down = 11; outside 4: 32 x 11 + 4 = 356.
   const StepCost s1a = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
                                     CostOptions::ridge(Launch::eager, false, false, Fusions::all()));
-  EXPECT_EQ(s1a.kernels, 355);
+  EXPECT_EQ(s1a.kernels, 356);
   EXPECT_EQ(s1a.op("attn_norm").kernels, 32);
   EXPECT_EQ(s1a.op("mlp_norm").kernels, 32);
   EXPECT_THROW(s1a.op("silu_mul"), Error);
-  EXPECT_THROW(s1a.op("final_norm"), Error);
+  EXPECT_EQ(s1a.op("final_norm").kernels, 1);
   // ... and with none: attn_norm, q k v 3, rope, kv_write, attention, o, mlp_norm, gate up 2,
   // silu_mul, down = 13; outside 4: 32 x 13 + 4 = 420.
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
@@ -154,12 +158,12 @@ TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(64, 192), ridge).kernels, 292);
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(64, 192), all).kernels, 292);
   // Prefill 2048 (2048 rows > 16: the general kernel): ceil(2048 / 64) = 32 row tiles x 32 heads
-  // = 1024 blocks >= 528, no split. Default: 9 per layer + 4 = 292. All three: one logits row
-  // (R = 1), so the final norm folds into the LM head: 32 x 9 + 3 = 291.
+  // = 1024 blocks >= 528, no split. Default: 9 per layer + 4 = 292. All three: the same (one
+  // logits row, but the final norm runs on gathered rows, which no GEMM left sums for).
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::prefill(2048), ridge).kernels, 292);
   const StepCost p2048 = predict_step(llama2_7b(), h200, StepShape::prefill(2048), all);
-  EXPECT_EQ(p2048.kernels, 291);
-  EXPECT_THROW(p2048.op("final_norm"), Error);
+  EXPECT_EQ(p2048.kernels, 292);
+  EXPECT_EQ(p2048.op("final_norm").kernels, 1);
   EXPECT_EQ(p2048.op("attn_norm").kernels, 32);
   // Prefill 512: 8 x 32 = 256 blocks < 528 and 512 positions > 64: the general kernel splits and
   // launches its combine: 32 x (9 + 1) + 4 = 324.
@@ -224,58 +228,69 @@ TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
   const StepCost t16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0), ridge);
   const StepCost t17 = predict_step(llama2_7b(), h200, StepShape::decode(17, 0), ridge);
   // Kernels: T = 16: 6 per layer (qkv, rope_kv_write, attention, o, gate_up, down) + embedding,
-  // gather_rows, lm_head = 32 x 6 + 3 = 195. T = 17: 9 per layer + 4 = 292.
-  EXPECT_EQ(t16.kernels, 195);
+  // the first layer's attn_norm, gather_rows, final_norm, lm_head = 32 x 6 + 5 = 197. T = 17: 9
+  // per layer + 4 = 292.
+  EXPECT_EQ(t16.kernels, 197);
   EXPECT_EQ(t17.kernels, 292);
-  for (const char* folded : {"attn_norm", "mlp_norm", "silu_mul", "final_norm"}) {
+  for (const char* folded : {"mlp_norm", "silu_mul"}) {
     EXPECT_THROW(t16.op(folded), Error) << folded;
     EXPECT_NO_THROW(t17.op(folded)) << folded;
   }
-  // qkv_proj at T = 16 with the norm in its prologue, per layer: weights 12288 x 4096 x 2 =
-  // 100,663,296 + x 16 x 4096 x 2 = 131,072 + the norm weight 4096 x 2 = 8,192 + out 16 x 12288
-  // x 2 = 393,216 = 101,195,776 B.
-  EXPECT_NEAR(t16.op("qkv_proj").bytes, 32.0 * 101195776, 1);
-  // FLOPs: 2 x 16 x 12288 x 4096 = 1,610,612,736 + the norm 4 x 16 x 4096 = 262,144.
-  EXPECT_NEAR(t16.op("qkv_proj").flops, 32.0 * (1610612736.0 + 262144), 1);
+  EXPECT_EQ(t16.op("attn_norm").kernels, 1);
+  EXPECT_EQ(t17.op("attn_norm").kernels, 32);
+  // qkv_proj at T = 16 with the norm as a 1/rms scale, per layer: weights 12288 x 4096 x 2 =
+  // 100,663,296 + x 16 x 4096 x 2 = 131,072 + the sums of squares left by down_proj, 16 rows x
+  // 4096 / 16 partial sums x 4 = 16,384 + out 16 x 12288 x 2 = 393,216 = 101,203,968 B.
+  EXPECT_NEAR(t16.op("qkv_proj").bytes, 32.0 * 101203968, 1);
+  // FLOPs: 2 x 16 x 12288 x 4096 = 1,610,612,736 (the norm's own arithmetic is gone).
+  EXPECT_NEAR(t16.op("qkv_proj").flops, 32.0 * 1610612736.0, 1);
   // T = 17: 100,663,296 + 17 x 4096 x 2 = 139,264 + 17 x 12288 x 2 = 417,792 = 101,220,352 B; the
   // norm alone (plain RMSNorm: read x, write h, and its weight): 2 x 17 x 4096 x 2 + 8,192 =
   // 286,720 B.
   EXPECT_NEAR(t17.op("qkv_proj").bytes, 32.0 * 101220352, 1);
   EXPECT_NEAR(t17.op("attn_norm").bytes, 32.0 * 286720, 1);
   // o_proj reads and writes the residual stream in its epilogue, at T = 1: 4096 x 4096 x 2 =
-  // 33,554,432 + in 8,192 + out 8,192 + the residual read 8,192 = 33,579,008 B (the minimal
-  // engine's o_proj: 33,570,816, its add in the norm).
+  // 33,554,432 + in 8,192 + out 8,192 + the residual read 8,192 + the sums of squares for the MLP
+  // norm, 256 x 4 = 1,024 = 33,580,032 B (the minimal engine's o_proj: 33,570,816, its add in
+  // the norm).
   const StepCost t1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 0), ridge);
-  EXPECT_NEAR(t1.op("o_proj").bytes, 32.0 * 33579008, 1);
+  EXPECT_NEAR(t1.op("o_proj").bytes, 32.0 * 33580032, 1);
   // down_proj at T = 16, SiLU·mul in its prologue: weights 4096 x 11008 x 2 = 90,177,536 + gate|up
-  // 16 x 22016 x 2 = 704,512 + out 131,072 + residual 131,072 = 91,144,192 B. T = 17: 90,177,536
+  // 16 x 22016 x 2 = 704,512 + out 131,072 + residual 131,072 + sums 16,384 = 91,160,576 B.
+  // T = 17: 90,177,536
   // + the SiLU·mul output 17 x 11008 x 2 = 374,272 + out 139,264 + residual 139,264 = 90,830,336,
   // and silu_mul alone 3 x 17 x 11008 x 2 = 1,122,816 B.
-  EXPECT_NEAR(t16.op("down_proj").bytes, 32.0 * 91144192, 1);
+  EXPECT_NEAR(t16.op("down_proj").bytes, 32.0 * 91160576, 1);
   EXPECT_NEAR(t17.op("down_proj").bytes, 32.0 * 90830336, 1);
   EXPECT_NEAR(t17.op("silu_mul").bytes, 32.0 * 1122816, 1);
   // RoPE + KV store in one kernel at T = 16: q, k, v read 16 x 12288 x 2 = 393,216, q and k
   // written back 16 x 8192 x 2 = 262,144, K and V to the pool 16 x 8192 x 2 = 262,144: 917,504 B.
   EXPECT_NEAR(t16.op("rope_kv_write").bytes, 32.0 * 917504, 1);
-  // The LM head of 16 rows with the final norm: 32000 x 4096 x 2 = 262,144,000 + x rows 131,072 +
-  // the norm weight 8,192 + fp32 logits 16 x 32000 x 4 = 2,048,000 = 264,331,264 B. Gather: x's
-  // 16 rows read and written, 2 x 131,072 = 262,144 B. At T = 17 the final norm runs alone on 17
-  // rows: 2 x 139,264 + 8,192 = 286,720 B.
-  EXPECT_NEAR(t16.op("lm_head").bytes, 264331264.0, 1);
+  // The LM head of 16 rows (the final norm runs alone): 32000 x 4096 x 2 = 262,144,000 + h rows
+  // 131,072 + fp32 logits 16 x 32000 x 4 = 2,048,000 = 264,323,072 B. Gather: x's 16 rows read
+  // and written, 2 x 131,072 = 262,144 B. At T = 17 the final norm on 17 rows: 2 x 139,264 +
+  // 8,192 = 286,720 B.
+  EXPECT_NEAR(t16.op("lm_head").bytes, 264323072.0, 1);
   EXPECT_NEAR(t16.op("gather_rows").bytes, 262144.0, 1);
   EXPECT_NEAR(t17.op("final_norm").bytes, 286720.0, 1);
 
   // Folding saves exactly what is no longer written and read back, at the same T = 16 against
-  // --fuse none: h around qkv_proj and gate_up_proj (2 x 16 x 4096 x 2 = 262,144 B each, per
-  // layer), SiLU·mul's output (2 x 16 x 11008 x 2 = 704,512), k re-read between RoPE and the store
-  // (16 x 4096 x 2 = 131,072), and h of the final norm (262,144 once):
-  //   32 x (262,144 + 262,144 + 704,512 + 131,072) + 262,144 = 43,778,048 B fewer.
+  // --fuse none: per folded norm h written and read back (2 x 16 x 4096 x 2 = 262,144 B) and the
+  // norm weight (8,192), less the sums written by one GEMM and read by the next (2 x 16,384):
+  // 237,568 B; SiLU·mul's output (2 x 16 x 11008 x 2 = 704,512); k re-read between RoPE and the
+  // store (16 x 4096 x 2 = 131,072). The first layer's attn norm still runs (270,336 B); the
+  // plan's per-layer ops charge the sums to all 32 layers (the model neither reads them in the
+  // first layer nor writes them in the last):
+  //   32 x (2 x 237,568 + 704,512 + 131,072) - 270,336 = 41,672,704 B fewer.
   const StepCost u16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0),
                                     CostOptions::ridge(Launch::graph, true, true, Fusions::none()));
   EXPECT_EQ(u16.kernels, 32 * 10 + 4);  // 10 per layer, 4 outside
-  EXPECT_NEAR(u16.op("attn_norm").bytes + u16.op("qkv_proj").bytes - t16.op("qkv_proj").bytes,
-              32.0 * 262144, 1);
-  EXPECT_NEAR(u16.bytes - t16.bytes, 43778048.0, 1);
+  // The attention norms: 32 kernels of 2 x 131,072 + 8,192 = 270,336 B against one, and 16,384 B
+  // of sums read by each of the 32 folded qkv_projs: 31 x 270,336 - 32 x 16,384 = 7,856,128 B.
+  EXPECT_NEAR(u16.op("attn_norm").bytes + u16.op("qkv_proj").bytes -
+                  (t16.op("attn_norm").bytes + t16.op("qkv_proj").bytes),
+              7856128.0, 1);
+  EXPECT_NEAR(u16.bytes - t16.bytes, 41672704.0, 1);
   // The default list (rope_kv only) at T = 16: 9 per layer + 4 = 292 kernels, and of those
   // savings only k's re-read: 32 x 131,072 = 4,194,304 B fewer than --fuse none.
   const StepCost d16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0),
@@ -285,10 +300,11 @@ TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
 }
 
 TEST(Execution, RidgeFoldsANormOnlyWhereTheModelFoldsItsWeight) {
-  // --fuse norm runs a norm in the GEMM's prologue only as the 1/rms scale of a weight the norm
+  // --fuse norm runs a block's input norm in the GEMM only as the 1/rms scale of a weight the norm
   // weight was folded into at load (Backend::fold_norm_weight; LlamaModel folds q|k|v only
-  // without biases, gate|up always, the LM head only when not tied to the token embedding).
-  // The minimal engine's plan (the default) folds wherever its rows allow; ridge's does not.
+  // without biases, gate|up always), with the sums of squares the GEMM before it left
+  // (norm_sums_in_epilogue): never the final norm, which runs on gathered rows. The minimal
+  // engine's plan (the default) folds wherever its rows allow; ridge's does not.
   const model::ModelConfig smol = model::ModelConfig::named("smollm2-135m");  // tied, no bias
   const model::ModelConfig qwen = model::ModelConfig::named("qwen2-7b");      // biases, untied
   ASSERT_TRUE(smol.tied_embeddings && !smol.qkv_bias);
@@ -301,9 +317,9 @@ TEST(Execution, RidgeFoldsANormOnlyWhereTheModelFoldsItsWeight) {
   EXPECT_FALSE(plan.attn_norm_folded(qwen, 1));  // biased q|k|v
   EXPECT_TRUE(plan.attn_norm_folded(smol, 1));
   EXPECT_TRUE(plan.mlp_norm_folded(1));          // gate|up: always
-  EXPECT_FALSE(plan.final_norm_folded(smol, 1)); // tied LM head
-  EXPECT_TRUE(plan.final_norm_folded(qwen, 1));
-  EXPECT_FALSE(plan.final_norm_folded(qwen, 17));  // 17 rows > 16, as before
+  EXPECT_FALSE(plan.final_norm_folded(smol, 1)); // no sums for the gathered rows
+  EXPECT_FALSE(plan.final_norm_folded(qwen, 1));
+  EXPECT_FALSE(plan.mlp_norm_folded(17));        // 17 rows > 16
   EXPECT_FALSE(KernelPlan::ridge(true, true, Fusions::none()).attn_norm_folded(smol, 1));
 
   const Hardware& h200 = db().get("h200");
@@ -311,61 +327,61 @@ TEST(Execution, RidgeFoldsANormOnlyWhereTheModelFoldsItsWeight) {
   // SmolLM2-135M (30 layers, h = q = 576, 9 heads on 3 KV heads: group 3, kv = 192, V = 49152,
   // tied), decode bs1 at context 192: 1 row x group 3 = 3 <= 16, the decode attention kernel (no
   // combine). All three fusions: per layer qkv_proj (norm) 1, rope_kv_write 1, attention 1,
-  // o_proj 1, gate_up_proj (norm) 1, down_proj (SiLU·mul) 1 = 6; outside embedding 1,
-  // gather_rows 1, final_norm 1 (tied head: it runs alone), lm_head 1 = 4: 30 x 6 + 4 = 184.
-  // The same shape untied: the final norm folds, 30 x 6 + 3 = 183.
+  // o_proj 1, gate_up_proj (norm) 1, down_proj (SiLU·mul) 1 = 6; outside embedding 1, the first
+  // layer's attn_norm 1, gather_rows 1, final_norm 1, lm_head 1 = 5: 30 x 6 + 5 = 185, tied or
+  // not.
   const StepCost st = predict_step(smol, h200, StepShape::decode(1, 192), all);
   model::ModelConfig smol_untied = smol;
   smol_untied.tied_embeddings = false;
   const StepCost su = predict_step(smol_untied, h200, StepShape::decode(1, 192), all);
-  EXPECT_EQ(st.kernels, 184);
-  EXPECT_EQ(su.kernels, 183);
-  for (const char* folded : {"attn_norm", "mlp_norm", "silu_mul"}) {
+  EXPECT_EQ(st.kernels, 185);
+  EXPECT_EQ(su.kernels, 185);
+  for (const char* folded : {"mlp_norm", "silu_mul"}) {
     EXPECT_THROW(st.op(folded), Error) << folded;
     EXPECT_THROW(su.op(folded), Error) << folded;
   }
+  EXPECT_EQ(st.op("attn_norm").kernels, 1);
   EXPECT_EQ(st.op("final_norm").kernels, 1);
-  EXPECT_THROW(su.op("final_norm"), Error);
+  EXPECT_EQ(su.op("final_norm").kernels, 1);
   // final_norm of R = 1 row (plain RMSNorm: read x, write h, its weight): 2 x 576 x 2 = 2,304 +
   // 576 x 2 = 1,152 = 3,456 B; 4 x 576 = 2,304 FLOPs.
   EXPECT_NEAR(st.op("final_norm").bytes, 3456.0, 1e-6);
   EXPECT_NEAR(st.op("final_norm").flops, 2304.0, 1e-6);
-  // lm_head, tied: weights 49152 x 576 x 2 = 56,623,104 + h 576 x 2 = 1,152 + fp32 logits
-  // 49152 x 4 = 196,608 = 56,820,864 B; 2 x 49152 x 576 = 56,623,104 FLOPs. Untied, the norm in
-  // its prologue: + the norm weight 1,152 = 56,822,016 B, + 4 x 576 = 2,304 FLOPs.
+  // lm_head, tied or not: weights 49152 x 576 x 2 = 56,623,104 + h 576 x 2 = 1,152 + fp32 logits
+  // 49152 x 4 = 196,608 = 56,820,864 B; 2 x 49152 x 576 = 56,623,104 FLOPs.
   EXPECT_NEAR(st.op("lm_head").bytes, 56820864.0, 1e-6);
   EXPECT_NEAR(st.op("lm_head").flops, 56623104.0, 1e-6);
-  EXPECT_NEAR(su.op("lm_head").bytes, 56822016.0, 1e-6);
-  EXPECT_NEAR(su.op("lm_head").flops, 56625408.0, 1e-6);
+  EXPECT_NEAR(su.op("lm_head").bytes, 56820864.0, 1e-6);
 
   // Qwen2-7B (28 layers, h = q = 3584, 28 heads on 4 KV heads: group 7, kv = 512, f = 18944,
   // q|k|v biases, untied), decode bs1 at context 192: 7 rows <= 16, the decode kernel. All three:
   // per layer attn_norm 1 (biased q|k|v: it runs alone), qkv_proj 1, rope_kv_write 1,
   // attention 1, o_proj 1, gate_up_proj (norm) 1, down_proj (SiLU·mul) 1 = 7; outside embedding,
-  // gather_rows, lm_head (norm: untied) = 3: 28 x 7 + 3 = 199. Without biases the attention norm
-  // folds too: 28 x 6 + 3 = 171.
+  // gather_rows, final_norm, lm_head = 4: 28 x 7 + 4 = 200. Without biases the attention norm
+  // folds too, but for the first layer's: 28 x 6 + 5 = 173.
   const StepCost qb = predict_step(qwen, h200, StepShape::decode(1, 192), all);
   model::ModelConfig qwen_nobias = qwen;
   qwen_nobias.qkv_bias = false;
   const StepCost qn = predict_step(qwen_nobias, h200, StepShape::decode(1, 192), all);
-  EXPECT_EQ(qb.kernels, 199);
-  EXPECT_EQ(qn.kernels, 171);
+  EXPECT_EQ(qb.kernels, 200);
+  EXPECT_EQ(qn.kernels, 173);
   EXPECT_EQ(qb.op("attn_norm").kernels, 28);
-  EXPECT_THROW(qn.op("attn_norm"), Error);
-  for (const char* folded : {"mlp_norm", "silu_mul", "final_norm"}) {
+  EXPECT_EQ(qn.op("attn_norm").kernels, 1);
+  for (const char* folded : {"mlp_norm", "silu_mul"}) {
     EXPECT_THROW(qb.op(folded), Error) << folded;
     EXPECT_THROW(qn.op(folded), Error) << folded;
   }
   // attn_norm per layer: 2 x 3584 x 2 = 14,336 + 3584 x 2 = 7,168 = 21,504 B.
   EXPECT_NEAR(qb.op("attn_norm").bytes, 28.0 * 21504, 1e-6);
   // qkv_proj per layer, N = 3584 + 2 x 512 = 4608: weights 4608 x 3584 x 2 = 33,030,144 + h 3584
-  // x 2 = 7,168 + out 4608 x 2 = 9,216 = 33,046,528 B. Folded (no biases): + the norm weight
-  // 7,168 = 33,053,696 B.
+  // x 2 = 7,168 + out 4608 x 2 = 9,216 = 33,046,528 B. Folded (no biases): + the sums of
+  // squares, 3584 / 16 = 224 partial sums x 4 = 896 B: 33,047,424 B.
   EXPECT_NEAR(qb.op("qkv_proj").bytes, 28.0 * 33046528, 1e-6);
-  EXPECT_NEAR(qn.op("qkv_proj").bytes, 28.0 * 33053696, 1e-6);
-  // The step moves h of the attention norm written and read back more with biases: 28 x 2 x
-  // 3584 x 2 = 401,408 B.
-  EXPECT_NEAR(qb.bytes - qn.bytes, 401408.0, 1e-3);
+  EXPECT_NEAR(qn.op("qkv_proj").bytes, 28.0 * 33047424, 1e-6);
+  // Without biases the step saves per layer the attention norm (21,504 B) but for the first
+  // layer's, less the sums read by qkv_proj and written by down_proj (2 x 896): 27 x 21,504 -
+  // 28 x 1,792 = 530,432 B.
+  EXPECT_NEAR(qb.bytes - qn.bytes, 530432.0, 1e-3);
 }
 
 // A 2-layer model on a device so fast that every kernel's work is negligible next to its 2 us
@@ -424,17 +440,17 @@ TEST(Execution, RidgeFusedDecodeOnTheTinyModel) {
   // Eager: 13 launches x 10 us + 9 GEMM calls x 20 us + the last kernel's 2 us = 312 us.
   EXPECT_NEAR(e.t_gpu + e.t_launch_stall, 312e-6, 0.02e-6);
   // All three fusions: per layer qkv_proj, rope_kv_write, attention, o_proj, gate_up_proj,
-  // down_proj = 6; outside: embedding, gather_rows, lm_head (final norm folded) = 3. 2 x 6 + 3 =
-  // 15 kernels, still 9 GEMMs. Graph: 10 + 15 x 2 = 40 us (the minimal engine's 24 kernels:
-  // 58 us); eager: 6 x 10 + 9 x 20 + 2 = 242 us (332 us).
+  // down_proj = 6; outside: embedding, the first layer's attn_norm, gather_rows, final_norm,
+  // lm_head = 5. 2 x 6 + 5 = 17 kernels, still 9 GEMMs. Graph: 10 + 17 x 2 = 44 us (the minimal
+  // engine's 24 kernels: 58 us); eager: 8 x 10 + 9 x 20 + 2 = 262 us (332 us).
   const auto all = Fusions::all();
   const StepCost ga = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
                                    CostOptions::ridge(Launch::graph, true, true, all));
   const StepCost ea = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
                                    CostOptions::ridge(Launch::eager, true, true, all));
-  EXPECT_EQ(ga.kernels, 15);
-  EXPECT_NEAR(ga.t_gpu + ga.t_launch_stall, 40e-6, 0.02e-6);
-  EXPECT_NEAR(ea.t_gpu + ea.t_launch_stall, 242e-6, 0.02e-6);
+  EXPECT_EQ(ga.kernels, 17);
+  EXPECT_NEAR(ga.t_gpu + ga.t_launch_stall, 44e-6, 0.02e-6);
+  EXPECT_NEAR(ea.t_gpu + ea.t_launch_stall, 262e-6, 0.02e-6);
 }
 
 TEST(Execution, HostCopiesOfTheStep) {

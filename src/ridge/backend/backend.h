@@ -105,6 +105,15 @@ struct MatmulFusion {
   bool norm_folded = false;
   bool silu_mul = false;                // prologue: x [T, 2K] := silu_mul(x) [T, K]
   bool accumulate = false;              // epilogue: out += product, else out = product
+  // Sums of squares of rows, so that the norm of the next block needs no kernel of its own and no
+  // pass over x (hints; a backend may ignore both). record_sumsq = tag (1..kSumsqTags): keep the
+  // sums of squares of out's rows, as stored, under that tag (any earlier record under it is
+  // dropped). norm_sumsq = tag: x is the out of the call that last recorded under that tag and
+  // has not changed since; a backend that kept the sums may take 1/rms(x) from them (norm_folded
+  // only).
+  static constexpr int kSumsqTags = 2;
+  int record_sumsq = 0;
+  int norm_sumsq = 0;
 };
 
 // One row of Backend::sample: engine::SamplingParams plus the row's place in its sequence.

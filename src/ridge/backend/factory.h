@@ -19,9 +19,10 @@ struct BackendOptions {
   // "ridge" (ridge's own kernels wherever they apply).
   std::string gemm = "auto";
   bool cuda_graphs = true;  // capture decode steps as CUDA graphs (per batch-size bucket)
-  // Decode-step fusions (CUDA), a comma list: "norm" (each RMSNorm weight folded into the matmul
-  // after it at load, the norm then a 1/rms scale in the skinny GEMM's epilogue, up to 16 tokens;
-  // not for a tied LM head or biased q|k|v), "silu" (SwiGLU inside the down projection's
+  // Decode-step fusions (CUDA), a comma list: "norm" (each block's RMSNorm weight folded into the
+  // matmul after it at load, the norm then a 1/rms scale in the skinny GEMM's epilogue from the
+  // sums of squares the residual-adding GEMM before it left, up to 16 tokens; not for biased
+  // q|k|v, the first layer's norm or the final norm), "silu" (SwiGLU inside the down projection's
   // activation loads, up to 16 tokens), "rope_kv" (RoPE and the KV store in one kernel); "none"
   // or "" for none. The residual adds always run in the o / down matmul epilogues (matmul_add).
   // Default rope_kv only: norm and silu measured slower on the H200 (docs/KERNELS.md, "Decode

@@ -109,16 +109,17 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
     layers_.push_back(std::move(d));
   }
   if (shown >= 0) fmt::print(stderr, "\n");
-  // Fold each RMSNorm weight into the matmul after it where the backend runs the norm as a
-  // per-token scale of the product (--fuse norm); the norm then takes a weight of ones.
+  // Fold each block's input RMSNorm weight into the matmul after it where the backend runs the
+  // norm as a per-token scale of the product (--fuse norm); the norm then takes a weight of ones.
+  // Not the final norm: it runs on the gathered logits rows, for which no matmul left the sums of
+  // squares (MatmulFusion::norm_sumsq), so it stays a kernel with its own weight.
   bool folded = false;
   for (Layer& d : layers_) {
     if (d.wqkv.data && !d.bqkv.data) d.attn_norm_folded = be.fold_norm_weight(d.wqkv, d.w.attn_norm);
     if (d.w_gate_up.data) d.ffn_norm_folded = be.fold_norm_weight(d.w_gate_up, d.w.ffn_norm);
     folded = folded || d.attn_norm_folded || d.ffn_norm_folded;
   }
-  if (output_.data != token_embd_.data) head_norm_folded_ = be.fold_norm_weight(output_, output_norm_);
-  if (folded || head_norm_folded_) {
+  if (folded) {
     ones_host_.assign(size_t(weights.config().hidden), 1.0f);
     ones_ = be.upload_weight(Tensor(ones_host_.data(), DType::f32, {int64_t(ones_host_.size())}));
   }
@@ -305,12 +306,14 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const Layer& l = layers_[size_t(i)];
     // x holds the residual stream; each block's output is added into it by the block's last
-    // matmul (matmul_add / accumulate), and each block's input norm runs inside (or, where the
-    // backend does not fuse, just before) its first matmul, writing h.
+    // matmul (accumulate), and each block's input norm runs inside (or, where the backend does
+    // not fuse, just before) its first matmul, writing h. The adding matmul records the sums of
+    // squares of x's rows (tag 1 after attention, tag 2 after the MLP) for that norm.
     backend::MatmulFusion attn_in;
     attn_in.norm_weight = l.attn_norm_folded ? &ones_ : &l.w.attn_norm;
     attn_in.norm_folded = l.attn_norm_folded;
     attn_in.eps = eps;
+    attn_in.norm_sumsq = i > 0 ? 2 : 0;  // after the embedding: none
     if (l.wqkv.data && !l.bqkv.data) {
       be.matmul_fused(stream, x, l.wqkv, attn_in, h, qkv);  // qkv = rmsnorm(x) · wqkvᵀ
     } else {
@@ -327,11 +330,15 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
     be.attention(stream, q, kv[size_t(i)], meta, scale, attn);
     // [tensor parallelism: wo is row-split; its partial products must be all-reduced before the
     //  residual is added once (matmul, all-reduce, add: not matmul_add on every rank)]
-    be.matmul_add(stream, attn, l.w.wo, x);  // x += attn · woᵀ
+    backend::MatmulFusion attn_out;
+    attn_out.accumulate = true;
+    attn_out.record_sumsq = 1;
+    be.matmul_fused(stream, attn, l.w.wo, attn_out, h, x);  // x += attn · woᵀ
     backend::MatmulFusion mlp_in;
     mlp_in.norm_weight = l.ffn_norm_folded ? &ones_ : &l.w.ffn_norm;
     mlp_in.norm_folded = l.ffn_norm_folded;
     mlp_in.eps = eps;
+    mlp_in.norm_sumsq = 1;
     if (l.w_gate_up.data) {
       be.matmul_fused(stream, x, l.w_gate_up, mlp_in, h, gate_up);  // rmsnorm(x) · w_gate_upᵀ
     } else {
@@ -342,6 +349,7 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
     backend::MatmulFusion down;
     down.silu_mul = true;
     down.accumulate = true;
+    down.record_sumsq = i + 1 < c.n_layers ? 2 : 0;  // the final norm runs on gathered rows
     be.matmul_fused(stream, gate_up, l.w.w_down, down, mlp, x);  // x += silu_mul(gate_up) · w_downᵀ
   }
   if (R == 0) return;
@@ -351,8 +359,7 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
   be.gather_rows(stream, x, rows, xr);
   logits_dev_ = Tensor(scratch(20, size_t(R * c.vocab) * 4).data(), DType::f32, {R, c.vocab}, dev);
   backend::MatmulFusion head_in;
-  head_in.norm_weight = head_norm_folded_ ? &ones_ : &output_norm_;
-  head_in.norm_folded = head_norm_folded_;
+  head_in.norm_weight = &output_norm_;
   head_in.eps = eps;
   be.matmul_fused(stream, xr, output_, head_in, last_normed, logits_dev_);
 }

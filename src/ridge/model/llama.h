@@ -94,7 +94,6 @@ class LlamaModel {
   backend::Backend& backend_;
   // The weights as the backend uses them (host views on the CPU, device copies on a GPU).
   Tensor token_embd_, output_norm_, output_;
-  bool head_norm_folded_ = false;  // output_norm_ folded into output_ (not when tied)
   std::vector<float> ones_host_;   // the norm weight of a folded norm: ones [hidden]
   Tensor ones_;
   std::vector<Layer> layers_;

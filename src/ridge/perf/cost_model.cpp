@@ -306,6 +306,7 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusion
                                              // skinny / sm90 GEMMs' residual epilogue)
   // kernels::skinny_prologue_max_tokens: the skinny GEMM's prologue, where switched on.
   k.norm_prologue_max_rows = fusions.norm ? 16 : 0;
+  k.norm_sums_in_epilogue = true;
   k.norm_folds_into_biased_qkv = false;      // LlamaModel folds q|k|v only without biases
   k.norm_folds_into_tied_head = false;       // ... and the LM head only when not tied
   k.silu_prologue_max_rows = fusions.silu ? 16 : 0;
@@ -371,12 +372,24 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   };
   // A norm folded into the prologue of the GEMM after it, over `rows` rows: the GEMM reads x
   // where it would read h (same bytes) and the norm weight; h is never written or read back.
-  auto norm_prologue = [&](double rows) { return GemmExtra{0, 2.0 * h, 4.0 * rows * h}; };
-  // The residual read of a GEMM that adds into x in its epilogue (its write is the GEMM's output).
+  // With the sums from the previous epilogue: h / 16 partial sums a row (sums_bytes).
+  auto norm_prologue = [&](double rows) {
+    return kp.norm_sums_in_epilogue ? GemmExtra{0, 4.0 * rows * std::ceil(h / 16.0), 0}
+                                    : GemmExtra{0, 2.0 * h, 4.0 * rows * h};
+  };
+  // The residual read of a GEMM that adds into x in its epilogue (its write is the GEMM's output),
+  // and, where the next norm is folded with sums from this epilogue, their write.
   const GemmExtra residual{0, kp.residual_in_matmul ? Td * h * ab : 0.0, 0};
+  const double sums_bytes = 4.0 * Td * std::ceil(h / 16.0);
+  auto residual_for = [&](bool next_norm_folded) {
+    GemmExtra e = residual;
+    if (next_norm_folded && kp.norm_sums_in_epilogue) e.bytes += sums_bytes;
+    return e;
+  };
 
   const bool fold_attn_norm = kp.attn_norm_folded(cfg, T);
   if (!fold_attn_norm) norm("attn_norm", L, Td);
+  if (fold_attn_norm && kp.norm_sums_in_epilogue) norm("attn_norm", 1, Td);  // after the embedding
   const GemmExtra qkv_extra = fold_attn_norm ? norm_prologue(Td) : GemmExtra{};
   const int64_t qkv_n = cfg.q_dim() + 2 * cfg.kv_dim();
   if (kp.qkv_matmuls == 3) {
@@ -436,8 +449,8 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     o.bytes = Ld * (2.0 * double(s.decode_seqs) * q * ab + double(s.decode_kv_tokens) * 2.0 * kv * kvb);
     b.add(o);
   }
-  b.gemm("o_proj", L, T, {cfg.hidden}, cfg.q_dim(), ab, residual);
   const bool fold_mlp_norm = kp.mlp_norm_folded(T);
+  b.gemm("o_proj", L, T, {cfg.hidden}, cfg.q_dim(), ab, residual_for(fold_mlp_norm));
   if (!fold_mlp_norm) norm("mlp_norm", L, Td);
   const GemmExtra gate_up_extra = fold_mlp_norm ? norm_prologue(Td) : GemmExtra{};
   if (kp.gate_up_matmuls == 2) {
@@ -445,7 +458,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   } else {
     b.gemm("gate_up_proj", L, T, {2 * cfg.ffn}, cfg.hidden, ab, gate_up_extra);
   }
-  GemmExtra down_extra = residual;
+  GemmExtra down_extra = residual_for(fold_attn_norm);
   if (kp.silu_folded(T)) {
     // SiLU·mul in down_proj's prologue: it reads gate|up [T x 2f]; the product is never written.
     down_extra.in_cols = 2.0 * f;

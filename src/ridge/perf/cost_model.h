@@ -69,9 +69,10 @@ Launch launch_named(std::string_view name);  // "graph" | "eager"; throws otherw
 // RMSNorm and SiLU·mul recompute their prologue in every one of the GEMV's N/16 blocks, which
 // costs more than the separate kernel (docs/PERF.md, "Execution").
 struct Fusions {
-  bool norm = false;    // "norm": the RMSNorm before qkv_proj, gate_up_proj (T <= 16 rows) and
-                        // lm_head (R <= 16) in that GEMM's prologue (Backend::matmul_fused), its
-                        // weight folded into the GEMM's (not biased q|k|v, not a tied LM head)
+  bool norm = false;    // "norm": the RMSNorm before qkv_proj (all but the first layer) and
+                        // gate_up_proj (T <= 16 rows) as a 1/rms scale in that GEMM, its weight
+                        // folded into the GEMM's (not biased q|k|v), the sums of squares left by
+                        // the o_proj / down_proj epilogue (Backend::matmul_fused)
   bool silu = false;    // "silu": SiLU·mul in down_proj's prologue (T <= 16)
   bool rope_kv = true;  // "rope_kv": RoPE and the KV store as one kernel (rope_kv_store), any T
 
@@ -114,6 +115,11 @@ struct KernelPlan {
   // launch (qkv_matmuls, gate_up_matmuls 1). ridge: kernels::skinny_prologue_max_tokens = 16 with
   // the "norm" fusion.
   int norm_prologue_max_rows = 0;
+  // The folded norms take their sums of squares from the epilogue of the residual-adding GEMM
+  // before them (ridge's "norm" fusion: MatmulFusion::record_sumsq): the first layer's attn norm
+  // (after the embedding) and the final norm (on gathered rows) still run as kernels, and a
+  // folded GEMM reads a few partial sums instead of the norm weight.
+  bool norm_sums_in_epilogue = false;
   // Where a norm may fold, given the model (ModelConfig::qkv_bias, tied_embeddings). ridge folds
   // a norm only by scaling the GEMM's weight by the norm weight at load (Backend::fold_norm_weight,
   // LlamaModel's constructor), the prologue then applying the 1/rms scale alone: not into q|k|v
@@ -137,13 +143,15 @@ struct KernelPlan {
   bool silu_folded(int64_t rows) const { return rows >= 1 && rows <= silu_prologue_max_rows; }
   // The three norms of a step of `rows` rows (T for the blocks, R for the LM head) of model `cfg`:
   // folded into qkv_proj (one launch, and no biases unless norm_folds_into_biased_qkv), into
-  // gate_up_proj (one launch), into lm_head (not tied unless norm_folds_into_tied_head).
+  // gate_up_proj (one launch), into lm_head (not tied unless norm_folds_into_tied_head, and never
+  // with norm_sums_in_epilogue: no GEMM leaves sums for the gathered rows).
   bool attn_norm_folded(const model::ModelConfig& cfg, int64_t rows) const {
     return norm_folded(rows) && qkv_matmuls == 1 && (norm_folds_into_biased_qkv || !cfg.qkv_bias);
   }
   bool mlp_norm_folded(int64_t rows) const { return norm_folded(rows) && gate_up_matmuls == 1; }
   bool final_norm_folded(const model::ModelConfig& cfg, int64_t rows) const {
-    return norm_folded(rows) && (norm_folds_into_tied_head || !cfg.tied_embeddings);
+    return norm_folded(rows) && !norm_sums_in_epilogue &&
+           (norm_folds_into_tied_head || !cfg.tied_embeddings);
   }
 
   // ridge as built: fused_projections when the backend stacks q|k|v and gate|up weights (the

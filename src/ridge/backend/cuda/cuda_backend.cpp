@@ -115,6 +115,7 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
     w->cublas = cuda::DeviceMemory(kCublasWorkspaceBytes);
     w->attention = cuda::DeviceMemory(kAttentionWorkspaceBytes);
     w->split_counters = cuda::DeviceMemory(kSplitCounterBytes);
+    w->sumsq = cuda::DeviceMemory(size_t(MatmulFusion::kSumsqTags * kSumsqFloats) * sizeof(float));
     // Zeroed on this stream and waited for: the ticket scheme never repairs a counter that starts
     // non-zero, and a plain cudaMemset (legacy stream) is not ordered before a non-blocking one.
     RIDGE_CHECK_CUDA(cudaMemsetAsync(w->split_counters.data(), 0, kSplitCounterBytes, stream));
@@ -413,33 +414,73 @@ void CudaBackend::matmul_fused(const Stream& s, const Tensor& x, const Tensor& w
   check_matmul("matmul_fused", x, w, out, f.silu_mul ? 2 * K : K);
   const int64_t T = x.shape[0], N = w.shape[0];
   if (f.norm_weight) expect_vector(*f.norm_weight, K, "matmul_fused", "norm weight");
+  constexpr int kTags = MatmulFusion::kSumsqTags;
+  expect(f.record_sumsq >= 0 && f.record_sumsq <= kTags && f.norm_sumsq >= 0 &&
+             f.norm_sumsq <= kTags,
+         "matmul_fused", fmt::format("sums-of-squares tags are 0..{}", kTags));
+  cudaStream_t stream = stream_of(s);
+  Workspace& ws = workspace_for(stream);
+  using Record = Workspace::SumsqRecord;
+  // A tag asked to record is dropped first: it is set again only if this call records.
+  if (f.record_sumsq) ws.sumsq_records[f.record_sumsq - 1] = Record{};
   if (T == 0) return;
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-  // The norm runs fused only as the 1/rms scale of a folded weight (fold_norm_weight).
-  const bool fuse =
-      (f.norm_weight ? fuse_norm_ && f.norm_folded : f.silu_mul ? fuse_silu_ : true) &&
-      options_.gemm != "cublas" &&
-      T <= kernels::skinny_prologue_max_tokens && out.stride[0] == N && K % 8 == 0 &&
-      N % 8 == 0 && N <= 65535 * 16 && x.stride[0] % 8 == 0 && aligned(x.data) &&
-      aligned(w.data) && aligned(out.data) && !(f.accumulate && out.dtype != DType::bf16);
-  if (!fuse) {
-    Backend::matmul_fused(s, x, w, f, scratch, out);
+  // Whether the skinny kernel's prologues and epilogues can run with `in` as X.
+  const auto skinny_ok = [&](const Tensor& in) {
+    return options_.gemm != "cublas" && T <= kernels::skinny_prologue_max_tokens &&
+           out.stride[0] == N && K % 8 == 0 && N % 8 == 0 && N <= 65535 * 16 &&
+           in.stride[0] % 8 == 0 && aligned(in.data) && aligned(w.data) && aligned(out.data) &&
+           !(f.accumulate && out.dtype != DType::bf16);
+  };
+  const Tensor* in = &x;
+  kernels::SkinnyPrologue prologue = kernels::SkinnyPrologue::none;
+  const float* sumsq_in = nullptr;
+  if (f.norm_weight) {
+    // Fused only as the 1/rms scale of a folded weight (fold_norm_weight), with the sums of
+    // squares of x from the call that wrote it; else the norm kernel (the in-loop sum of
+    // squares, SkinnyPrologue::rmsnorm, measured slower than it: docs/KERNELS.md).
+    const Record* r = f.norm_sumsq ? &ws.sumsq_records[f.norm_sumsq - 1] : nullptr;
+    if (fuse_norm_ && f.norm_folded && r && r->out == x.data && r->rows == T && r->cols == K &&
+        x.stride[0] == K && skinny_ok(x)) {
+      prologue = kernels::SkinnyPrologue::rms_sumsq;
+      sumsq_in = static_cast<const float*>(ws.sumsq.data()) + (f.norm_sumsq - 1) * kSumsqFloats;
+    } else {
+      rmsnorm(s, x, *f.norm_weight, f.eps, scratch);
+      in = &scratch;
+    }
+  } else if (f.silu_mul) {
+    if (fuse_silu_ && skinny_ok(x)) {
+      prologue = kernels::SkinnyPrologue::silu_mul;
+    } else {
+      silu_mul(s, x, scratch);
+      in = &scratch;
+    }
+  }
+  const bool record = f.record_sumsq && fuse_norm_ && out.dtype == DType::bf16 && skinny_ok(*in) &&
+                      kernels::skinny_sumsq_parts(int(N)) * T <= kSumsqFloats;
+  if (prologue == kernels::SkinnyPrologue::none && !record) {  // the tuned kernel
+    if (f.accumulate)
+      matmul_add(s, *in, w, out);
+    else
+      matmul(s, *in, w, nullptr, out);
     return;
   }
   using kb = __nv_bfloat16;
   kernels::SkinnyArgs a;
-  a.X = static_cast<const kb*>(x.data);
-  a.ld_x = x.stride[0];
+  a.X = static_cast<const kb*>(in->data);
+  a.ld_x = in->stride[0];
   a.W = static_cast<const kb*>(w.data);
   a.Y = out.data;
   a.y_f32 = out.dtype == DType::f32;
   a.residual = f.accumulate ? static_cast<const kb*>(out.data) : nullptr;
   a.eps = f.eps;
+  a.sumsq_in = sumsq_in;
+  a.sumsq_parts = sumsq_in ? kernels::skinny_sumsq_parts(int(K)) : 0;
+  if (record)
+    a.sumsq_out = static_cast<float*>(ws.sumsq.data()) + (f.record_sumsq - 1) * kSumsqFloats;
   a.M = int(T), a.N = int(N), a.K = int(K);
-  const kernels::SkinnyPrologue prologue = f.norm_weight ? kernels::SkinnyPrologue::rmsnorm
-                                           : f.silu_mul  ? kernels::SkinnyPrologue::silu_mul
-                                                         : kernels::SkinnyPrologue::none;
-  kernels::gemm_bf16_skinny_fused(a, prologue, stream_of(s));
+  kernels::gemm_bf16_skinny_fused(a, prologue, stream);
+  if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};
 }
 
 const char* CudaBackend::gemm_name(GemmKernel k) {

@@ -93,7 +93,16 @@ class CudaBackend final : public Backend {
     cuda::DeviceMemory cublas;
     cuda::DeviceMemory attention;
     cuda::DeviceMemory split_counters;  // zeroed ints: decode attention's in-kernel split merge
+    // MatmulFusion::record_sumsq: per tag, the skinny GEMM's partial sums of squares of the rows
+    // it stored (kSumsqFloats each) and what they describe.
+    cuda::DeviceMemory sumsq;
+    struct SumsqRecord {
+      const void* out = nullptr;
+      int64_t rows = 0, cols = 0;
+    };
+    SumsqRecord sumsq_records[MatmulFusion::kSumsqTags];
   };
+  static constexpr int64_t kSumsqFloats = 16384;  // per tag: partial sums × rows
   cudaStream_t stream_of(const Stream& s) const;
   void upload_into(const Tensor& host, void* dst, DType target);
   bool ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const;

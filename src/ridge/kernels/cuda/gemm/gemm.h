@@ -40,15 +40,21 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // The skinny kernel with a prologue on its activations and a choice of output type (the decode
 // step's fusions). Y[M,N] = P(X)·Wᵀ (+ residual), with P:
 //   none      X [M, K] (row stride ld_x)
-//   rmsnorm   X [M, K]: row m scaled by 1/sqrt(mean(X[m]²) + eps); the norm's weight must be
-//             folded into W beforehand (scale_columns_bf16); the scale is applied to the
-//             product in the epilogue, X goes to the MMA unchanged
 //   silu_mul  X [M, 2K] = [gate | up]: bf16(silu(gate) · up), as silu_mul_bf16
+//   rms_sumsq X [M, K]: row m scaled by 1/sqrt(sumsq(X[m]) / K + eps), the sums of squares given
+//             as sumsq_in [sumsq_parts, M] partial sums (summed in a fixed order), as the
+//             sumsq_out epilogue of the matmul that wrote X leaves them. The norm's weight must
+//             be folded into W beforehand (scale_columns_bf16); the scale is applied to the
+//             product in the epilogue, X goes to the MMA unchanged: the loop is the plain one
+// Epilogue sumsq_out (bf16 Y, M ≤ 16): each stored row's sum of squares (of the bf16 values
+// stored, residual included) as partial sums over this call's row tiles, sumsq_out[p·M + m] for
+// p = n / skinny_sumsq_rows: skinny_sumsq_parts(N) of them. So the next matmul's RMSNorm needs
+// neither its own kernel nor a pass over X.
 // Y is bf16, or f32 when y_f32 (then residual must be null); Y has row stride N. The prologues
 // are implemented for M ≤ 16 (skinny_prologue_max_tokens); the plain kernel for any M.
 // Preconditions as gemm_bf16_skinny, plus ld_x ≥ K (≥ 2K for silu_mul), ld_x % 8 == 0.
 // Launched with programmatic dependent launch (pdl.cuh).
-enum class SkinnyPrologue { none, rmsnorm, silu_mul };
+enum class SkinnyPrologue { none, silu_mul, rms_sumsq };
 struct SkinnyArgs {
   const bf16* X = nullptr;
   int64_t ld_x = 0;
@@ -56,10 +62,15 @@ struct SkinnyArgs {
   void* Y = nullptr;
   bool y_f32 = false;
   const bf16* residual = nullptr;  // may alias Y
-  float eps = 0.0f;                // rmsnorm prologue
+  float eps = 0.0f;                // rms_sumsq prologue
+  const float* sumsq_in = nullptr;  // rms_sumsq prologue: [sumsq_parts, M]
+  int sumsq_parts = 0;
+  float* sumsq_out = nullptr;  // epilogue: [skinny_sumsq_parts(N), M], or null
   int M = 0, N = 0, K = 0;
 };
 constexpr int skinny_prologue_max_tokens = 16;
+constexpr int skinny_sumsq_rows = 16;  // output columns per partial sum of sumsq_out
+constexpr int skinny_sumsq_parts(int N) { return (N + skinny_sumsq_rows - 1) / skinny_sumsq_rows; }
 void gemm_bf16_skinny_fused(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t stream);
 
 // W [N, K] bf16 := bf16(W[n, k] · scale[k]) in place (scale f32 [K]): folds an RMSNorm weight into

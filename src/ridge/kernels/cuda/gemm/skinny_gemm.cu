@@ -1,7 +1,8 @@
 // Decode GEMV / skinny GEMM: Y[M,N] = P(X)[M,K] · W[N,K]ᵀ (+ residual) for small M (decode),
 // where the prologue P is the identity, an RMSNorm of each row of X, or SwiGLU of X = [gate|up]
 // (gemm.h, SkinnyPrologue): the normalized or activated row is never written to memory, so the
-// decode step saves the norm and SwiGLU kernels and their round trips.
+// decode step saves the norm and SwiGLU kernels and their round trips. The epilogue can leave the
+// sums of squares of the rows it stores for the next GEMV's RMSNorm (sumsq_out).
 //
 // The weights dominate the bytes (N·K·2 against M·K·2), so the kernel is a weight stream: every
 // weight byte is read exactly once, with 16-byte non-allocating loads, a register double buffer
@@ -19,12 +20,14 @@
 // of 32·KU columns) and are reduced through shared memory in a fixed order (deterministic).
 // Limits: K % 8 == 0, N % 8 == 0 (host-checked); partial row/token tiles are clamped on load
 // and masked on store; the k tail is zero-filled per 16-byte chunk.
-// Prologues: rmsnorm — rmsnorm(x; w)·Wᵀ = (1/rms(x)) · x·(W·diag(w))ᵀ per token: the norm weight
-// is folded into W at load (scale_columns_bf16), x goes to the MMA as loaded, its squares are
-// summed on the way, and the epilogue scales each token's outputs by 1/rms. No extra pass over
-// x, nothing on the loop's critical path but 8 FMAs per chunk. (Two earlier forms lost to the
-// separate norm kernel: the rows reduced up front in every block, and x·w per chunk with 1/rms in
-// the epilogue; docs/KERNELS.md.)
+// Prologues: rms_sumsq — rmsnorm(x; w)·Wᵀ = (1/rms(x)) · x·(W·diag(w))ᵀ per token: the norm
+// weight is folded into W at load (scale_columns_bf16), x goes to the MMA as loaded, and the
+// epilogue scales each token's outputs by 1/rms, from sums of squares that the GEMM which wrote x
+// left in its epilogue (sumsq_out: the squares of each block's stored outputs, reduced per token
+// over its 16 rows by shuffles and shared memory; one float per token and row tile). The main
+// loop is the plain one. (Three forms that computed the sums here lost to the separate norm
+// kernel: the rows reduced up front in every block, x·w per chunk, and the squares summed in the
+// loop, which slowed the q|k|v and gate|up GEMVs by ~30 µs a layer; docs/KERNELS.md.)
 // silu_mul — each chunk of the gate half and the matching chunk of the up half,
 // bf16(silu(g)·u) (fast exp and division: within a bf16 rounding of the SwiGLU kernel's
 // result); every block repeats it for the whole row, so it is bound by the special-function
@@ -75,21 +78,12 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, ui
 }
 
 // The 8 activations at k of token row x (16 bytes) after the prologue, as bf16 pairs.
-// rmsnorm: x itself (the norm weight is folded into W, the 1/rms factor is per token and applied
-// in the epilogue); the squares of x are added to ss.
+// rms_sumsq: x itself (the norm weight is folded into W, the 1/rms factor is per token and
+// applied in the epilogue).
 template <SkinnyPrologue P>
-__device__ __forceinline__ uint4 load_prologue(const bf16* x, int K, float& ss) {
-  if constexpr (P == SkinnyPrologue::none) {
+__device__ __forceinline__ uint4 load_prologue(const bf16* x, int K) {
+  if constexpr (P != SkinnyPrologue::silu_mul) {
     return load_activations16(x);
-  } else if constexpr (P == SkinnyPrologue::rmsnorm) {
-    const uint4 raw = load_activations16(x);
-    const uint32_t r[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float lo = __uint_as_float(r[i] << 16), hi = __uint_as_float(r[i] & 0xffff0000u);
-      ss += lo * lo + hi * hi;
-    }
-    return raw;
   } else {
     // bf16(silu(g) * u), gate at k, up at K + k of the same row; with the fast exp and division
     // (every block recomputes its tokens' whole row, so this math is repeated N/16 times).
@@ -122,7 +116,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   constexpr int MT = 8 * NG;
   constexpr int KSTEP = 32 * KU;
   extern __shared__ float reduce_smem[];  // [warp][RT·NG·4 registers][32 lanes]
-  __shared__ float inv_rms[MT];           // rmsnorm prologue: 1 / rms of each token row
+  __shared__ float inv_rms[MT];           // rms_sumsq prologue: 1 / rms of each token row
 
   const int M = a.M, N = a.N, K = a.K;
   const bf16* __restrict__ W = a.W;
@@ -173,9 +167,21 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   if (s < steps) load_step(cur, s);
   pdl::wait();
 
-  float ss[NG];  // rmsnorm: this thread's share of the sum of squares of its token rows
+  // rms_sumsq: the partial sums of squares of the block's token rows, written by the previous
+  // kernel, are loaded now and summed in the epilogue (off the loop's critical path). Thread i
+  // takes token i % MT and the parts i / MT, i / MT + SLICES, … (the first kSumsqRegs of them in
+  // registers, any further ones in the epilogue); the order is fixed.
+  constexpr int SLICES = kSkinnyThreads / MT;
+  constexpr int kSumsqRegs = 8;
+  [[maybe_unused]] float part_ss[kSumsqRegs];
+  if constexpr (P == SkinnyPrologue::rms_sumsq) {
+    const int m = m0 + int(threadIdx.x) % MT, slice = int(threadIdx.x) / MT;
 #pragma unroll
-  for (int j = 0; j < NG; ++j) ss[j] = 0.0f;
+    for (int i = 0; i < kSumsqRegs; ++i) {
+      const int p = slice + i * SLICES;
+      part_ss[i] = (m < M && p < a.sumsq_parts) ? a.sumsq_in[size_t(p) * M + m] : 0.0f;
+    }
+  }
 
   float acc[RT][NG][4];
 #pragma unroll
@@ -193,7 +199,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       const bool k_ok = k + t * 8 < K;
 #pragma unroll
       for (int j = 0; j < NG; ++j) {
-        const uint4 b = (k_ok && token_ok[j]) ? load_prologue<P>(xrow[j] + k, K, ss[j])
+        const uint4 b = (k_ok && token_ok[j]) ? load_prologue<P>(xrow[j] + k, K)
                                               : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int rt = 0; rt < RT; ++rt) {
@@ -212,23 +218,22 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
         for (int c = 0; c < KU; ++c) cur[rt][h][c] = nxt[rt][h][c];
   }
 
-  if constexpr (P == SkinnyPrologue::rmsnorm) {
-    // Token g of group j: the 4 threads of its MMA group (t) in each of the 8 warps hold its
-    // partial sums; fixed-order reduction (lanes, then warps).
-    __shared__ float warp_ss[kSkinnyWarps][MT];
+  if constexpr (P == SkinnyPrologue::rms_sumsq) {
+    __shared__ float slice_ss[SLICES][MT];
+    const int tm = int(threadIdx.x) % MT, slice = int(threadIdx.x) / MT;
+    float total = 0.0f;
 #pragma unroll
-    for (int j = 0; j < NG; ++j) {
-      float v = ss[j];
-      v += __shfl_xor_sync(0xffffffffu, v, 1);
-      v += __shfl_xor_sync(0xffffffffu, v, 2);
-      if (t == 0) warp_ss[warp][j * 8 + g] = v;
-    }
+    for (int i = 0; i < kSumsqRegs; ++i) total += part_ss[i];
+    if (m0 + tm < M)
+      for (int p = slice + kSumsqRegs * SLICES; p < a.sumsq_parts; p += SLICES)
+        total += a.sumsq_in[size_t(p) * M + m0 + tm];
+    slice_ss[slice][tm] = total;
     __syncthreads();
     if (threadIdx.x < MT) {
-      float total = 0.0f;
+      float sum = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kSkinnyWarps; ++w) total += warp_ss[w][threadIdx.x];
-      inv_rms[threadIdx.x] = 1.0f / sqrtf(total / float(K) + a.eps);
+      for (int i = 0; i < SLICES; ++i) sum += slice_ss[i][threadIdx.x];
+      inv_rms[threadIdx.x] = 1.0f / sqrtf(sum / float(K) + a.eps);
     }
   }
 
@@ -242,6 +247,10 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
         reduce_smem[(warp * kRegs + (rt * NG + j) * 4 + r) * 32 + lane] = acc[rt][j][r];
   __syncthreads();
 
+  // sumsq_out: per register of the C fragment, the squares of the stored values summed over the 8
+  // rows (lanes with the same lane & 3) of each of the 4 token pairs.
+  __shared__ float reg_ss[kRegs][4];
+  const bool want_ss = a.sumsq_out != nullptr;  // uniform
   for (int e = threadIdx.x; e < kRegs * 32; e += kSkinnyThreads) {
     float sum = 0.f;
 #pragma unroll
@@ -254,14 +263,39 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     // C fragment of m16n8: c0,c1 at (row g, cols 2t, 2t+1); c2,c3 at (row g+8, same cols).
     const int n = n0 + rt * 16 + (ln >> 2) + (r >= 2 ? 8 : 0);
     const int m = m0 + j * 8 + (ln & 3) * 2 + (r & 1);
-    if constexpr (P == SkinnyPrologue::rmsnorm) sum *= inv_rms[m - m0];
+    if constexpr (P == SkinnyPrologue::rms_sumsq) sum *= inv_rms[m - m0];
+    float stored = 0.0f;
     if (n < N && m < M) {
       const size_t idx = static_cast<size_t>(m) * N + n;
       if (a.residual != nullptr) sum += __bfloat162float(a.residual[idx]);
-      if (a.y_f32)
+      if (a.y_f32) {
         static_cast<float*>(a.Y)[idx] = sum;
-      else
-        static_cast<bf16*>(a.Y)[idx] = __float2bfloat16(sum);
+      } else {
+        const bf16 out = __float2bfloat16(sum);
+        static_cast<bf16*>(a.Y)[idx] = out;
+        stored = __bfloat162float(out);
+      }
+    }
+    if (want_ss) {  // all 32 lanes of the warp are here (kRegs·32 is a multiple of 32)
+      float q = stored * stored;
+      q += __shfl_xor_sync(0xffffffffu, q, 4);
+      q += __shfl_xor_sync(0xffffffffu, q, 8);
+      q += __shfl_xor_sync(0xffffffffu, q, 16);
+      if (ln < 4) reg_ss[reg][ln] = q;
+    }
+  }
+  if (want_ss) {
+    __syncthreads();
+    // Token tm = j·8 + 2q + b of the block: registers (rt·NG + j)·4 + b (rows g) and + 2 (rows
+    // g + 8) of every row tile rt, lane group q; summed in this fixed order.
+    if (threadIdx.x < MT) {
+      const int tm = threadIdx.x, j = tm / 8, q = (tm % 8) / 2, b = tm & 1;
+      float total = 0.0f;
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) total += reg_ss[(rt * NG + j) * 4 + b + 2 * h][q];
+      if (m0 + tm < M) a.sumsq_out[size_t(blockIdx.y) * M + m0 + tm] = total;
     }
   }
 }
@@ -281,6 +315,7 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
 // The prologue configurations: 8 or 16 tokens per block.
 template <SkinnyPrologue P>
 void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
+  static_assert(skinny_sumsq_rows == 16, "the prologue configurations have one 16-row tile per warp");
   if (a.M <= 8)
     launch_skinny_config<1, 1, 4, 2, P>(a, stream);
   else
@@ -295,8 +330,8 @@ void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t st
                    int tokens_per_block) {
   // The prologues exist for up to 16 tokens (decode at small batch), the plain kernel for any M.
   switch (prologue) {
-    case SkinnyPrologue::rmsnorm: launch_with_prologue<SkinnyPrologue::rmsnorm>(a, stream); return;
     case SkinnyPrologue::silu_mul: launch_with_prologue<SkinnyPrologue::silu_mul>(a, stream); return;
+    case SkinnyPrologue::rms_sumsq: launch_with_prologue<SkinnyPrologue::rms_sumsq>(a, stream); return;
     case SkinnyPrologue::none: break;
   }
   constexpr auto kNone = SkinnyPrologue::none;
