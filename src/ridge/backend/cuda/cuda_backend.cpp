@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -27,6 +28,15 @@ int attention_block_rows() {
     return r == 64 || r == 128 ? r : 0;
   }();
   return rows;
+}
+
+// RIDGE_ATTN_EARLY_KV=0 turns off the decode kernel's KV loads before its PDL wait (A/B runs).
+bool attention_early_kv() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_ATTN_EARLY_KV");
+    return !(v && std::string_view(v) == "0");
+  }();
+  return on;
 }
 
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;    // cuBLASLt's advice for Hopper
@@ -605,6 +615,7 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.host_cu_seqlens_q = meta.host_cu_seqlens_q;
   a.host_context_lens = meta.host_context_lens;
   a.general_block_rows = attention_block_rows();
+  a.early_kv = attention_early_kv();
   cudaStream_t stream = stream_of(s);
   Workspace& ws = workspace_for(stream);
   a.split_counters = static_cast<int*>(ws.split_counters.data());

@@ -197,6 +197,7 @@ struct KernelArgs {
   float* ws_ml;      // [splits, ws_rows, 2]
   float scale_log2;  // softmax scale * log2(e)
   int* counters;     // decode kernel: [num_seqs, nkv] split tickets (in-kernel merge), or null
+  bool early_kv;     // decode kernel: earlier positions' first tiles loaded before the PDL wait
 };
 
 // MT: 16-row MMA tiles per warp (1: 64-row blocks; 2: 128-row blocks, FlashAttention-2's
@@ -520,7 +521,12 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
   uint16_t* ks = qs + kDecRows * SROW;          // [STAGES][kBN][SROW]
   uint16_t* vs = ks + STAGES * kBN * SROW;      // [STAGES][kBN][SROW]
 
-  pdl::begin();  // launched with PDL (pdl.cuh): q and the KV pools come from the kernels before
+  // Launched with PDL (pdl.cuh). The step's metadata (cu_seqlens, context lengths, block tables)
+  // was copied before the step's first kernel, and every KV position before the sequence's new
+  // tokens was written by earlier steps: the first ring stages of those are loaded before
+  // waiting for the kernels before this one (q, and the new tokens' K/V from rope_kv_store), so
+  // that their page-table reads and HBM round trips overlap the previous kernels' tail.
+  pdl::launch_dependents();
   const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
   const int q_start = a.cu_seqlens_q[seq];
   const int q_len = a.cu_seqlens_q[seq + 1] - q_start;
@@ -528,7 +534,10 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
   // q_len * group <= 16 is a precondition (checked on the host); clamped so that a violation
   // in graph mode stays inside the tile (its extra rows are then not written).
   const int rows = min(q_len * a.group, kDecRows);
-  if (rows <= 0) return;  // no tokens: nothing of this sequence is read by the combine
+  if (rows <= 0) {  // no tokens: nothing of this sequence is read by the combine
+    pdl::wait();
+    return;
+  }
 
   const int chunk = a.kv_chunk > 0 ? a.kv_chunk : fixed_chunk(ctx, a.num_splits);
   const int kv_begin = split * chunk;
@@ -540,15 +549,6 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
   const int g = lane / 4, t4 = lane % 4;
   const int32_t* table = a.block_tables + int64_t(seq) * a.max_blocks_per_seq;
 
-  // Q tile -> shared (rows past `rows` zero-filled).
-  for (int c = tid; c < kDecRows * CHUNKS; c += kThreads) {
-    const int r = c / CHUNKS, cc = c % CHUNKS;
-    const bool valid = r < rows;
-    const int rr = valid ? r : 0;
-    const int64_t token = q_start + rr / a.group;
-    const int head = kvh * a.group + rr % a.group;
-    cp_async_16(qs + r * SROW + cc * 8, a.q + token * a.ld_q + int64_t(head) * HD + cc * 8, valid);
-  }
   // This thread copies rows j0 + i * ROW_STEP (i < COPIES) of every tile, chunk cc: first all
   // COPIES page lookups (independent loads, in flight together), then the 2 * COPIES copies.
   const int j0 = tid / CHUNKS, cc = tid % CHUNKS;
@@ -557,7 +557,11 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
   const int64_t head_off = int64_t(kvh) * HD + cc * 8;
   const int bs_mask = a.block_size - 1;  // the decode kernel takes power-of-two block sizes
   const int last_blk = a.max_blocks_per_seq - 1;  // >= 0 whenever a tile is loaded (ctx >= 1)
-  auto load_kv = [&](int tile, int stage) {
+  // Positions [stable_end, kv_end) are this step's new tokens (written by the kernel before).
+  // part: 0 all rows; 1 the earlier rows (the new ones are skipped: no copy, no zero fill); 2 only
+  // the new rows. Every shared row of a tile is written by exactly one copy.
+  const int stable_end = ctx - q_len;
+  auto load_kv = [&](int tile, int stage, int part) {
     const int pos0 = kv_begin + tile * kBN + j0;
     int page[COPIES];
 #pragma unroll
@@ -568,6 +572,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
 #pragma unroll
     for (int i = 0; i < COPIES; ++i) {
       const int pos = pos0 + i * ROW_STEP;
+      const bool fresh = pos >= stable_end && pos < kv_end;
+      if (part == 1 ? fresh : part == 2 ? !fresh : false) continue;
       const bool valid = pos < kv_end && unsigned(page[i]) < unsigned(a.num_blocks_i);
       const int64_t off =
           int64_t(valid ? page[i] : 0) * page_elems + (pos & bs_mask) * row_elems + head_off;
@@ -575,13 +581,29 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
       cp_async_16(vd + i * ROW_STEP * SROW, a.v_pool + off, valid);
     }
   };
-  // Prologue: group 0 = Q + tile 0, then tiles 1 .. STAGES - 2 (empty groups past the end keep
-  // the group count uniform for cp.async.wait_group).
+  // Prologue, before the wait: tiles 0 .. STAGES - 2 without the new rows, one group each (empty
+  // groups past the end keep the group count uniform for cp.async.wait_group). After it: Q and
+  // the new rows of those tiles in one more group; the first tile then waits for every group.
+  if (!a.early_kv) pdl::wait();
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < n_tiles) load_kv(s, s);
+    if (s < n_tiles) load_kv(s, s, 1);
     cp_async_commit();
   }
+  if (a.early_kv) pdl::wait();
+  // Q tile -> shared (rows past `rows` zero-filled).
+  for (int c = tid; c < kDecRows * CHUNKS; c += kThreads) {
+    const int r = c / CHUNKS, cc = c % CHUNKS;
+    const bool valid = r < rows;
+    const int rr = valid ? r : 0;
+    const int64_t token = q_start + rr / a.group;
+    const int head = kvh * a.group + rr % a.group;
+    cp_async_16(qs + r * SROW + cc * 8, a.q + token * a.ld_q + int64_t(head) * HD + cc * 8, valid);
+  }
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s)
+    if (s < n_tiles) load_kv(s, s, 2);
+  cp_async_commit();
 
   // This thread's rows (g and g + 8 of the tile): their positions; -1 masks a row.
   int row_pos[2];
@@ -598,11 +620,16 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   for (int tile = 0; tile < n_tiles; ++tile) {
-    cp_async_wait<STAGES - 2>();  // this thread's copies of tile `tile` have landed
-    __syncthreads();              // everyone's have; everyone is done with tile - 1's stage
+    // This thread's copies of tile `tile` have landed (at tile 0 the prologue's last group holds
+    // Q and the new rows of every prologue tile: all groups).
+    if (tile == 0)
+      cp_async_wait<0>();
+    else
+      cp_async_wait<STAGES - 2>();
+    __syncthreads();  // everyone's have; everyone is done with tile - 1's stage
     {
       const int next = tile + STAGES - 1;
-      if (next < n_tiles) load_kv(next, next % STAGES);
+      if (next < n_tiles) load_kv(next, next % STAGES, 0);
       cp_async_commit();
     }
     if (tile == 0) {
@@ -1080,6 +1107,7 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.ws_o = p.num_splits > 1 ? static_cast<float*>(workspace) : nullptr;
   k.ws_ml = k.ws_o ? k.ws_o + size_t(p.num_splits) * k.ws_rows * a.head_dim : nullptr;
   k.scale_log2 = a.scale * kLog2e;
+  k.early_kv = a.early_kv;
   k.counters = p.decode && p.num_splits > 1 && a.split_counters &&
                        a.split_counters_len >= int64_t(a.num_seqs) * a.num_kv_heads
                    ? a.split_counters

@@ -80,6 +80,10 @@ struct PagedAttentionArgs {
   // FlashAttention-2); 0: automatic, 128 when some sequence has more than 64 rows (q_len * group)
   // and, in planned mode, the 128-row blocks reach half of the plan's block target.
   int general_block_rows = 0;
+  // The decode kernel loads the first ring stages of the positions before each sequence's new
+  // tokens before its programmatic-dependent-launch wait (they were written by earlier steps;
+  // the step's metadata by a copy before its first kernel). false: everything after the wait.
+  bool early_kv = true;
   // Zero-initialized device ints (at least num_seqs * num_kv_heads of them), left zero by every
   // call: with them, a split decode-kernel launch merges its splits itself (the last block of
   // each (sequence, KV head) to finish, by an atomic ticket) and no combine kernel runs. Null, or
