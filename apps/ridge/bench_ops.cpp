@@ -262,8 +262,9 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   // another at this T is not timed alone: its time is inside the op it joined (with "norm":
   // attn_norm in qkv_proj but for the first layer's, mlp_norm in gate_up_proj, their sums of
   // squares written by down_proj and o_proj, timed after one such call; with "silu": silu_mul
-  // in down_proj; with "rope_kv": rope and kv_write in rope_kv_write), as in the prediction. A
-  // folded call is Backend::matmul_fused / rope_kv_store as run_layers issues it; where the
+  // in gate_up_proj (matmul_swiglu); with "rope_kv": rope and kv_write in rope_kv_write), as in
+  // the prediction. A folded call is Backend::matmul_fused / matmul_swiglu / rope_kv_store as
+  // run_layers issues it; where the
   // backend composes instead, the parts are issued as the composition does (rmsnorm then matmul,
   // silu_mul then matmul_add, rope then kv_store), each under its own name. The residual adds are
   // always in the o_proj / down_proj epilogues (matmul_add). A norm folds as the model folds it:
@@ -287,16 +288,26 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
     norm_probe.eps = eps;
     norm_probe.norm_folded = true;
     norm_probe.norm_sumsq = 1;
-    backend::MatmulFusion silu_probe;
-    silu_probe.silu_mul = true;
-    silu_probe.accumulate = true;
     Tensor probe_w = weights(Q + 2 * KV, H).at(0);
     Tensor x1 = view2d(x.data, act, 1, H, H, dev);
     const Tensor attn1 = view2d(attn.data, act, 1, Q, Q, dev);
     be.matmul_fused({}, attn1, weights(H, Q).at(0), attn_out, h, x1);  // the sums of x's row
     const bool norm_folds = be.fold_norm_weight(probe_w, ones) &&
                             backend_folds(be, x, probe_w, norm_probe, h, qkv);
-    const bool silu_folds = backend_folds(be, gate_up, weights(H, F).at(0), silu_probe, mlp, x);
+    // SwiGLU folds where matmul_swiglu leaves its gate_up scratch untouched.
+    bool silu_folds = false;
+    {
+      const size_t bytes = ridge::row_bytes(act, 2 * F);
+      const std::vector<uint8_t> sentinel(bytes, 0x7f);
+      std::vector<uint8_t> back(bytes, 0);
+      Tensor gu1 = view2d(gate_up.data, act, 1, 2 * F, 2 * F, dev);
+      Tensor mlp1 = view2d(mlp.data, act, 1, F, F, dev), h1 = view2d(h.data, act, 1, H, H, dev);
+      be.upload({}, gu1.data, sentinel.data(), bytes);
+      be.matmul_swiglu({}, x1, weights(2 * F, H).at(0), backend::MatmulFusion{}, h1, gu1, mlp1);
+      be.download({}, back.data(), gu1.data, bytes);
+      be.synchronize({});
+      silu_folds = back == sentinel;
+    }
     if (norm_folds != fusions.norm || silu_folds != fusions.silu) {
       perf::Fusions seen = fusions;
       seen.norm = norm_folds, seen.silu = silu_folds;
@@ -374,13 +385,23 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
     const Weights w = weights(H, Q);
     record("o_proj", L, 1, [&](int i) { be.matmul_fused(s, attn, w.at(i), attn_out, h, x); });  // x += attn·woᵀ
   }
+  // SiLU·mul in gate_up_proj's epilogue (matmul_swiglu), gate|up then never written.
+  const bool silu_in_gate_up = plan.silu_folded(T) && plan.gate_up_matmuls == 1;
   if (const Weights w = weights(2 * F, H); plan.mlp_norm_folded(T) && fold(w)) {
     backend::MatmulFusion in = norm_in;
     in.norm_sumsq = 1;  // from o_proj's calls just timed
-    record("gate_up_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), in, h, gate_up); });
+    if (silu_in_gate_up)
+      record("gate_up_proj", L, 1,
+             [&](int i) { be.matmul_swiglu(s, x, w.at(i), in, h, gate_up, mlp); });
+    else
+      record("gate_up_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), in, h, gate_up); });
   } else {
     record("mlp_norm", L, 1, norm);
-    if (plan.gate_up_matmuls == 1) {
+    if (plan.gate_up_matmuls == 1 && silu_in_gate_up) {
+      record("gate_up_proj", L, 1, [&](int i) {
+        be.matmul_swiglu(s, h, w.at(i), backend::MatmulFusion{}, last_normed, gate_up, mlp);
+      });
+    } else if (plan.gate_up_matmuls == 1) {
       record("gate_up_proj", L, 1, [&](int i) { be.matmul(s, h, w.at(i), nullptr, gate_up); });
     } else {
       const Weights wg = weights(F, H), wu = weights(F, H);
@@ -392,14 +413,8 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   }
   {
     const Weights w = weights(H, F);
-    if (plan.silu_folded(T)) {
-      backend::MatmulFusion down = mlp_out;  // x += silu_mul(gate_up)·w_downᵀ
-      down.silu_mul = true;
-      record("down_proj", L, 1, [&](int i) { be.matmul_fused(s, gate_up, w.at(i), down, mlp, x); });
-    } else {
-      record("silu_mul", L, 1, [&](int) { be.silu_mul(s, gate_up, mlp); });
-      record("down_proj", L, 1, [&](int i) { be.matmul_fused(s, mlp, w.at(i), mlp_out, h, x); });
-    }
+    if (!silu_in_gate_up) record("silu_mul", L, 1, [&](int) { be.silu_mul(s, gate_up, mlp); });
+    record("down_proj", L, 1, [&](int i) { be.matmul_fused(s, mlp, w.at(i), mlp_out, h, x); });
   }
   if (R > 0) {
     record("gather_rows", 1, 1, [&](int) { be.gather_rows(s, x, rows, xr); });  // x's rows only

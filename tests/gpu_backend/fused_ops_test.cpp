@@ -1,9 +1,9 @@
 // The decode-step fusions of the CUDA backend against the CPU reference: matmul_add (the residual
 // add in the GEMM epilogue: skinny, wgmma and cuBLASLt paths), matmul_fused (RMSNorm as a 1/rms
 // scale of a norm-folded weight, from the sums of squares the matmul that wrote x recorded, or
-// composed where there are none; SwiGLU in the skinny GEMM's activation loads; bf16 and f32
-// outputs; fused up to 16 tokens and composed above, and composed on a backend without the
-// fusions), fold_norm_weight, and rope_kv_store (RoPE and the KV store in one kernel, padding
+// composed where there are none; SwiGLU as a prologue, composed; bf16 and f32 outputs; fused up
+// to 16 tokens and composed above, and composed on a backend without the fusions),
+// matmul_swiglu (SwiGLU in the gate|up GEMV's epilogue), fold_norm_weight, and rope_kv_store (RoPE and the KV store in one kernel, padding
 // slots skipped). The CPU
 // reference runs the unfused ops (Backend's default composition) in fp32. Fresh random inputs,
 // outputs poisoned, normalized error bounds as the rest of the harness.
@@ -241,6 +241,70 @@ TEST_F(GpuBackend, MatmulFusedNormSumsRefusedPastSixteenTokens) {
   MatmulFusion bad;
   bad.record_sumsq = 3;
   EXPECT_THROW(be.matmul_fused({}, ad.view, wp.dev, bad, sc.view, xd.view), Error);
+}
+
+// out = silu_mul(P(x)·wᵀ) through matmul_swiglu, w = [gate; up]: on fusing() the skinny kernel's
+// SwiGLU epilogue up to 16 tokens (its gate_up scratch untouched), composed above and on cuda();
+// with the norm from recorded sums where `norm`. Against the CPU's composition (fp32).
+void run_swiglu(int64_t T, int64_t F, int64_t K, bool norm, bool fused_backend) {
+  Backend& be = fused_backend ? fusing() : cuda();
+  WeightPair w = random_weight(2 * F, K, be);
+  std::vector<float> x = random_bf16(size_t(T * K), 2.0f);
+  const std::string what = fmt::format("T={} F={} K={}{}{}", T, F, K, norm ? " norm" : "",
+                                       fused_backend ? "" : " composed");
+  DeviceMatrix xd = device_bf16(T, K, x);
+  MatmulFusion fg, fc;
+  std::vector<float> ones(size_t(K), 1.0f);
+  const Tensor ones_host(ones.data(), DType::f32, {K});
+  const Tensor ones_dev = be.upload_weight(ones_host);
+  std::vector<float> xin = x;
+  if (norm) {
+    // x written by a recording matmul (x = r + a·wpᵀ), the norm's weight ones (folded: a no-op).
+    const WeightPair wp = random_weight(K, K, be);
+    std::vector<float> a = random_bf16(size_t(T * K));
+    DeviceMatrix ad = device_bf16(T, K, a), sc = device_bf16(T, K, {});
+    MatmulFusion prod;
+    prod.accumulate = true;
+    prod.record_sumsq = 1;
+    be.matmul_fused({}, ad.view, wp.dev, prod, sc.view, xd.view);
+    be.synchronize({});
+    xin = download_view(xd);
+    fg.norm_weight = &ones_dev;
+    fg.norm_folded = be.fold_norm_weight(w.dev, ones_dev);
+    fg.eps = fc.eps = 1e-5f;
+    fg.norm_sumsq = 1;
+    fc.norm_weight = &ones_host;
+  }
+  std::vector<float> ref(size_t(T * F)), gu(size_t(T * 2 * F)), sc(size_t(T * K));
+  Tensor ref_t = host_f32(ref, T, F), gu_t = host_f32(gu, T, 2 * F), sc_t = host_f32(sc, T, K);
+  cpu().matmul_swiglu({}, host_f32(xin, T, K), w.host, fc, sc_t, gu_t, ref_t);
+  DeviceMatrix hd = device_bf16(T, K, {}), gud = device_bf16(T, 2 * F, {}), out = device_bf16(T, F, {});
+  be.matmul_swiglu({}, xd.view, w.dev, fg, hd.view, gud.view, out.view);
+  be.synchronize({});
+  expect_close("matmul_swiglu", what, download_view(out), ref, 1e-2);
+  expect_untouched_outside("matmul_swiglu", out);
+  const std::vector<uint16_t> bits = download_bits(gud);
+  const bool untouched =
+      std::all_of(bits.begin(), bits.end(), [](uint16_t b) { return b == kPoisonBf16; });
+  EXPECT_EQ(untouched, fused_backend && T <= 16) << what << ": gate_up scratch "
+                                                 << (untouched ? "untouched" : "written");
+}
+
+TEST_F(GpuBackend, MatmulSwigluEpilogue) {
+  for (int64_t T : {1, 5, 8, 9, 16, 17, 33}) run_swiglu(T, 1536, 576, false, true);
+  run_swiglu(1, 11008, 4096, false, true);  // Llama-2-7B gate|up
+  run_swiglu(16, 11008, 4096, true, true);  // ... with the norm from recorded sums
+  run_swiglu(3, 1544, 576, true, true);     // an odd number of 8-row tiles
+  run_swiglu(4, 1536, 576, false, false);   // composed (cuda(): --fuse rope_kv)
+  MatmulFusion bad;
+  bad.accumulate = true;
+  DeviceMatrix x = device_bf16(2, 64, random_bf16(128)), s = device_bf16(2, 64, {});
+  DeviceMatrix gu = device_bf16(2, 128, {}), o = device_bf16(2, 64, {});
+  const WeightPair w = random_weight(128, 64);
+  EXPECT_THROW(cuda().matmul_swiglu({}, x.view, w.dev, bad, s.view, gu.view, o.view), Error);
+  DeviceMatrix o2 = device_bf16(2, 63, {});
+  EXPECT_THROW(cuda().matmul_swiglu({}, x.view, w.dev, MatmulFusion{}, s.view, gu.view, o2.view),
+               Error);
 }
 
 TEST_F(GpuBackend, MatmulFusedSiluMul) {

@@ -31,4 +31,12 @@ void Backend::matmul_fused(const Stream& s, const Tensor& x, const Tensor& w,
     matmul(s, *in, w, nullptr, out);
 }
 
+void Backend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& w,
+                            const MatmulFusion& f, Tensor& scratch, Tensor& gate_up, Tensor& out) {
+  RIDGE_CHECK(!f.silu_mul && !f.accumulate,
+              "matmul_swiglu: a norm prologue only (no silu_mul prologue, no accumulate)");
+  matmul_fused(s, x, w, f, scratch, gate_up);
+  silu_mul(s, gate_up, out);
+}
+
 }  // namespace ridge::backend

@@ -13,6 +13,8 @@
 //   matmul_fused  out (+)= P(x) · wᵀ with a prologue P on x: rmsnorm, or silu_mul of x [T, 2K]
 //               (MatmulFusion; the default composes rmsnorm / silu_mul into `scratch` with
 //               matmul / matmul_add, a backend may fuse them into one kernel)
+//   matmul_swiglu  out [T, F] = silu_mul(P(x) · wᵀ), w = [gate; up] [2F, K] (default: matmul_fused
+//               into gate_up [T, 2F], then silu_mul; a backend may fuse them)
 //   rope        q [T, nh*hd], k [T, nkv*hd] in place; positions i32 [T]; inv_freq f32 [hd/2]
 //               (rotate-half pairing (i, i + hd/2), as HF transformers)
 //   kv_store    k, v [T, nkv*hd] -> pools at slots i32 [T] (slot = block * block_size + offset;
@@ -209,6 +211,12 @@ class Backend {
   // either). At most one prologue; bias-free.
   virtual void matmul_fused(const Stream& s, const Tensor& x, const Tensor& w,
                             const MatmulFusion& fusion, Tensor& scratch, Tensor& out);
+  // out [T, F] = silu_mul(P(x) · wᵀ) for w = [gate; up] [2F, K] (gate rows first), P the norm
+  // prologue of matmul_fused (no silu_mul prologue, no accumulate, no record_sumsq). gate_up
+  // [T, 2F] receives the product when the backend composes (callers must not rely on it).
+  virtual void matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& w,
+                             const MatmulFusion& fusion, Tensor& scratch, Tensor& gate_up,
+                             Tensor& out);
   virtual void rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& positions,
                     const Tensor& inv_freq) = 0;
   virtual void kv_store(const Stream& s, const Tensor& k, const Tensor& v, const Tensor& slots,

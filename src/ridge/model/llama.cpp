@@ -340,17 +340,18 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
     mlp_in.eps = eps;
     mlp_in.norm_sumsq = 1;
     if (l.w_gate_up.data) {
-      be.matmul_fused(stream, x, l.w_gate_up, mlp_in, h, gate_up);  // rmsnorm(x) · w_gate_upᵀ
+      // mlp = silu_mul(rmsnorm(x) · w_gate_upᵀ), gate_up the product where not fused
+      be.matmul_swiglu(stream, x, l.w_gate_up, mlp_in, h, gate_up, mlp);
     } else {
       be.rmsnorm(stream, x, l.w.ffn_norm, eps, h);
       be.matmul(stream, h, l.w.w_gate, nullptr, gate);
       be.matmul(stream, h, l.w.w_up, nullptr, up);
+      be.silu_mul(stream, gate_up, mlp);
     }
     backend::MatmulFusion down;
-    down.silu_mul = true;
     down.accumulate = true;
     down.record_sumsq = i + 1 < c.n_layers ? 2 : 0;  // the final norm runs on gathered rows
-    be.matmul_fused(stream, gate_up, l.w.w_down, down, mlp, x);  // x += silu_mul(gate_up) · w_downᵀ
+    be.matmul_fused(stream, mlp, l.w.w_down, down, h, x);  // x += mlp · w_downᵀ
   }
   if (R == 0) return;
   // Only the rows that need logits go through the final norm and LM head.

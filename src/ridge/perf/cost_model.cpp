@@ -452,18 +452,20 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   const bool fold_mlp_norm = kp.mlp_norm_folded(T);
   b.gemm("o_proj", L, T, {cfg.hidden}, cfg.q_dim(), ab, residual_for(fold_mlp_norm));
   if (!fold_mlp_norm) norm("mlp_norm", L, Td);
-  const GemmExtra gate_up_extra = fold_mlp_norm ? norm_prologue(Td) : GemmExtra{};
+  GemmExtra gate_up_extra = fold_mlp_norm ? norm_prologue(Td) : GemmExtra{};
+  const bool fold_silu = kp.silu_folded(T) && kp.gate_up_matmuls == 1;
+  if (fold_silu) {
+    // SiLU·mul in gate_up_proj's epilogue: it writes silu_mul's [T x f] instead of [T x 2f].
+    gate_up_extra.bytes -= Td * f * ab;
+    gate_up_extra.flops += 5.0 * Td * f;
+  }
   if (kp.gate_up_matmuls == 2) {
     b.gemm("gate_up_proj", L, T, {cfg.ffn, cfg.ffn}, cfg.hidden, ab, gate_up_extra);
   } else {
     b.gemm("gate_up_proj", L, T, {2 * cfg.ffn}, cfg.hidden, ab, gate_up_extra);
   }
   GemmExtra down_extra = residual_for(fold_attn_norm);
-  if (kp.silu_folded(T)) {
-    // SiLU·mul in down_proj's prologue: it reads gate|up [T x 2f]; the product is never written.
-    down_extra.in_cols = 2.0 * f;
-    down_extra.flops += 5.0 * Td * f;
-  } else {
+  if (!fold_silu) {
     OpCost o = make_op("silu_mul", OpKind::elementwise, L);
     o.per_layer = true;
     o.flops = Ld * 5.0 * Td * f;

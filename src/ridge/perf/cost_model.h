@@ -65,15 +65,13 @@ std::string_view launch_name(Launch l);
 Launch launch_named(std::string_view name);  // "graph" | "eager"; throws otherwise
 
 // ridge's decode-step fusions, the switches of BackendOptions::fuse (CLI --fuse LIST, --no-fusion
-// = none). Each folds one op into another; the default is rope_kv only: on the H200 the folded
-// RMSNorm and SiLU·mul recompute their prologue in every one of the GEMV's N/16 blocks, which
-// costs more than the separate kernel (docs/PERF.md, "Execution").
+// = none). Each folds one op into another (docs/KERNELS.md, "Decode fusions" and "Run 8").
 struct Fusions {
   bool norm = false;    // "norm": the RMSNorm before qkv_proj (all but the first layer) and
                         // gate_up_proj (T <= 16 rows) as a 1/rms scale in that GEMM, its weight
                         // folded into the GEMM's (not biased q|k|v), the sums of squares left by
                         // the o_proj / down_proj epilogue (Backend::matmul_fused)
-  bool silu = false;    // "silu": SiLU·mul in down_proj's prologue (T <= 16)
+  bool silu = false;    // "silu": SiLU·mul in gate_up_proj's epilogue (T <= 16)
   bool rope_kv = true;  // "rope_kv": RoPE and the KV store as one kernel (rope_kv_store), any T
 
   static Fusions none() { return {false, false, false}; }
@@ -127,7 +125,8 @@ struct KernelPlan {
   // to the token embedding (the embedding reads the same table, which must stay unscaled).
   bool norm_folds_into_biased_qkv = true;
   bool norm_folds_into_tied_head = true;
-  // The same for the SiLU·mul before down_proj (ridge: 16 with the "silu" fusion).
+  // The same for the SiLU·mul between gate_up_proj and down_proj, in gate_up_proj's epilogue
+  // (one launch only; ridge: 16 with the "silu" fusion).
   int silu_prologue_max_rows = 0;
   bool rope_kv_fused = false;       // RoPE and the KV store as one kernel (Backend::rope_kv_store)
   // Gathers of the logits rows before the final norm: the residual stream x (and, without
@@ -138,7 +137,7 @@ struct KernelPlan {
   bool logits_to_host = false;      // f32 logits rows copied to the host after the last kernel
   bool pinned_host = false;         // ... into pinned memory (pinned_copy_bandwidth)
 
-  // Whether the norm / SiLU·mul before a GEMM of `rows` rows runs in that GEMM's prologue.
+  // Whether the norm before / the SiLU·mul after a GEMM of `rows` rows runs inside that GEMM.
   bool norm_folded(int64_t rows) const { return rows >= 1 && rows <= norm_prologue_max_rows; }
   bool silu_folded(int64_t rows) const { return rows >= 1 && rows <= silu_prologue_max_rows; }
   // The three norms of a step of `rows` rows (T for the blocks, R for the LM head) of model `cfg`:

@@ -422,12 +422,41 @@ void CudaBackend::matmul_fused(const Stream& s, const Tensor& x, const Tensor& w
   expect(!(f.norm_weight && f.silu_mul), "matmul_fused", "at most one prologue");
   const int64_t K = w.shape[1];
   check_matmul("matmul_fused", x, w, out, f.silu_mul ? 2 * K : K);
+  run_fused(s, x, w, f, scratch, out, /*swiglu*/ false);
+}
+
+void CudaBackend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& w,
+                                const MatmulFusion& f, Tensor& scratch, Tensor& gate_up,
+                                Tensor& out) {
+  expect(!f.silu_mul && !f.accumulate && !f.record_sumsq, "matmul_swiglu",
+         "takes a norm prologue only (no silu_mul, accumulate or record_sumsq)");
+  check_matmul("matmul_swiglu", x, w, gate_up, w.shape[1]);
+  expect_2d(out, DType::bf16, "matmul_swiglu", "out");
   const int64_t T = x.shape[0], N = w.shape[0];
-  if (f.norm_weight) expect_vector(*f.norm_weight, K, "matmul_fused", "norm weight");
+  expect(N % 2 == 0 && out.shape[0] == T && out.shape[1] == N / 2, "matmul_swiglu",
+         fmt::format("w {} must stack gate and up rows and out {} be [T, F]", w.describe(),
+                     out.describe()));
+  // The SwiGLU epilogue (--fuse silu): the skinny kernel at up to 16 tokens, else composed.
+  const bool fused = fuse_silu_ && options_.gemm != "cublas" &&
+                     T <= kernels::skinny_prologue_max_tokens && N % 16 == 0 &&
+                     out.stride[0] == N / 2 && (reinterpret_cast<uintptr_t>(out.data) & 15u) == 0;
+  if (!fused) {
+    Backend::matmul_swiglu(s, x, w, f, scratch, gate_up, out);
+    return;
+  }
+  run_fused(s, x, w, f, scratch, out, /*swiglu*/ true);
+}
+
+void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
+                            const MatmulFusion& f, Tensor& scratch, Tensor& out, bool swiglu) {
+  const int64_t K = w.shape[1];
+  const int64_t T = x.shape[0], N = w.shape[0];
+  const char* op = swiglu ? "matmul_swiglu" : "matmul_fused";
+  if (f.norm_weight) expect_vector(*f.norm_weight, K, op, "norm weight");
   constexpr int kTags = MatmulFusion::kSumsqTags;
   expect(f.record_sumsq >= 0 && f.record_sumsq <= kTags && f.norm_sumsq >= 0 &&
              f.norm_sumsq <= kTags,
-         "matmul_fused", fmt::format("sums-of-squares tags are 0..{}", kTags));
+         op, fmt::format("sums-of-squares tags are 0..{}", kTags));
   cudaStream_t stream = stream_of(s);
   Workspace& ws = workspace_for(stream);
   using Record = Workspace::SumsqRecord;
@@ -435,10 +464,11 @@ void CudaBackend::matmul_fused(const Stream& s, const Tensor& x, const Tensor& w
   if (f.record_sumsq) ws.sumsq_records[f.record_sumsq - 1] = Record{};
   if (T == 0) return;
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-  // Whether the skinny kernel's prologues and epilogues can run with `in` as X.
+  // Whether the skinny kernel's prologues and epilogues can run with `in` as X (with swiglu the
+  // caller checked out).
   const auto skinny_ok = [&](const Tensor& in) {
     return options_.gemm != "cublas" && T <= kernels::skinny_prologue_max_tokens &&
-           out.stride[0] == N && K % 8 == 0 && N % 8 == 0 && N <= 65535 * 16 &&
+           (swiglu || out.stride[0] == N) && K % 8 == 0 && N % 8 == 0 && N <= 65535 * 16 &&
            in.stride[0] % 8 == 0 && aligned(in.data) && aligned(w.data) && aligned(out.data) &&
            !(f.accumulate && out.dtype != DType::bf16);
   };
@@ -448,7 +478,7 @@ void CudaBackend::matmul_fused(const Stream& s, const Tensor& x, const Tensor& w
   if (f.norm_weight) {
     // Fused only as the 1/rms scale of a folded weight (fold_norm_weight), with the sums of
     // squares of x from the call that wrote it; else the norm kernel (the in-loop sum of
-    // squares, SkinnyPrologue::rmsnorm, measured slower than it: docs/KERNELS.md).
+    // squares measured slower than it: docs/KERNELS.md).
     const Record* r = f.norm_sumsq ? &ws.sumsq_records[f.norm_sumsq - 1] : nullptr;
     if (fuse_norm_ && f.norm_folded && r && r->out == x.data && r->rows == T && r->cols == K &&
         x.stride[0] == K && skinny_ok(x)) {
@@ -458,17 +488,13 @@ void CudaBackend::matmul_fused(const Stream& s, const Tensor& x, const Tensor& w
       rmsnorm(s, x, *f.norm_weight, f.eps, scratch);
       in = &scratch;
     }
-  } else if (f.silu_mul) {
-    if (fuse_silu_ && skinny_ok(x)) {
-      prologue = kernels::SkinnyPrologue::silu_mul;
-    } else {
-      silu_mul(s, x, scratch);
-      in = &scratch;
-    }
+  } else if (f.silu_mul) {  // as a kernel of its own (the prologue form measured slower)
+    silu_mul(s, x, scratch);
+    in = &scratch;
   }
   const bool record = f.record_sumsq && fuse_norm_ && out.dtype == DType::bf16 && skinny_ok(*in) &&
                       kernels::skinny_sumsq_parts(int(N)) * T <= kSumsqFloats;
-  if (prologue == kernels::SkinnyPrologue::none && !record) {  // the tuned kernel
+  if (!swiglu && prologue == kernels::SkinnyPrologue::none && !record) {  // the tuned kernel
     if (f.accumulate)
       matmul_add(s, *in, w, out);
     else
@@ -488,6 +514,7 @@ void CudaBackend::matmul_fused(const Stream& s, const Tensor& x, const Tensor& w
   a.sumsq_parts = sumsq_in ? kernels::skinny_sumsq_parts(int(K)) : 0;
   if (record)
     a.sumsq_out = static_cast<float*>(ws.sumsq.data()) + (f.record_sumsq - 1) * kSumsqFloats;
+  a.swiglu = swiglu;
   a.M = int(T), a.N = int(N), a.K = int(K);
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};

@@ -61,6 +61,8 @@ class CudaBackend final : public Backend {
   // epilogue) up to kernels::skinny_prologue_max_tokens tokens; composed above that.
   void matmul_fused(const Stream& s, const Tensor& x, const Tensor& w, const MatmulFusion& fusion,
                     Tensor& scratch, Tensor& out) override;
+  void matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& w, const MatmulFusion& fusion,
+                     Tensor& scratch, Tensor& gate_up, Tensor& out) override;
   void rope(const Stream& s, Tensor& q, Tensor& k, const Tensor& positions,
             const Tensor& inv_freq) override;
   void kv_store(const Stream& s, const Tensor& k, const Tensor& v, const Tensor& slots,
@@ -106,6 +108,10 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_of(const Stream& s) const;
   void upload_into(const Tensor& host, void* dst, DType target);
   bool ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const;
+  // matmul_fused / matmul_swiglu (the SwiGLU epilogue: out [T, N/2]) after their checks: the
+  // skinny kernel with the fusions that apply, else composed.
+  void run_fused(const Stream& s, const Tensor& x, const Tensor& w, const MatmulFusion& f,
+                 Tensor& scratch, Tensor& out, bool swiglu);
   // accumulate: out += x·wᵀ (the residual epilogue; cuBLASLt with beta = 1).
   void run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, Tensor& out,
                 cudaStream_t stream, bool accumulate = false);

@@ -53,9 +53,12 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
   const char* what = "gemm_bf16_skinny_fused";
   check_common(what, a.X, a.W, static_cast<const bf16*>(a.Y), a.residual, a.M, a.N, a.K);
   RIDGE_CHECK(a.N <= 65535 * 16, "{}: N = {} is larger than {}", what, a.N, 65535 * 16);
-  const int64_t width = prologue == SkinnyPrologue::silu_mul ? 2 * int64_t(a.K) : a.K;
-  RIDGE_CHECK(a.ld_x >= width && a.ld_x % 8 == 0,
-              "{}: X row stride {} must be a multiple of 8 and at least {}", what, a.ld_x, width);
+  RIDGE_CHECK(a.ld_x >= a.K && a.ld_x % 8 == 0,
+              "{}: X row stride {} must be a multiple of 8 and at least {}", what, a.ld_x, a.K);
+  RIDGE_CHECK(!a.swiglu || (a.N % 16 == 0 && !a.y_f32 && !a.residual && !a.sumsq_out),
+              "{}: the SwiGLU epilogue needs N = 2F with F % 8 == 0 (N = {}), a bf16 output, no "
+              "residual and no sums of squares",
+              what, a.N);
   RIDGE_CHECK(!(a.y_f32 && a.residual), "{}: an f32 output takes no residual", what);
   RIDGE_CHECK(prologue == SkinnyPrologue::none || a.M <= skinny_prologue_max_tokens,
               "{}: the prologues run up to {} tokens, got M = {}", what,

@@ -40,7 +40,6 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // The skinny kernel with a prologue on its activations and a choice of output type (the decode
 // step's fusions). Y[M,N] = P(X)·Wᵀ (+ residual), with P:
 //   none      X [M, K] (row stride ld_x)
-//   silu_mul  X [M, 2K] = [gate | up]: bf16(silu(gate) · up), as silu_mul_bf16
 //   rms_sumsq X [M, K]: row m scaled by 1/sqrt(sumsq(X[m]) / K + eps), the sums of squares given
 //             as sumsq_in [sumsq_parts, M] partial sums (summed in a fixed order), as the
 //             sumsq_out epilogue of the matmul that wrote X leaves them. The norm's weight must
@@ -50,11 +49,14 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // stored, residual included) as partial sums over this call's row tiles, sumsq_out[p·M + m] for
 // p = n / skinny_sumsq_rows: skinny_sumsq_parts(N) of them. So the next matmul's RMSNorm needs
 // neither its own kernel nor a pass over X.
+// Epilogue swiglu (bf16 Y, no residual, no sumsq_out): W = [gate; up] has N = 2F rows (F % 8 ==
+// 0) and Y [M, F] (row stride F) = bf16(silu(g) · u) for the bf16-rounded products g, u of the
+// gate and up rows, as silu_mul_bf16 computes it from a stored gate|up product.
 // Y is bf16, or f32 when y_f32 (then residual must be null); Y has row stride N. The prologues
 // are implemented for M ≤ 16 (skinny_prologue_max_tokens); the plain kernel for any M.
-// Preconditions as gemm_bf16_skinny, plus ld_x ≥ K (≥ 2K for silu_mul), ld_x % 8 == 0.
+// Preconditions as gemm_bf16_skinny, plus ld_x ≥ K, ld_x % 8 == 0.
 // Launched with programmatic dependent launch (pdl.cuh).
-enum class SkinnyPrologue { none, silu_mul, rms_sumsq };
+enum class SkinnyPrologue { none, rms_sumsq };
 struct SkinnyArgs {
   const bf16* X = nullptr;
   int64_t ld_x = 0;
@@ -66,6 +68,7 @@ struct SkinnyArgs {
   const float* sumsq_in = nullptr;  // rms_sumsq prologue: [sumsq_parts, M]
   int sumsq_parts = 0;
   float* sumsq_out = nullptr;  // epilogue: [skinny_sumsq_parts(N), M], or null
+  bool swiglu = false;         // epilogue: Y [M, N / 2] = silu(gate) · up
   int M = 0, N = 0, K = 0;
 };
 constexpr int skinny_prologue_max_tokens = 16;

@@ -1,8 +1,9 @@
 // Decode GEMV / skinny GEMM: Y[M,N] = P(X)[M,K] · W[N,K]ᵀ (+ residual) for small M (decode),
-// where the prologue P is the identity, an RMSNorm of each row of X, or SwiGLU of X = [gate|up]
-// (gemm.h, SkinnyPrologue): the normalized or activated row is never written to memory, so the
-// decode step saves the norm and SwiGLU kernels and their round trips. The epilogue can leave the
-// sums of squares of the rows it stores for the next GEMV's RMSNorm (sumsq_out).
+// where the prologue P is the identity or an RMSNorm of each row of X (gemm.h, SkinnyPrologue),
+// and the epilogue may apply SwiGLU to a [gate; up] product (swiglu) or leave the sums of squares
+// of the rows it stores for the next GEMV's RMSNorm (sumsq_out): the normalized row and the
+// gate|up product are never written to memory, so the decode step saves the norm and SwiGLU
+// kernels and their round trips.
 //
 // The weights dominate the bytes (N·K·2 against M·K·2), so the kernel is a weight stream: every
 // weight byte is read exactly once, with 16-byte non-allocating loads, a register double buffer
@@ -28,10 +29,11 @@
 // loop is the plain one. (Three forms that computed the sums here lost to the separate norm
 // kernel: the rows reduced up front in every block, x·w per chunk, and the squares summed in the
 // loop, which slowed the q|k|v and gate|up GEMVs by ~30 µs a layer; docs/KERNELS.md.)
-// silu_mul — each chunk of the gate half and the matching chunk of the up half,
-// bf16(silu(g)·u) (fast exp and division: within a bf16 rounding of the SwiGLU kernel's
-// result); every block repeats it for the whole row, so it is bound by the special-function
-// units (measured slower than the separate kernel; off by default).
+// Epilogue swiglu: each block takes 8 gate rows and the 8 up rows of the same outputs as the
+// two 8-row halves of its MMA tile, so that gate and up of an output meet in one thread after the
+// reduction; silu(g)·u costs one exp per output. (SwiGLU as a prologue of the down projection
+// lost: every block of it recomputed the whole row, bound by the special-function units;
+// docs/KERNELS.md.)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -77,30 +79,6 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, ui
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The 8 activations at k of token row x (16 bytes) after the prologue, as bf16 pairs.
-// rms_sumsq: x itself (the norm weight is folded into W, the 1/rms factor is per token and
-// applied in the epilogue).
-template <SkinnyPrologue P>
-__device__ __forceinline__ uint4 load_prologue(const bf16* x, int K) {
-  if constexpr (P != SkinnyPrologue::silu_mul) {
-    return load_activations16(x);
-  } else {
-    // bf16(silu(g) * u), gate at k, up at K + k of the same row; with the fast exp and division
-    // (every block recomputes its tokens' whole row, so this math is repeated N/16 times).
-    const uint4 g4 = load_activations16(x), u4 = load_activations16(x + K);
-    const uint32_t g[4] = {g4.x, g4.y, g4.z, g4.w}, u[4] = {u4.x, u4.y, u4.z, u4.w};
-    uint32_t o[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float g0 = __uint_as_float(g[i] << 16), g1 = __uint_as_float(g[i] & 0xffff0000u);
-      const float u0 = __uint_as_float(u[i] << 16), u1 = __uint_as_float(u[i] & 0xffff0000u);
-      o[i] = pack_bf16x2(__fdividef(g0, 1.0f + __expf(-g0)) * u0,
-                         __fdividef(g1, 1.0f + __expf(-g1)) * u1);
-    }
-    return make_uint4(o[0], o[1], o[2], o[3]);
-  }
-}
-
 // NG: token groups of 8 (MT = 8·NG tokens per block); RT: 16-row weight tiles per warp;
 // KU: 32-column chunks per step (bytes in flight per thread = RT·2·KU·16, twice buffered);
 // MIN_BLOCKS: blocks per SM the register budget must allow (2 keeps 16 warps streaming);
@@ -127,12 +105,21 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   const int m0 = blockIdx.x * MT;
   const int n0 = blockIdx.y * 16 * RT;
 
+  // MMA rows g and g + 8 of row tile rt: weight rows n0 + rt·16 + g (+ 8), or with the SwiGLU
+  // epilogue gate row f and up row F + f for f = (by·RT + rt)·8 + g. Clamped rows are never stored.
+  const int F = N / 2;
   const bf16* wrow[RT][2];
 #pragma unroll
   for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int n = min(n0 + rt * 16 + h * 8 + g, N - 1);  // clamped rows are never stored
+      int n;
+      if (a.swiglu) {
+        const int f = min((int(blockIdx.y) * RT + rt) * 8 + g, F - 1);
+        n = h == 0 ? f : F + f;
+      } else {
+        n = min(n0 + rt * 16 + h * 8 + g, N - 1);
+      }
       wrow[rt][h] = W + static_cast<size_t>(n) * K + t * 8;
     }
 
@@ -199,7 +186,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       const bool k_ok = k + t * 8 < K;
 #pragma unroll
       for (int j = 0; j < NG; ++j) {
-        const uint4 b = (k_ok && token_ok[j]) ? load_prologue<P>(xrow[j] + k, K)
+        const uint4 b = (k_ok && token_ok[j]) ? load_activations16(xrow[j] + k)
                                               : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int rt = 0; rt < RT; ++rt) {
@@ -246,6 +233,33 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       for (int r = 0; r < 4; ++r)
         reduce_smem[(warp * kRegs + (rt * NG + j) * 4 + r) * 32 + lane] = acc[rt][j][r];
   __syncthreads();
+
+  if (a.swiglu) {
+    // Registers r < 2 of the C fragment hold gate rows, r + 2 the up rows of the same outputs:
+    // one thread per (gate, up) pair; each rounded to bf16 first, as the product stored and then
+    // read back by silu_mul_bf16 would be.
+    for (int e = threadIdx.x; e < kRegs * 16; e += kSkinnyThreads) {
+      const int pair = e >> 5, ln = e & 31;
+      const int reg = (pair >> 1) * 4 + (pair & 1);
+      float sg = 0.f, su = 0.f;
+#pragma unroll
+      for (int w = 0; w < kSkinnyWarps; ++w) {
+        sg += reduce_smem[(w * kRegs + reg) * 32 + ln];
+        su += reduce_smem[(w * kRegs + reg + 2) * 32 + ln];
+      }
+      const int rt = reg / (NG * 4), j = (reg >> 2) % NG;
+      const int f = (int(blockIdx.y) * RT + rt) * 8 + (ln >> 2);
+      const int m = m0 + j * 8 + (ln & 3) * 2 + (reg & 1);
+      if constexpr (P == SkinnyPrologue::rms_sumsq) sg *= inv_rms[m - m0], su *= inv_rms[m - m0];
+      if (f < F && m < M) {
+        const float gv = __bfloat162float(__float2bfloat16(sg));
+        const float uv = __bfloat162float(__float2bfloat16(su));
+        static_cast<bf16*>(a.Y)[static_cast<size_t>(m) * F + f] =
+            __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+      }
+    }
+    return;
+  }
 
   // sumsq_out: per register of the C fragment, the squares of the stored values summed over the 8
   // rows (lanes with the same lane & 3) of each of the 4 token pairs.
@@ -308,7 +322,8 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   if (smem > 48 * 1024)
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid((a.M + MT - 1) / MT, (a.N + 16 * RT - 1) / (16 * RT));
+  const int rows = a.swiglu ? a.N / 2 : a.N, tile = a.swiglu ? 8 * RT : 16 * RT;
+  const dim3 grid((a.M + MT - 1) / MT, (rows + tile - 1) / tile);
   RIDGE_GEMM_CUDA_CHECK(pdl::launch_pdl(kernel, grid, dim3(kSkinnyThreads), smem, stream, a));
 }
 
@@ -330,7 +345,6 @@ void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t st
                    int tokens_per_block) {
   // The prologues exist for up to 16 tokens (decode at small batch), the plain kernel for any M.
   switch (prologue) {
-    case SkinnyPrologue::silu_mul: launch_with_prologue<SkinnyPrologue::silu_mul>(a, stream); return;
     case SkinnyPrologue::rms_sumsq: launch_with_prologue<SkinnyPrologue::rms_sumsq>(a, stream); return;
     case SkinnyPrologue::none: break;
   }
