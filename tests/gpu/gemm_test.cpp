@@ -191,7 +191,9 @@ TEST(GemmSkinny, MatchesReference) {
       {1, 128, 64},     {3, 264, 520},    {2, 136, 1032},  {33, 200, 2048}, {1, 4096, 4096},   {8, 256, 4096},
       {9, 520, 1000},   {13, 264, 520},   {16, 1024, 2048}, {17, 512, 1024}, {31, 200, 2048},
       {32, 1024, 4096},  {64, 1024, 4096}, {100, 264, 520}, {5, 1032, 11008},
-      {7, 264, 520, true}, {48, 1024, 1024, true}};
+      {7, 264, 520, true}, {48, 1024, 1024, true},
+      // More row tiles than resident blocks: each block walks several (a partial last one here).
+      {1, 12296, 520}, {11, 8200, 264, true}};
   uint32_t seed = 1;
   for (size_t i = 0; i < problem_limit(std::size(problems)); ++i)
     check_problem(Kernel::kSkinny, problems[i], seed++);

@@ -200,6 +200,7 @@ TEST_F(GpuBackend, MatmulFusedNormFromRecordedSums) {
   run_norm_from_sums(1, 4096, 12288, 4096, false);  // Llama-2-7B o_proj then q|k|v
   run_norm_from_sums(16, 4096, 2048, 4096, false);
   run_norm_from_sums(5, 4104, 1024, 512, false);
+  run_norm_from_sums(2, 8192, 1024, 512, false);  // 512 row tiles: blocks walk two, 512 sums
   run_norm_from_sums(2, 576, 3072, 1536, true);     // down_proj with SwiGLU, then gate|up
   run_norm_from_sums(13, 4096, 1024, 11008, true);
 }

@@ -37,7 +37,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
@@ -47,6 +49,18 @@ namespace ridge::kernels {
 namespace {
 
 constexpr int kSkinnyWarps = 8;
+
+// RIDGE_SKINNY_PERSISTENT=0: one block per row tile (A/B runs); else, at one token tile, a grid
+// of the resident blocks walking the row tiles. (The resident count is taken once, for the first
+// device that launches: every GPU of one ridge process is the same model.)
+constexpr bool skinny_persists(int token_groups) { return token_groups <= 2; }
+bool skinny_persistent() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_SKINNY_PERSISTENT");
+    return !(v && v[0] == '0' && v[1] == 0);
+  }();
+  return on;
+}
 constexpr int kSkinnyThreads = 32 * kSkinnyWarps;
 
 // Streamed weights: no L1 allocation (read once), 256-byte L2 prefetch (a warp reads 128-256
@@ -82,7 +96,11 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, ui
 // NG: token groups of 8 (MT = 8·NG tokens per block); RT: 16-row weight tiles per warp;
 // KU: 32-column chunks per step (bytes in flight per thread = RT·2·KU·16, twice buffered);
 // MIN_BLOCKS: blocks per SM the register budget must allow (2 keeps 16 warps streaming);
-// P: what is applied to the activations as they are loaded (skinny.h).
+// P: what is applied to the activations as they are loaded (gemm.h).
+// Row tiles: block (bx, by) takes row tiles by, by + gridDim.y, … (one each when the grid covers
+// them all; persistent when it is sized to the resident blocks): each warp's last step of one
+// tile is followed by the first step of its next tile, so the weight stream does not stop while
+// the block reduces and stores a tile, nor for a block to retire and a new one to start.
 // Launched with programmatic dependent launch (pdl.cuh): before pdl::wait() the block lets the
 // next kernel launch and issues its first step of weight loads, so a block that is resident while
 // the previous kernel runs starts streaming early. (An L2 bulk prefetch of the first 4-16 KB of
@@ -93,8 +111,13 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     skinny_gemm_kernel(const SkinnyArgs a) {
   constexpr int MT = 8 * NG;
   constexpr int KSTEP = 32 * KU;
+  constexpr int kRegs = RT * NG * 4;
+  // Walking several row tiles is compiled for the configurations of up to 16 tokens (decode at
+  // small batch; the larger ones have no registers to spare for the next tile's row pointers).
+  constexpr bool kPersist = skinny_persists(NG);
   extern __shared__ float reduce_smem[];  // [warp][RT·NG·4 registers][32 lanes]
   __shared__ float inv_rms[MT];           // rms_sumsq prologue: 1 / rms of each token row
+  __shared__ float reg_ss[kRegs][4];      // sumsq_out: see the epilogue
 
   const int M = a.M, N = a.N, K = a.K;
   const bf16* __restrict__ W = a.W;
@@ -103,30 +126,36 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   const int g = lane >> 2;  // MMA group: weight row g (and g+8), token g
   const int t = lane & 3;   // thread in group: 8 k-columns at 8·t within each 32-column chunk
   const int m0 = blockIdx.x * MT;
-  const int n0 = blockIdx.y * 16 * RT;
+  const int F = N / 2;      // swiglu: outputs
+  const int n_tiles = a.swiglu ? (F + 8 * RT - 1) / (8 * RT) : (N + 16 * RT - 1) / (16 * RT);
 
-  // MMA rows g and g + 8 of row tile rt: weight rows n0 + rt·16 + g (+ 8), or with the SwiGLU
-  // epilogue gate row f and up row F + f for f = (by·RT + rt)·8 + g. Clamped rows are never stored.
-  const int F = N / 2;
-  const bf16* wrow[RT][2];
+  // MMA rows g and g + 8 of row tile rt of tile `tile`: weight rows tile·16·RT + rt·16 + g (+ 8),
+  // or with the SwiGLU epilogue gate row f and up row F + f for f = (tile·RT + rt)·8 + g.
+  // Clamped rows are never stored.
+  auto set_rows = [&](const bf16* (&wr)[RT][2], int tile) {
 #pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
+    for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int n;
-      if (a.swiglu) {
-        const int f = min((int(blockIdx.y) * RT + rt) * 8 + g, F - 1);
-        n = h == 0 ? f : F + f;
-      } else {
-        n = min(n0 + rt * 16 + h * 8 + g, N - 1);
+      for (int h = 0; h < 2; ++h) {
+        int n;
+        if (a.swiglu) {
+          const int f = min((tile * RT + rt) * 8 + g, F - 1);
+          n = h == 0 ? f : F + f;
+        } else {
+          n = min(tile * 16 * RT + rt * 16 + h * 8 + g, N - 1);
+        }
+        wr[rt][h] = W + static_cast<size_t>(n) * K + t * 8;
       }
-      wrow[rt][h] = W + static_cast<size_t>(n) * K + t * 8;
-    }
+  };
+  int tile = blockIdx.y;
+  const bf16* wrow[RT][2];
+  const bf16* wnext[RT][2];
+  set_rows(wrow, tile);
 
   const int steps = (K + KSTEP - 1) / KSTEP;
   uint4 cur[RT][2][KU];
   uint4 nxt[RT][2][KU];
-  auto load_step = [&](uint4 (&dst)[RT][2][KU], int s) {
+  auto load_step = [&](uint4 (&dst)[RT][2][KU], const bf16* (&wr)[RT][2], int s) {
 #pragma unroll
     for (int c = 0; c < KU; ++c) {
       const int k = s * KSTEP + 32 * c;
@@ -135,7 +164,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          dst[rt][h][c] = ok ? load_weights16(wrow[rt][h] + k) : make_uint4(0, 0, 0, 0);
+          dst[rt][h][c] = ok ? load_weights16(wr[rt][h] + k) : make_uint4(0, 0, 0, 0);
     }
   };
 
@@ -150,14 +179,13 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   }
   // Weights do not depend on the previous kernel: start streaming them before waiting for it.
   pdl::launch_dependents();
-  int s = warp;
-  if (s < steps) load_step(cur, s);
+  if (warp < steps) load_step(cur, wrow, warp);
   pdl::wait();
 
   // rms_sumsq: the partial sums of squares of the block's token rows, written by the previous
-  // kernel, are loaded now and summed in the epilogue (off the loop's critical path). Thread i
-  // takes token i % MT and the parts i / MT, i / MT + SLICES, … (the first kSumsqRegs of them in
-  // registers, any further ones in the epilogue); the order is fixed.
+  // kernel, are loaded now and summed before the first epilogue (off the loop's critical path).
+  // Thread i takes token i % MT and the parts i / MT, i / MT + SLICES, … (the first kSumsqRegs of
+  // them in registers, any further ones then); the order is fixed.
   constexpr int SLICES = kSkinnyThreads / MT;
   constexpr int kSumsqRegs = 8;
   [[maybe_unused]] float part_ss[kSumsqRegs];
@@ -170,147 +198,167 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     }
   }
 
-  float acc[RT][NG][4];
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int j = 0; j < NG; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[rt][j][r] = 0.f;
+  bool first = true;
+  for (;;) {
+    const int next_tile = tile + int(gridDim.y);
+    const bool has_next = kPersist && next_tile < n_tiles;  // uniform
+    if (has_next) set_rows(wnext, next_tile);
 
-  for (; s < steps; s += kSkinnyWarps) {
-    if (s + kSkinnyWarps < steps) load_step(nxt, s + kSkinnyWarps);
-#pragma unroll
-    for (int c = 0; c < KU; ++c) {
-      const int k = s * KSTEP + 32 * c;
-      const bool k_ok = k + t * 8 < K;
-#pragma unroll
-      for (int j = 0; j < NG; ++j) {
-        const uint4 b = (k_ok && token_ok[j]) ? load_activations16(xrow[j] + k)
-                                              : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-          const uint4 lo = cur[rt][0][c];  // row g
-          const uint4 hi = cur[rt][1][c];  // row g + 8
-          mma_m16n8k16_bf16(acc[rt][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-          mma_m16n8k16_bf16(acc[rt][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
-        }
-      }
-    }
+    float acc[RT][NG][4];
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < NG; ++j)
 #pragma unroll
-        for (int c = 0; c < KU; ++c) cur[rt][h][c] = nxt[rt][h][c];
-  }
+        for (int r = 0; r < 4; ++r) acc[rt][j][r] = 0.f;
 
-  if constexpr (P == SkinnyPrologue::rms_sumsq) {
-    __shared__ float slice_ss[SLICES][MT];
-    const int tm = int(threadIdx.x) % MT, slice = int(threadIdx.x) / MT;
-    float total = 0.0f;
+    // cur holds step `warp` of this tile (when warp < steps); the step after a warp's last one
+    // of this tile is step `warp` of the next tile.
+    for (int s = warp; s < steps; s += kSkinnyWarps) {
+      if (s + kSkinnyWarps < steps)
+        load_step(nxt, wrow, s + kSkinnyWarps);
+      else if (has_next)
+        load_step(nxt, wnext, warp);
 #pragma unroll
-    for (int i = 0; i < kSumsqRegs; ++i) total += part_ss[i];
-    if (m0 + tm < M)
-      for (int p = slice + kSumsqRegs * SLICES; p < a.sumsq_parts; p += SLICES)
-        total += a.sumsq_in[size_t(p) * M + m0 + tm];
-    slice_ss[slice][tm] = total;
-    __syncthreads();
-    if (threadIdx.x < MT) {
-      float sum = 0.0f;
+      for (int c = 0; c < KU; ++c) {
+        const int k = s * KSTEP + 32 * c;
+        const bool k_ok = k + t * 8 < K;
 #pragma unroll
-      for (int i = 0; i < SLICES; ++i) sum += slice_ss[i][threadIdx.x];
-      inv_rms[threadIdx.x] = 1.0f / sqrtf(sum / float(K) + a.eps);
-    }
-  }
-
-  constexpr int kRegs = RT * NG * 4;
+        for (int j = 0; j < NG; ++j) {
+          const uint4 b = (k_ok && token_ok[j]) ? load_activations16(xrow[j] + k)
+                                                : make_uint4(0, 0, 0, 0);
 #pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int j = 0; j < NG; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        reduce_smem[(warp * kRegs + (rt * NG + j) * 4 + r) * 32 + lane] = acc[rt][j][r];
-  __syncthreads();
-
-  if (a.swiglu) {
-    // Registers r < 2 of the C fragment hold gate rows, r + 2 the up rows of the same outputs:
-    // one thread per (gate, up) pair; each rounded to bf16 first, as the product stored and then
-    // read back by silu_mul_bf16 would be.
-    for (int e = threadIdx.x; e < kRegs * 16; e += kSkinnyThreads) {
-      const int pair = e >> 5, ln = e & 31;
-      const int reg = (pair >> 1) * 4 + (pair & 1);
-      float sg = 0.f, su = 0.f;
-#pragma unroll
-      for (int w = 0; w < kSkinnyWarps; ++w) {
-        sg += reduce_smem[(w * kRegs + reg) * 32 + ln];
-        su += reduce_smem[(w * kRegs + reg + 2) * 32 + ln];
+          for (int rt = 0; rt < RT; ++rt) {
+            const uint4 lo = cur[rt][0][c];  // row g
+            const uint4 hi = cur[rt][1][c];  // row g + 8
+            mma_m16n8k16_bf16(acc[rt][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+            mma_m16n8k16_bf16(acc[rt][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+          }
+        }
       }
-      const int rt = reg / (NG * 4), j = (reg >> 2) % NG;
-      const int f = (int(blockIdx.y) * RT + rt) * 8 + (ln >> 2);
-      const int m = m0 + j * 8 + (ln & 3) * 2 + (reg & 1);
-      if constexpr (P == SkinnyPrologue::rms_sumsq) sg *= inv_rms[m - m0], su *= inv_rms[m - m0];
-      if (f < F && m < M) {
-        const float gv = __bfloat162float(__float2bfloat16(sg));
-        const float uv = __bfloat162float(__float2bfloat16(su));
-        static_cast<bf16*>(a.Y)[static_cast<size_t>(m) * F + f] =
-            __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
-      }
-    }
-    return;
-  }
-
-  // sumsq_out: per register of the C fragment, the squares of the stored values summed over the 8
-  // rows (lanes with the same lane & 3) of each of the 4 token pairs.
-  __shared__ float reg_ss[kRegs][4];
-  const bool want_ss = a.sumsq_out != nullptr;  // uniform
-  for (int e = threadIdx.x; e < kRegs * 32; e += kSkinnyThreads) {
-    float sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < kSkinnyWarps; ++w) sum += reduce_smem[w * kRegs * 32 + e];
-    const int reg = e >> 5;
-    const int ln = e & 31;
-    const int rt = reg / (NG * 4);
-    const int j = (reg >> 2) % NG;
-    const int r = reg & 3;
-    // C fragment of m16n8: c0,c1 at (row g, cols 2t, 2t+1); c2,c3 at (row g+8, same cols).
-    const int n = n0 + rt * 16 + (ln >> 2) + (r >= 2 ? 8 : 0);
-    const int m = m0 + j * 8 + (ln & 3) * 2 + (r & 1);
-    if constexpr (P == SkinnyPrologue::rms_sumsq) sum *= inv_rms[m - m0];
-    float stored = 0.0f;
-    if (n < N && m < M) {
-      const size_t idx = static_cast<size_t>(m) * N + n;
-      if (a.residual != nullptr) sum += __bfloat162float(a.residual[idx]);
-      if (a.y_f32) {
-        static_cast<float*>(a.Y)[idx] = sum;
-      } else {
-        const bf16 out = __float2bfloat16(sum);
-        static_cast<bf16*>(a.Y)[idx] = out;
-        stored = __bfloat162float(out);
-      }
-    }
-    if (want_ss) {  // all 32 lanes of the warp are here (kRegs·32 is a multiple of 32)
-      float q = stored * stored;
-      q += __shfl_xor_sync(0xffffffffu, q, 4);
-      q += __shfl_xor_sync(0xffffffffu, q, 8);
-      q += __shfl_xor_sync(0xffffffffu, q, 16);
-      if (ln < 4) reg_ss[reg][ln] = q;
-    }
-  }
-  if (want_ss) {
-    __syncthreads();
-    // Token tm = j·8 + 2q + b of the block: registers (rt·NG + j)·4 + b (rows g) and + 2 (rows
-    // g + 8) of every row tile rt, lane group q; summed in this fixed order.
-    if (threadIdx.x < MT) {
-      const int tm = threadIdx.x, j = tm / 8, q = (tm % 8) / 2, b = tm & 1;
-      float total = 0.0f;
 #pragma unroll
       for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) total += reg_ss[(rt * NG + j) * 4 + b + 2 * h][q];
-      if (m0 + tm < M) a.sumsq_out[size_t(blockIdx.y) * M + m0 + tm] = total;
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int c = 0; c < KU; ++c) cur[rt][h][c] = nxt[rt][h][c];
     }
+
+    if constexpr (P == SkinnyPrologue::rms_sumsq) {
+      if (first) {
+        __shared__ float slice_ss[SLICES][MT];
+        const int tm = int(threadIdx.x) % MT, slice = int(threadIdx.x) / MT;
+        float total = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kSumsqRegs; ++i) total += part_ss[i];
+        if (m0 + tm < M)
+          for (int p = slice + kSumsqRegs * SLICES; p < a.sumsq_parts; p += SLICES)
+            total += a.sumsq_in[size_t(p) * M + m0 + tm];
+        slice_ss[slice][tm] = total;
+        __syncthreads();
+        if (threadIdx.x < MT) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int i = 0; i < SLICES; ++i) sum += slice_ss[i][threadIdx.x];
+          inv_rms[threadIdx.x] = 1.0f / sqrtf(sum / float(K) + a.eps);
+        }
+      }
+    }
+    first = false;
+
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int j = 0; j < NG; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          reduce_smem[(warp * kRegs + (rt * NG + j) * 4 + r) * 32 + lane] = acc[rt][j][r];
+    __syncthreads();
+
+    if (a.swiglu) {
+      // Registers r < 2 of the C fragment hold gate rows, r + 2 the up rows of the same outputs:
+      // one thread per (gate, up) pair; each rounded to bf16 first, as the product stored and
+      // then read back by silu_mul_bf16 would be.
+      for (int e = threadIdx.x; e < kRegs * 16; e += kSkinnyThreads) {
+        const int pair = e >> 5, ln = e & 31;
+        const int reg = (pair >> 1) * 4 + (pair & 1);
+        float sg = 0.f, su = 0.f;
+#pragma unroll
+        for (int w = 0; w < kSkinnyWarps; ++w) {
+          sg += reduce_smem[(w * kRegs + reg) * 32 + ln];
+          su += reduce_smem[(w * kRegs + reg + 2) * 32 + ln];
+        }
+        const int rt = reg / (NG * 4), j = (reg >> 2) % NG;
+        const int f = (tile * RT + rt) * 8 + (ln >> 2);
+        const int m = m0 + j * 8 + (ln & 3) * 2 + (reg & 1);
+        if constexpr (P == SkinnyPrologue::rms_sumsq) sg *= inv_rms[m - m0], su *= inv_rms[m - m0];
+        if (f < F && m < M) {
+          const float gv = __bfloat162float(__float2bfloat16(sg));
+          const float uv = __bfloat162float(__float2bfloat16(su));
+          static_cast<bf16*>(a.Y)[static_cast<size_t>(m) * F + f] =
+              __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+        }
+      }
+    } else {
+      // sumsq_out: per register of the C fragment, the squares of the stored values summed over
+      // the 8 rows (lanes with the same lane & 3) of each of the 4 token pairs.
+      const bool want_ss = a.sumsq_out != nullptr;  // uniform
+      const int n0 = tile * 16 * RT;
+      for (int e = threadIdx.x; e < kRegs * 32; e += kSkinnyThreads) {
+        float sum = 0.f;
+#pragma unroll
+        for (int w = 0; w < kSkinnyWarps; ++w) sum += reduce_smem[w * kRegs * 32 + e];
+        const int reg = e >> 5;
+        const int ln = e & 31;
+        const int rt = reg / (NG * 4);
+        const int j = (reg >> 2) % NG;
+        const int r = reg & 3;
+        // C fragment of m16n8: c0,c1 at (row g, cols 2t, 2t+1); c2,c3 at (row g+8, same cols).
+        const int n = n0 + rt * 16 + (ln >> 2) + (r >= 2 ? 8 : 0);
+        const int m = m0 + j * 8 + (ln & 3) * 2 + (r & 1);
+        if constexpr (P == SkinnyPrologue::rms_sumsq) sum *= inv_rms[m - m0];
+        float stored = 0.0f;
+        if (n < N && m < M) {
+          const size_t idx = static_cast<size_t>(m) * N + n;
+          if (a.residual != nullptr) sum += __bfloat162float(a.residual[idx]);
+          if (a.y_f32) {
+            static_cast<float*>(a.Y)[idx] = sum;
+          } else {
+            const bf16 out = __float2bfloat16(sum);
+            static_cast<bf16*>(a.Y)[idx] = out;
+            stored = __bfloat162float(out);
+          }
+        }
+        if (want_ss) {  // all 32 lanes of the warp are here (kRegs·32 is a multiple of 32)
+          float q = stored * stored;
+          q += __shfl_xor_sync(0xffffffffu, q, 4);
+          q += __shfl_xor_sync(0xffffffffu, q, 8);
+          q += __shfl_xor_sync(0xffffffffu, q, 16);
+          if (ln < 4) reg_ss[reg][ln] = q;
+        }
+      }
+      if (want_ss) {
+        __syncthreads();
+        // Token tm = j·8 + 2q + b of the block: registers (rt·NG + j)·4 + b (rows g) and + 2
+        // (rows g + 8) of every row tile rt, lane group q; summed in this fixed order.
+        if (threadIdx.x < MT) {
+          const int tm = threadIdx.x, j = tm / 8, q = (tm % 8) / 2, b = tm & 1;
+          float total = 0.0f;
+#pragma unroll
+          for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) total += reg_ss[(rt * NG + j) * 4 + b + 2 * h][q];
+          if (m0 + tm < M) a.sumsq_out[size_t(tile) * M + m0 + tm] = total;
+        }
+      }
+    }
+    if (!has_next) break;
+    __syncthreads();  // reduce_smem and reg_ss are read before the next tile writes them
+    tile = next_tile;
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) wrow[rt][h] = wnext[rt][h];
   }
 }
 
@@ -323,7 +371,22 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int rows = a.swiglu ? a.N / 2 : a.N, tile = a.swiglu ? 8 * RT : 16 * RT;
-  const dim3 grid((a.M + MT - 1) / MT, (rows + tile - 1) / tile);
+  const int n_tiles = (rows + tile - 1) / tile;
+  const int token_tiles = (a.M + MT - 1) / MT;
+  // One token tile: as many blocks as are resident at once, each walking its row tiles
+  // (persistent); more token tiles: one block per (token tile, row tile).
+  static const int resident = [&] {
+    int device = 0, sms = 0, per_sm = 0;
+    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    RIDGE_GEMM_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSkinnyThreads, smem));
+    return std::max(1, sms * per_sm);
+  }();
+  const int grid_y = skinny_persists(NG) && token_tiles == 1 && skinny_persistent()
+                         ? std::min(n_tiles, resident)
+                         : n_tiles;
+  const dim3 grid(token_tiles, grid_y);
   RIDGE_GEMM_CUDA_CHECK(pdl::launch_pdl(kernel, grid, dim3(kSkinnyThreads), smem, stream, a));
 }
 
