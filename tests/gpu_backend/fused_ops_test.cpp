@@ -2,7 +2,7 @@
 // add in the GEMM epilogue: skinny, wgmma and cuBLASLt paths), matmul_fused (RMSNorm as a 1/rms
 // scale of a norm-folded weight, from the sums of squares the matmul that wrote x recorded, or
 // composed where there are none; SwiGLU as a prologue, composed; bf16 and f32 outputs; fused up
-// to 16 tokens and composed above, and composed on a backend without the fusions),
+// to 8 tokens and composed above, and composed on a backend without the fusions),
 // matmul_swiglu (SwiGLU in the gate|up GEMV's epilogue), fold_norm_weight, and rope_kv_store (RoPE and the KV store in one kernel, padding
 // slots skipped). The CPU
 // reference runs the unfused ops (Backend's default composition) in fp32. Fresh random inputs,
@@ -19,7 +19,8 @@
 namespace ridge::backend::gpu_test {
 namespace {
 
-// A CUDA backend with every decode fusion on (the harness's cuda() has the defaults).
+// A CUDA backend with every decode fusion on (the default), and one without the norm and SwiGLU
+// fusions (composed).
 Backend& fusing() {
   static std::unique_ptr<Backend> b = [] {
     BackendOptions o;
@@ -28,6 +29,16 @@ Backend& fusing() {
   }();
   return *b;
 }
+Backend& composing() {
+  static std::unique_ptr<Backend> b = [] {
+    BackendOptions o;
+    o.fuse = "rope_kv";
+    return make_backend("cuda", o);
+  }();
+  return *b;
+}
+// CudaBackend::kFusedMaxTokens: the norm and SwiGLU fusions run up to this many tokens.
+constexpr int64_t kFusedMaxTokens = 8;
 
 struct WeightPair {
   std::vector<uint16_t> bits;  // bf16 [N, K] on the host (the CPU reference reads it)
@@ -73,7 +84,7 @@ enum class Prologue { rmsnorm, silu_mul };
 // (norm and SwiGLU composed from their own kernels).
 void run_matmul_fused(Prologue p, int64_t T, int64_t N, int64_t K, bool accumulate, bool f32_out,
                       int64_t ld_extra = 0, bool fused = true) {
-  Backend& be = fused ? fusing() : cuda();
+  Backend& be = fused ? fusing() : composing();
   WeightPair w = random_weight(N, K, be);
   const int64_t xk = p == Prologue::silu_mul ? 2 * K : K, ld_x = xk + ld_extra;
   std::vector<float> x = random_bf16(size_t(T * xk), p == Prologue::silu_mul ? 2.0f : 3.0f);
@@ -117,7 +128,7 @@ void run_matmul_fused(Prologue p, int64_t T, int64_t N, int64_t K, bool accumula
 
 TEST_F(GpuBackend, MatmulFusedRmsNorm) {
   // No recorded sums of squares (norm_sumsq 0): composed (norm kernel + matmul) at every T, with
-  // the folded weight (fusing()) or not (cuda()).
+  // the folded weight (fusing()) or not (composing()).
   for (int64_t T : {1, 3, 8, 9, 16, 17, 40}) run_matmul_fused(Prologue::rmsnorm, T, 1000, 576, false, false);
   run_matmul_fused(Prologue::rmsnorm, 1, 12288, 4096, false, false);  // Llama-2-7B q|k|v
   run_matmul_fused(Prologue::rmsnorm, 2, 2048, 4104, false, false);   // K not a multiple of 256
@@ -181,9 +192,11 @@ void run_norm_from_sums(int64_t T, int64_t H, int64_t N, int64_t Kp, bool silu) 
   cpu().matmul_fused({}, host_f32(xin, T, H), wc.host, cref, hs_t, ref_t);
   expect_close("matmul_fused", "norm from sums " + what, download_view(out), ref, 1e-2);
   expect_untouched_outside("matmul_fused", out);
+  // Fused (scratch untouched) up to the backend's 8 tokens, composed above.
   const std::vector<uint16_t> h_bits = download_bits(hd);
-  EXPECT_TRUE(std::all_of(h_bits.begin(), h_bits.end(), [](uint16_t b) { return b == kPoisonBf16; }))
-      << what << ": the norm ran as a kernel (scratch written), not from the recorded sums";
+  EXPECT_EQ(std::all_of(h_bits.begin(), h_bits.end(), [](uint16_t b) { return b == kPoisonBf16; }),
+            T <= kFusedMaxTokens)
+      << what << ": the norm from the recorded sums up to " << kFusedMaxTokens << " tokens only";
 
   // A consumer whose x is another buffer than the tag's (same shape): composed, still correct.
   DeviceMatrix x2 = device_bf16(T, H, x_gpu), out2 = device_bf16(T, N, {}), h2 = device_bf16(T, H, {});
@@ -193,9 +206,8 @@ void run_norm_from_sums(int64_t T, int64_t H, int64_t N, int64_t Kp, bool silu) 
 }
 
 TEST_F(GpuBackend, MatmulFusedNormFromRecordedSums) {
-  // T <= 8 and 9..16: the two skinny configurations (8 and 16 tokens a block); H = 4096 has 256
-  // partial sums a row (all in registers at 8 tokens, half in the epilogue at 16), 4104 a
-  // partial last one, 576 (SmolLM2) 36.
+  // T <= 8: fused (H = 4096 has 256 partial sums a row, all in registers; 8192 has 512, half of
+  // them read in the epilogue; 4104 a partial last one; 576 (SmolLM2) 36); 9 and 16: composed.
   for (int64_t T : {1, 3, 8, 9, 16}) run_norm_from_sums(T, 576, 1000, 320, false);
   run_norm_from_sums(1, 4096, 12288, 4096, false);  // Llama-2-7B o_proj then q|k|v
   run_norm_from_sums(16, 4096, 2048, 4096, false);
@@ -205,10 +217,10 @@ TEST_F(GpuBackend, MatmulFusedNormFromRecordedSums) {
   run_norm_from_sums(13, 4096, 1024, 11008, true);
 }
 
-TEST_F(GpuBackend, MatmulFusedNormSumsRefusedPastSixteenTokens) {
-  // 17 tokens: nothing is recorded (the skinny prologues stop at 16), the norm composes.
+TEST_F(GpuBackend, MatmulFusedNormSumsRefusedPastTheFusedLimit) {
+  // 9 tokens: nothing is recorded (the fusions stop at 8), the norm composes.
   Backend& be = fusing();
-  const int64_t T = 17, H = 576, N = 640;
+  const int64_t T = kFusedMaxTokens + 1, H = 576, N = 640;
   WeightPair wc = random_weight(N, H, be);
   const WeightPair wp = random_weight(H, H, be);
   std::vector<float> a = random_bf16(size_t(T * H)), r = random_bf16(size_t(T * H), 3.0f);
@@ -235,20 +247,21 @@ TEST_F(GpuBackend, MatmulFusedNormSumsRefusedPastSixteenTokens) {
   cref.eps = 1e-5f;
   Tensor ref_t = host_f32(ref, T, N), hs_t = host_f32(hs, T, H);
   cpu().matmul_fused({}, host_f32(x_gpu, T, H), wc.host, cref, hs_t, ref_t);
-  expect_close("matmul_fused", "norm past 16 tokens (composed)", download_view(out), ref, 1e-2);
+  expect_close("matmul_fused", "norm past the fused limit (composed)", download_view(out), ref, 1e-2);
   const std::vector<uint16_t> h_bits = download_bits(hd);
   EXPECT_FALSE(std::all_of(h_bits.begin(), h_bits.end(), [](uint16_t b) { return b == kPoisonBf16; }))
-      << "17 tokens: the norm must run as its own kernel";
+      << T << " tokens: the norm must run as its own kernel";
   MatmulFusion bad;
   bad.record_sumsq = 3;
   EXPECT_THROW(be.matmul_fused({}, ad.view, wp.dev, bad, sc.view, xd.view), Error);
 }
 
 // out = silu_mul(P(x)·wᵀ) through matmul_swiglu, w = [gate; up]: on fusing() the skinny kernel's
-// SwiGLU epilogue up to 16 tokens (its gate_up scratch untouched), composed above and on cuda();
+// SwiGLU epilogue up to 8 tokens (its gate_up scratch untouched), composed above and on
+// composing();
 // with the norm from recorded sums where `norm`. Against the CPU's composition (fp32).
 void run_swiglu(int64_t T, int64_t F, int64_t K, bool norm, bool fused_backend) {
-  Backend& be = fused_backend ? fusing() : cuda();
+  Backend& be = fused_backend ? fusing() : composing();
   WeightPair w = random_weight(2 * F, K, be);
   std::vector<float> x = random_bf16(size_t(T * K), 2.0f);
   const std::string what = fmt::format("T={} F={} K={}{}{}", T, F, K, norm ? " norm" : "",
@@ -287,16 +300,16 @@ void run_swiglu(int64_t T, int64_t F, int64_t K, bool norm, bool fused_backend) 
   const std::vector<uint16_t> bits = download_bits(gud);
   const bool untouched =
       std::all_of(bits.begin(), bits.end(), [](uint16_t b) { return b == kPoisonBf16; });
-  EXPECT_EQ(untouched, fused_backend && T <= 16) << what << ": gate_up scratch "
+  EXPECT_EQ(untouched, fused_backend && T <= kFusedMaxTokens) << what << ": gate_up scratch "
                                                  << (untouched ? "untouched" : "written");
 }
 
 TEST_F(GpuBackend, MatmulSwigluEpilogue) {
   for (int64_t T : {1, 5, 8, 9, 16, 17, 33}) run_swiglu(T, 1536, 576, false, true);
   run_swiglu(1, 11008, 4096, false, true);  // Llama-2-7B gate|up
-  run_swiglu(16, 11008, 4096, true, true);  // ... with the norm from recorded sums
+  run_swiglu(8, 11008, 4096, true, true);   // ... with the norm from recorded sums
   run_swiglu(3, 1544, 576, true, true);     // an odd number of 8-row tiles
-  run_swiglu(4, 1536, 576, false, false);   // composed (cuda(): --fuse rope_kv)
+  run_swiglu(4, 1536, 576, false, false);   // composed (--fuse rope_kv)
   MatmulFusion bad;
   bad.accumulate = true;
   DeviceMatrix x = device_bf16(2, 64, random_bf16(128)), s = device_bf16(2, 64, {});

@@ -11,6 +11,7 @@
 
 #include "perf/fixtures.h"
 
+#include "ridge/backend/factory.h"
 #include "ridge/core/error.h"
 #include "ridge/perf/cost_model.h"
 
@@ -19,6 +20,9 @@ namespace {
 
 using test::db;
 using test::llama2_7b;
+
+// The fuse list before the decode fusions became the default (tests written against it).
+const Fusions kRopeKvOnly = Fusions::parse("rope_kv");
 
 TEST(Execution, EagerQueueFinishTime) {
   // Kernels of 10, 1, 1, 10 us issued at 4 us each: available at 4, 8, 12, 16 us.
@@ -36,11 +40,9 @@ TEST(Execution, EagerQueueFinishTime) {
 
 TEST(Execution, FusionsReadAsTheBackendReadsItsFuseList) {
   // BackendOptions::fuse (CLI --fuse LIST): a comma list of norm, silu, rope_kv; "none" and
-  // empty items add nothing. The backend's default is "rope_kv" alone, and so is Fusions{}.
-  EXPECT_EQ(Fusions{}, Fusions::parse("rope_kv"));
-  EXPECT_FALSE(Fusions{}.norm);
-  EXPECT_FALSE(Fusions{}.silu);
-  EXPECT_TRUE(Fusions{}.rope_kv);
+  // empty items add nothing. The backend's default is all three, and so is Fusions{}.
+  EXPECT_EQ(Fusions{}, Fusions::parse(backend::BackendOptions{}.fuse));
+  EXPECT_EQ(Fusions{}, Fusions::all());
   EXPECT_EQ(Fusions::parse("none"), Fusions::none());  // --no-fusion
   EXPECT_EQ(Fusions::parse(""), Fusions::none());
   EXPECT_EQ(Fusions::parse("norm,silu,rope_kv"), Fusions::all());
@@ -53,7 +55,7 @@ TEST(Execution, FusionsReadAsTheBackendReadsItsFuseList) {
   // describe() writes the list back in the order norm, silu, rope_kv.
   EXPECT_EQ(Fusions::all().describe(), "norm,silu,rope_kv");
   EXPECT_EQ(Fusions::none().describe(), "none");
-  EXPECT_EQ(Fusions{}.describe(), "rope_kv");
+  EXPECT_EQ(Fusions{}.describe(), "norm,silu,rope_kv");
   EXPECT_EQ(Fusions::parse("silu,norm").describe(), "norm,silu");
 }
 
@@ -70,7 +72,7 @@ TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   // layers: embedding 1, gather_rows of x 1, final_norm 1, lm_head 1 = 4. 32 x 9 + 4 = 292.
   const Hardware& h200 = db().get("h200");
   const StepCost d1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
-                                   CostOptions::ridge(Launch::graph, true, true));
+                                   CostOptions::ridge(Launch::graph, true, true, kRopeKvOnly));
   EXPECT_EQ(d1.kernels, 292);
   EXPECT_EQ(d1.op("attn_norm").kernels, 32);
   EXPECT_EQ(d1.op("qkv_proj").kernels, 32);
@@ -127,7 +129,7 @@ TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   // Separate q, k, v and gate, up weights, the default list: per layer attn_norm 1, q k v 3,
   // rope_kv_write 1, attention 1, o 1, mlp_norm 1, gate up 2, silu_mul 1, down 1 = 12; outside 4:
   // 32 x 12 + 4 = 388.
-  const auto sep = CostOptions::ridge(Launch::eager, /*fused*/ false, /*pinned*/ false);
+  const auto sep = CostOptions::ridge(Launch::eager, /*fused*/ false, /*pinned*/ false, kRopeKvOnly);
   const StepCost s1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192), sep);
   EXPECT_EQ(s1.kernels, 388);
   EXPECT_EQ(s1.op("qkv_proj").kernels, 96);
@@ -153,7 +155,7 @@ TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   // Decode bs64 (64 x 32 = 2048 blocks >= 528: no split): the default list, 9 per layer + 4 =
   // 292; all three too, since T = 64 > 16 folds nothing into a GEMM and R = 64 > 16 keeps the
   // final norm: 32 x 9 + 4 = 292.
-  const auto ridge = CostOptions::ridge(Launch::graph);
+  const auto ridge = CostOptions::ridge(Launch::graph, true, true, kRopeKvOnly);
   const auto all = CostOptions::ridge(Launch::graph, true, true, Fusions::all());
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(64, 192), ridge).kernels, 292);
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(64, 192), all).kernels, 292);
@@ -188,7 +190,7 @@ TEST(Execution, DecodeAttentionMergesItsSplitsTheGeneralKernelCombines) {
   // merges its KV splits itself; the general kernel launches a combine after a split. Default
   // fuse list, so 9 kernels per layer + 4 outside without a combine, 10 + 4 with one.
   const Hardware& h200 = db().get("h200");
-  const auto ridge = CostOptions::ridge(Launch::graph);
+  const auto ridge = CostOptions::ridge(Launch::graph, true, true, kRopeKvOnly);
   StepShape s16, s17;
   s16.seqs = {{16, 200, true}};
   s17.seqs = {{17, 200, true}};
@@ -222,9 +224,11 @@ TEST(Execution, DecodeAttentionMergesItsSplitsTheGeneralKernelCombines) {
 TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
   // Llama-2-7B (h = q = kv = 4096, f = 11008, V = 32000, 32 layers, bf16: 2 bytes everywhere),
   // ridge with fused weights and all three fusions, decode at context 0 (1 KV position: no
-  // split).
+  // split). The arithmetic below at the skinny kernel's limit of 16 tokens; ridge runs the
+  // fusions up to 8 (CudaBackend::kFusedMaxTokens), checked at the end.
   const Hardware& h200 = db().get("h200");
-  const auto ridge = CostOptions::ridge(Launch::graph, true, true, Fusions::all());
+  auto ridge = CostOptions::ridge(Launch::graph, true, true, Fusions::all());
+  ridge.kernels.norm_prologue_max_rows = ridge.kernels.silu_prologue_max_rows = 16;
   const StepCost t16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0), ridge);
   const StepCost t17 = predict_step(llama2_7b(), h200, StepShape::decode(17, 0), ridge);
   // Kernels: T = 16: 6 per layer (qkv, rope_kv_write, attention, o, gate_up, down) + embedding,
@@ -299,9 +303,13 @@ TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
   // The default list (rope_kv only) at T = 16: 9 per layer + 4 = 292 kernels, and of those
   // savings only k's re-read: 32 x 131,072 = 4,194,304 B fewer than --fuse none.
   const StepCost d16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0),
-                                    CostOptions::ridge(Launch::graph));
+                                    CostOptions::ridge(Launch::graph, true, true, kRopeKvOnly));
   EXPECT_EQ(d16.kernels, 292);
   EXPECT_NEAR(u16.bytes - d16.bytes, 4194304.0, 1);
+  // As built (the default list): folded up to 8 tokens, 32 x 6 + 5 = 197; at 9, 32 x 9 + 4 = 292.
+  const auto as_built = CostOptions::ridge(Launch::graph);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(8, 0), as_built).kernels, 197);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(9, 0), as_built).kernels, 292);
 }
 
 TEST(Execution, RidgeFoldsANormOnlyWhereTheModelFoldsItsWeight) {
@@ -437,8 +445,10 @@ TEST(Execution, RidgeFusedDecodeOnTheTinyModel) {
   // mlp_norm, gate_up_proj, silu_mul, down_proj = 9; outside: embedding, gather_rows, final_norm,
   // lm_head = 4. 2 x 9 + 4 = 22 kernels, 9 of them GEMMs (4 per layer + the LM head). The work
   // (< 100 KB at 1e14 B/s) is below 10 ns in all.
-  const StepCost g = predict_step(t.cfg, t.hw, StepShape::decode(1, 10), CostOptions::ridge(Launch::graph));
-  const StepCost e = predict_step(t.cfg, t.hw, StepShape::decode(1, 10), CostOptions::ridge(Launch::eager));
+  const StepCost g = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
+                                  CostOptions::ridge(Launch::graph, true, true, kRopeKvOnly));
+  const StepCost e = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
+                                  CostOptions::ridge(Launch::eager, true, true, kRopeKvOnly));
   EXPECT_EQ(g.kernels, 22);
   // Graph: one launch 10 us + 22 nodes x 2 us = 54 us.
   EXPECT_NEAR(g.t_gpu + g.t_launch_stall, 54e-6, 0.02e-6);

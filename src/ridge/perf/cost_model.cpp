@@ -305,11 +305,12 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusion
   k.residual_in_matmul = true;               // Backend::matmul_add (cuBLASLt beta = 1, or the
                                              // skinny / sm90 GEMMs' residual epilogue)
   // kernels::skinny_prologue_max_tokens: the skinny GEMM's prologue, where switched on.
-  k.norm_prologue_max_rows = fusions.norm ? 16 : 0;
+  // CudaBackend::kFusedMaxTokens: the decode fusions up to 8 tokens.
+  k.norm_prologue_max_rows = fusions.norm ? 8 : 0;
   k.norm_sums_in_epilogue = true;
   k.norm_folds_into_biased_qkv = false;      // LlamaModel folds q|k|v only without biases
   k.norm_folds_into_tied_head = false;       // ... and the LM head only when not tied
-  k.silu_prologue_max_rows = fusions.silu ? 16 : 0;
+  k.silu_prologue_max_rows = fusions.silu ? 8 : 0;
   k.rope_kv_fused = fusions.rope_kv;
   k.gather_logits_rows = true;
   k.sampling_on_device = false;

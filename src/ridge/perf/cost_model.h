@@ -67,11 +67,11 @@ Launch launch_named(std::string_view name);  // "graph" | "eager"; throws otherw
 // ridge's decode-step fusions, the switches of BackendOptions::fuse (CLI --fuse LIST, --no-fusion
 // = none). Each folds one op into another (docs/KERNELS.md, "Decode fusions" and "Run 8").
 struct Fusions {
-  bool norm = false;    // "norm": the RMSNorm before qkv_proj (all but the first layer) and
-                        // gate_up_proj (T <= 16 rows) as a 1/rms scale in that GEMM, its weight
+  bool norm = true;    // "norm": the RMSNorm before qkv_proj (all but the first layer) and
+                        // gate_up_proj (T <= 8 rows) as a 1/rms scale in that GEMM, its weight
                         // folded into the GEMM's (not biased q|k|v), the sums of squares left by
                         // the o_proj / down_proj epilogue (Backend::matmul_fused)
-  bool silu = false;    // "silu": SiLU·mul in gate_up_proj's epilogue (T <= 16)
+  bool silu = true;     // "silu": SiLU·mul in gate_up_proj's epilogue (T <= 8)
   bool rope_kv = true;  // "rope_kv": RoPE and the KV store as one kernel (rope_kv_store), any T
 
   static Fusions none() { return {false, false, false}; }

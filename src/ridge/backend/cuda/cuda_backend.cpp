@@ -39,6 +39,16 @@ bool attention_early_kv() {
   return on;
 }
 
+// RIDGE_ATTN_DECODE_STAGES=2..4 forces the decode attention kernel's ring depth (A/B runs).
+int attention_decode_stages() {
+  static const int stages = [] {
+    const char* v = std::getenv("RIDGE_ATTN_DECODE_STAGES");
+    const int n = v ? std::atoi(v) : 0;
+    return n >= 2 && n <= 4 ? n : 0;
+  }();
+  return stages;
+}
+
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;    // cuBLASLt's advice for Hopper
 constexpr size_t kAttentionWorkspaceBytes = size_t(64) << 20; // split-KV partials
 constexpr size_t kSplitCounterBytes = size_t(1) << 20;        // 262144 (sequence, KV head) tickets
@@ -436,9 +446,8 @@ void CudaBackend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& 
   expect(N % 2 == 0 && out.shape[0] == T && out.shape[1] == N / 2, "matmul_swiglu",
          fmt::format("w {} must stack gate and up rows and out {} be [T, F]", w.describe(),
                      out.describe()));
-  // The SwiGLU epilogue (--fuse silu): the skinny kernel at up to 16 tokens, else composed.
-  const bool fused = fuse_silu_ && options_.gemm != "cublas" &&
-                     T <= kernels::skinny_prologue_max_tokens && N % 16 == 0 &&
+  // The SwiGLU epilogue (--fuse silu): the skinny kernel at up to kFusedMaxTokens, else composed.
+  const bool fused = fuse_silu_ && options_.gemm != "cublas" && T <= kFusedMaxTokens && N % 16 == 0 &&
                      out.stride[0] == N / 2 && (reinterpret_cast<uintptr_t>(out.data) & 15u) == 0;
   if (!fused) {
     Backend::matmul_swiglu(s, x, w, f, scratch, gate_up, out);
@@ -467,7 +476,7 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   // Whether the skinny kernel's prologues and epilogues can run with `in` as X (with swiglu the
   // caller checked out).
   const auto skinny_ok = [&](const Tensor& in) {
-    return options_.gemm != "cublas" && T <= kernels::skinny_prologue_max_tokens &&
+    return options_.gemm != "cublas" && T <= kFusedMaxTokens &&
            (swiglu || out.stride[0] == N) && K % 8 == 0 && N % 8 == 0 && N <= 65535 * 16 &&
            in.stride[0] % 8 == 0 && aligned(in.data) && aligned(w.data) && aligned(out.data) &&
            !(f.accumulate && out.dtype != DType::bf16);
@@ -515,6 +524,10 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   if (record)
     a.sumsq_out = static_cast<float*>(ws.sumsq.data()) + (f.record_sumsq - 1) * kSumsqFloats;
   a.swiglu = swiglu;
+  // Plainly launched: measured on the H200 (docs/KERNELS.md, "Run 8"), a GEMV allowed to start
+  // early behind another large GEMV (the fused decode chain is GEMV after GEMV) cost ~23 us per
+  // such pair at batch 1, against 1.6% gained over the unfused chain without it.
+  a.pdl_launch = false;
   a.M = int(T), a.N = int(N), a.K = int(K);
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};
@@ -643,6 +656,7 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.host_context_lens = meta.host_context_lens;
   a.general_block_rows = attention_block_rows();
   a.early_kv = attention_early_kv();
+  if (attention_decode_stages()) a.decode_stages = attention_decode_stages();
   cudaStream_t stream = stream_of(s);
   Workspace& ws = workspace_for(stream);
   a.split_counters = static_cast<int*>(ws.split_counters.data());

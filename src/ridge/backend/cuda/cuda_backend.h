@@ -105,6 +105,9 @@ class CudaBackend final : public Backend {
     SumsqRecord sumsq_records[MatmulFusion::kSumsqTags];
   };
   static constexpr int64_t kSumsqFloats = 16384;  // per tag: partial sums × rows
+  // The decode fusions (norm, silu) run up to this many tokens (the kernel takes 16): at 16 the
+  // skinny GEMV loses more to cuBLASLt on q|k|v and gate|up than the fusions save (H200, run 8).
+  static constexpr int64_t kFusedMaxTokens = 8;
   cudaStream_t stream_of(const Stream& s) const;
   void upload_into(const Tensor& host, void* dst, DType target);
   bool ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const;

@@ -49,6 +49,24 @@ __device__ __forceinline__ void begin() {
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization
 // when enabled. Returns the launch's error (the caller checks it as after <<<>>>).
+// programmatic = false launches it plainly (it starts after the kernel before it ends) whatever
+// enabled() says.
+template <typename... Params, typename Arg>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t stream, Arg&& arg, bool programmatic) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = programmatic && enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(arg)...);
+}
+
 template <typename... Params, typename... Args>
 cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                        cudaStream_t stream, Args&&... args) {

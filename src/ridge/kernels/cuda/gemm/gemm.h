@@ -69,6 +69,10 @@ struct SkinnyArgs {
   int sumsq_parts = 0;
   float* sumsq_out = nullptr;  // epilogue: [skinny_sumsq_parts(N), M], or null
   bool swiglu = false;         // epilogue: Y [M, N / 2] = silu(gate) · up
+  // Launched with programmatic stream serialization (pdl.cuh), i.e. allowed to start while the
+  // kernel before it runs. false: it starts after that kernel ends (its own dependents may still
+  // start early). Measured: a skinny GEMV right after another large GEMV starts better without.
+  bool pdl_launch = true;
   int M = 0, N = 0, K = 0;
 };
 constexpr int skinny_prologue_max_tokens = 16;
