@@ -24,6 +24,8 @@
 
 #include <cuda_runtime.h>
 
+#include <utility>
+
 #include "ridge/kernels/cuda/pdl.h"
 
 namespace ridge::kernels::pdl {
@@ -47,13 +49,12 @@ __device__ __forceinline__ void begin() {
   wait();
 }
 
-// Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization
-// when enabled. Returns the launch's error (the caller checks it as after <<<>>>).
-// programmatic = false launches it plainly (it starts after the kernel before it ends) whatever
-// enabled() says.
-template <typename... Params, typename Arg>
-cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                       cudaStream_t stream, Arg&& arg, bool programmatic) {
+// Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization
+// when `programmatic` and enabled(); plainly otherwise (it then starts after the kernel before it
+// ends). Returns the launch's error (the caller checks it as after <<<>>>).
+template <typename... Params, typename... Args>
+cudaError_t launch(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
+                   size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -64,23 +65,14 @@ cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
   config.stream = stream;
   config.attrs = attr;
   config.numAttrs = programmatic && enabled() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(arg)...);
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 
+// The decode chain's launch: with programmatic stream serialization when enabled().
 template <typename... Params, typename... Args>
 cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                        cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = enabled() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  return launch(true, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace ridge::kernels::pdl

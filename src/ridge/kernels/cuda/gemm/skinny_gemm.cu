@@ -387,8 +387,8 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
                          ? std::min(n_tiles, resident)
                          : n_tiles;
   const dim3 grid(token_tiles, grid_y);
-  RIDGE_GEMM_CUDA_CHECK(pdl::launch_pdl(kernel, grid, dim3(kSkinnyThreads), smem, stream, a,
-                                        /*programmatic*/ a.pdl_launch));
+  RIDGE_GEMM_CUDA_CHECK(
+      pdl::launch(a.pdl_launch, kernel, grid, dim3(kSkinnyThreads), smem, stream, a));
 }
 
 // The prologue configurations: 8 or 16 tokens per block.
