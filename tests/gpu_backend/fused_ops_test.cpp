@@ -21,20 +21,17 @@ namespace {
 
 // A CUDA backend with every decode fusion on (the default), and one without the norm and SwiGLU
 // fusions (composed).
+std::unique_ptr<Backend> with_fusions(const char* list) {
+  BackendOptions o;
+  o.fuse = list;
+  return make_backend("cuda", o);
+}
 Backend& fusing() {
-  static std::unique_ptr<Backend> b = [] {
-    BackendOptions o;
-    o.fuse = "norm,silu,rope_kv";
-    return make_backend("cuda", o);
-  }();
+  static std::unique_ptr<Backend> b = with_fusions("norm,silu,rope_kv");
   return *b;
 }
 Backend& composing() {
-  static std::unique_ptr<Backend> b = [] {
-    BackendOptions o;
-    o.fuse = "rope_kv";
-    return make_backend("cuda", o);
-  }();
+  static std::unique_ptr<Backend> b = with_fusions("rope_kv");
   return *b;
 }
 // CudaBackend::kFusedMaxTokens: the norm and SwiGLU fusions run up to this many tokens.
