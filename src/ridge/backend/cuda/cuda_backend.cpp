@@ -447,8 +447,13 @@ void CudaBackend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& 
          fmt::format("w {} must stack gate and up rows and out {} be [T, F]", w.describe(),
                      out.describe()));
   // The SwiGLU epilogue (--fuse silu): the skinny kernel at up to kFusedMaxTokens, else composed.
-  const bool fused = fuse_silu_ && options_.gemm != "cublas" && T <= kFusedMaxTokens && N % 16 == 0 &&
-                     out.stride[0] == N / 2 && (reinterpret_cast<uintptr_t>(out.data) & 15u) == 0;
+  // (A norm prologue that cannot fuse writes the backend's scratch, aligned like x.)
+  const int64_t K = w.shape[1];
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  const bool fused = fuse_silu_ && options_.gemm != "cublas" && T <= kFusedMaxTokens &&
+                     N % 16 == 0 && N <= 65535 * 16 && K % 8 == 0 && x.stride[0] % 8 == 0 &&
+                     aligned(x.data) && aligned(w.data) && aligned(out.data) &&
+                     out.stride[0] == N / 2;
   if (!fused) {
     Backend::matmul_swiglu(s, x, w, f, scratch, gate_up, out);
     return;
