@@ -468,9 +468,10 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   const char* op = swiglu ? "matmul_swiglu" : "matmul_fused";
   if (f.norm_weight) expect_vector(*f.norm_weight, K, op, "norm weight");
   constexpr int kTags = MatmulFusion::kSumsqTags;
+  static_assert(kTags == 2, "the message below names the tags");
   expect(f.record_sumsq >= 0 && f.record_sumsq <= kTags && f.norm_sumsq >= 0 &&
              f.norm_sumsq <= kTags,
-         op, fmt::format("sums-of-squares tags are 0..{}", kTags));
+         op, "sums-of-squares tags are 0 (none), 1 and 2");
   cudaStream_t stream = stream_of(s);
   Workspace& ws = workspace_for(stream);
   using Record = Workspace::SumsqRecord;
