@@ -136,6 +136,19 @@ TEST_F(EngineDeterminism, AloneEqualsAmongEightConcurrentOthers) {
     EXPECT_LE(m.seconds_schedule + m.seconds_forward + m.seconds_sample + m.seconds_output +
                   m.seconds_between,
               wall);
+    // The forward by kind of step: both kinds ran (prompts met decodes above), the split adds
+    // up, and every prompt token was computed in a step with a prefill chunk.
+    EXPECT_GT(m.steps_decode, 0);
+    EXPECT_GT(m.steps_prefill, 0);
+    EXPECT_EQ(m.steps_decode + m.steps_prefill, m.steps);
+    EXPECT_NEAR(m.seconds_forward_decode + m.seconds_forward_prefill, m.seconds_forward, 1e-6);
+    EXPECT_GT(m.tokens_decode_steps, m.steps_decode - 1);
+    EXPECT_GE(m.tokens_prefill_steps, m.prompt_tokens_total - m.prefix_hit_tokens);
+    if (m.preemptions == 0)  // every token computed once: the prompts (less cache hits) and
+                             // every generated token but each request's last
+      EXPECT_EQ(m.tokens_decode_steps + m.tokens_prefill_steps,
+                m.prompt_tokens_total - m.prefix_hit_tokens + m.generation_tokens_total -
+                    int64_t(reqs.size()));
   }
   double worst = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {

@@ -207,7 +207,15 @@ void Engine::Impl::step() {
     for (const ScheduledChunk& c : out.chunks) scheduler.finish(c.seq->seq_id, "error", e.what());
     return;
   }
-  add_seconds(&EngineMetrics::seconds_forward, t_forward);
+  {
+    const double s = seconds(Clock::now() - t_forward);
+    const bool decode_only = size_t(out.num_decodes) == out.chunks.size();
+    std::lock_guard lock(metrics_mu);
+    metrics.seconds_forward += s;
+    (decode_only ? metrics.seconds_forward_decode : metrics.seconds_forward_prefill) += s;
+    ++(decode_only ? metrics.steps_decode : metrics.steps_prefill);
+    (decode_only ? metrics.tokens_decode_steps : metrics.tokens_prefill_steps) += out.num_tokens;
+  }
   const auto t_sample = Clock::now();
   // Device sampling: every row in one call, only tokens and logprobs come back. When the backend
   // declines (no device sampler), this step's logits are sampled on the host and later steps

@@ -110,6 +110,12 @@ struct EngineMetrics {
   // cancellations, gauges, finished requests). Where serving throughput goes, without a profiler.
   double seconds_schedule = 0, seconds_forward = 0, seconds_sample = 0, seconds_output = 0,
          seconds_between = 0;
+  // The forward split by kind of step: decode steps (every chunk one decode token: the CUDA
+  // graph path) and steps with at least one prefill chunk (op by op), with their tokens. What a
+  // serving run spends on prompts against generation, without a profiler.
+  int64_t steps_decode = 0, steps_prefill = 0;
+  int64_t tokens_decode_steps = 0, tokens_prefill_steps = 0;
+  double seconds_forward_decode = 0, seconds_forward_prefill = 0;
   // Latency (seconds) since start: time to first token, time per output token (per request,
   // the mean of its inter-token gaps), end-to-end.
   Histogram ttft, tpot, e2e;

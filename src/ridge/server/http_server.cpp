@@ -1015,6 +1015,19 @@ std::string HttpServer::Impl::metrics_text() {
                                 {"output", m.seconds_output},
                                 {"between", m.seconds_between}})
     out += fmt::format("ridge_engine_seconds_total{{part=\"{}\"}} {}\n", part, v);
+  out += "# HELP ridge_engine_forward_seconds_total Seconds of the model's forward by kind of step "
+         "(decode: decode tokens only; prefill: at least one prefill chunk).\n"
+         "# TYPE ridge_engine_forward_seconds_total counter\n";
+  out += fmt::format("ridge_engine_forward_seconds_total{{kind=\"decode\"}} {}\n", m.seconds_forward_decode);
+  out += fmt::format("ridge_engine_forward_seconds_total{{kind=\"prefill\"}} {}\n", m.seconds_forward_prefill);
+  out += "# HELP ridge_engine_kind_steps_total Engine steps by kind (as above).\n"
+         "# TYPE ridge_engine_kind_steps_total counter\n";
+  out += fmt::format("ridge_engine_kind_steps_total{{kind=\"decode\"}} {}\n", m.steps_decode);
+  out += fmt::format("ridge_engine_kind_steps_total{{kind=\"prefill\"}} {}\n", m.steps_prefill);
+  out += "# HELP ridge_engine_kind_tokens_total Tokens computed in engine steps by kind (as above).\n"
+         "# TYPE ridge_engine_kind_tokens_total counter\n";
+  out += fmt::format("ridge_engine_kind_tokens_total{{kind=\"decode\"}} {}\n", m.tokens_decode_steps);
+  out += fmt::format("ridge_engine_kind_tokens_total{{kind=\"prefill\"}} {}\n", m.tokens_prefill_steps);
   append_histogram(out, "ridge_time_to_first_token_seconds", "Time to first token.", m.ttft);
   append_histogram(out, "ridge_time_per_output_token_seconds", "Mean time between output tokens of a request.", m.tpot);
   append_histogram(out, "ridge_e2e_request_latency_seconds", "Request latency, arrival to last token.", m.e2e);
