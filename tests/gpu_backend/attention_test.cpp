@@ -15,6 +15,9 @@
 
 #include "harness.h"
 #include "ridge/backend/factory.h"
+#ifdef RIDGE_TEST_ATTENTION_KERNELS  // a CUDA build: the backend's own accessors
+#include "ridge/backend/cuda/cuda_backend.h"
+#endif
 
 namespace ridge::backend::gpu_test {
 namespace {
@@ -151,6 +154,44 @@ TEST_F(GpuBackend, AttentionManyDecodes) {
   run_attention(seqs, 8, 4, 128, 16);
   run_attention(seqs, 2, 8, 64, 32);
 }
+
+// Mixed batches as the scheduler makes them (decodes first, then prefill chunks): with enough
+// decodes to fill the GPU they go to the decode kernel and the chunks to the general one, two
+// launches over disjoint sequences. In the second case the decode part fills 4 x SMs unsplit
+// while the lone chunk splits its 3000 positions: the combine covers only the later sequences'
+// rows (from cu_seqlens_q[0]), not the decodes' rows written before it.
+#ifdef RIDGE_TEST_ATTENTION_KERNELS
+TEST_F(GpuBackend, AttentionMixedDecodesFirstTwoLaunches) {
+  auto* be = dynamic_cast<CudaBackend*>(&cuda());
+  ASSERT_NE(be, nullptr);
+  std::uniform_int_distribution<int32_t> len(1, 2000);
+  {
+    std::vector<Seq> seqs;
+    for (int i = 0; i < 70; ++i) seqs.push_back({1, len(rng())});
+    for (const Seq& p : {Seq{40, 40}, Seq{200, 900}, Seq{17, 1500}}) seqs.push_back(p);
+    run_attention(seqs, 4, 1, 128, 16);
+    EXPECT_EQ(be->last_attention_parts(), 2);
+    run_attention(seqs, 2, 8, 64, 32);
+    EXPECT_EQ(be->last_attention_parts(), 2);
+    run_attention(seqs, 4, 1, 128, 24);  // not a power of two: the general kernel takes all
+    EXPECT_EQ(be->last_attention_parts(), 1);
+  }
+  {
+    std::vector<Seq> seqs;
+    for (int i = 0; i < 70; ++i) seqs.push_back({1, len(rng())});
+    seqs.push_back({16, 3000});
+    run_attention(seqs, 8, 4, 128, 16);
+    EXPECT_EQ(be->last_attention_parts(), 2);
+    EXPECT_GT(be->last_attention_splits(), 1);
+  }
+  {
+    // Too few decodes to fill the GPU alone: one general launch.
+    std::vector<Seq> seqs = {{1, 300}, {1, 77}, {64, 64}};
+    run_attention(seqs, 4, 1, 128, 16);
+    EXPECT_EQ(be->last_attention_parts(), 1);
+  }
+}
+#endif
 
 // Enough blocks without splitting: the single-split path writes out directly.
 TEST_F(GpuBackend, AttentionManyPrefills) {

@@ -183,6 +183,18 @@ TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   EXPECT_EQ(m.op("attn_prefill").kernels, 64);
   EXPECT_EQ(m.op("attn_decode").kernels, 0);
   EXPECT_GT(m.op("attn_decode").time, 0);  // its work still counts
+  // With decodes enough to fill the SMs alone (200 x 32 KV heads >= 132), ridge's plan gives
+  // them a decode-kernel launch of their own (CudaBackend::attention); the minimal engine of the
+  // roofline (the default plan, no unified kernel) has its own decode launch anyway.
+  StepShape many = mixed;
+  for (int i = 0; i < 199; ++i) many.seqs.push_back({1, 300, true});
+  const StepCost mm = predict_step(llama2_7b(), h200, many, sep);
+  EXPECT_EQ(mm.op("attn_decode").kernels, 32);
+  EXPECT_EQ(mm.op("attn_prefill").kernels, 64);  // alone, the chunk's 256 blocks still split
+  EXPECT_EQ(mm.kernels, m.kernels + 32);
+  CostOptions one_launch = sep;
+  one_launch.kernels.mixed_decode_launch_blocks_per_sm = 0;
+  EXPECT_EQ(predict_step(llama2_7b(), h200, many, one_launch).op("attn_decode").kernels, 0);
 }
 
 TEST(Execution, DecodeAttentionMergesItsSplitsTheGeneralKernelCombines) {

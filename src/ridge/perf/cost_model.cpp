@@ -244,11 +244,23 @@ struct Builder {
 // Whether ridge's paged attention splits the KV of this step's launch (plan_paged_attention:
 // blocks = row tiles of 64 x KV heads against split_blocks_per_sm x SMs, and more than one
 // 64-position KV tile in some sequence).
+// A mixed step whose decodes get an attention launch of their own (the decode kernel) beside
+// the prefill chunks' (KernelPlan::mixed_decode_launch_blocks_per_sm).
+bool mixed_decode_own_launch(const model::ModelConfig& cfg, const Hardware& hw,
+                             const StepAggregate& s, const KernelPlan& plan) {
+  return plan.mixed_decode_launch_blocks_per_sm > 0 && s.prefill_seqs > 0 && s.decode_seqs > 0 &&
+         double(s.decode_seqs) * double(cfg.n_kv_heads) >=
+             double(plan.mixed_decode_launch_blocks_per_sm) * double(hw.sms.value_or(132));
+}
+
+// Whether the (general kernel's) attention launch splits the KV range: its blocks, the prefill
+// chunks' and, when they share the launch, the decodes', are fewer than the plan's target.
 bool attention_splits(const model::ModelConfig& cfg, const Hardware& hw, const StepAggregate& s,
                       const KernelPlan& plan) {
   if (!hw.sms || s.max_kv_tokens <= 64) return false;
   const int64_t group = std::max<int64_t>(1, cfg.n_heads / std::max<int64_t>(1, cfg.n_kv_heads));
-  const int64_t blocks = (s.prefill_q_tiles64 * group + s.decode_seqs) * cfg.n_kv_heads;
+  const int64_t decodes = mixed_decode_own_launch(cfg, hw, s, plan) ? 0 : s.decode_seqs;
+  const int64_t blocks = (s.prefill_q_tiles64 * group + decodes) * cfg.n_kv_heads;
   return blocks < int64_t(plan.split_blocks_per_sm) * *hw.sms;
 }
 
@@ -300,6 +312,7 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusion
   k.qkv_matmuls = fused_projections ? 1 : 3;
   k.gate_up_matmuls = fused_projections ? 1 : 2;
   k.unified_attention = true;
+  k.mixed_decode_launch_blocks_per_sm = 1;  // CudaBackend::attention: decodes x KV heads >= SMs
   k.attention_combine = true;                // the general kernel's, when it splits
   k.decode_attention_max_rows = 16;          // paged_decode_kernel (kDecRows), in-kernel merge
   k.residual_in_matmul = true;               // Backend::matmul_add (cuBLASLt beta = 1, or the
@@ -442,9 +455,12 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   }
   if (s.decode_seqs > 0) {
     // Split-KV (flash-decoding) keeps the SMs busy: no wave loss modelled. With one kernel for a
-    // mixed step (unified_attention) the decode rows ride in the prefill launch.
-    const bool shared = kp.unified_attention && s.prefill_seqs > 0;
-    OpCost o = make_op("attn_decode", OpKind::attention, shared ? 0 : attn_kernels);
+    // mixed step (unified_attention) the decode rows ride in the prefill launch, unless there are
+    // enough of them for a decode-kernel launch of their own.
+    const bool shared =
+        kp.unified_attention && s.prefill_seqs > 0 && !mixed_decode_own_launch(cfg, hw, s, kp);
+    OpCost o = make_op("attn_decode", OpKind::attention,
+                       shared ? 0 : s.prefill_seqs > 0 ? L : attn_kernels);
     o.per_layer = true;
     o.flops = Ld * per_pair * double(s.decode_kv_tokens);
     o.bytes = Ld * (2.0 * double(s.decode_seqs) * q * ab + double(s.decode_kv_tokens) * 2.0 * kv * kvb);

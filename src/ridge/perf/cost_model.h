@@ -92,6 +92,9 @@ struct KernelPlan {
   int qkv_matmuls = 1;              // 3: q, k and v as three matmuls
   int gate_up_matmuls = 1;          // 2: gate and up as two matmuls
   bool unified_attention = false;   // one attention kernel for a mixed prefill+decode step
+  // ... except when the step's decodes alone give at least this many (sequence, KV head) blocks
+  // per SM: then they run in a launch of their own (the decode kernel). 0: never.
+  int mixed_decode_launch_blocks_per_sm = 0;
   // A combine kernel after a split-KV attention launch; the launch splits when its blocks
   // (query tiles of 64 rows x KV heads) are fewer than split_blocks_per_sm x SMs and some
   // sequence has more than one 64-position KV tile (kernels/cuda/attention: plan_paged_attention).

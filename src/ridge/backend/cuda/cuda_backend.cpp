@@ -39,6 +39,15 @@ bool attention_early_kv() {
   return on;
 }
 
+// RIDGE_ATTN_SPLIT_MIXED=0 keeps a mixed batch's decode tokens in the general kernel (A/B runs).
+bool attention_split_mixed() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_ATTN_SPLIT_MIXED");
+    return !(v && std::string_view(v) == "0");
+  }();
+  return on;
+}
+
 // RIDGE_ATTN_DECODE_STAGES=2..4 forces the decode attention kernel's ring depth (A/B runs).
 int attention_decode_stages() {
   static const int stages = [] {
@@ -618,6 +627,21 @@ void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Ten
   Backend::rope_kv_store(s, q, k, v, positions, inv_freq, slots, kv);  // checks, two kernels
 }
 
+namespace {
+// Sequences at the head of a planned call that the decode kernel can take (q_len * group <= 16,
+// a power-of-two block size), from the host mirrors.
+int32_t leading_decodes(const kernels::PagedAttentionArgs& a) {
+  if (a.block_size <= 0 || (a.block_size & (a.block_size - 1)) != 0) return 0;
+  const int group = a.num_q_heads / a.num_kv_heads;
+  int32_t n = 0;
+  while (n < a.num_seqs &&
+         (a.host_cu_seqlens_q[n + 1] - a.host_cu_seqlens_q[n]) * group <= 16 &&
+         a.host_cu_seqlens_q[n + 1] > a.host_cu_seqlens_q[n])
+    ++n;
+  return n;
+}
+}  // namespace
+
 void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
                             const AttentionMeta& meta, float scale, Tensor& out) {
   expect_2d(q, DType::bf16, "attention", "q");
@@ -680,9 +704,39 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   }
   // Two waves of blocks: 2 resident blocks per SM at hd 128 (87 KB with 64 rows, 102 KB with
   // 128; more at hd 64).
+  const int target = 4 * sm_count_;
+  // A mixed batch (the scheduler puts decodes first, then prefill chunks): its leading decode
+  // tokens go to the decode kernel and the rest to the general one, two launches over disjoint
+  // sequences (the pointers offset; token rows stay absolute), when the decodes alone fill the GPU
+  // with (sequence, KV head) blocks. In one general launch a decode token uses 1 row of a 64- or
+  // 128-row block (group 1) with one warp computing: 15% slower at 512 x 192 positions on the
+  // H200 with 64-row blocks (bench/results/e2e-2026-12-03-run9/attention.log).
+  const int32_t decodes = meta.fixed_splits == 0 && attention_split_mixed() ? leading_decodes(a) : 0;
+  if (decodes > 0 && decodes < a.num_seqs && int64_t(decodes) * a.num_kv_heads >= sm_count_) {
+    kernels::PagedAttentionArgs d = a, g = a;
+    d.num_seqs = decodes;
+    d.path = kernels::AttentionPath::decode;
+    g.num_seqs = a.num_seqs - decodes;
+    g.cu_seqlens_q += decodes;
+    g.context_lens += decodes;
+    g.block_tables += int64_t(decodes) * a.max_blocks_per_seq;
+    g.host_cu_seqlens_q += decodes;
+    g.host_context_lens += decodes;
+    int splits = 0;
+    for (const kernels::PagedAttentionArgs* part : {&d, &g}) {
+      const kernels::PagedAttentionPlan plan =
+          kernels::plan_paged_attention(*part, target, ws.attention.size());
+      splits = std::max(splits, plan.num_splits);
+      kernels::paged_attention_bf16(*part, plan, ws.attention.data(), stream);
+    }
+    last_attention_splits_ = splits;
+    last_attention_parts_ = 2;
+    return;
+  }
   const kernels::PagedAttentionPlan plan =
-      kernels::plan_paged_attention(a, 4 * sm_count_, ws.attention.size());
+      kernels::plan_paged_attention(a, target, ws.attention.size());
   last_attention_splits_ = plan.num_splits;
+  last_attention_parts_ = 1;
   kernels::paged_attention_bf16(a, plan, ws.attention.data(), stream);
 }
 

@@ -89,6 +89,9 @@ class CudaBackend final : public Backend {
   std::string gemm_choices() const;
   // How many KV splits attention chose on its last call (for tests and benchmarks).
   int last_attention_splits() const { return last_attention_splits_; }
+  // How many attention launches its last call made: 2 when a mixed batch's leading decodes went
+  // to the decode kernel and the rest to the general one, else 1.
+  int last_attention_parts() const { return last_attention_parts_; }
 
  private:
   struct Workspace {
@@ -149,6 +152,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<cudaStream_t, std::unique_ptr<Workspace>> workspaces_;
   std::vector<cuda::DeviceMemory> weights_;
   int last_attention_splits_ = 0;
+  int last_attention_parts_ = 0;
   int graphs_captured_ = 0;
   std::unique_ptr<tune::BuildCache> cache_;
   std::unique_ptr<tune::Autotuner> tuner_;

@@ -54,8 +54,8 @@
 //   (M, L) = (-inf, 0), which the combine kernel skips.
 //
 // combine_splits_kernel<HD>
-//   Launch: one warp per (token, head) row, 4 rows per 128-thread block, rows up to
-//   cu_seqlens_q[S] * nh read on the device (the grid covers the plan's num_tokens). out =
+//   Launch: one warp per (token, head) row, 4 rows per 128-thread block, rows from
+//   cu_seqlens_q[0] * nh up to cu_seqlens_q[S] * nh read on the device (the grid covers the plan's num_tokens). out =
 //   sum_i w_i O_i / sum_i w_i with w_i = l_i * 2^(m_i - max m), splits with l_i = 0 skipped;
 //   fixed order (deterministic).
 //
@@ -824,9 +824,10 @@ __global__ void __launch_bounds__(kThreads)
   pdl::begin();  // launched with PDL: the partials come from the attention kernel
   const int64_t row = int64_t(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  // The rows of this call's tokens (fewer than the plan's capacity in fixed-split mode).
+  // The rows of this call's tokens (fewer than the plan's capacity in fixed-split mode; from
+  // cu_seqlens_q[0], which is not 0 when the call covers the later sequences of a batch).
   const int64_t rows = min(ws_rows, int64_t(cu_seqlens_q[num_seqs]) * nh);
-  if (row >= rows) return;
+  if (row >= rows || row < int64_t(cu_seqlens_q[0]) * nh) return;
   float mx = -INFINITY;
   for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, ws_ml[(s * ws_rows + row) * 2]);
   float acc[PER_LANE] = {};
