@@ -1,14 +1,19 @@
 // Prefix consistency: the same prompt run alone, split into prefill chunks, and inside a batch of
 // other sequences (one mixed prefill step, then lockstep decoding) gives the same greedy tokens.
-// CPU (fp32, every row computed independently): exactly. GPU (bf16; GEMM kernels differ by M):
-// the same tokens, or a divergence only where the reference's top-2 logits are within
-// RIDGE_TEST_TIE (the margin is printed). CPU: the default model, batch 8. GPU:
-// RIDGE_TEST_DEVICE=cuda RIDGE_TEST_MODEL=<path> RIDGE_TEST_BATCH=64 RIDGE_TEST_TIE=0.1 (and
-// RIDGE_FUSE for the decode fusions, as ridge's --fuse).
+// CPU (fp32, every row computed independently): exactly. GPU (bf16; GEMM kernels and fusions
+// differ by M): up to the first divergence the top-5 log-probabilities agree within
+// RIDGE_TEST_TIE at every step, and a divergence is only where the reference's top-2 logits are
+// within it (noise and margin are printed). CPU: the default model, batch 8. GPU:
+// RIDGE_TEST_DEVICE=cuda RIDGE_TEST_MODEL=<path> RIDGE_TEST_BATCH=64 RIDGE_TEST_TIE=<bound> (and
+// RIDGE_FUSE for the decode fusions, as ridge's --fuse); scripts/device/gpu-e2e passes the
+// bound its parity step applies to ridge against fp32 on the same weights: 2 x the largest
+// |dlogprob| of HF transformers bf16 against fp32 (0.68 in run 9).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -106,19 +111,47 @@ class BatchConsistency : public ::testing::Test {
     return trace;
   }
 
-  // Same tokens, or a first divergence at a near-tie of the reference (then nothing after it is
-  // compared: the contexts differ).
+  // Up to the first divergence the two runs see the same context, so their logits rows must agree
+  // within the noise of two valid computations: at every such step, the largest |difference| of
+  // the log-probabilities of the reference's top-5 tokens is within the bound (RIDGE_TEST_TIE;
+  // on the CPU, where it is 0, 1e-3: fp32 rows computed independently). Then the same tokens, or
+  // a first divergence where the reference's top-2 margin is within the bound too (nothing after
+  // it is compared: the contexts differ).
+  static std::vector<double> log_softmax(const std::vector<float>& row) {
+    const double mx = *std::max_element(row.begin(), row.end());
+    double sum = 0;
+    for (float v : row) sum += std::exp(double(v) - mx);
+    const double lse = mx + std::log(sum);
+    std::vector<double> out(row.size());
+    for (size_t i = 0; i < row.size(); ++i) out[i] = double(row[i]) - lse;
+    return out;
+  }
+
   void expect_consistent(const Trace& ref, const Trace& got, const std::string& what) {
     ASSERT_EQ(ref.tokens.size(), got.tokens.size());
-    for (size_t j = 0; j < ref.tokens.size(); ++j) {
-      if (ref.tokens[j] == got.tokens[j]) continue;
-      const float margin = ref.logits[j][size_t(ref.tokens[j])] - ref.logits[j][size_t(got.tokens[j])];
-      std::printf("%s: first divergence at step %zu, reference margin %.4f\n", what.c_str(), j,
-                  margin);
-      EXPECT_LE(margin, tie_) << what << ": diverged at step " << j << " by more than a tie";
+    const double bound = tie_ > 0 ? tie_ : 1e-3;
+    double noise = 0;
+    size_t j = 0;
+    for (; j < ref.tokens.size(); ++j) {
+      const std::vector<double> a = log_softmax(ref.logits[j]), b = log_softmax(got.logits[j]);
+      std::vector<size_t> order(a.size());
+      std::iota(order.begin(), order.end(), size_t{0});
+      std::partial_sort(order.begin(), order.begin() + 5, order.end(),
+                        [&](size_t x, size_t y) { return a[x] > a[y]; });
+      for (int k = 0; k < 5; ++k) noise = std::max(noise, std::abs(a[order[size_t(k)]] - b[order[size_t(k)]]));
+      if (ref.tokens[j] != got.tokens[j]) break;
+    }
+    std::printf("%s: max |dlogprob| (reference top-5) over %zu steps with equal contexts: %.4f "
+                "(bound %.4f)\n",
+                what.c_str(), std::min(j + 1, ref.tokens.size()), noise, bound);
+    EXPECT_LE(noise, bound) << what << ": the logits differ by more than the noise bound";
+    if (j == ref.tokens.size()) {
+      std::printf("%s: all %zu greedy tokens equal\n", what.c_str(), ref.tokens.size());
       return;
     }
-    std::printf("%s: all %zu greedy tokens equal\n", what.c_str(), ref.tokens.size());
+    const float margin = ref.logits[j][size_t(ref.tokens[j])] - ref.logits[j][size_t(got.tokens[j])];
+    std::printf("%s: first divergence at step %zu, reference margin %.4f\n", what.c_str(), j, margin);
+    EXPECT_LE(margin, tie_) << what << ": diverged at step " << j << " by more than a tie";
   }
 
   std::unique_ptr<ModelBundle> bundle_;
