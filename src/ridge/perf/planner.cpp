@@ -24,7 +24,7 @@ std::vector<ServingConfig> candidate_configs(int gpus, const std::optional<Hardw
   RIDGE_CHECK(gpus >= 1 && gpus <= 1024, "plan: --gpus {} is outside 1..1024", gpus);
   std::vector<ServingConfig> out;
   for (int64_t budget : {512, 2048, 8192})
-    for (int64_t batch : {64, 256}) {
+    for (int64_t batch : {64, 256, 512}) {
       ServingConfig c;
       c.mode = ServingConfig::Mode::aggregated;
       c.gpus = gpus, c.token_budget = budget, c.max_batch = batch;
