@@ -342,7 +342,7 @@ TEST(CpuBackend, SiluMul) {
 // Paged attention with random block tables and mixed prefill/decode sequences against a dense
 // causal reference on the unpaged K/V.
 TEST(CpuBackend, PagedAttentionMatchesDenseReference) {
-  for (DType kv_dtype : {DType::f32, DType::bf16}) {
+  for (DType kv_dtype : {DType::f32, DType::bf16, DType::fp8_e4m3}) {
     CpuBackend be(3);
     const int nh = 8, nkv = 2, hd = 64, block = 16, num_blocks = 64;
     const std::vector<int> q_lens = {1, 37, 5, 1};
@@ -360,6 +360,7 @@ TEST(CpuBackend, PagedAttentionMatchesDenseReference) {
     const size_t width = nkv * hd;
     std::vector<float> kpool_f(num_blocks * block * width, NAN), vpool_f(kpool_f.size(), NAN);
     std::vector<uint16_t> kpool_h(kpool_f.size(), 0x7fc0), vpool_h(kpool_f.size(), 0x7fc0);
+    std::vector<uint8_t> kpool_8(kpool_f.size(), 0x7f), vpool_8(kpool_f.size(), 0x7f);  // NaN
     // Dense K/V per sequence, written into the pages.
     std::vector<std::vector<float>> K(S), V(S);
     for (int s = 0; s < S; ++s) {
@@ -371,17 +372,26 @@ TEST(CpuBackend, PagedAttentionMatchesDenseReference) {
           if (kv_dtype == DType::f32) {
             kpool_f[slot * width + i] = K[s][p * width + i];
             vpool_f[slot * width + i] = V[s][p * width + i];
-          } else {
+          } else if (kv_dtype == DType::bf16) {
             kpool_h[slot * width + i] = f32_to_bf16(K[s][p * width + i]);
             vpool_h[slot * width + i] = f32_to_bf16(V[s][p * width + i]);
             K[s][p * width + i] = bf16_to_f32(kpool_h[slot * width + i]);
             V[s][p * width + i] = bf16_to_f32(vpool_h[slot * width + i]);
+          } else {  // the reference attends over the values the pool holds
+            kpool_8[slot * width + i] = f32_to_fp8e4m3(K[s][p * width + i]);
+            vpool_8[slot * width + i] = f32_to_fp8e4m3(V[s][p * width + i]);
+            K[s][p * width + i] = fp8e4m3_to_f32(kpool_8[slot * width + i]);
+            V[s][p * width + i] = fp8e4m3_to_f32(vpool_8[slot * width + i]);
           }
         }
       }
     }
-    void* kd = kv_dtype == DType::f32 ? (void*)kpool_f.data() : (void*)kpool_h.data();
-    void* vd = kv_dtype == DType::f32 ? (void*)vpool_f.data() : (void*)vpool_h.data();
+    void* kd = kv_dtype == DType::f32    ? (void*)kpool_f.data()
+               : kv_dtype == DType::bf16 ? (void*)kpool_h.data()
+                                         : (void*)kpool_8.data();
+    void* vd = kv_dtype == DType::f32    ? (void*)vpool_f.data()
+               : kv_dtype == DType::bf16 ? (void*)vpool_h.data()
+                                         : (void*)vpool_8.data();
     KvLayer kv{Tensor(kd, kv_dtype, {num_blocks, block, nkv, hd}),
                Tensor(vd, kv_dtype, {num_blocks, block, nkv, hd})};
     auto q = randn(T * nh * hd);
@@ -441,6 +451,31 @@ TEST(CpuBackend, KvStoreWritesSlotsAndRejectsOutOfRange) {
   }
   slots[0] = 48;
   EXPECT_THROW(be.kv_store({}, kt, vt, st, kv), Error);
+}
+
+// An fp8 (E4M3) pool: each value stored rounded to nearest even, saturated at +-448; the other
+// slots untouched.
+TEST(CpuBackend, KvStoreFp8RoundsEveryValue) {
+  CpuBackend be(1);
+  const int nkv = 2, hd = 8, block = 16, blocks = 3;
+  std::vector<uint8_t> kp(blocks * block * nkv * hd, 0x7f), vp(kp.size(), 0x7f);
+  KvLayer kv{Tensor(kp.data(), DType::fp8_e4m3, {blocks, block, nkv, hd}),
+             Tensor(vp.data(), DType::fp8_e4m3, {blocks, block, nkv, hd})};
+  auto k = randn(2 * nkv * hd), v = randn(2 * nkv * hd);
+  k[0] = 1000.0f, v[1] = -3e-4f;  // saturates; a subnormal
+  std::vector<int32_t> slots = {20, 5};
+  Tensor kt(k.data(), DType::f32, {2, nkv * hd}), vt(v.data(), DType::f32, {2, nkv * hd}),
+      st(slots.data(), DType::i32, {2});
+  be.kv_store({}, kt, vt, st, kv);
+  for (int t = 0; t < 2; ++t)
+    for (int i = 0; i < nkv * hd; ++i) {
+      EXPECT_EQ(kp[slots[t] * nkv * hd + i], f32_to_fp8e4m3(k[t * nkv * hd + i]));
+      EXPECT_EQ(vp[slots[t] * nkv * hd + i], f32_to_fp8e4m3(v[t * nkv * hd + i]));
+    }
+  EXPECT_EQ(fp8e4m3_to_f32(kp[20 * nkv * hd]), 448.0f);
+  int untouched = 0;
+  for (uint8_t b : kp) untouched += b == 0x7f;
+  EXPECT_EQ(untouched, int(kp.size()) - 2 * nkv * hd);
 }
 
 }  // namespace

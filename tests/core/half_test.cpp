@@ -77,5 +77,59 @@ TEST(Half, Bf16RoundTripAndRounding) {
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(-2.5f)), -2.5f);
 }
 
+// FP8 E4M3 against the OCP spec computed here (sign, 4 exponent bits of bias 7, 3 mantissa bits,
+// subnormals at e = 0, S.1111.111 NaN) and against a brute-force nearest search over every code.
+double e4m3_spec(int code) {
+  const int s = code >> 7, e = (code >> 3) & 15, m = code & 7;
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return s ? -mag : mag;
+}
+
+TEST(Half, Fp8E4M3DecodesEveryCodeAsTheSpec) {
+  for (int c = 0; c < 256; ++c) {
+    const float v = fp8e4m3_to_f32(uint8_t(c));
+    if ((c & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(v)) << c;
+      continue;
+    }
+    EXPECT_EQ(double(v), e4m3_spec(c)) << c;
+    if (c != 0x80) EXPECT_EQ(f32_to_fp8e4m3(v), c) << c;  // every finite code round-trips
+  }
+  EXPECT_EQ(f32_to_fp8e4m3(-0.0f), 0x80);
+  EXPECT_EQ(fp8e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_EQ(fp8e4m3_to_f32(0x38), 1.0f);
+  EXPECT_EQ(fp8e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8e4m3_to_f32(0x08), std::ldexp(1.0f, -6));
+}
+
+TEST(Half, Fp8E4M3RoundsToNearestEvenAndSaturates) {
+  // Ties: 1 + 1/16 lies between 1 (mantissa 0) and 1.125 (1): to 1; 1 + 3/16 between 1.125 and
+  // 1.25 (mantissa 2): to 1.25; 3 x 2^-10 between the subnormals 2^-9 and 2^-8: to 2^-8.
+  EXPECT_EQ(fp8e4m3_to_f32(f32_to_fp8e4m3(1.0625f)), 1.0f);
+  EXPECT_EQ(fp8e4m3_to_f32(f32_to_fp8e4m3(1.1875f)), 1.25f);
+  EXPECT_EQ(fp8e4m3_to_f32(f32_to_fp8e4m3(3.0f * std::ldexp(1.0f, -10))), std::ldexp(1.0f, -8));
+  EXPECT_EQ(f32_to_fp8e4m3(std::ldexp(1.0f, -10)), 0);  // half the smallest subnormal: to 0
+  EXPECT_EQ(fp8e4m3_to_f32(f32_to_fp8e4m3(464.0f)), 448.0f);  // tie between 448 and (NaN) 480
+  EXPECT_EQ(fp8e4m3_to_f32(f32_to_fp8e4m3(1e6f)), 448.0f);
+  EXPECT_EQ(fp8e4m3_to_f32(f32_to_fp8e4m3(-INFINITY)), -448.0f);
+  EXPECT_TRUE(std::isnan(fp8e4m3_to_f32(f32_to_fp8e4m3(std::nanf("")))));
+  // Random values over the whole range: the nearest finite code, ties to the even mantissa.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> expo(-12.0f, 9.5f);
+  for (int i = 0; i < 200000; ++i) {
+    const float x = (rng() & 1 ? -1.0f : 1.0f) * std::exp2(expo(rng));
+    const int got = f32_to_fp8e4m3(x);
+    int best = -1;
+    double best_err = 1e300;
+    for (int c = 0; c < 256; ++c) {
+      if ((c & 0x7f) == 0x7f || ((c >> 7) != (x < 0) && (c & 0x7f) != 0)) continue;
+      const double err = std::fabs(e4m3_spec(c) - double(x));
+      if (err < best_err || (err == best_err && (c & 1) == 0)) best = c, best_err = err;
+    }
+    if (std::fabs(x) > 448.0f) best = x < 0 ? 0xfe : 0x7e;
+    EXPECT_EQ(double(fp8e4m3_to_f32(uint8_t(got))), e4m3_spec(best)) << x;
+  }
+}
+
 }  // namespace
 }  // namespace ridge

@@ -66,6 +66,7 @@ class SamplingBackend final : public backend::Backend {
   Device device() const override { return inner_ ? inner_->device() : Device::cpu; }
   std::string name() const override { return "emulated GPU sampling over " + inner().name(); }
   DType activation_dtype() const override { return inner().activation_dtype(); }
+  std::vector<DType> kv_dtypes() const override { return inner().kv_dtypes(); }
   backend::Buffer allocate(size_t bytes) override {
     if (inner_) return inner_->allocate(bytes);
     void* p = ::operator new(std::max<size_t>(bytes, 1));

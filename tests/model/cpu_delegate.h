@@ -15,6 +15,7 @@ class CpuDelegate : public backend::Backend {
   using Stream = backend::Stream;
   Device device() const override { return Device::cpu; }
   DType activation_dtype() const override { return cpu_.activation_dtype(); }
+  std::vector<DType> kv_dtypes() const override { return cpu_.kv_dtypes(); }
   backend::Buffer allocate(size_t bytes) override { return cpu_.allocate(bytes); }
   void upload(const Stream& s, void* d, const void* h, size_t n) override { cpu_.upload(s, d, h, n); }
   void download(const Stream& s, void* h, const void* d, size_t n) override {

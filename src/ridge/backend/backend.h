@@ -33,6 +33,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ridge/core/tensor.h"
 
@@ -153,6 +154,9 @@ class Backend {
   virtual std::string name() const = 0;
   // dtype of activations between ops
   virtual DType activation_dtype() const = 0;
+  // The KV cache dtypes its kv_store / rope_kv_store / attention take (a pool of another dtype is
+  // refused at load, naming these).
+  virtual std::vector<DType> kv_dtypes() const = 0;
 
   // Memory on this backend's device. allocate never returns null (throws ridge::Error).
   virtual Buffer allocate(size_t bytes) = 0;

@@ -22,7 +22,7 @@ struct BundleOptions {
   int threads = 0;              // CPU threads (0: all)
   int64_t kv_tokens = 0;        // KV capacity in tokens (0: the model's context, at most 32768)
   int64_t block_size = 16;
-  std::string kv_dtype = "auto";  // auto (f32 on CPU, bf16 on GPU) | f32 | bf16 | f16
+  std::string kv_dtype = "auto";  // auto (f32 on CPU, bf16 on GPU) | f32 | bf16 | f16 | fp8_e4m3
   int64_t prefill_chunk = 512;    // largest step, in tokens (the workspace is sized for it)
   backend::BackendOptions backend;  // cache root, tuning, GEMM choice, CUDA graphs
   backend::BackendOptions backend_options() const {

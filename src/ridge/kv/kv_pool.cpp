@@ -3,6 +3,10 @@
 
 #include "ridge/core/error.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 namespace ridge::kv {
 
 size_t KvPool::bytes_per_token(const model::ModelConfig& c, DType dtype) {
@@ -15,8 +19,13 @@ KvPool::KvPool(backend::Backend& be, const model::ModelConfig& c, int64_t num_bl
   RIDGE_CHECK(block_size == 16 || block_size == 32 || block_size == 64,
               "KV block size {} is not one of 16, 32, 64", block_size);
   RIDGE_CHECK(num_blocks > 0, "KV pool needs at least one block, got {}", num_blocks);
-  RIDGE_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16,
-              "KV dtype {} is not one of f32, bf16, f16", dtype_name(dtype));
+  const std::vector<DType> ok = be.kv_dtypes();
+  if (std::find(ok.begin(), ok.end(), dtype) == ok.end()) {
+    std::string names;
+    for (DType t : ok) names += std::string(names.empty() ? "" : ", ") + std::string(dtype_name(t));
+    fail("KV dtype {}: the {} backend keeps its KV cache as one of {} (--kv-dtype)", dtype_name(dtype),
+         be.name(), names);
+  }
   const size_t layer_bytes = size_t(num_blocks * block_size) * ridge::row_bytes(dtype, c.kv_dim());
   for (int64_t i = 0; i < c.n_layers; ++i) {
     backend::KvLayer layer;

@@ -16,6 +16,9 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu; }
   std::string name() const override;
   DType activation_dtype() const override { return DType::f32; }
+  std::vector<DType> kv_dtypes() const override {
+    return {DType::f32, DType::bf16, DType::f16, DType::fp8_e4m3};
+  }
   int threads() const { return pool_.size(); }
 
   Buffer allocate(size_t bytes) override;

@@ -247,6 +247,9 @@ void dequantize_row_reference(DType dtype, const void* src_, float* dst, int64_t
     case DType::bf16:
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src + 2 * i));
       return;
+    case DType::fp8_e4m3:
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp8e4m3_to_f32(src[i]);
+      return;
     case DType::q8_0:
       return dequant_q8_0(src, dst, n);
     case DType::q4_0:
@@ -346,6 +349,11 @@ void store_row(DType dtype, const float* src, void* dst, int64_t n) {
     case DType::bf16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::fp8_e4m3: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_fp8e4m3(src[i]);
       return;
     }
     default:

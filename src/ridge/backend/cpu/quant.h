@@ -22,7 +22,7 @@ float dot_row(DType dtype, const void* w, const float* x, const float* block_sum
 void block_sums(const float* x, float* out, int64_t n);
 // y[i] += alpha * x[i]
 void axpy(float alpha, const float* x, float* y, int64_t n);
-// Stores n fp32 values as dtype (f32, f16 or bf16) at dst.
+// Stores n fp32 values as dtype (f32, f16, bf16 or fp8_e4m3, saturating at +-448) at dst.
 void store_row(DType dtype, const float* src, void* dst, int64_t n);
 bool simd_available();
 
