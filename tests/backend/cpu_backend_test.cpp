@@ -59,6 +59,12 @@ Quantized quantize(DType t, const std::vector<float>& x) {
         q.values.push_back(t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h));
       }
       break;
+    case DType::fp8_e4m3:
+      for (size_t i = 0; i < n; ++i) {
+        q.bytes.push_back(f32_to_fp8e4m3(x[i]));
+        q.values.push_back(fp8e4m3_to_f32(q.bytes.back()));
+      }
+      break;
     case DType::q8_0:
       for (size_t b = 0; b < n / 32; ++b) {
         float amax = 0;
@@ -143,8 +149,8 @@ TEST_P(DequantTest, SimdMatchesReferenceValuesExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, DequantTest,
-                         ::testing::Values(DType::f32, DType::f16, DType::bf16, DType::q8_0,
-                                           DType::q4_0, DType::q4_1),
+                         ::testing::Values(DType::f32, DType::f16, DType::bf16, DType::fp8_e4m3,
+                                           DType::q8_0, DType::q4_0, DType::q4_1),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 class MatmulTest : public ::testing::TestWithParam<DType> {};
