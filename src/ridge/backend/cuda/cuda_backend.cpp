@@ -631,7 +631,8 @@ namespace {
 // Sequences at the head of a planned call that the decode kernel can take (q_len * group <= 16,
 // a power-of-two block size), from the host mirrors.
 int32_t leading_decodes(const kernels::PagedAttentionArgs& a) {
-  if (a.block_size <= 0 || (a.block_size & (a.block_size - 1)) != 0) return 0;
+  if (a.block_size <= 0 || (a.block_size & (a.block_size - 1)) != 0 || a.num_kv_heads <= 0)
+    return 0;
   const int group = a.num_q_heads / a.num_kv_heads;
   int32_t n = 0;
   while (n < a.num_seqs &&
@@ -710,7 +711,8 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   // sequences (the pointers offset; token rows stay absolute), when the decodes alone fill the GPU
   // with (sequence, KV head) blocks. In one general launch a decode token uses 1 row of a 64- or
   // 128-row block (group 1) with one warp computing: 15% slower at 512 x 192 positions on the
-  // H200 with 64-row blocks (bench/results/e2e-2026-12-03-run9/attention.log).
+  // H200 with 64-row blocks, +2.5% offline serving throughput (bench/results/e2e-2026-12-03-run9:
+  // a1-attention/a1.log, s2-serve-split against s2a-serve-nosplit).
   const int32_t decodes = meta.fixed_splits == 0 && attention_split_mixed() ? leading_decodes(a) : 0;
   if (decodes > 0 && decodes < a.num_seqs && int64_t(decodes) * a.num_kv_heads >= sm_count_) {
     kernels::PagedAttentionArgs d = a, g = a;
