@@ -356,5 +356,57 @@ TEST_F(GpuBackend, RopeKvStore) {
   }
 }
 
+// kv_store into E4M3 pools: the CUDA kernel's bytes equal the CPU backend's (both round the same
+// fp32 values, the bf16 inputs, to nearest even and saturate at +-448), padding rows (slot -1)
+// and slots nobody writes keep their bytes.
+TEST_F(GpuBackend, KvStoreFp8MatchesCpuBitForBit) {
+  for (auto [nkv, hd, bs] : {std::tuple<int64_t, int64_t, int64_t>{32, 128, 16}, {8, 128, 32}, {3, 64, 16}}) {
+    const int64_t T = 37, width = nkv * hd, blocks = 6, slots_n = blocks * bs;
+    std::vector<float> k = random_bf16(size_t(T * width)), v = random_bf16(size_t(T * width));
+    std::uniform_int_distribution<size_t> at(0, k.size() - 1);
+    for (int i = 0; i < 20; ++i) {  // beyond the E4M3 range, and in its subnormals
+      k[at(rng())] = bf16_to_f32(f32_to_bf16(700.0f * (i % 2 ? 1 : -1)));
+      v[at(rng())] = bf16_to_f32(f32_to_bf16(1.5e-3f * (i % 2 ? 1 : -1)));
+    }
+    std::vector<int32_t> slots(static_cast<size_t>(slots_n));
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng());
+    slots.resize(size_t(T));
+    slots[5] = -1;
+    std::vector<uint8_t> pool_k(size_t(slots_n * width)), pool_v(pool_k.size());
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (auto& b : pool_k) b = uint8_t(byte(rng()));
+    for (auto& b : pool_v) b = uint8_t(byte(rng()));
+
+    std::vector<uint8_t> ck(pool_k), cv(pool_v);
+    KvLayer cpu_kv{Tensor(ck.data(), DType::fp8_e4m3, {blocks, bs, nkv, hd}),
+                   Tensor(cv.data(), DType::fp8_e4m3, {blocks, bs, nkv, hd})};
+    cpu().kv_store({}, host_f32(k, T, width), host_f32(v, T, width),
+                   Tensor(slots.data(), DType::i32, {T}), cpu_kv);
+
+    DeviceMatrix kd = device_bf16(T, width, k), vd = device_bf16(T, width, v);
+    Buffer dk = cuda().allocate(pool_k.size()), dv = cuda().allocate(pool_v.size()), slot_buf;
+    cuda().upload({}, dk.data(), pool_k.data(), pool_k.size());
+    cuda().upload({}, dv.data(), pool_v.data(), pool_v.size());
+    KvLayer kv{Tensor(dk.data(), DType::fp8_e4m3, {blocks, bs, nkv, hd}, Device::cuda),
+               Tensor(dv.data(), DType::fp8_e4m3, {blocks, bs, nkv, hd}, Device::cuda)};
+    cuda().kv_store({}, kd.view, vd.view, device_i32(slot_buf, slots), kv);
+    std::vector<uint8_t> gk(pool_k.size()), gv(pool_v.size());
+    cuda().download({}, gk.data(), dk.data(), gk.size());
+    cuda().download({}, gv.data(), dv.data(), gv.size());
+    cuda().synchronize({});
+    size_t diff_k = 0, diff_v = 0, written = 0;
+    for (size_t i = 0; i < gk.size(); ++i) {
+      diff_k += gk[i] != ck[i];
+      diff_v += gv[i] != cv[i];
+      written += ck[i] != pool_k[i];
+    }
+    const std::string what = fmt::format("nkv={} hd={} bs={}", nkv, hd, bs);
+    EXPECT_EQ(diff_k, 0u) << what;
+    EXPECT_EQ(diff_v, 0u) << what;
+    EXPECT_GT(written, size_t(T - 2) * size_t(width) / 2) << what;  // the store did write
+  }
+}
+
 }  // namespace
 }  // namespace ridge::backend::gpu_test

@@ -580,20 +580,27 @@ void CudaBackend::kv_store(const Stream& s, const Tensor& k, const Tensor& v, co
                            KvLayer& kv) {
   expect_2d(k, DType::bf16, "kv_store", "k");
   expect_2d(v, DType::bf16, "kv_store", "v");
-  expect(kv.k.device == Device::cuda && kv.k.dtype == DType::bf16 && kv.k.ndim == 4 &&
-             kv.k.is_contiguous() && kv.v.dtype == DType::bf16 && kv.v.is_contiguous() &&
+  const bool fp8 = kv.k.dtype == DType::fp8_e4m3;
+  expect(kv.k.device == Device::cuda && (kv.k.dtype == DType::bf16 || fp8) && kv.k.ndim == 4 &&
+             kv.k.is_contiguous() && kv.v.dtype == kv.k.dtype && kv.v.is_contiguous() &&
              kv.v.shape == kv.k.shape,
          "kv_store",
-         fmt::format("KV pools must be contiguous bf16 [blocks, block_size, nkv, hd] device "
-                     "tensors, got {} and {}",
+         fmt::format("KV pools must be contiguous bf16 or fp8_e4m3 [blocks, block_size, nkv, hd] "
+                     "device tensors, got {} and {}",
                      kv.k.describe(), kv.v.describe()));
   const int64_t width = kv.k.shape[2] * kv.k.shape[3];
   expect(k.shape[1] == width && v.shape == k.shape, "kv_store",
          fmt::format("k {}, v {} vs pool {}", k.describe(), v.describe(), kv.k.describe()));
   expect_i32(slots, k.shape[0], "kv_store", "slots");
+  const int64_t num_slots = kv.k.shape[0] * kv.k.shape[1];
+  if (fp8) {  // (the attention kernels do not read fp8 yet: kv_dtypes() lists bf16 only)
+    kernels::kv_store_fp8(bf16(k), k.stride[0], bf16(v), v.stride[0], slots.ptr<int32_t>(),
+                          k.shape[0], width, static_cast<uint8_t*>(kv.k.data),
+                          static_cast<uint8_t*>(kv.v.data), num_slots, stream_of(s));
+    return;
+  }
   kernels::kv_store_bf16(bf16(k), k.stride[0], bf16(v), v.stride[0], slots.ptr<int32_t>(),
-                         k.shape[0], width, bf16(kv.k), bf16(kv.v),
-                         kv.k.shape[0] * kv.k.shape[1], stream_of(s));
+                         k.shape[0], width, bf16(kv.k), bf16(kv.v), num_slots, stream_of(s));
 }
 
 void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Tensor& v,

@@ -48,6 +48,12 @@ void kv_store_bf16(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t l
                    const int32_t* slots, int64_t T, int64_t width, uint16_t* k_pool,
                    uint16_t* v_pool, int64_t num_slots, cudaStream_t stream);
 
+// kv_store_bf16 into E4M3 pools [num_slots, width] (bytes): each value rounded to nearest even,
+// saturating at +-448 (CUDA's __NV_SATFINITE; the CPU backend's f32_to_fp8e4m3 bit for bit).
+void kv_store_fp8(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t ld_v,
+                  const int32_t* slots, int64_t T, int64_t width, uint8_t* k_pool,
+                  uint8_t* v_pool, int64_t num_slots, cudaStream_t stream);
+
 // rope_bf16 then kv_store_bf16 (v's pool rows are nk * head_dim wide) in one launch, with the
 // same results. Returns false, launching nothing, when the shapes do not allow the vectorized
 // kernel (head_dim % 16, 16-byte aligned rows, T <= 65535): the caller runs the two ops.

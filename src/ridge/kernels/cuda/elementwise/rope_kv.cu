@@ -11,10 +11,14 @@
 //   elements (slot = block * block_size + offset). A slot outside [0, num_slots) is skipped: in
 //   particular every negative slot, e.g. the -1 of a padding row that the engine adds to fill a
 //   captured graph's batch bucket (nothing of that row is stored).
+// kv_store_fp8: the same into E4M3 pools (bytes), one thread per element (a first form: the
+//   stores of one decode step are ~T x 8 KB; vectorize with the fp8 attention kernels).
 // rope_kv_store: both in one launch of the vectorized form (grid: chunks of q, k and v, tokens);
 //   launched with programmatic dependent launch (pdl.cuh) for the decode chain.
 #include <cstdint>
 #include <algorithm>
+
+#include <cuda_fp8.h>
 
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/device_util.cuh"
@@ -152,7 +156,41 @@ __global__ void kv_store_kernel(const Chunk* __restrict__ k, int64_t ld_k,
   v_pool[slot * chunks_per_row + c] = v[t * ld_v + c];
 }
 
+// One thread per element: bf16 -> fp32 (exact) -> E4M3, round to nearest even, saturating at
+// +-448 (__NV_SATFINITE), as the host's f32_to_fp8e4m3.
+__global__ void kv_store_fp8_kernel(const uint16_t* __restrict__ k, int64_t ld_k,
+                                    const uint16_t* __restrict__ v, int64_t ld_v,
+                                    const int32_t* __restrict__ slots, int64_t width,
+                                    uint8_t* __restrict__ k_pool, uint8_t* __restrict__ v_pool,
+                                    int64_t num_slots, int64_t total) {
+  pdl::begin();
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  const int64_t t = idx / width, c = idx % width;
+  const int64_t slot = slots[t];
+  if (slot < 0 || slot >= num_slots) return;
+  k_pool[slot * width + c] =
+      uint8_t(__nv_cvt_float_to_fp8(bf16_bits_to_f32(k[t * ld_k + c]), __NV_SATFINITE, __NV_E4M3));
+  v_pool[slot * width + c] =
+      uint8_t(__nv_cvt_float_to_fp8(bf16_bits_to_f32(v[t * ld_v + c]), __NV_SATFINITE, __NV_E4M3));
+}
+
 }  // namespace
+
+void kv_store_fp8(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t ld_v,
+                  const int32_t* slots, int64_t T, int64_t width, uint8_t* k_pool,
+                  uint8_t* v_pool, int64_t num_slots, cudaStream_t stream) {
+  RIDGE_KERNEL_EXPECT(T >= 0 && width >= 1 && ld_k >= width && ld_v >= width && num_slots >= 0,
+                      "kv_store_fp8",
+                      "k " + detail::shape_text(T, width, ld_k) + ", v " +
+                          detail::shape_text(T, width, ld_v));
+  if (T == 0) return;
+  const int64_t total = T * width;
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(kv_store_fp8_kernel,
+                                   dim3(unsigned(detail::ceil_div(total, kThreads))),
+                                   dim3(kThreads), 0, stream, k, ld_k, v, ld_v, slots, width,
+                                   k_pool, v_pool, num_slots, total));
+}
 
 void rope_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k, int64_t nk,
                int64_t head_dim, const int32_t* positions, const float* inv_freq, int64_t T,
