@@ -15,6 +15,7 @@
 
 #include "harness.h"
 #include "ridge/backend/factory.h"
+#include "ridge/core/error.h"
 #ifdef RIDGE_TEST_ATTENTION_KERNELS  // a CUDA build: the backend's own accessors
 #include "ridge/backend/cuda/cuda_backend.h"
 #endif
@@ -192,6 +193,99 @@ TEST_F(GpuBackend, AttentionMixedDecodesFirstTwoLaunches) {
   }
 }
 #endif
+
+// fp8 (E4M3) KV pools, decode batches (the decode kernel reads them: f16 MMAs on the exactly
+// converted tiles): against the CPU backend attending over the same bytes. Prefill chunks with
+// fp8 pools are refused (the general kernel reads bf16 only).
+void run_attention_fp8(const std::vector<Seq>& seqs, int64_t nkv, int64_t group, int64_t hd,
+                       int64_t bs) {
+  const int64_t nh = nkv * group, S = int64_t(seqs.size()), width = nkv * hd;
+  std::vector<int32_t> cu{0}, ctx;
+  int64_t max_blocks = 1, total_blocks = 2;
+  for (const Seq& q : seqs) {
+    cu.push_back(cu.back() + q.q_len);
+    ctx.push_back(q.ctx);
+    max_blocks = std::max<int64_t>(max_blocks, (q.ctx + bs - 1) / bs);
+    total_blocks += (q.ctx + bs - 1) / bs;
+  }
+  const int64_t T = cu.back();
+  std::vector<int32_t> ids(static_cast<size_t>(total_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng());
+  std::vector<int32_t> tables(size_t(S * max_blocks), 0);
+  size_t next = 0;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < (seqs[size_t(s)].ctx + bs - 1) / bs; ++b)
+      tables[size_t(s * max_blocks + b)] = ids[next++];
+  // K and V as E4M3 bytes of normal values (scale 2: some reach the subnormals and beyond 8).
+  const size_t pool_n = size_t(total_blocks * bs * width);
+  std::vector<uint8_t> pk(pool_n), pv(pool_n);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (size_t i = 0; i < pool_n; ++i) pk[i] = f32_to_fp8e4m3(nd(rng())), pv[i] = f32_to_fp8e4m3(nd(rng()));
+  std::vector<float> q = random_bf16(size_t(T * nh * hd));
+
+  AttentionMeta meta;
+  meta.num_seqs = int32_t(S);
+  meta.max_blocks_per_seq = int32_t(max_blocks);
+  for (const Seq& x : seqs) {
+    meta.max_q_len = std::max(meta.max_q_len, x.q_len);
+    meta.max_context_len = std::max(meta.max_context_len, x.ctx);
+  }
+  meta.host_cu_seqlens_q = cu.data();
+  meta.host_context_lens = ctx.data();
+  meta.host_block_tables = tables.data();
+  const float scale = 1.0f / std::sqrt(float(hd));
+  AttentionMeta cpu_meta = meta;
+  cpu_meta.cu_seqlens_q = Tensor(cu.data(), DType::i32, {S + 1});
+  cpu_meta.context_lens = Tensor(ctx.data(), DType::i32, {S});
+  cpu_meta.block_tables = Tensor(tables.data(), DType::i32, {S, max_blocks});
+  const KvLayer cpu_kv{Tensor(pk.data(), DType::fp8_e4m3, {total_blocks, bs, nkv, hd}),
+                       Tensor(pv.data(), DType::fp8_e4m3, {total_blocks, bs, nkv, hd})};
+  std::vector<float> ref(size_t(T * nh * hd));
+  Tensor ref_t = host_f32(ref, T, nh * hd);
+  cpu().attention({}, host_f32(q, T, nh * hd), cpu_kv, cpu_meta, scale, ref_t);
+
+  DeviceMatrix qd = device_bf16(T, nh * hd, q), out = device_bf16(T, nh * hd, {});
+  Buffer dk = cuda().allocate(pool_n), dv = cuda().allocate(pool_n), cu_b, ctx_b, tab_b;
+  cuda().upload({}, dk.data(), pk.data(), pool_n);
+  cuda().upload({}, dv.data(), pv.data(), pool_n);
+  AttentionMeta dev_meta = meta;
+  dev_meta.cu_seqlens_q = device_i32(cu_b, cu);
+  dev_meta.context_lens = device_i32(ctx_b, ctx);
+  dev_meta.block_tables = device_i32(tab_b, tables);
+  dev_meta.block_tables.shape = {S, max_blocks};
+  dev_meta.block_tables.ndim = 2;
+  dev_meta.block_tables.stride = {max_blocks, 1};
+  const KvLayer kv{Tensor(dk.data(), DType::fp8_e4m3, {total_blocks, bs, nkv, hd}, Device::cuda),
+                   Tensor(dv.data(), DType::fp8_e4m3, {total_blocks, bs, nkv, hd}, Device::cuda)};
+  cuda().attention({}, qd.view, kv, dev_meta, scale, out.view);
+  std::string lens;
+  for (size_t i = 0; i < seqs.size() && i < 6; ++i)
+    lens += fmt::format("{}{}/{}", i ? "," : "", seqs[i].q_len, seqs[i].ctx);
+  const std::string what = fmt::format("fp8 KV hd={} nkv={} g={} bs={} q/ctx={}", hd, nkv, group, bs, lens);
+  expect_close("attention", what, download_view(out), ref, 1e-2);
+  expect_untouched_outside("attention", out);
+}
+
+TEST_F(GpuBackend, AttentionFp8KvDecode) {
+  for (int64_t hd : {64, 128})
+    for (int64_t group : {1, 4, 8})
+      for (int64_t bs : {16, 32}) {
+        const int64_t nkv = group == 1 ? 4 : 2;
+        // one token per sequence; q_len x group = 16 rows in one tile for group 8 (q_len 2)
+        const int32_t q2 = group == 8 ? 2 : 1;
+        run_attention_fp8({{1, 1}, {1, int32_t(bs)}, {1, int32_t(bs) + 1}, {q2, 100}, {1, 777},
+                           {1, 2000}},
+                          nkv, group, hd, bs);
+      }
+  // A prefill chunk with fp8 pools: refused, naming the reason.
+  try {
+    run_attention_fp8({{1, 50}, {37, 37}}, 2, 4, 128, 16);
+    ADD_FAILURE() << "a prefill chunk over fp8 KV pools was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8"), std::string::npos) << e.what();
+  }
+}
 
 // Enough blocks without splitting: the single-split path writes out directly.
 TEST_F(GpuBackend, AttentionManyPrefills) {

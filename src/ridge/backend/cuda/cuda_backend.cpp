@@ -654,11 +654,14 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
                             const AttentionMeta& meta, float scale, Tensor& out) {
   expect_2d(q, DType::bf16, "attention", "q");
   expect_2d(out, DType::bf16, "attention", "out");
-  expect(kv.k.device == Device::cuda && kv.k.dtype == DType::bf16 && kv.k.ndim == 4 &&
-             kv.k.is_contiguous() && kv.v.dtype == DType::bf16 && kv.v.is_contiguous() &&
+  // fp8 (E4M3) pools: decode batches only for now (the decode kernel reads them; kv_dtypes()
+  // does not list fp8 until the general kernel does too).
+  const bool fp8 = kv.k.dtype == DType::fp8_e4m3;
+  expect(kv.k.device == Device::cuda && (kv.k.dtype == DType::bf16 || fp8) && kv.k.ndim == 4 &&
+             kv.k.is_contiguous() && kv.v.dtype == kv.k.dtype && kv.v.is_contiguous() &&
              kv.v.shape == kv.k.shape,
          "attention",
-         fmt::format("KV pools must be contiguous bf16 device tensors, got {} and {}",
+         fmt::format("KV pools must be contiguous bf16 or fp8_e4m3 device tensors, got {} and {}",
                      kv.k.describe(), kv.v.describe()));
   const int64_t nkv = kv.k.shape[2], hd = kv.k.shape[3];
   expect(q.shape[1] % hd == 0 && out.shape == q.shape, "attention",
@@ -677,8 +680,9 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.ld_q = q.stride[0];
   a.out = bf16(out);
   a.ld_out = out.stride[0];
-  a.k_pool = bf16(kv.k);
-  a.v_pool = bf16(kv.v);
+  a.k_pool = static_cast<const uint16_t*>(kv.k.data);
+  a.v_pool = static_cast<const uint16_t*>(kv.v.data);
+  a.kv_fp8 = fp8;
   a.num_blocks = kv.k.shape[0];
   a.block_size = int(kv.k.shape[1]);
   a.num_kv_heads = int(nkv);

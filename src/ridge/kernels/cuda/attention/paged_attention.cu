@@ -69,6 +69,8 @@
 #include <string>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/pdl.cuh"
@@ -91,15 +93,20 @@ template <int HD, int MT>
 constexpr size_t smem_bytes() {  // Q tile (MT * 64 rows), 2 stages of K and V tiles
   return size_t(MT * kBM + 4 * kBN) * smem_row<HD>() * 2;
 }
-template <int HD, int STAGES>
+// fp8 (E4M3) KV rows in the decode kernel's ring: HD bytes plus 16 of padding.
+template <int HD>
+constexpr int fp8_row() { return HD + 16; }
+template <int HD, int STAGES, bool FP8 = false>
 constexpr size_t decode_smem_bytes() {
+  if constexpr (FP8)  // Q tile, a ring of fp8 K and V tiles, one converted (f16) K and V tile
+    return size_t(kDecRows + 2 * kBN) * smem_row<HD>() * 2 + size_t(2 * STAGES * kBN) * fp8_row<HD>();
   return size_t(kDecRows + 2 * STAGES * kBN) * smem_row<HD>() * 2;
 }
 // Resident decode blocks per SM that the shared memory allows (228 KB per SM, 1 KB reserved per
 // block, the static merge statistics), at most 3 (a register cap of 170 per thread).
-template <int HD, int STAGES>
+template <int HD, int STAGES, bool FP8 = false>
 constexpr int decode_min_blocks() {
-  constexpr size_t per_block = decode_smem_bytes<HD, STAGES>() + 1024 + 640;
+  constexpr size_t per_block = decode_smem_bytes<HD, STAGES, FP8>() + 1024 + 640;
   constexpr int n = int(size_t(228 * 1024) / per_block);
   return n < 1 ? 1 : (n > 3 ? 3 : n);
 }
@@ -109,6 +116,10 @@ static_assert(kWarps * kDecRows * (128 + 8) * 4 <= 2 * kBN * smem_row<128>() * 2
               "merge scratch must fit in the K tiles of the smallest ring");
 static_assert(kWarps * kDecRows * (64 + 8) * 4 <= 2 * kBN * smem_row<64>() * 2,
               "merge scratch must fit in the K tiles of the smallest ring");
+// With fp8 KV the scratch takes the fp8 ring and the converted tiles after it.
+static_assert(kWarps * kDecRows * (128 + 8) * 4 <=
+                  2 * 2 * kBN * fp8_row<128>() + 2 * kBN * smem_row<128>() * 2,
+              "merge scratch must fit in the fp8 ring and the converted tiles");
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
@@ -144,6 +155,48 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma_16816_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                              uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// The decode kernel's MMA: bf16 operands, or f16 ones when the KV cache is fp8 (E4M3 converts to
+// f16 exactly; Q and P are converted to f16).
+template <bool F16>
+__device__ __forceinline__ void mma_kv(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  if constexpr (F16)
+    mma_16816_f16(d, a, b0, b1);
+  else
+    mma_16816(d, a, b0, b1);
+}
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+// Two bf16 (low, high) as two f16: exact for values in f16's normal range.
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t x) {
+  return pack_f16(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+}
+// 16 E4M3 values (one 16-byte chunk) as 16 f16 values (two 16-byte chunks), exactly.
+__device__ __forceinline__ void fp8x16_to_f16(const uint8_t* src, uint16_t* dst) {
+  const uint4 in = *reinterpret_cast<const uint4*>(src);
+  const uint32_t w[4] = {in.x, in.y, in.z, in.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] & 0xffffu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] >> 16), __NV_E4M3);
+    out[2 * i] = uint32_t(lo.x) | (uint32_t(lo.y) << 16);
+    out[2 * i + 1] = uint32_t(hi.x) | (uint32_t(hi.y) << 16);
+  }
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(out[0], out[1], out[2], out[3]);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -503,8 +556,8 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
     }
   }
 }
-template <int HD, int STAGES>
-__global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
+template <int HD, int STAGES, bool FP8 = false>
+__global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>())
     paged_decode_kernel(const KernelArgs a) {
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 ring stages");
   constexpr int SROW = smem_row<HD>();
@@ -520,6 +573,12 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
   uint16_t* qs = smem;                          // [16][SROW]
   uint16_t* ks = qs + kDecRows * SROW;          // [STAGES][kBN][SROW]
   uint16_t* vs = ks + STAGES * kBN * SROW;      // [STAGES][kBN][SROW]
+  // fp8 KV: the ring holds E4M3 rows ([STAGES][K, V][kBN][FROW] bytes where ks starts), and each
+  // landed tile is converted into one f16 K tile and one f16 V tile ([kBN][SROW] each) after it.
+  constexpr int FROW = fp8_row<HD>();
+  uint8_t* ring8 = reinterpret_cast<uint8_t*>(ks);
+  uint16_t* kc = reinterpret_cast<uint16_t*>(ring8 + 2 * STAGES * kBN * FROW);
+  uint16_t* vc = kc + kBN * SROW;
 
   // Launched with PDL (pdl.cuh). The step's metadata (cu_seqlens, context lengths, block tables)
   // was copied before the step's first kernel, and every KV position before the sequence's new
@@ -562,6 +621,33 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
   // the new rows. Every shared row of a tile is written by exactly one copy.
   const int stable_end = ctx - q_len;
   auto load_kv = [&](int tile, int stage, int part) {
+    if constexpr (FP8) {
+      // 16 positions' bytes per copy: HD / 16 copies per row, the 128 threads cover
+      // kThreads / (HD / 16) rows per round (16 at HD 128, 32 at 64).
+      constexpr int CH8 = HD / 16, RS8 = kThreads / CH8, CP8 = kBN / RS8;
+      const int j8 = tid / CH8, c8 = tid % CH8;
+      const int p0 = kv_begin + tile * kBN + j8;
+      int pg[CP8];
+#pragma unroll
+      for (int i = 0; i < CP8; ++i)
+        pg[i] = __ldg(table + min((p0 + i * RS8) >> a.bs_shift, last_blk));
+      uint8_t* kd8 = ring8 + ((stage * 2 + 0) * kBN + j8) * FROW + c8 * 16;
+      uint8_t* vd8 = ring8 + ((stage * 2 + 1) * kBN + j8) * FROW + c8 * 16;
+      const auto* kp8 = reinterpret_cast<const uint8_t*>(a.k_pool);
+      const auto* vp8 = reinterpret_cast<const uint8_t*>(a.v_pool);
+#pragma unroll
+      for (int i = 0; i < CP8; ++i) {
+        const int pos = p0 + i * RS8;
+        const bool fresh = pos >= stable_end && pos < kv_end;
+        if (part == 1 ? fresh : part == 2 ? !fresh : false) continue;
+        const bool valid = pos < kv_end && unsigned(pg[i]) < unsigned(a.num_blocks_i);
+        const int64_t off = int64_t(valid ? pg[i] : 0) * page_elems + (pos & bs_mask) * row_elems +
+                            int64_t(kvh) * HD + c8 * 16;
+        cp_async_16(kd8 + i * RS8 * FROW, kp8 + off, valid);
+        cp_async_16(vd8 + i * RS8 * FROW, vp8 + off, valid);
+      }
+      return;
+    }
     const int pos0 = kv_begin + tile * kBN + j0;
     int page[COPIES];
 #pragma unroll
@@ -640,11 +726,28 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
         qa[s][1] = lds32(qw + 8 * SROW + s * 16);
         qa[s][2] = lds32(qw + s * 16 + 8);
         qa[s][3] = lds32(qw + 8 * SROW + s * 16 + 8);
+        if constexpr (FP8)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qa[s][e] = bf16x2_to_f16x2(qa[s][e]);
       }
     }
     const int stage = tile % STAGES;
     const uint16_t* kt = ks + (stage * kBN + warp * kDecWarpN) * SROW;
     const uint16_t* vt = vs + (stage * kBN + warp * kDecWarpN) * SROW;
+    if constexpr (FP8) {
+      // The landed fp8 tile into the f16 tiles (free: every warp finished the previous tile's
+      // math before the barrier above), then a barrier before anyone reads them.
+      const uint8_t* k8 = ring8 + (stage * 2 + 0) * kBN * FROW;
+      const uint8_t* v8 = ring8 + (stage * 2 + 1) * kBN * FROW;
+      for (int c = tid; c < kBN * (HD / 16); c += kThreads) {
+        const int r = c / (HD / 16), cc = c % (HD / 16);
+        fp8x16_to_f16(k8 + r * FROW + cc * 16, kc + r * SROW + cc * 16);
+        fp8x16_to_f16(v8 + r * FROW + cc * 16, vc + r * SROW + cc * 16);
+      }
+      __syncthreads();
+      kt = kc + warp * kDecWarpN * SROW;
+      vt = vc + warp * kDecWarpN * SROW;
+    }
     // S = Q K^T for this warp's 16 positions: ldmatrix.x4 gives both n-tiles' b0/b1 per k-step
     // (matrix i = lane / 8: n-tile i / 2, k half i % 2).
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -653,8 +756,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
     for (int k = 0; k < KSTEPS; ++k) {
       uint32_t b[4];
       ldmatrix_x4(b, krow + k * 16);
-      mma_16816(s[0], qa[k], b[0], b[1]);
-      mma_16816(s[1], qa[k], b[2], b[3]);
+      mma_kv<FP8>(s[0], qa[k], b[0], b[1]);
+      mma_kv<FP8>(s[1], qa[k], b[2], b[3]);
     }
     // Mask, scale, online softmax.
     const int kv0 = kv_begin + tile * kBN + warp * kDecWarpN;
@@ -695,15 +798,16 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES>())
         l[e / 2] += s[n][e];
       }
     // O += P V over the warp's 16 positions (one k-step).
-    const uint32_t pa[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]),
-                            pack_bf16(s[1][0], s[1][1]), pack_bf16(s[1][2], s[1][3])};
+    auto pack_p = [](float lo, float hi) { return FP8 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
+    const uint32_t pa[4] = {pack_p(s[0][0], s[0][1]), pack_p(s[0][2], s[0][3]),
+                            pack_p(s[1][0], s[1][1]), pack_p(s[1][2], s[1][3])};
     const uint16_t* vrow = vt + (lane & 15) * SROW + (lane >> 4) * 8;
 #pragma unroll
     for (int d = 0; d < DTILES; d += 2) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, vrow + d * 8);
-      mma_16816(o[d], pa, b[0], b[1]);
-      mma_16816(o[d + 1], pa, b[2], b[3]);
+      mma_kv<FP8>(o[d], pa, b[0], b[1]);
+      mma_kv<FP8>(o[d + 1], pa, b[2], b[3]);
     }
   }
   cp_async_wait<0>();  // the ring is reused below (only empty groups can still be pending)
@@ -880,23 +984,34 @@ int general_rows_for(int forced, int64_t max_rows, int64_t wide_blocks = 0,
   return target_blocks > 0 && wide_blocks * 2 < target_blocks ? kBM : 2 * kBM;
 }
 
-template <int HD, int STAGES>
+template <int HD, int STAGES, bool FP8 = false>
 void set_decode_smem() {
-  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_decode_kernel<HD, STAGES>,
+  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_decode_kernel<HD, STAGES, FP8>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(decode_smem_bytes<HD, STAGES>())));
+                                        int(decode_smem_bytes<HD, STAGES, FP8>())));
 }
 
-template <int HD, int STAGES>
+template <int HD, int STAGES, bool FP8 = false>
 void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStream_t stream) {
   const dim3 grid{unsigned(nkv), unsigned(splits), unsigned(seqs)};
-  RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_kernel<HD, STAGES>, grid, dim3(kThreads),
-                                   decode_smem_bytes<HD, STAGES>(), stream, k));
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_kernel<HD, STAGES, FP8>, grid, dim3(kThreads),
+                                   decode_smem_bytes<HD, STAGES, FP8>(), stream, k));
 }
 
+// fp8 KV: the default rings only (head dim 128: 2 stages, or 3 past 1024 positions; 64: 4),
+// so that the fp8 forms add three instantiations, not six.
 template <int HD>
-void launch_decode_stages(const KernelArgs& k, int stages, int nkv, int splits, int seqs,
+void launch_decode_stages(const KernelArgs& k, int stages, bool fp8, int nkv, int splits, int seqs,
                           cudaStream_t stream) {
+  if (fp8) {
+    if constexpr (HD == 64)
+      launch_decode<64, 4, true>(k, nkv, splits, seqs, stream);
+    else if (stages <= 2)
+      launch_decode<HD, 2, true>(k, nkv, splits, seqs, stream);
+    else
+      launch_decode<HD, 3, true>(k, nkv, splits, seqs, stream);
+    return;
+  }
   switch (stages) {
     case 2: launch_decode<HD, 2>(k, nkv, splits, seqs, stream); break;
     case 3: launch_decode<HD, 3>(k, nkv, splits, seqs, stream); break;
@@ -926,6 +1041,9 @@ void init_paged_attention() {
   set_decode_smem<128, 2>();
   set_decode_smem<128, 3>();
   set_decode_smem<128, 4>();
+  set_decode_smem<64, 4, true>();
+  set_decode_smem<128, 2, true>();
+  set_decode_smem<128, 3, true>();
 }
 
 size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim) {
@@ -1042,6 +1160,10 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                       "a power-of-two block size, got " +
                           int_text(rows_bound) + " rows, block size " + int_text(a.block_size));
   p.decode = a.path == AttentionPath::decode || (a.path == AttentionPath::automatic && decode_fits);
+  RIDGE_KERNEL_EXPECT(!a.kv_fp8 || p.decode, kName,
+                      "an fp8 (E4M3) KV cache is read by the decode kernel only (at most 16 rows "
+                      "per sequence, a power-of-two block size); the general kernel, for prefill "
+                      "and mixed batches, reads bf16 pools");
   // The longest context the launch can see: the block tables' capacity in fixed-split (graph)
   // mode or without host mirrors, else the longest sequence's.
   const int64_t ctx_bound =
@@ -1049,6 +1171,8 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   p.decode_stages = a.decode_stages ? a.decode_stages
                                     : default_decode_stages(a.head_dim, int(std::min<int64_t>(
                                                                             ctx_bound, 1 << 30)));
+  if (a.kv_fp8)  // the rings the fp8 forms come in (launch_decode_stages)
+    p.decode_stages = a.head_dim == 64 ? 4 : std::min(std::max(p.decode_stages, 2), 3);
   p.block_rows = p.decode ? kDecRows
                            : general_rows_for(a.general_block_rows, rows_bound, general_blocks[1],
                                               fixed ? 0 : target_blocks);
@@ -1130,8 +1254,8 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   const unsigned combine_blocks = unsigned((k.ws_rows + kThreads / 32 - 1) / (kThreads / 32));
   if (a.head_dim == 64) {
     if (p.decode) {
-      launch_decode_stages<64>(k, p.decode_stages, a.num_kv_heads, p.num_splits, a.num_seqs,
-                               stream);
+      launch_decode_stages<64>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
+                               a.num_seqs, stream);
     } else {
       const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
                       unsigned(a.num_seqs * p.num_splits));
@@ -1145,8 +1269,8 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
     }
   } else {
     if (p.decode) {
-      launch_decode_stages<128>(k, p.decode_stages, a.num_kv_heads, p.num_splits, a.num_seqs,
-                                stream);
+      launch_decode_stages<128>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
+                                a.num_seqs, stream);
     } else {
       const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
                       unsigned(a.num_seqs * p.num_splits));

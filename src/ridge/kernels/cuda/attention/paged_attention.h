@@ -50,6 +50,10 @@ struct PagedAttentionArgs {
   int64_t ld_out = 0;
   const uint16_t* k_pool = nullptr;
   const uint16_t* v_pool = nullptr;
+  // The pools hold E4M3 bytes ([num_blocks, block_size, nkv, hd] of uint8, k_pool / v_pool cast)
+  // instead of bf16: read by the decode kernel only, which converts each tile to f16 exactly and
+  // runs f16 MMAs (Q and P rounded to f16). The general kernel refuses them (the plan throws).
+  bool kv_fp8 = false;
   int64_t num_blocks = 0;
   int block_size = 0;
   int num_kv_heads = 0;
