@@ -194,9 +194,8 @@ TEST_F(GpuBackend, AttentionMixedDecodesFirstTwoLaunches) {
 }
 #endif
 
-// fp8 (E4M3) KV pools, decode batches (the decode kernel reads them: f16 MMAs on the exactly
-// converted tiles): against the CPU backend attending over the same bytes. Prefill chunks with
-// fp8 pools are refused (the general kernel reads bf16 only).
+// fp8 (E4M3) KV pools (both kernels convert each landed tile exactly to f16 and run f16 MMAs):
+// against the CPU backend attending over the same bytes.
 void run_attention_fp8(const std::vector<Seq>& seqs, int64_t nkv, int64_t group, int64_t hd,
                        int64_t bs) {
   const int64_t nh = nkv * group, S = int64_t(seqs.size()), width = nkv * hd;
@@ -267,24 +266,29 @@ void run_attention_fp8(const std::vector<Seq>& seqs, int64_t nkv, int64_t group,
   expect_untouched_outside("attention", out);
 }
 
-TEST_F(GpuBackend, AttentionFp8KvDecode) {
+TEST_F(GpuBackend, AttentionFp8Kv) {
   for (int64_t hd : {64, 128})
     for (int64_t group : {1, 4, 8})
       for (int64_t bs : {16, 32}) {
         const int64_t nkv = group == 1 ? 4 : 2;
-        // one token per sequence; q_len x group = 16 rows in one tile for group 8 (q_len 2)
+        // Decodes (the decode kernel; q_len x group = 16 rows in one tile for group 8, q_len 2).
         const int32_t q2 = group == 8 ? 2 : 1;
         run_attention_fp8({{1, 1}, {1, int32_t(bs)}, {1, int32_t(bs) + 1}, {q2, 100}, {1, 777},
                            {1, 2000}},
                           nkv, group, hd, bs);
+        // Prefill chunks and a mixed batch (the general kernel).
+        run_attention_fp8({{50, 300}, {1, 65}, {19, 19}, {1, 1000}, {int32_t(bs), 3 * int32_t(bs)}},
+                          nkv, group, hd, bs);
       }
-  // A prefill chunk with fp8 pools: refused, naming the reason.
-  try {
-    run_attention_fp8({{1, 50}, {37, 37}}, 2, 4, 128, 16);
-    ADD_FAILURE() << "a prefill chunk over fp8 KV pools was not refused";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fp8"), std::string::npos) << e.what();
-  }
+  // A block size that is not a power of two (the general kernel for every batch), and a mixed
+  // batch whose 70 leading decodes fill the SMs (two launches: decode kernel, general kernel).
+  run_attention_fp8({{1, 40}, {37, 37}, {1, 300}}, 2, 4, 128, 24);
+  std::vector<Seq> mixed;
+  std::uniform_int_distribution<int32_t> len(1, 1500);
+  for (int i = 0; i < 70; ++i) mixed.push_back({1, len(rng())});
+  mixed.push_back({40, 40});
+  mixed.push_back({17, 900});
+  run_attention_fp8(mixed, 4, 1, 128, 16);
 }
 
 // Enough blocks without splitting: the single-split path writes out directly.

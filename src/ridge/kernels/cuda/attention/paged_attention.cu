@@ -89,13 +89,15 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 template <int HD>
 constexpr int smem_row() { return HD + 8; }  // bf16 elements per padded shared row
-template <int HD, int MT>
-constexpr size_t smem_bytes() {  // Q tile (MT * 64 rows), 2 stages of K and V tiles
-  return size_t(MT * kBM + 4 * kBN) * smem_row<HD>() * 2;
-}
-// fp8 (E4M3) KV rows in the decode kernel's ring: HD bytes plus 16 of padding.
+// fp8 (E4M3) KV rows in the kernels' rings: HD bytes plus 16 of padding.
 template <int HD>
 constexpr int fp8_row() { return HD + 16; }
+template <int HD, int MT, bool FP8 = false>
+constexpr size_t smem_bytes() {  // Q tile (MT * 64 rows), 2 stages of K and V tiles
+  if constexpr (FP8)  // ... of fp8 K and V tiles, and one converted (f16) K and V tile
+    return size_t(MT * kBM + 2 * kBN) * smem_row<HD>() * 2 + size_t(4 * kBN) * fp8_row<HD>();
+  return size_t(MT * kBM + 4 * kBN) * smem_row<HD>() * 2;
+}
 template <int HD, int STAGES, bool FP8 = false>
 constexpr size_t decode_smem_bytes() {
   if constexpr (FP8)  // Q tile, a ring of fp8 K and V tiles, one converted (f16) K and V tile
@@ -256,7 +258,7 @@ struct KernelArgs {
 // MT: 16-row MMA tiles per warp (1: 64-row blocks; 2: 128-row blocks, FlashAttention-2's
 // 32 rows per warp: every K and V fragment read from shared memory feeds two MMAs per warp
 // instead of one, and each 64-position K/V tile gathered from the pages serves twice the rows).
-template <int HD, int MT>
+template <int HD, int MT, bool FP8 = false>
 __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
     paged_attention_kernel(const KernelArgs a) {
   constexpr int BM = kBM * MT;      // rows per block
@@ -271,6 +273,12 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
   uint16_t* qs = smem;              // [BM][SROW]
   uint16_t* ks = qs + BM * SROW;    // [2][kBN][SROW]
   uint16_t* vs = ks + 2 * kBN * SROW;
+  // fp8 KV (as in the decode kernel): E4M3 rows [2][K, V][kBN][FROW] bytes where ks starts, one
+  // f16 K and V tile after them; Q is converted to f16 in place once it has landed.
+  constexpr int FROW = fp8_row<HD>();
+  uint8_t* ring8 = reinterpret_cast<uint8_t*>(ks);
+  uint16_t* kc = reinterpret_cast<uint16_t*>(ring8 + 4 * kBN * FROW);
+  uint16_t* vc = kc + kBN * SROW;
 
   const int seq = blockIdx.z / a.num_splits, split = blockIdx.z % a.num_splits;
   // Heaviest work first: blocks start in order of (x, y), and under the causal mask a row tile's
@@ -315,6 +323,26 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
   const int64_t head_off = int64_t(kvh) * HD + cc * 8;
   const int64_t slot_elems = int64_t(a.nkv) * HD;  // one position of one page
   auto load_kv = [&](int tile, int stage) {
+    if constexpr (FP8) {
+      constexpr int CH8 = HD / 16, RS8 = kThreads / CH8, CP8 = kBN / RS8;
+      const int j8 = tid / CH8, c8 = tid % CH8;
+      const int p0 = kv_begin + tile * kBN + j8;
+      const auto* kp8 = reinterpret_cast<const uint8_t*>(a.k_pool);
+      const auto* vp8 = reinterpret_cast<const uint8_t*>(a.v_pool);
+      uint8_t* kd8 = ring8 + ((stage * 2 + 0) * kBN + j8) * FROW + c8 * 16;
+      uint8_t* vd8 = ring8 + ((stage * 2 + 1) * kBN + j8) * FROW + c8 * 16;
+#pragma unroll
+      for (int i = 0; i < CP8; ++i) {
+        const int pos = p0 + i * RS8;
+        const int pg = pos < kv_end ? __ldg(table + pos / a.block_size) : -1;
+        const bool valid = unsigned(pg) < unsigned(a.num_blocks_i);
+        const int64_t slot = int64_t(valid ? pg : 0) * a.block_size + pos % a.block_size;
+        const int64_t off = valid ? slot * slot_elems + int64_t(kvh) * HD + c8 * 16 : 0;
+        cp_async_16(kd8 + i * RS8 * FROW, kp8 + off, valid);
+        cp_async_16(vd8 + i * RS8 * FROW, vp8 + off, valid);
+      }
+      return;
+    }
     const int pos0 = kv_begin + tile * kBN + j0;
     int page[COPIES], in_blk[COPIES];
     if (a.bs_shift >= 0) {  // one uniform branch per tile, not one per copy
@@ -394,6 +422,23 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
       cp_async_wait<0>();
     }
     __syncthreads();
+    if constexpr (FP8) {
+      if (tile == 0)  // Q (bf16, landed) to f16 in place: exact for values in f16's range
+        for (int c = tid; c < BM * (HD / 8); c += kThreads) {
+          uint4* p = reinterpret_cast<uint4*>(qs + (c / (HD / 8)) * SROW + (c % (HD / 8)) * 8);
+          const uint4 v = *p;
+          *p = make_uint4(bf16x2_to_f16x2(v.x), bf16x2_to_f16x2(v.y), bf16x2_to_f16x2(v.z),
+                          bf16x2_to_f16x2(v.w));
+        }
+      const uint8_t* k8 = ring8 + ((tile & 1) * 2 + 0) * kBN * FROW;
+      const uint8_t* v8 = ring8 + ((tile & 1) * 2 + 1) * kBN * FROW;
+      for (int c = tid; c < kBN * (HD / 16); c += kThreads) {
+        const int r = c / (HD / 16), cc = c % (HD / 16);
+        fp8x16_to_f16(k8 + r * FROW + cc * 16, kc + r * SROW + cc * 16);
+        fp8x16_to_f16(v8 + r * FROW + cc * 16, vc + r * SROW + cc * 16);
+      }
+      __syncthreads();
+    }
     if constexpr (MT == 1) {
       if (tile == 0) {
         const uint16_t* qw = qs + (warp * 16 + g) * SROW + 2 * t4;
@@ -408,8 +453,8 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
     }
     const int kv0 = kv_begin + tile * kBN;
     if (kv0 <= warp_last_pos) {
-      const uint16_t* kt = ks + (tile & 1) * kBN * SROW + krow_off;
-      const uint16_t* vt = vs + (tile & 1) * kBN * SROW + vrow_off;
+      const uint16_t* kt = (FP8 ? kc : ks + (tile & 1) * kBN * SROW) + krow_off;
+      const uint16_t* vt = (FP8 ? vc : vs + (tile & 1) * kBN * SROW) + vrow_off;
       float s[MT][kBN / 8][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -435,8 +480,8 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
           ldmatrix_x4(b, kt + p * 16 * SROW + k * 16);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            mma_16816(s[mt][2 * p], qf[mt], b[0], b[1]);
-            mma_16816(s[mt][2 * p + 1], qf[mt], b[2], b[3]);
+            mma_kv<FP8>(s[mt][2 * p], qf[mt], b[0], b[1]);
+            mma_kv<FP8>(s[mt][2 * p + 1], qf[mt], b[2], b[3]);
           }
         }
       }
@@ -497,10 +542,11 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
         uint32_t pa[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          pa[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-          pa[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-          pa[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-          pa[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+          auto pack_p = [](float lo, float hi) { return FP8 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
+          pa[mt][0] = pack_p(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          pa[mt][1] = pack_p(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          pa[mt][2] = pack_p(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          pa[mt][3] = pack_p(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
         }
 #pragma unroll
         for (int d = 0; d < DTILES; d += 2) {
@@ -508,8 +554,8 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
           ldmatrix_x4_trans(b, vt + kk * 16 * SROW + d * 8);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            mma_16816(o[mt][d], pa[mt], b[0], b[1]);
-            mma_16816(o[mt][d + 1], pa[mt], b[2], b[3]);
+            mma_kv<FP8>(o[mt][d], pa[mt], b[0], b[1]);
+            mma_kv<FP8>(o[mt][d + 1], pa[mt], b[2], b[3]);
           }
         }
       }
@@ -955,21 +1001,30 @@ __global__ void __launch_bounds__(kThreads)
 
 std::string int_text(int64_t v) { return std::to_string(v); }
 
-template <int HD, int MT>
+template <int HD, int MT, bool FP8 = false>
 void set_general_smem() {
-  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_attention_kernel<HD, MT>,
+  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_attention_kernel<HD, MT, FP8>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem_bytes<HD, MT>())));
+                                        int(smem_bytes<HD, MT, FP8>())));
+}
+
+template <int HD, bool FP8 = false>
+void launch_general_kv(const KernelArgs& k, int block_rows, const dim3& grid, cudaStream_t stream) {
+  if (block_rows == 2 * kBM) {
+    paged_attention_kernel<HD, 2, FP8><<<grid, kThreads, smem_bytes<HD, 2, FP8>(), stream>>>(k);
+  } else {
+    paged_attention_kernel<HD, 1, FP8><<<grid, kThreads, smem_bytes<HD, 1, FP8>(), stream>>>(k);
+  }
+  RIDGE_CHECK_LAUNCH("paged_attention_kernel");
 }
 
 template <int HD>
-void launch_general(const KernelArgs& k, int block_rows, const dim3& grid, cudaStream_t stream) {
-  if (block_rows == 2 * kBM) {
-    paged_attention_kernel<HD, 2><<<grid, kThreads, smem_bytes<HD, 2>(), stream>>>(k);
-  } else {
-    paged_attention_kernel<HD, 1><<<grid, kThreads, smem_bytes<HD, 1>(), stream>>>(k);
-  }
-  RIDGE_CHECK_LAUNCH("paged_attention_kernel");
+void launch_general(const KernelArgs& k, bool fp8, int block_rows, const dim3& grid,
+                    cudaStream_t stream) {
+  if (fp8)
+    launch_general_kv<HD, true>(k, block_rows, grid, stream);
+  else
+    launch_general_kv<HD, false>(k, block_rows, grid, stream);
 }
 
 // Rows per block of the general kernel, unless forced: 128 (two row tiles per warp) once a
@@ -1035,6 +1090,10 @@ void init_paged_attention() {
   set_general_smem<64, 2>();
   set_general_smem<128, 1>();
   set_general_smem<128, 2>();
+  set_general_smem<64, 1, true>();
+  set_general_smem<64, 2, true>();
+  set_general_smem<128, 1, true>();
+  set_general_smem<128, 2, true>();
   set_decode_smem<64, 2>();
   set_decode_smem<64, 3>();
   set_decode_smem<64, 4>();
@@ -1160,10 +1219,6 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                       "a power-of-two block size, got " +
                           int_text(rows_bound) + " rows, block size " + int_text(a.block_size));
   p.decode = a.path == AttentionPath::decode || (a.path == AttentionPath::automatic && decode_fits);
-  RIDGE_KERNEL_EXPECT(!a.kv_fp8 || p.decode, kName,
-                      "an fp8 (E4M3) KV cache is read by the decode kernel only (at most 16 rows "
-                      "per sequence, a power-of-two block size); the general kernel, for prefill "
-                      "and mixed batches, reads bf16 pools");
   // The longest context the launch can see: the block tables' capacity in fixed-split (graph)
   // mode or without host mirrors, else the longest sequence's.
   const int64_t ctx_bound =
@@ -1259,7 +1314,7 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
     } else {
       const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
                       unsigned(a.num_seqs * p.num_splits));
-      launch_general<64>(k, p.block_rows, grid, stream);
+      launch_general<64>(k, a.kv_fp8, p.block_rows, grid, stream);
     }
     if (separate_combine) {
       RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<64>, dim3(combine_blocks),
@@ -1274,7 +1329,7 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
     } else {
       const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
                       unsigned(a.num_seqs * p.num_splits));
-      launch_general<128>(k, p.block_rows, grid, stream);
+      launch_general<128>(k, a.kv_fp8, p.block_rows, grid, stream);
     }
     if (separate_combine) {
       RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<128>, dim3(combine_blocks),
