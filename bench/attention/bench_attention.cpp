@@ -10,7 +10,9 @@
 // sequence of a shape has the same context; pages are shuffled across the pool.
 // Variants: the general kernel (planned split), the decode kernel with 2/3/4-stage rings (planned
 // split) and the decode kernel with the fixed split a captured decode graph would use
-// (graph_attention_splits). Timing: a CUDA graph of L back-to-back launches rotating over enough
+// (graph_attention_splits); with an fp8 (E4M3) KV cache (the bf16 pools rounded), the decode
+// kernel planned and graph-split and the general kernel, checked against the general kernel on bf16
+// pools holding the same values, their bandwidth counted on the fp8 bytes. Timing: a CUDA graph of L back-to-back launches rotating over enough
 // KV pool sets to exceed 3 x L2, median of 9 replays, per launch (the combine included).
 #include <cuda_runtime_api.h>
 
@@ -191,6 +193,8 @@ struct Variant {
   kn::AttentionPath path;
   int stages;
   bool graph_split;
+  bool fp8 = false;  // E4M3 pools (the bf16 pools rounded), checked against the general kernel
+                     // on bf16 pools holding the same values
 };
 
 json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, cudaStream_t s,
@@ -202,12 +206,22 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
   const double kv_bytes = 2.0 * double(B) * ctx * m.nkv * m.hd * 2.0;
   const int sets =
       int(std::clamp<double>(std::ceil(3.0 * double(l2) / (2.0 * pool_elems * 2)), 1, 4));
-  std::vector<std::unique_ptr<DeviceMemory>> kp, vp, tabs;
+  std::vector<std::unique_ptr<DeviceMemory>> kp, vp, kp8, vp8, tabs;
+  // Set 0's pools rounded to E4M3, as bf16 (exact): the fp8 variants' reference.
+  DeviceMemory kq(pool_elems * 2), vq(pool_elems * 2);
   for (int i = 0; i < sets; ++i) {
     kp.push_back(std::make_unique<DeviceMemory>(pool_elems * 2));
     vp.push_back(std::make_unique<DeviceMemory>(pool_elems * 2));
     dv::fill_random_bf16(kp.back()->as<uint16_t>(), pool_elems, 100 + 2 * i, 1.f, s);
     dv::fill_random_bf16(vp.back()->as<uint16_t>(), pool_elems, 101 + 2 * i, 1.f, s);
+    kp8.push_back(std::make_unique<DeviceMemory>(pool_elems));
+    vp8.push_back(std::make_unique<DeviceMemory>(pool_elems));
+    DeviceMemory scratch(pool_elems * 2);
+    dv::to_fp8(kp.back()->as<uint16_t>(), kp8.back()->as<uint8_t>(),
+               i == 0 ? kq.as<uint16_t>() : scratch.as<uint16_t>(), pool_elems, s);
+    dv::to_fp8(vp.back()->as<uint16_t>(), vp8.back()->as<uint8_t>(),
+               i == 0 ? vq.as<uint16_t>() : scratch.as<uint16_t>(), pool_elems, s);
+    CK(cudaStreamSynchronize(s));
     std::vector<int32_t> ids(static_cast<size_t>(blocks));
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);
@@ -221,7 +235,8 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
   std::vector<int32_t> cu(size_t(B + 1)), lens(size_t(B), ctx);
   std::iota(cu.begin(), cu.end(), 0);
   DeviceMemory cu_d(cu.size() * 4), lens_d(lens.size() * 4), q(size_t(B) * nh * m.hd * 2),
-      out(size_t(B) * nh * m.hd * 2), ref(size_t(B) * nh * m.hd * 2), ws(kWorkspaceBytes);
+      out(size_t(B) * nh * m.hd * 2), ref(size_t(B) * nh * m.hd * 2),
+      ref8(size_t(B) * nh * m.hd * 2), ws(kWorkspaceBytes);
   CK(cudaMemcpyAsync(cu_d.ptr, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice, s));
   CK(cudaMemcpyAsync(lens_d.ptr, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, s));
   dv::fill_random_bf16(q.as<uint16_t>(), size_t(B) * nh * m.hd, 7, 1.f, s);
@@ -233,8 +248,11 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
     a.ld_q = nh * m.hd;
     a.out = dst;
     a.ld_out = nh * m.hd;
-    a.k_pool = kp[size_t(set)]->as<uint16_t>();
-    a.v_pool = vp[size_t(set)]->as<uint16_t>();
+    a.k_pool = v.fp8 ? reinterpret_cast<const uint16_t*>(kp8[size_t(set)]->ptr)
+                     : kp[size_t(set)]->as<uint16_t>();
+    a.v_pool = v.fp8 ? reinterpret_cast<const uint16_t*>(vp8[size_t(set)]->ptr)
+                     : vp[size_t(set)]->as<uint16_t>();
+    a.kv_fp8 = v.fp8;
     a.num_blocks = blocks;
     a.block_size = bs;
     a.num_kv_heads = m.nkv;
@@ -265,7 +283,18 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
       {"decode s3", kn::AttentionPath::decode, 3, false},
       {"decode s4", kn::AttentionPath::decode, 4, false},
       {"decode default, graph split", kn::AttentionPath::decode, 0, true},
-      {"auto (the backend's pick)", kn::AttentionPath::automatic, 0, false}};
+      {"auto (the backend's pick)", kn::AttentionPath::automatic, 0, false},
+      {"fp8 KV decode", kn::AttentionPath::decode, 0, false, true},
+      {"fp8 KV decode, graph split", kn::AttentionPath::decode, 0, true, true},
+      {"fp8 KV general", kn::AttentionPath::general, 0, false, true}};
+  {  // the fp8 variants' reference: the general kernel on the rounded values in bf16 pools
+    Variant gv = variants[0];
+    kn::PagedAttentionArgs r = args_for(gv, 0, ref8.as<uint16_t>());
+    r.k_pool = kq.as<uint16_t>();
+    r.v_pool = vq.as<uint16_t>();
+    kn::paged_attention_bf16(r, kn::plan_paged_attention(r, 4 * sms, kWorkspaceBytes), ws.ptr, s);
+    CK(cudaStreamSynchronize(s));
+  }
   const int target = 4 * sms;  // as the CUDA backend
   json rows = json::array();
   for (size_t vi = 0; vi < variants.size(); ++vi) {
@@ -276,7 +305,9 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
     CK(cudaMemsetAsync(dst, 0xff, size_t(B) * nh * m.hd * 2, s));  // poison
     kn::paged_attention_bf16(a0, plan, ws.ptr, s);
     CK(cudaStreamSynchronize(s));
-    const dv::Diff d = dv::compare_bf16(dst, ref.as<uint16_t>(), size_t(B) * nh * m.hd, s);
+    const dv::Diff d = dv::compare_bf16(dst, (v.fp8 ? ref8 : ref).as<uint16_t>(),
+                                        size_t(B) * nh * m.hd, s);
+    const double bytes = v.fp8 ? kv_bytes / 2 : kv_bytes;  // E4M3: one byte per element
     const bool ok = d.non_finite == 0 && d.rel < 1e-2;
     json row = {{"model", m.name},
                 {"batch", B},
@@ -290,7 +321,8 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
                 {"stages", plan.decode ? plan.decode_stages : 0},
                 {"splits", plan.num_splits},
                 {"fixed_splits", a0.fixed_splits},
-                {"kv_bytes", kv_bytes},
+                {"kv_bytes", bytes},
+                {"kv_dtype", v.fp8 ? "fp8_e4m3" : "bf16"},
                 {"rel_vs_general", d.rel},
                 {"non_finite", d.non_finite},
                 {"ok", ok}};
@@ -304,7 +336,7 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
     for (int i = 0; i < sets; ++i) per_set.push_back(args_for(v, i, dst));
     const double us = time_launches(
         [&](int r) { kn::paged_attention_bf16(per_set[size_t(r)], plan, ws.ptr, s); }, sets, s);
-    const double tbps = kv_bytes / (us * 1e-6) / 1e12;
+    const double tbps = bytes / (us * 1e-6) / 1e12;
     row["us"] = us;
     row["kv_tbps"] = tbps;
     row["pct_of_copy"] = 100.0 * tbps / c.copy_tbps;

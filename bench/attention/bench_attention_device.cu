@@ -1,6 +1,7 @@
 #include "bench_attention_device.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -92,7 +93,24 @@ unsigned blocks_for(size_t chunks) {
   return unsigned((chunks + size_t(256) * kUnroll - 1) / (size_t(256) * kUnroll));
 }
 
+__global__ void to_fp8_kernel(const uint16_t* src, uint8_t* fp8, uint16_t* back, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const float x = __bfloat162float(__ushort_as_bfloat16(src[i]));
+    const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    fp8[i] = q;
+    // E4M3 values are exact in bf16 (3 mantissa bits, exponents 2^-9 .. 2^8).
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(q, __NV_E4M3);
+    back[i] = __bfloat16_as_ushort(__float2bfloat16(__half2float(__half(h))));
+  }
+}
+
 }  // namespace
+
+void to_fp8(const uint16_t* src, uint8_t* fp8, uint16_t* back, size_t n, cudaStream_t stream) {
+  to_fp8_kernel<<<2048, 256, 0, stream>>>(src, fp8, back, n);
+  RIDGE_CHECK_LAUNCH("to_fp8_kernel");
+}
 
 void fill_random_bf16(uint16_t* p, size_t n, uint64_t seed, float scale, cudaStream_t stream) {
   fill_kernel<<<2048, 256, 0, stream>>>(p, n, seed, scale);

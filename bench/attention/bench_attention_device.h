@@ -12,6 +12,9 @@ namespace ridge::bench_attention {
 // Uniform in [-scale, scale] as bf16 bits, from a counter-based hash of (seed, index).
 void fill_random_bf16(uint16_t* p, size_t n, uint64_t seed, float scale, cudaStream_t stream);
 
+// fp8[i] = E4M3(src[i]) (round to nearest even, saturating), back[i] = that value as bf16 (exact).
+void to_fp8(const uint16_t* src, uint8_t* fp8, uint16_t* back, size_t n, cudaStream_t stream);
+
 struct Diff {
   double rel = 0;                     // ||a - b|| / ||b|| over finite pairs
   unsigned long long non_finite = 0;  // elements of a that are NaN/Inf (unwritten outputs)
