@@ -110,7 +110,7 @@ void setup(CLI::App& sub) {
   sub.add_option("--prefill-hardware", f->prefill_hardware,
                  "also try disaggregated prefill on this device (e.g. rubin-cpx)");
   sub.add_option("--precision", f->precision, "bf16|fp16|w8a16|fp8|w4a16|fp4 (default: the model's weights, bf16 math)");
-  sub.add_option("--isl", f->isl, "input length: N, uniform:LO:HI, normal:MEAN:SD or exp:MEAN")->capture_default_str();
+  sub.add_option("--isl", f->isl, "input length: N, uniform:LO:HI, normal:MEAN:SD, exp:MEAN or lognormal:MEAN:SIGMA (ShareGPT-like, as ridge bench serve)")->capture_default_str();
   sub.add_option("--osl", f->osl, "output length, same forms")->capture_default_str();
   sub.add_option("--rate", f->rate, "offered load, requests/s (Poisson) for the whole cluster")->capture_default_str();
   sub.add_option("--slo-ttft", f->slo_ttft_ms, "time-to-first-token SLO, ms")->capture_default_str();

@@ -2,8 +2,11 @@
 // fixed-vs-adaptive prefill:decode split and the Rubin CPX comparison.
 #include "ridge/perf/simulator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -34,6 +37,23 @@ TEST(Simulator, LengthDistributions) {
   EXPECT_NEAR(s / 20000, 300, 10);
   EXPECT_THROW(LengthDist::parse("gamma:3"), Error);
   EXPECT_THROW(LengthDist::parse("-5"), Error);
+  // Lognormal as the serving benchmark draws: mean 256, sigma 0.9 of the log, capped at 8 x 256.
+  // Its median is mean x exp(-sigma^2 / 2) = 170.8; with the cap c = 8 x mean its mean is
+  // mean x Phi((ln 8 - sigma^2/2) / sigma) + c x (1 - Phi((ln 8 + sigma^2/2) / sigma)) = 254.0
+  // (standard error of 40,000 draws: 1.4).
+  const auto ln = LengthDist::parse("lognormal:256:0.9");
+  EXPECT_EQ(ln.describe(), "lognormal:256:0.9");
+  std::vector<double> draws;
+  for (int i = 0; i < 40000; ++i) draws.push_back(double(ln.sample(rng)));
+  const double mean = std::accumulate(draws.begin(), draws.end(), 0.0) / double(draws.size());
+  std::nth_element(draws.begin(), draws.begin() + 20000, draws.end());
+  EXPECT_NEAR(draws[20000], 256 * std::exp(-0.81 / 2), 6);
+  auto phi = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  const double capped = 256 * phi((std::log(8.0) - 0.405) / 0.9) +
+                        8 * 256 * (1 - phi((std::log(8.0) + 0.405) / 0.9));
+  EXPECT_NEAR(mean, capped, 6);
+  EXPECT_LE(*std::max_element(draws.begin(), draws.end()), 8 * 256);
+  EXPECT_THROW(LengthDist::parse("lognormal:256"), Error);
 }
 
 TEST(Simulator, DeterministicForASeed) {

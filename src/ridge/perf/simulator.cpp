@@ -41,7 +41,7 @@ LengthDist LengthDist::parse(std::string_view text) {
       return v;
     } catch (const std::exception&) {
       fail("length distribution '{}': '{}' is not a positive number (forms: N, uniform:LO:HI, "
-           "normal:MEAN:SD, exp:MEAN)",
+           "normal:MEAN:SD, exp:MEAN, lognormal:MEAN:SIGMA)",
            text, s);
     }
   };
@@ -63,8 +63,12 @@ LengthDist LengthDist::parse(std::string_view text) {
     d = {Kind::normal, num(parts[1]), num(parts[2])};
   } else if (parts[0] == "exp" && parts.size() == 2) {
     d = {Kind::exponential, num(parts[1]), 0};
+  } else if (parts[0] == "lognormal" && parts.size() == 3) {
+    d = {Kind::lognormal, num(parts[1]), num(parts[2])};
   } else {
-    fail("length distribution '{}' not understood (forms: N, uniform:LO:HI, normal:MEAN:SD, exp:MEAN)", text);
+    fail("length distribution '{}' not understood (forms: N, uniform:LO:HI, normal:MEAN:SD, "
+         "exp:MEAN, lognormal:MEAN:SIGMA)",
+         text);
   }
   return d;
 }
@@ -76,6 +80,9 @@ int64_t LengthDist::sample(std::mt19937_64& rng) const {
     case Kind::uniform: v = a + (b - a) * uniform01(rng); break;
     case Kind::normal: v = normal(rng, a, b); break;
     case Kind::exponential: v = exponential(rng, a); break;
+    case Kind::lognormal:  // as ridge bench serve draws them: mean a, sigma b, at most 8 x a
+      v = std::min(8.0 * a, std::exp(normal(rng, std::log(a) - b * b / 2, b)));
+      break;
   }
   return std::max<int64_t>(1, int64_t(std::llround(v)));
 }
@@ -88,6 +95,7 @@ std::string LengthDist::describe() const {
     case Kind::uniform: return fmt::format("uniform:{}:{}", a, b);
     case Kind::normal: return fmt::format("normal:{}:{}", a, b);
     case Kind::exponential: return fmt::format("exp:{}", a);
+    case Kind::lognormal: return fmt::format("lognormal:{}:{}", a, b);
   }
   return "?";
 }

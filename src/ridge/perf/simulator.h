@@ -33,10 +33,13 @@
 namespace ridge::perf {
 
 struct LengthDist {
-  enum class Kind { fixed, uniform, normal, exponential };
+  enum class Kind { fixed, uniform, normal, exponential, lognormal };
   Kind kind = Kind::fixed;
-  double a = 1, b = 0;  // fixed: a; uniform: [a, b]; normal: mean a, sd b; exponential: mean a
-  // "1024", "uniform:512:2048", "normal:1024:256", "exp:1024"; throws naming the form.
+  // fixed: a; uniform: [a, b]; normal: mean a, sd b; exponential: mean a; lognormal: mean a,
+  // sigma b of the log, capped at 8 a (as `ridge bench serve --length-dist lognormal` draws)
+  double a = 1, b = 0;
+  // "1024", "uniform:512:2048", "normal:1024:256", "exp:1024", "lognormal:256:0.9"; throws
+  // naming the form.
   static LengthDist parse(std::string_view text);
   static LengthDist fixed(int64_t n) { return {Kind::fixed, double(n), 0}; }
   int64_t sample(std::mt19937_64& rng) const;  // >= 1
