@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -30,8 +31,10 @@ struct Seq {
 
 // perf_iters > 0 also times the CUDA call (host clock around perf_iters calls after a warm-up,
 // so launch overhead is included) and prints the KV bytes it read per second.
+// kv: bf16 pools, or fp8_e4m3 pools (E4M3 bytes of normal(0, 2) values: some in the subnormals,
+// a few past 8), both backends attending over the same bytes.
 void run_attention(const std::vector<Seq>& seqs, int64_t nkv, int64_t group, int64_t hd,
-                   int64_t bs, int perf_iters = 0) {
+                   int64_t bs, int perf_iters = 0, DType kv = DType::bf16) {
   const int64_t nh = nkv * group, S = int64_t(seqs.size());
   std::vector<int32_t> cu{0}, ctx;
   int64_t max_blocks = 1, total_blocks = 3;  // a few spare blocks nobody owns
@@ -53,10 +56,17 @@ void run_attention(const std::vector<Seq>& seqs, int64_t nkv, int64_t group, int
       tables[size_t(s * max_blocks + b)] = ids[next++];
 
   const int64_t width = nkv * hd, pool_rows = total_blocks * bs;
-  std::vector<float> pk = random_bf16(size_t(pool_rows * width));
-  std::vector<float> pv = random_bf16(size_t(pool_rows * width));
+  const size_t pool_n = size_t(pool_rows * width), elem = kv == DType::fp8_e4m3 ? 1 : 2;
+  std::vector<uint8_t> hk(pool_n * elem), hv(pool_n * elem);  // the pools' bytes
+  if (kv == DType::fp8_e4m3) {
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    for (size_t i = 0; i < pool_n; ++i) hk[i] = f32_to_fp8e4m3(nd(rng())), hv[i] = f32_to_fp8e4m3(nd(rng()));
+  } else {
+    const std::vector<uint16_t> bk = to_bf16_bits(random_bf16(pool_n)), bv = to_bf16_bits(random_bf16(pool_n));
+    std::memcpy(hk.data(), bk.data(), hk.size());
+    std::memcpy(hv.data(), bv.data(), hv.size());
+  }
   std::vector<float> q = random_bf16(size_t(T * nh * hd));
-  std::vector<uint16_t> hk = to_bf16_bits(pk), hv = to_bf16_bits(pv);
 
   AttentionMeta meta;
   meta.num_seqs = int32_t(S);
@@ -75,15 +85,17 @@ void run_attention(const std::vector<Seq>& seqs, int64_t nkv, int64_t group, int
   cpu_meta.cu_seqlens_q = Tensor(cu.data(), DType::i32, {S + 1});
   cpu_meta.context_lens = Tensor(ctx.data(), DType::i32, {S});
   cpu_meta.block_tables = Tensor(tables.data(), DType::i32, {S, max_blocks});
-  const KvLayer cpu_kv{Tensor(hk.data(), DType::bf16, {total_blocks, bs, nkv, hd}),
-                       Tensor(hv.data(), DType::bf16, {total_blocks, bs, nkv, hd})};
+  const KvLayer cpu_kv{Tensor(hk.data(), kv, {total_blocks, bs, nkv, hd}),
+                       Tensor(hv.data(), kv, {total_blocks, bs, nkv, hd})};
   std::vector<float> ref(size_t(T * nh * hd));
   Tensor ref_t = host_f32(ref, T, nh * hd);
   cpu().attention({}, host_f32(q, T, nh * hd), cpu_kv, cpu_meta, scale, ref_t);
 
   // GPU: q is the head of a qkv row (row stride nh*hd + 2*nkv*hd), out is poisoned.
   DeviceMatrix qd = device_bf16(T, nh * hd, q, nh * hd + 2 * width, 0);
-  DeviceMatrix kd = device_bf16(pool_rows, width, pk), vd = device_bf16(pool_rows, width, pv);
+  Buffer kd = cuda().allocate(hk.size()), vd = cuda().allocate(hv.size());
+  cuda().upload({}, kd.data(), hk.data(), hk.size());
+  cuda().upload({}, vd.data(), hv.data(), hv.size());
   DeviceMatrix out = device_bf16(T, nh * hd, {});
   Buffer cu_b, ctx_b, tab_b;
   AttentionMeta dev_meta = meta;
@@ -93,29 +105,29 @@ void run_attention(const std::vector<Seq>& seqs, int64_t nkv, int64_t group, int
   dev_meta.block_tables.shape = {S, max_blocks};
   dev_meta.block_tables.ndim = 2;
   dev_meta.block_tables.stride = {max_blocks, 1};
-  const KvLayer kv{Tensor(kd.view.data, DType::bf16, {total_blocks, bs, nkv, hd}, Device::cuda),
-                   Tensor(vd.view.data, DType::bf16, {total_blocks, bs, nkv, hd}, Device::cuda)};
-  cuda().attention({}, qd.view, kv, dev_meta, scale, out.view);
+  const KvLayer pools{Tensor(kd.data(), kv, {total_blocks, bs, nkv, hd}, Device::cuda),
+                      Tensor(vd.data(), kv, {total_blocks, bs, nkv, hd}, Device::cuda)};
+  cuda().attention({}, qd.view, pools, dev_meta, scale, out.view);
   std::string lens;
   for (size_t i = 0; i < seqs.size() && i < 6; ++i)
     lens += fmt::format("{}{}/{}", i ? "," : "", seqs[i].q_len, seqs[i].ctx);
   if (seqs.size() > 6) lens += fmt::format(",..({} seqs)", seqs.size());
-  const std::string what =
-      fmt::format("hd={} nkv={} g={} bs={} q/ctx={}", hd, nkv, group, bs, lens);
+  const std::string what = fmt::format("{}hd={} nkv={} g={} bs={} q/ctx={}",
+                                       kv == DType::fp8_e4m3 ? "fp8 KV " : "", hd, nkv, group, bs, lens);
   expect_close("attention", what, download_view(out), ref, 1e-2);
   expect_untouched_outside("attention", out);
   if (perf_iters > 0) {
-    for (int i = 0; i < 3; ++i) cuda().attention({}, qd.view, kv, dev_meta, scale, out.view);
+    for (int i = 0; i < 3; ++i) cuda().attention({}, qd.view, pools, dev_meta, scale, out.view);
     cuda().synchronize({});
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < perf_iters; ++i)
-      cuda().attention({}, qd.view, kv, dev_meta, scale, out.view);
+      cuda().attention({}, qd.view, pools, dev_meta, scale, out.view);
     cuda().synchronize({});
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
         perf_iters;
     double kv_bytes = 0;  // K and V read once per sequence, causal prefill counted as the full context
-    for (const Seq& sq : seqs) kv_bytes += 2.0 * double(sq.ctx) * double(width) * 2.0;
+    for (const Seq& sq : seqs) kv_bytes += 2.0 * double(sq.ctx) * double(width) * double(elem);
     std::printf("PERF attention %-58s %9.1f us/call  %7.1f GB/s of KV\n", what.c_str(), us,
                 kv_bytes / us * 1e-3);
   }
@@ -196,76 +208,6 @@ TEST_F(GpuBackend, AttentionMixedDecodesFirstTwoLaunches) {
 
 // fp8 (E4M3) KV pools (both kernels convert each landed tile exactly to f16 and run f16 MMAs):
 // against the CPU backend attending over the same bytes.
-void run_attention_fp8(const std::vector<Seq>& seqs, int64_t nkv, int64_t group, int64_t hd,
-                       int64_t bs) {
-  const int64_t nh = nkv * group, S = int64_t(seqs.size()), width = nkv * hd;
-  std::vector<int32_t> cu{0}, ctx;
-  int64_t max_blocks = 1, total_blocks = 2;
-  for (const Seq& q : seqs) {
-    cu.push_back(cu.back() + q.q_len);
-    ctx.push_back(q.ctx);
-    max_blocks = std::max<int64_t>(max_blocks, (q.ctx + bs - 1) / bs);
-    total_blocks += (q.ctx + bs - 1) / bs;
-  }
-  const int64_t T = cu.back();
-  std::vector<int32_t> ids(static_cast<size_t>(total_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng());
-  std::vector<int32_t> tables(size_t(S * max_blocks), 0);
-  size_t next = 0;
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t b = 0; b < (seqs[size_t(s)].ctx + bs - 1) / bs; ++b)
-      tables[size_t(s * max_blocks + b)] = ids[next++];
-  // K and V as E4M3 bytes of normal values (scale 2: some reach the subnormals and beyond 8).
-  const size_t pool_n = size_t(total_blocks * bs * width);
-  std::vector<uint8_t> pk(pool_n), pv(pool_n);
-  std::normal_distribution<float> nd(0.0f, 2.0f);
-  for (size_t i = 0; i < pool_n; ++i) pk[i] = f32_to_fp8e4m3(nd(rng())), pv[i] = f32_to_fp8e4m3(nd(rng()));
-  std::vector<float> q = random_bf16(size_t(T * nh * hd));
-
-  AttentionMeta meta;
-  meta.num_seqs = int32_t(S);
-  meta.max_blocks_per_seq = int32_t(max_blocks);
-  for (const Seq& x : seqs) {
-    meta.max_q_len = std::max(meta.max_q_len, x.q_len);
-    meta.max_context_len = std::max(meta.max_context_len, x.ctx);
-  }
-  meta.host_cu_seqlens_q = cu.data();
-  meta.host_context_lens = ctx.data();
-  meta.host_block_tables = tables.data();
-  const float scale = 1.0f / std::sqrt(float(hd));
-  AttentionMeta cpu_meta = meta;
-  cpu_meta.cu_seqlens_q = Tensor(cu.data(), DType::i32, {S + 1});
-  cpu_meta.context_lens = Tensor(ctx.data(), DType::i32, {S});
-  cpu_meta.block_tables = Tensor(tables.data(), DType::i32, {S, max_blocks});
-  const KvLayer cpu_kv{Tensor(pk.data(), DType::fp8_e4m3, {total_blocks, bs, nkv, hd}),
-                       Tensor(pv.data(), DType::fp8_e4m3, {total_blocks, bs, nkv, hd})};
-  std::vector<float> ref(size_t(T * nh * hd));
-  Tensor ref_t = host_f32(ref, T, nh * hd);
-  cpu().attention({}, host_f32(q, T, nh * hd), cpu_kv, cpu_meta, scale, ref_t);
-
-  DeviceMatrix qd = device_bf16(T, nh * hd, q), out = device_bf16(T, nh * hd, {});
-  Buffer dk = cuda().allocate(pool_n), dv = cuda().allocate(pool_n), cu_b, ctx_b, tab_b;
-  cuda().upload({}, dk.data(), pk.data(), pool_n);
-  cuda().upload({}, dv.data(), pv.data(), pool_n);
-  AttentionMeta dev_meta = meta;
-  dev_meta.cu_seqlens_q = device_i32(cu_b, cu);
-  dev_meta.context_lens = device_i32(ctx_b, ctx);
-  dev_meta.block_tables = device_i32(tab_b, tables);
-  dev_meta.block_tables.shape = {S, max_blocks};
-  dev_meta.block_tables.ndim = 2;
-  dev_meta.block_tables.stride = {max_blocks, 1};
-  const KvLayer kv{Tensor(dk.data(), DType::fp8_e4m3, {total_blocks, bs, nkv, hd}, Device::cuda),
-                   Tensor(dv.data(), DType::fp8_e4m3, {total_blocks, bs, nkv, hd}, Device::cuda)};
-  cuda().attention({}, qd.view, kv, dev_meta, scale, out.view);
-  std::string lens;
-  for (size_t i = 0; i < seqs.size() && i < 6; ++i)
-    lens += fmt::format("{}{}/{}", i ? "," : "", seqs[i].q_len, seqs[i].ctx);
-  const std::string what = fmt::format("fp8 KV hd={} nkv={} g={} bs={} q/ctx={}", hd, nkv, group, bs, lens);
-  expect_close("attention", what, download_view(out), ref, 1e-2);
-  expect_untouched_outside("attention", out);
-}
-
 TEST_F(GpuBackend, AttentionFp8Kv) {
   for (int64_t hd : {64, 128})
     for (int64_t group : {1, 4, 8})
@@ -273,22 +215,22 @@ TEST_F(GpuBackend, AttentionFp8Kv) {
         const int64_t nkv = group == 1 ? 4 : 2;
         // Decodes (the decode kernel; q_len x group = 16 rows in one tile for group 8, q_len 2).
         const int32_t q2 = group == 8 ? 2 : 1;
-        run_attention_fp8({{1, 1}, {1, int32_t(bs)}, {1, int32_t(bs) + 1}, {q2, 100}, {1, 777},
-                           {1, 2000}},
-                          nkv, group, hd, bs);
+        run_attention({{1, 1}, {1, int32_t(bs)}, {1, int32_t(bs) + 1}, {q2, 100}, {1, 777},
+                       {1, 2000}},
+                      nkv, group, hd, bs, 0, DType::fp8_e4m3);
         // Prefill chunks and a mixed batch (the general kernel).
-        run_attention_fp8({{50, 300}, {1, 65}, {19, 19}, {1, 1000}, {int32_t(bs), 3 * int32_t(bs)}},
-                          nkv, group, hd, bs);
+        run_attention({{50, 300}, {1, 65}, {19, 19}, {1, 1000}, {int32_t(bs), 3 * int32_t(bs)}},
+                      nkv, group, hd, bs, 0, DType::fp8_e4m3);
       }
   // A block size that is not a power of two (the general kernel for every batch), and a mixed
   // batch whose 70 leading decodes fill the SMs (two launches: decode kernel, general kernel).
-  run_attention_fp8({{1, 40}, {37, 37}, {1, 300}}, 2, 4, 128, 24);
+  run_attention({{1, 40}, {37, 37}, {1, 300}}, 2, 4, 128, 24, 0, DType::fp8_e4m3);
   std::vector<Seq> mixed;
   std::uniform_int_distribution<int32_t> len(1, 1500);
   for (int i = 0; i < 70; ++i) mixed.push_back({1, len(rng())});
   mixed.push_back({40, 40});
   mixed.push_back({17, 900});
-  run_attention_fp8(mixed, 4, 1, 128, 16);
+  run_attention(mixed, 4, 1, 128, 16, 0, DType::fp8_e4m3);
 }
 
 // Enough blocks without splitting: the single-split path writes out directly.
