@@ -593,7 +593,7 @@ void CudaBackend::kv_store(const Stream& s, const Tensor& k, const Tensor& v, co
          fmt::format("k {}, v {} vs pool {}", k.describe(), v.describe(), kv.k.describe()));
   expect_i32(slots, k.shape[0], "kv_store", "slots");
   const int64_t num_slots = kv.k.shape[0] * kv.k.shape[1];
-  if (fp8) {  // (the attention kernels do not read fp8 yet: kv_dtypes() lists bf16 only)
+  if (fp8) {  // (kv_dtypes() lists bf16 only until the fp8 kernels have run on a GPU)
     kernels::kv_store_fp8(bf16(k), k.stride[0], bf16(v), v.stride[0], slots.ptr<int32_t>(),
                           k.shape[0], width, static_cast<uint8_t*>(kv.k.data),
                           static_cast<uint8_t*>(kv.v.data), num_slots, stream_of(s));
@@ -654,8 +654,8 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
                             const AttentionMeta& meta, float scale, Tensor& out) {
   expect_2d(q, DType::bf16, "attention", "q");
   expect_2d(out, DType::bf16, "attention", "out");
-  // fp8 (E4M3) pools: decode batches only for now (the decode kernel reads them; kv_dtypes()
-  // does not list fp8 until the general kernel does too).
+  // fp8 (E4M3) pools: both attention kernels read them (kv_dtypes() lists bf16 only until they
+  // have run on a GPU).
   const bool fp8 = kv.k.dtype == DType::fp8_e4m3;
   expect(kv.k.device == Device::cuda && (kv.k.dtype == DType::bf16 || fp8) && kv.k.ndim == 4 &&
              kv.k.is_contiguous() && kv.v.dtype == kv.k.dtype && kv.v.is_contiguous() &&

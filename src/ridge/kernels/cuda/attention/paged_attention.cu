@@ -61,6 +61,13 @@
 //
 // Numerics (both kernels): scores and softmax in fp32 (exp2 domain), P rounded to bf16 for the
 // P V product, fp32 accumulation, the output rounded to bf16 once.
+//
+// fp8 (E4M3) KV pools (PagedAttentionArgs::kv_fp8; the <..., FP8 = true> forms): the rings hold
+// E4M3 rows (HD + 16 bytes, 16 positions' bytes per cp.async), each landed tile is converted
+// exactly to f16 tiles in shared memory (the decode kernel: each warp its own 16 rows; the general
+// kernel: the whole tile, then a barrier), and the same fragment code runs f16 MMAs with Q
+// converted to f16 (clamped to +-65504) and P rounded to f16. Decode rings: 2 or 3 stages at head
+// dim 128, 4 at 64 (a forced decode_stages is mapped to those).
 #include "ridge/kernels/cuda/attention/paged_attention.h"
 
 #include <algorithm>
@@ -181,9 +188,11 @@ __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
-// Two bf16 (low, high) as two f16: exact for values in f16's normal range.
+// Two bf16 (low, high) as two f16: exact for values in f16's normal range; beyond it clamped to
+// +-65504 (an inf would meet an E4M3 zero in Q K^T and make a NaN).
 __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t x) {
-  return pack_f16(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+  auto clamp = [](float v) { return fminf(fmaxf(v, -65504.0f), 65504.0f); };
+  return pack_f16(clamp(__uint_as_float(x << 16)), clamp(__uint_as_float(x & 0xffff0000u)));
 }
 // 16 E4M3 values (one 16-byte chunk) as 16 f16 values (two 16-byte chunks), exactly.
 __device__ __forceinline__ void fp8x16_to_f16(const uint8_t* src, uint16_t* dst) {
@@ -334,9 +343,11 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
 #pragma unroll
       for (int i = 0; i < CP8; ++i) {
         const int pos = p0 + i * RS8;
-        const int pg = pos < kv_end ? __ldg(table + pos / a.block_size) : -1;
+        const int blk = a.bs_shift >= 0 ? pos >> a.bs_shift : pos / a.block_size;
+        const int in_blk = a.bs_shift >= 0 ? pos & (a.block_size - 1) : pos % a.block_size;
+        const int pg = pos < kv_end ? __ldg(table + blk) : -1;
         const bool valid = unsigned(pg) < unsigned(a.num_blocks_i);
-        const int64_t slot = int64_t(valid ? pg : 0) * a.block_size + pos % a.block_size;
+        const int64_t slot = int64_t(valid ? pg : 0) * a.block_size + in_blk;
         const int64_t off = valid ? slot * slot_elems + int64_t(kvh) * HD + c8 * 16 : 0;
         cp_async_16(kd8 + i * RS8 * FROW, kp8 + off, valid);
         cp_async_16(vd8 + i * RS8 * FROW, vp8 + off, valid);
@@ -606,6 +617,10 @@ template <int HD, int STAGES, bool FP8 = false>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>())
     paged_decode_kernel(const KernelArgs a) {
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 ring stages");
+  // The fp32 merge scratch reuses the ring (and, with fp8, the converted tiles after it).
+  static_assert(kWarps * kDecRows * (HD + 8) * 4 <=
+                    decode_smem_bytes<HD, STAGES, FP8>() - kDecRows * smem_row<HD>() * 2,
+                "merge scratch must fit after the Q tile");
   constexpr int SROW = smem_row<HD>();
   constexpr int KSTEPS = HD / 16;               // k-steps of Q K^T
   constexpr int DTILES = HD / 8;                // n8 tiles of the output
@@ -781,18 +796,21 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     const uint16_t* kt = ks + (stage * kBN + warp * kDecWarpN) * SROW;
     const uint16_t* vt = vs + (stage * kBN + warp * kDecWarpN) * SROW;
     if constexpr (FP8) {
-      // The landed fp8 tile into the f16 tiles (free: every warp finished the previous tile's
-      // math before the barrier above), then a barrier before anyone reads them.
-      const uint8_t* k8 = ring8 + (stage * 2 + 0) * kBN * FROW;
-      const uint8_t* v8 = ring8 + (stage * 2 + 1) * kBN * FROW;
-      for (int c = tid; c < kBN * (HD / 16); c += kThreads) {
+      // The landed fp8 tile into the f16 tiles. Each warp reads only its own 16 positions (K and
+      // V rows 16w .. 16w + 15), so it converts those and a warp barrier suffices; they are free
+      // because the warp finished the previous tile's math before converting.
+      const uint8_t* k8 = ring8 + ((stage * 2 + 0) * kBN + warp * kDecWarpN) * FROW;
+      const uint8_t* v8 = ring8 + ((stage * 2 + 1) * kBN + warp * kDecWarpN) * FROW;
+      uint16_t* kw = kc + warp * kDecWarpN * SROW;
+      uint16_t* vw = vc + warp * kDecWarpN * SROW;
+      for (int c = lane; c < kDecWarpN * (HD / 16); c += 32) {
         const int r = c / (HD / 16), cc = c % (HD / 16);
-        fp8x16_to_f16(k8 + r * FROW + cc * 16, kc + r * SROW + cc * 16);
-        fp8x16_to_f16(v8 + r * FROW + cc * 16, vc + r * SROW + cc * 16);
+        fp8x16_to_f16(k8 + r * FROW + cc * 16, kw + r * SROW + cc * 16);
+        fp8x16_to_f16(v8 + r * FROW + cc * 16, vw + r * SROW + cc * 16);
       }
-      __syncthreads();
-      kt = kc + warp * kDecWarpN * SROW;
-      vt = vc + warp * kDecWarpN * SROW;
+      __syncwarp();
+      kt = kw;
+      vt = vw;
     }
     // S = Q K^T for this warp's 16 positions: ldmatrix.x4 gives both n-tiles' b0/b1 per k-step
     // (matrix i = lane / 8: n-tile i / 2, k half i % 2).

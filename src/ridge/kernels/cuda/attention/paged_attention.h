@@ -51,8 +51,9 @@ struct PagedAttentionArgs {
   const uint16_t* k_pool = nullptr;
   const uint16_t* v_pool = nullptr;
   // The pools hold E4M3 bytes ([num_blocks, block_size, nkv, hd] of uint8, k_pool / v_pool cast)
-  // instead of bf16: read by the decode kernel only, which converts each tile to f16 exactly and
-  // runs f16 MMAs (Q and P rounded to f16). The general kernel refuses them (the plan throws).
+  // instead of bf16: both kernels convert each tile to f16 exactly and run f16 MMAs (Q, clamped
+  // to +-65504, and P rounded to f16). The decode kernel then runs its default rings only
+  // (decode_stages maps to 2 or 3 at head dim 128, 4 at 64).
   bool kv_fp8 = false;
   int64_t num_blocks = 0;
   int block_size = 0;
