@@ -356,6 +356,66 @@ TEST_F(GpuBackend, RopeKvStore) {
   }
 }
 
+// rope_kv_store into E4M3 pools in one kernel: q, k and both pools equal, bit for bit, to RoPE then
+// kv_store as two kernels (whose parts are checked against the CPU: RopeKvStore above for the
+// rotation, KvStoreFp8MatchesCpuBitForBit below for the rounding).
+TEST_F(GpuBackend, RopeKvStoreFp8FusedEqualsComposed) {
+  for (auto [nh, nkv, hd, bs] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{32, 32, 128, 16},
+                                 {32, 8, 128, 32}, {9, 3, 64, 16}}) {
+    const int64_t T = 21, Q = nh * hd, KV = nkv * hd, ld = Q + 2 * KV, blocks = 5;
+    const int64_t slots_n = blocks * bs;
+    std::vector<float> q = random_bf16(size_t(T * Q)), k = random_bf16(size_t(T * KV), 4.0f);
+    std::vector<float> v = random_bf16(size_t(T * KV), 4.0f);
+    std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(slots_n));
+    std::uniform_int_distribution<int32_t> pd(0, 40000);
+    for (auto& p : pos) p = pd(rng());
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng());
+    slots.resize(size_t(T));
+    slots[2] = -1;
+    std::vector<float> inv(size_t(hd / 2));
+    for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / float(hd));
+    std::vector<uint8_t> pool(size_t(slots_n * KV));
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (auto& b : pool) b = uint8_t(byte(rng()));
+    Buffer pos_buf, slot_buf, inv_buf = cuda().allocate(inv.size() * 4);
+    cuda().upload({}, inv_buf.data(), inv.data(), inv.size() * 4);
+    const Tensor inv_d(inv_buf.data(), DType::f32, {hd / 2}, Device::cuda);
+    const Tensor pos_d = device_i32(pos_buf, pos), slot_d = device_i32(slot_buf, slots);
+
+    struct Run {
+      DeviceMatrix q, k, v;
+      Buffer pk, pv;
+      KvLayer kv;
+    };
+    auto make = [&]() {
+      Run r{device_bf16(T, Q, q, ld, 0), device_bf16(T, KV, k, ld, Q), device_bf16(T, KV, v, ld, Q + KV),
+            cuda().allocate(pool.size()), cuda().allocate(pool.size()), {}};
+      cuda().upload({}, r.pk.data(), pool.data(), pool.size());
+      cuda().upload({}, r.pv.data(), pool.data(), pool.size());
+      r.kv = KvLayer{Tensor(r.pk.data(), DType::fp8_e4m3, {blocks, bs, nkv, hd}, Device::cuda),
+                     Tensor(r.pv.data(), DType::fp8_e4m3, {blocks, bs, nkv, hd}, Device::cuda)};
+      return r;
+    };
+    Run fused = make(), composed = make();
+    cuda().rope_kv_store({}, fused.q.view, fused.k.view, fused.v.view, pos_d, inv_d, slot_d, fused.kv);
+    cuda().rope({}, composed.q.view, composed.k.view, pos_d, inv_d);
+    cuda().kv_store({}, composed.k.view, composed.v.view, slot_d, composed.kv);
+    auto bytes = [&](const Buffer& b) {
+      std::vector<uint8_t> h(pool.size());
+      cuda().download({}, h.data(), b.data(), h.size());
+      cuda().synchronize({});
+      return h;
+    };
+    const std::string what = fmt::format("nh={} nkv={} hd={} bs={}", nh, nkv, hd, bs);
+    EXPECT_EQ(bytes(fused.pk), bytes(composed.pk)) << what << " K pool";
+    EXPECT_EQ(bytes(fused.pv), bytes(composed.pv)) << what << " V pool";
+    EXPECT_NE(bytes(fused.pk), pool) << what << " (the K pool was written)";
+    expect_close("rope_kv_store fp8", what + " q", download_view(fused.q), download_view(composed.q), 0.0);
+    expect_close("rope_kv_store fp8", what + " k", download_view(fused.k), download_view(composed.k), 0.0);
+  }
+}
+
 // kv_store into E4M3 pools: the CUDA kernel's bytes equal the CPU backend's (both round the same
 // fp32 values, the bf16 inputs, to nearest even and saturate at +-448), padding rows (slot -1)
 // and slots nobody writes keep their bytes.

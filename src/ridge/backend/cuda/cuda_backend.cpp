@@ -610,10 +610,11 @@ void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Ten
   expect_2d(k, DType::bf16, "rope_kv_store", "k");
   expect_2d(v, DType::bf16, "rope_kv_store", "v");
   const int64_t T = q.shape[0], hd = 2 * inv_freq.numel();
-  const bool pools_ok = kv.k.device == Device::cuda && kv.k.dtype == DType::bf16 &&
+  const bool fp8 = kv.k.dtype == DType::fp8_e4m3;
+  const bool pools_ok = kv.k.device == Device::cuda && (kv.k.dtype == DType::bf16 || fp8) &&
                         kv.k.ndim == 4 && kv.k.is_contiguous() && kv.v.is_contiguous() &&
                         kv.v.device == Device::cuda &&
-                        kv.v.dtype == DType::bf16 && kv.v.shape == kv.k.shape &&
+                        kv.v.dtype == kv.k.dtype && kv.v.shape == kv.k.shape &&
                         kv.k.shape[3] == hd;
   if (fuse_rope_kv_ && pools_ok && q.dtype == DType::bf16 && k.dtype == DType::bf16 &&
       v.dtype == DType::bf16 && q.ndim == 2 && k.ndim == 2 && v.ndim == 2 && q.stride[1] == 1 &&
@@ -624,12 +625,18 @@ void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Ten
       positions.numel() == T && slots.device == Device::cuda && slots.dtype == DType::i32 &&
       slots.numel() == T) {
     if (T == 0) return;
-    if (kernels::rope_kv_store_bf16(bf16(q), q.stride[0], q.shape[1] / hd, bf16(k), k.stride[0],
-                                    k.shape[1] / hd, bf16(v), v.stride[0], hd,
-                                    positions.ptr<int32_t>(), inv_freq.ptr<float>(),
-                                    slots.ptr<int32_t>(), T, bf16(kv.k), bf16(kv.v),
-                                    kv.k.shape[0] * kv.k.shape[1], stream_of(s)))
-      return;
+    const bool done =
+        fp8 ? kernels::rope_kv_store_fp8(
+                  bf16(q), q.stride[0], q.shape[1] / hd, bf16(k), k.stride[0], k.shape[1] / hd,
+                  bf16(v), v.stride[0], hd, positions.ptr<int32_t>(), inv_freq.ptr<float>(),
+                  slots.ptr<int32_t>(), T, static_cast<uint8_t*>(kv.k.data),
+                  static_cast<uint8_t*>(kv.v.data), kv.k.shape[0] * kv.k.shape[1], stream_of(s))
+            : kernels::rope_kv_store_bf16(
+                  bf16(q), q.stride[0], q.shape[1] / hd, bf16(k), k.stride[0], k.shape[1] / hd,
+                  bf16(v), v.stride[0], hd, positions.ptr<int32_t>(), inv_freq.ptr<float>(),
+                  slots.ptr<int32_t>(), T, bf16(kv.k), bf16(kv.v), kv.k.shape[0] * kv.k.shape[1],
+                  stream_of(s));
+    if (done) return;
   }
   Backend::rope_kv_store(s, q, k, v, positions, inv_freq, slots, kv);  // checks, two kernels
 }

@@ -63,6 +63,13 @@ bool rope_kv_store_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int6
                         int64_t T, uint16_t* k_pool, uint16_t* v_pool, int64_t num_slots,
                         cudaStream_t stream);
 
+// rope_kv_store_bf16 into E4M3 pools (bytes), the values rounded as kv_store_fp8 rounds them.
+bool rope_kv_store_fp8(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
+                       int64_t nk, const uint16_t* v, int64_t ld_v, int64_t head_dim,
+                       const int32_t* positions, const float* inv_freq, const int32_t* slots,
+                       int64_t T, uint8_t* k_pool, uint8_t* v_pool, int64_t num_slots,
+                       cudaStream_t stream);
+
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, F + i]; gate_up bf16 [T, 2F], out bf16 [T, F].
 void silu_mul_bf16(const uint16_t* gate_up, int64_t ld_gu, int64_t T, int64_t F, uint16_t* out,
                    int64_t ld_out, cudaStream_t stream);

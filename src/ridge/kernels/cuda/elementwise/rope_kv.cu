@@ -105,13 +105,35 @@ __global__ void rope_vec_kernel(uint16_t* __restrict__ q, int64_t ld_q, int nq,
 // RoPE and the KV store in one launch (decode): threads [0, (nq+nk)·cpr) rotate q and k chunks
 // as rope_vec_kernel (k's rotated chunks also go to the pool), the next nk·2·cpr threads copy
 // v's 16-byte chunks to the pool. Slots outside [0, num_slots) store nothing. Launched with PDL.
+// 8 bf16 values (one 16-byte chunk) as 8 E4M3 bytes: round to nearest even, saturating.
+__device__ __forceinline__ uint2 bf16x8_to_fp8x8(uint4 c) {
+  const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+  uint32_t b[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    b[i] = uint32_t(__nv_cvt_float2_to_fp8x2(
+        make_float2(bf16_bits_to_f32(uint16_t(w[i] & 0xffffu)), bf16_bits_to_f32(uint16_t(w[i] >> 16))),
+        __NV_SATFINITE, __NV_E4M3));
+  return make_uint2(b[0] | (b[1] << 16), b[2] | (b[3] << 16));
+}
+
+// A chunk of 8 values into a pool row: bf16 as they are (16 bytes), or E4M3 (8 bytes).
+template <bool FP8>
+__device__ __forceinline__ void store_chunk(void* pool, int64_t elem, uint4 c) {
+  if constexpr (FP8)
+    *reinterpret_cast<uint2*>(static_cast<uint8_t*>(pool) + elem) = bf16x8_to_fp8x8(c);
+  else
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(pool) + elem) = c;
+}
+
+template <bool FP8>
 __global__ void rope_store_vec_kernel(uint16_t* __restrict__ q, int64_t ld_q, int nq,
                                       uint16_t* __restrict__ k, int64_t ld_k, int nk,
                                       const uint16_t* __restrict__ v, int64_t ld_v, int half,
                                       const int32_t* __restrict__ positions,
                                       const float* __restrict__ inv_freq,
                                       const int32_t* __restrict__ slots,
-                                      uint16_t* __restrict__ k_pool, uint16_t* __restrict__ v_pool,
+                                      void* __restrict__ k_pool, void* __restrict__ v_pool,
                                       int64_t num_slots) {
   pdl::begin();
   const int64_t t = blockIdx.y;
@@ -129,14 +151,13 @@ __global__ void rope_store_vec_kernel(uint16_t* __restrict__ q, int64_t ld_q, in
     uint4 ra, rb;
     rope8(x, i0, half, float(positions[t]), inv_freq, ra, rb);
     if (h >= nq && store) {
-      uint16_t* dst = k_pool + slot * width + int64_t(h - nq) * 2 * half;
-      *reinterpret_cast<uint4*>(dst + i0) = ra;
-      *reinterpret_cast<uint4*>(dst + i0 + half) = rb;
+      const int64_t dst = slot * width + int64_t(h - nq) * 2 * half;
+      store_chunk<FP8>(k_pool, dst + i0, ra);
+      store_chunk<FP8>(k_pool, dst + i0 + half, rb);
     }
   } else if (store) {
     const int64_t c = int64_t(j - rotated) * 8;
-    *reinterpret_cast<uint4*>(v_pool + slot * width + c) =
-        *reinterpret_cast<const uint4*>(v + t * ld_v + c);
+    store_chunk<FP8>(v_pool, slot * width + c, *reinterpret_cast<const uint4*>(v + t * ld_v + c));
   }
 }
 
@@ -246,11 +267,12 @@ void kv_store_bf16(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t l
   }
 }
 
-bool rope_kv_store_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
-                        int64_t nk, const uint16_t* v, int64_t ld_v, int64_t head_dim,
-                        const int32_t* positions, const float* inv_freq, const int32_t* slots,
-                        int64_t T, uint16_t* k_pool, uint16_t* v_pool, int64_t num_slots,
-                        cudaStream_t stream) {
+namespace {
+template <bool FP8>
+bool rope_kv_store(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k, int64_t nk,
+                   const uint16_t* v, int64_t ld_v, int64_t head_dim, const int32_t* positions,
+                   const float* inv_freq, const int32_t* slots, int64_t T, void* k_pool,
+                   void* v_pool, int64_t num_slots, cudaStream_t stream) {
   const int64_t half = head_dim / 2;
   const bool vec = head_dim % 16 == 0 && ld_q % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 &&
                    aligned16(q) && aligned16(k) && aligned16(v) && aligned16(k_pool) &&
@@ -260,10 +282,29 @@ bool rope_kv_store_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int6
   if (!vec) return false;
   const int64_t threads = (nq + nk) * (half / 8) + nk * 2 * (half / 8);
   const dim3 grid(unsigned(detail::ceil_div(threads, kThreads)), unsigned(T));
-  RIDGE_CHECK_CUDA(pdl::launch_pdl(rope_store_vec_kernel, grid, dim3(kThreads), 0, stream, q,
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(rope_store_vec_kernel<FP8>, grid, dim3(kThreads), 0, stream, q,
                                    ld_q, int(nq), k, ld_k, int(nk), v, ld_v, int(half), positions,
                                    inv_freq, slots, k_pool, v_pool, num_slots));
   return true;
+}
+}  // namespace
+
+bool rope_kv_store_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
+                        int64_t nk, const uint16_t* v, int64_t ld_v, int64_t head_dim,
+                        const int32_t* positions, const float* inv_freq, const int32_t* slots,
+                        int64_t T, uint16_t* k_pool, uint16_t* v_pool, int64_t num_slots,
+                        cudaStream_t stream) {
+  return rope_kv_store<false>(q, ld_q, nq, k, ld_k, nk, v, ld_v, head_dim, positions, inv_freq,
+                              slots, T, k_pool, v_pool, num_slots, stream);
+}
+
+bool rope_kv_store_fp8(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
+                       int64_t nk, const uint16_t* v, int64_t ld_v, int64_t head_dim,
+                       const int32_t* positions, const float* inv_freq, const int32_t* slots,
+                       int64_t T, uint8_t* k_pool, uint8_t* v_pool, int64_t num_slots,
+                       cudaStream_t stream) {
+  return rope_kv_store<true>(q, ld_q, nq, k, ld_k, nk, v, ld_v, head_dim, positions, inv_freq,
+                             slots, T, k_pool, v_pool, num_slots, stream);
 }
 
 }  // namespace ridge::kernels
