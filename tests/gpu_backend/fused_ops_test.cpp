@@ -307,6 +307,25 @@ TEST_F(GpuBackend, MatmulFusedRefusals) {
   EXPECT_THROW(cuda().matmul_fused({}, x.view, w.dev, tag, s.view, out.view), Error);
 }
 
+// Inputs of a RoPE + KV store step: T random positions below 40,000, T distinct random slots of
+// slots_n, and Llama's inverse frequencies (theta 10,000) for head dim hd.
+struct RopeInputs {
+  std::vector<int32_t> pos, slots;
+  std::vector<float> inv;
+};
+RopeInputs rope_inputs(int64_t T, int64_t hd, int64_t slots_n) {
+  RopeInputs r{std::vector<int32_t>(size_t(T)), std::vector<int32_t>(size_t(slots_n)),
+               std::vector<float>(size_t(hd / 2))};
+  std::uniform_int_distribution<int32_t> pd(0, 40000);
+  for (auto& p : r.pos) p = pd(rng());
+  std::iota(r.slots.begin(), r.slots.end(), 0);
+  std::shuffle(r.slots.begin(), r.slots.end(), rng());
+  r.slots.resize(size_t(T));
+  for (int64_t i = 0; i < hd / 2; ++i)
+    r.inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / float(hd));
+  return r;
+}
+
 TEST_F(GpuBackend, RopeKvStore) {
   for (auto [nh, nkv, hd, bs] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{32, 32, 128, 16},
                                  {32, 8, 128, 32}, {9, 3, 64, 16}, {3, 1, 36, 16}}) {
@@ -315,16 +334,9 @@ TEST_F(GpuBackend, RopeKvStore) {
     std::vector<float> q = random_bf16(size_t(T * Q)), k = random_bf16(size_t(T * KV));
     std::vector<float> v = random_bf16(size_t(T * KV));
     std::vector<float> pool_k = random_bf16(size_t(slots_n * KV)), pool_v = random_bf16(size_t(slots_n * KV));
-    std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(slots_n));
-    std::uniform_int_distribution<int32_t> pd(0, 40000);
-    for (auto& p : pos) p = pd(rng());
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng());
-    slots.resize(size_t(T));
+    auto [pos, slots, inv] = rope_inputs(T, hd, slots_n);
     slots[3] = -1;  // padding rows: rotated, never stored
     slots[T - 1] = -1;
-    std::vector<float> inv(size_t(hd / 2));
-    for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / float(hd));
 
     std::vector<float> qr(q), kr(k);
     std::vector<uint16_t> hk = to_bf16_bits(pool_k), hv = to_bf16_bits(pool_v);
@@ -366,15 +378,8 @@ TEST_F(GpuBackend, RopeKvStoreFp8FusedEqualsComposed) {
     const int64_t slots_n = blocks * bs;
     std::vector<float> q = random_bf16(size_t(T * Q)), k = random_bf16(size_t(T * KV), 4.0f);
     std::vector<float> v = random_bf16(size_t(T * KV), 4.0f);
-    std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(slots_n));
-    std::uniform_int_distribution<int32_t> pd(0, 40000);
-    for (auto& p : pos) p = pd(rng());
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng());
-    slots.resize(size_t(T));
+    auto [pos, slots, inv] = rope_inputs(T, hd, slots_n);
     slots[2] = -1;
-    std::vector<float> inv(size_t(hd / 2));
-    for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / float(hd));
     std::vector<uint8_t> pool(size_t(slots_n * KV));
     std::uniform_int_distribution<int> byte(0, 255);
     for (auto& b : pool) b = uint8_t(byte(rng()));

@@ -592,15 +592,10 @@ void CudaBackend::kv_store(const Stream& s, const Tensor& k, const Tensor& v, co
   expect(k.shape[1] == width && v.shape == k.shape, "kv_store",
          fmt::format("k {}, v {} vs pool {}", k.describe(), v.describe(), kv.k.describe()));
   expect_i32(slots, k.shape[0], "kv_store", "slots");
-  const int64_t num_slots = kv.k.shape[0] * kv.k.shape[1];
-  if (fp8) {  // (kv_dtypes() lists bf16 only until the fp8 kernels have run on a GPU)
-    kernels::kv_store_fp8(bf16(k), k.stride[0], bf16(v), v.stride[0], slots.ptr<int32_t>(),
-                          k.shape[0], width, static_cast<uint8_t*>(kv.k.data),
-                          static_cast<uint8_t*>(kv.v.data), num_slots, stream_of(s));
-    return;
-  }
+  // (kv_dtypes() lists bf16 only until the fp8 kernels have run on a GPU)
   kernels::kv_store_bf16(bf16(k), k.stride[0], bf16(v), v.stride[0], slots.ptr<int32_t>(),
-                         k.shape[0], width, bf16(kv.k), bf16(kv.v), num_slots, stream_of(s));
+                         k.shape[0], width, kv.k.data, kv.v.data, kv.k.shape[0] * kv.k.shape[1],
+                         fp8, stream_of(s));
 }
 
 void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Tensor& v,
@@ -625,18 +620,12 @@ void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Ten
       positions.numel() == T && slots.device == Device::cuda && slots.dtype == DType::i32 &&
       slots.numel() == T) {
     if (T == 0) return;
-    const bool done =
-        fp8 ? kernels::rope_kv_store_fp8(
-                  bf16(q), q.stride[0], q.shape[1] / hd, bf16(k), k.stride[0], k.shape[1] / hd,
-                  bf16(v), v.stride[0], hd, positions.ptr<int32_t>(), inv_freq.ptr<float>(),
-                  slots.ptr<int32_t>(), T, static_cast<uint8_t*>(kv.k.data),
-                  static_cast<uint8_t*>(kv.v.data), kv.k.shape[0] * kv.k.shape[1], stream_of(s))
-            : kernels::rope_kv_store_bf16(
-                  bf16(q), q.stride[0], q.shape[1] / hd, bf16(k), k.stride[0], k.shape[1] / hd,
-                  bf16(v), v.stride[0], hd, positions.ptr<int32_t>(), inv_freq.ptr<float>(),
-                  slots.ptr<int32_t>(), T, bf16(kv.k), bf16(kv.v), kv.k.shape[0] * kv.k.shape[1],
-                  stream_of(s));
-    if (done) return;
+    if (kernels::rope_kv_store_bf16(bf16(q), q.stride[0], q.shape[1] / hd, bf16(k), k.stride[0],
+                                    k.shape[1] / hd, bf16(v), v.stride[0], hd,
+                                    positions.ptr<int32_t>(), inv_freq.ptr<float>(),
+                                    slots.ptr<int32_t>(), T, kv.k.data, kv.v.data,
+                                    kv.k.shape[0] * kv.k.shape[1], fp8, stream_of(s)))
+      return;
   }
   Backend::rope_kv_store(s, q, k, v, positions, inv_freq, slots, kv);  // checks, two kernels
 }

@@ -145,13 +145,23 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// D += A B, m16n8k16, fp32 accumulation: bf16 operands, or f16 ones (F16: the fp8 KV forms, where
+// E4M3 converts to f16 exactly and Q and P are converted to f16).
+template <bool F16 = false>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                           uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (F16)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
@@ -166,24 +176,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_addr(p)));
 }
 
-__device__ __forceinline__ void mma_16816_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                              uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// The decode kernel's MMA: bf16 operands, or f16 ones when the KV cache is fp8 (E4M3 converts to
-// f16 exactly; Q and P are converted to f16).
-template <bool F16>
-__device__ __forceinline__ void mma_kv(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                       uint32_t b1) {
-  if constexpr (F16)
-    mma_16816_f16(d, a, b0, b1);
-  else
-    mma_16816(d, a, b0, b1);
-}
 __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -491,8 +483,8 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
           ldmatrix_x4(b, kt + p * 16 * SROW + k * 16);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            mma_kv<FP8>(s[mt][2 * p], qf[mt], b[0], b[1]);
-            mma_kv<FP8>(s[mt][2 * p + 1], qf[mt], b[2], b[3]);
+            mma_16816<FP8>(s[mt][2 * p], qf[mt], b[0], b[1]);
+            mma_16816<FP8>(s[mt][2 * p + 1], qf[mt], b[2], b[3]);
           }
         }
       }
@@ -565,8 +557,8 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
           ldmatrix_x4_trans(b, vt + kk * 16 * SROW + d * 8);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            mma_kv<FP8>(o[mt][d], pa[mt], b[0], b[1]);
-            mma_kv<FP8>(o[mt][d + 1], pa[mt], b[2], b[3]);
+            mma_16816<FP8>(o[mt][d], pa[mt], b[0], b[1]);
+            mma_16816<FP8>(o[mt][d + 1], pa[mt], b[2], b[3]);
           }
         }
       }
@@ -820,8 +812,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     for (int k = 0; k < KSTEPS; ++k) {
       uint32_t b[4];
       ldmatrix_x4(b, krow + k * 16);
-      mma_kv<FP8>(s[0], qa[k], b[0], b[1]);
-      mma_kv<FP8>(s[1], qa[k], b[2], b[3]);
+      mma_16816<FP8>(s[0], qa[k], b[0], b[1]);
+      mma_16816<FP8>(s[1], qa[k], b[2], b[3]);
     }
     // Mask, scale, online softmax.
     const int kv0 = kv_begin + tile * kBN + warp * kDecWarpN;
@@ -870,8 +862,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     for (int d = 0; d < DTILES; d += 2) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, vrow + d * 8);
-      mma_kv<FP8>(o[d], pa, b[0], b[1]);
-      mma_kv<FP8>(o[d + 1], pa, b[2], b[3]);
+      mma_16816<FP8>(o[d], pa, b[0], b[1]);
+      mma_16816<FP8>(o[d + 1], pa, b[2], b[3]);
     }
   }
   cp_async_wait<0>();  // the ring is reused below (only empty groups can still be pending)

@@ -41,18 +41,14 @@ void rope_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
                int64_t head_dim, const int32_t* positions, const float* inv_freq, int64_t T,
                cudaStream_t stream);
 
-// k_pool[slots[t], :] = k[t, :], v_pool likewise; k, v bf16 [T, width]; pools bf16
-// [num_slots, width] (a [num_blocks, block_size, nkv, hd] pool seen as rows of width nkv * hd).
+// k_pool[slots[t], :] = k[t, :], v_pool likewise; k, v bf16 [T, width]; pools [num_slots, width]
+// (a [num_blocks, block_size, nkv, hd] pool seen as rows of width nkv * hd) of bf16, or with
+// fp8_pools of E4M3 bytes: each value rounded to nearest even, saturating at +-448 (CUDA's
+// __NV_SATFINITE; the CPU backend's f32_to_fp8e4m3 bit for bit).
 // Rows whose slot is negative (-1: a padding row) or >= num_slots are skipped (nothing stored).
 void kv_store_bf16(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t ld_v,
-                   const int32_t* slots, int64_t T, int64_t width, uint16_t* k_pool,
-                   uint16_t* v_pool, int64_t num_slots, cudaStream_t stream);
-
-// kv_store_bf16 into E4M3 pools [num_slots, width] (bytes): each value rounded to nearest even,
-// saturating at +-448 (CUDA's __NV_SATFINITE; the CPU backend's f32_to_fp8e4m3 bit for bit).
-void kv_store_fp8(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t ld_v,
-                  const int32_t* slots, int64_t T, int64_t width, uint8_t* k_pool,
-                  uint8_t* v_pool, int64_t num_slots, cudaStream_t stream);
+                   const int32_t* slots, int64_t T, int64_t width, void* k_pool, void* v_pool,
+                   int64_t num_slots, bool fp8_pools, cudaStream_t stream);
 
 // rope_bf16 then kv_store_bf16 (v's pool rows are nk * head_dim wide) in one launch, with the
 // same results. Returns false, launching nothing, when the shapes do not allow the vectorized
@@ -60,15 +56,8 @@ void kv_store_fp8(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t ld
 bool rope_kv_store_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
                         int64_t nk, const uint16_t* v, int64_t ld_v, int64_t head_dim,
                         const int32_t* positions, const float* inv_freq, const int32_t* slots,
-                        int64_t T, uint16_t* k_pool, uint16_t* v_pool, int64_t num_slots,
+                        int64_t T, void* k_pool, void* v_pool, int64_t num_slots, bool fp8_pools,
                         cudaStream_t stream);
-
-// rope_kv_store_bf16 into E4M3 pools (bytes), the values rounded as kv_store_fp8 rounds them.
-bool rope_kv_store_fp8(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
-                       int64_t nk, const uint16_t* v, int64_t ld_v, int64_t head_dim,
-                       const int32_t* positions, const float* inv_freq, const int32_t* slots,
-                       int64_t T, uint8_t* k_pool, uint8_t* v_pool, int64_t num_slots,
-                       cudaStream_t stream);
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, F + i]; gate_up bf16 [T, 2F], out bf16 [T, F].
 void silu_mul_bf16(const uint16_t* gate_up, int64_t ld_gu, int64_t T, int64_t F, uint16_t* out,

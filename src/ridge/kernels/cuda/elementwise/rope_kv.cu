@@ -11,8 +11,7 @@
 //   elements (slot = block * block_size + offset). A slot outside [0, num_slots) is skipped: in
 //   particular every negative slot, e.g. the -1 of a padding row that the engine adds to fill a
 //   captured graph's batch bucket (nothing of that row is stored).
-// kv_store_fp8: the same into E4M3 pools (bytes), one thread per element (a first form: the
-//   stores of one decode step are ~T x 8 KB; vectorize with the fp8 attention kernels).
+//   Into E4M3 pools (bytes) the same way, each value rounded (8 bytes per chunk of 8).
 // rope_kv_store: both in one launch of the vectorized form (grid: chunks of q, k and v, tokens);
 //   launched with programmatic dependent launch (pdl.cuh) for the decode chain.
 #include <cstdint>
@@ -161,57 +160,63 @@ __global__ void rope_store_vec_kernel(uint16_t* __restrict__ q, int64_t ld_q, in
   }
 }
 
-template <typename Chunk>
+// One value into a pool: bf16 as it is, or E4M3 (round to nearest even, saturating at +-448:
+// __NV_SATFINITE, as the host's f32_to_fp8e4m3).
+template <bool FP8>
+__device__ __forceinline__ void store_value(void* pool, int64_t elem, uint16_t x) {
+  if constexpr (FP8)
+    static_cast<uint8_t*>(pool)[elem] =
+        uint8_t(__nv_cvt_float_to_fp8(bf16_bits_to_f32(x), __NV_SATFINITE, __NV_E4M3));
+  else
+    static_cast<uint16_t*>(pool)[elem] = x;
+}
+
+// One thread per chunk: 8 values (Chunk = uint4) or one (uint16_t).
+template <typename Chunk, bool FP8>
 __global__ void kv_store_kernel(const Chunk* __restrict__ k, int64_t ld_k,
                                 const Chunk* __restrict__ v, int64_t ld_v,
                                 const int32_t* __restrict__ slots, int64_t chunks_per_row,
-                                Chunk* __restrict__ k_pool, Chunk* __restrict__ v_pool,
+                                void* __restrict__ k_pool, void* __restrict__ v_pool,
                                 int64_t num_slots, int64_t total) {
+  constexpr int kValues = int(sizeof(Chunk) / 2);
   pdl::begin();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int64_t t = idx / chunks_per_row, c = idx % chunks_per_row;
   const int64_t slot = slots[t];
   if (slot < 0 || slot >= num_slots) return;
-  k_pool[slot * chunks_per_row + c] = k[t * ld_k + c];
-  v_pool[slot * chunks_per_row + c] = v[t * ld_v + c];
+  const int64_t elem = (slot * chunks_per_row + c) * kValues;
+  if constexpr (kValues == 8) {
+    store_chunk<FP8>(k_pool, elem, k[t * ld_k + c]);
+    store_chunk<FP8>(v_pool, elem, v[t * ld_v + c]);
+  } else {
+    store_value<FP8>(k_pool, elem, k[t * ld_k + c]);
+    store_value<FP8>(v_pool, elem, v[t * ld_v + c]);
+  }
 }
 
-// One thread per element: bf16 -> fp32 (exact) -> E4M3, round to nearest even, saturating at
-// +-448 (__NV_SATFINITE), as the host's f32_to_fp8e4m3.
-__global__ void kv_store_fp8_kernel(const uint16_t* __restrict__ k, int64_t ld_k,
-                                    const uint16_t* __restrict__ v, int64_t ld_v,
-                                    const int32_t* __restrict__ slots, int64_t width,
-                                    uint8_t* __restrict__ k_pool, uint8_t* __restrict__ v_pool,
-                                    int64_t num_slots, int64_t total) {
-  pdl::begin();
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= total) return;
-  const int64_t t = idx / width, c = idx % width;
-  const int64_t slot = slots[t];
-  if (slot < 0 || slot >= num_slots) return;
-  k_pool[slot * width + c] =
-      uint8_t(__nv_cvt_float_to_fp8(bf16_bits_to_f32(k[t * ld_k + c]), __NV_SATFINITE, __NV_E4M3));
-  v_pool[slot * width + c] =
-      uint8_t(__nv_cvt_float_to_fp8(bf16_bits_to_f32(v[t * ld_v + c]), __NV_SATFINITE, __NV_E4M3));
+template <bool FP8>
+void kv_store(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t ld_v,
+              const int32_t* slots, int64_t T, int64_t width, void* k_pool, void* v_pool,
+              int64_t num_slots, cudaStream_t stream) {
+  const bool vec = width % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 && aligned16(k) &&
+                   aligned16(v) && aligned16(k_pool) && aligned16(v_pool);
+  if (vec) {
+    const int64_t cpr = width / 8, total = T * cpr;
+    RIDGE_CHECK_CUDA(pdl::launch_pdl(
+        kv_store_kernel<uint4, FP8>, dim3(unsigned(detail::ceil_div(total, kThreads))),
+        dim3(kThreads), 0, stream, reinterpret_cast<const uint4*>(k), ld_k / 8,
+        reinterpret_cast<const uint4*>(v), ld_v / 8, slots, cpr, k_pool, v_pool, num_slots, total));
+  } else {
+    const int64_t total = T * width;
+    RIDGE_CHECK_CUDA(pdl::launch_pdl(kv_store_kernel<uint16_t, FP8>,
+                                     dim3(unsigned(detail::ceil_div(total, kThreads))),
+                                     dim3(kThreads), 0, stream, k, ld_k, v, ld_v, slots, width,
+                                     k_pool, v_pool, num_slots, total));
+  }
 }
 
 }  // namespace
-
-void kv_store_fp8(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t ld_v,
-                  const int32_t* slots, int64_t T, int64_t width, uint8_t* k_pool,
-                  uint8_t* v_pool, int64_t num_slots, cudaStream_t stream) {
-  RIDGE_KERNEL_EXPECT(T >= 0 && width >= 1 && ld_k >= width && ld_v >= width && num_slots >= 0,
-                      "kv_store_fp8",
-                      "k " + detail::shape_text(T, width, ld_k) + ", v " +
-                          detail::shape_text(T, width, ld_v));
-  if (T == 0) return;
-  const int64_t total = T * width;
-  RIDGE_CHECK_CUDA(pdl::launch_pdl(kv_store_fp8_kernel,
-                                   dim3(unsigned(detail::ceil_div(total, kThreads))),
-                                   dim3(kThreads), 0, stream, k, ld_k, v, ld_v, slots, width,
-                                   k_pool, v_pool, num_slots, total));
-}
 
 void rope_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k, int64_t nk,
                int64_t head_dim, const int32_t* positions, const float* inv_freq, int64_t T,
@@ -242,29 +247,17 @@ void rope_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
 }
 
 void kv_store_bf16(const uint16_t* k, int64_t ld_k, const uint16_t* v, int64_t ld_v,
-                   const int32_t* slots, int64_t T, int64_t width, uint16_t* k_pool,
-                   uint16_t* v_pool, int64_t num_slots, cudaStream_t stream) {
+                   const int32_t* slots, int64_t T, int64_t width, void* k_pool, void* v_pool,
+                   int64_t num_slots, bool fp8_pools, cudaStream_t stream) {
   RIDGE_KERNEL_EXPECT(T >= 0 && width >= 1 && ld_k >= width && ld_v >= width && num_slots >= 0,
                       "kv_store_bf16",
                       "k " + detail::shape_text(T, width, ld_k) + ", v " +
                           detail::shape_text(T, width, ld_v));
   if (T == 0) return;
-  const bool vec = width % 8 == 0 && ld_k % 8 == 0 && ld_v % 8 == 0 && aligned16(k) &&
-                   aligned16(v) && aligned16(k_pool) && aligned16(v_pool);
-  if (vec) {
-    const int64_t cpr = width / 8, total = T * cpr;
-    RIDGE_CHECK_CUDA(pdl::launch_pdl(
-        kv_store_kernel<uint4>, dim3(unsigned(detail::ceil_div(total, kThreads))), dim3(kThreads),
-        0, stream, reinterpret_cast<const uint4*>(k), ld_k / 8,
-        reinterpret_cast<const uint4*>(v), ld_v / 8, slots, cpr, reinterpret_cast<uint4*>(k_pool),
-        reinterpret_cast<uint4*>(v_pool), num_slots, total));
-  } else {
-    const int64_t total = T * width;
-    RIDGE_CHECK_CUDA(pdl::launch_pdl(kv_store_kernel<uint16_t>,
-                                     dim3(unsigned(detail::ceil_div(total, kThreads))),
-                                     dim3(kThreads), 0, stream, k, ld_k, v, ld_v, slots, width,
-                                     k_pool, v_pool, num_slots, total));
-  }
+  if (fp8_pools)
+    kv_store<true>(k, ld_k, v, ld_v, slots, T, width, k_pool, v_pool, num_slots, stream);
+  else
+    kv_store<false>(k, ld_k, v, ld_v, slots, T, width, k_pool, v_pool, num_slots, stream);
 }
 
 namespace {
@@ -292,19 +285,12 @@ bool rope_kv_store(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t l
 bool rope_kv_store_bf16(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
                         int64_t nk, const uint16_t* v, int64_t ld_v, int64_t head_dim,
                         const int32_t* positions, const float* inv_freq, const int32_t* slots,
-                        int64_t T, uint16_t* k_pool, uint16_t* v_pool, int64_t num_slots,
+                        int64_t T, void* k_pool, void* v_pool, int64_t num_slots, bool fp8_pools,
                         cudaStream_t stream) {
-  return rope_kv_store<false>(q, ld_q, nq, k, ld_k, nk, v, ld_v, head_dim, positions, inv_freq,
-                              slots, T, k_pool, v_pool, num_slots, stream);
-}
-
-bool rope_kv_store_fp8(uint16_t* q, int64_t ld_q, int64_t nq, uint16_t* k, int64_t ld_k,
-                       int64_t nk, const uint16_t* v, int64_t ld_v, int64_t head_dim,
-                       const int32_t* positions, const float* inv_freq, const int32_t* slots,
-                       int64_t T, uint8_t* k_pool, uint8_t* v_pool, int64_t num_slots,
-                       cudaStream_t stream) {
-  return rope_kv_store<true>(q, ld_q, nq, k, ld_k, nk, v, ld_v, head_dim, positions, inv_freq,
-                             slots, T, k_pool, v_pool, num_slots, stream);
+  return fp8_pools ? rope_kv_store<true>(q, ld_q, nq, k, ld_k, nk, v, ld_v, head_dim, positions,
+                                         inv_freq, slots, T, k_pool, v_pool, num_slots, stream)
+                   : rope_kv_store<false>(q, ld_q, nq, k, ld_k, nk, v, ld_v, head_dim, positions,
+                                          inv_freq, slots, T, k_pool, v_pool, num_slots, stream);
 }
 
 }  // namespace ridge::kernels
