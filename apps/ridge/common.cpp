@@ -36,7 +36,7 @@ void add_model_options(CLI::App& app, engine::BundleOptions& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({16, 32, 64}));
   app.add_option("--kv-dtype", o.kv_dtype,
-                 "KV cache dtype: auto (f32 on CPU, bf16 on CUDA) | f32 | bf16 | f16 | fp8_e4m3 (CPU)")
+                 "KV cache dtype: auto (f32 on CPU, bf16 on CUDA) | f32 | bf16 | f16 (CPU) | fp8_e4m3")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16", "f16", "fp8_e4m3"}));
   app.add_option("--prefill-chunk", o.prefill_chunk, "largest prefill step in tokens")

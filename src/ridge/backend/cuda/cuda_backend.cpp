@@ -592,7 +592,6 @@ void CudaBackend::kv_store(const Stream& s, const Tensor& k, const Tensor& v, co
   expect(k.shape[1] == width && v.shape == k.shape, "kv_store",
          fmt::format("k {}, v {} vs pool {}", k.describe(), v.describe(), kv.k.describe()));
   expect_i32(slots, k.shape[0], "kv_store", "slots");
-  // (kv_dtypes() lists bf16 only until the fp8 kernels have run on a GPU)
   kernels::kv_store_bf16(bf16(k), k.stride[0], bf16(v), v.stride[0], slots.ptr<int32_t>(),
                          k.shape[0], width, kv.k.data, kv.v.data, kv.k.shape[0] * kv.k.shape[1],
                          fp8, stream_of(s));
@@ -650,8 +649,7 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
                             const AttentionMeta& meta, float scale, Tensor& out) {
   expect_2d(q, DType::bf16, "attention", "q");
   expect_2d(out, DType::bf16, "attention", "out");
-  // fp8 (E4M3) pools: both attention kernels read them (kv_dtypes() lists bf16 only until they
-  // have run on a GPU).
+  // fp8 (E4M3) pools: both attention kernels read them.
   const bool fp8 = kv.k.dtype == DType::fp8_e4m3;
   expect(kv.k.device == Device::cuda && (kv.k.dtype == DType::bf16 || fp8) && kv.k.ndim == 4 &&
              kv.k.is_contiguous() && kv.v.dtype == kv.k.dtype && kv.v.is_contiguous() &&

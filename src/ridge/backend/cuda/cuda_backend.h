@@ -35,7 +35,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda; }
   std::string name() const override { return name_; }
   DType activation_dtype() const override { return DType::bf16; }
-  std::vector<DType> kv_dtypes() const override { return {DType::bf16}; }
+  std::vector<DType> kv_dtypes() const override { return {DType::bf16, DType::fp8_e4m3}; }
 
   Buffer allocate(size_t bytes) override;
   void upload(const Stream& s, void* dst, const void* src, size_t bytes) override;
