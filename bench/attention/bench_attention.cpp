@@ -285,6 +285,8 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
       {"decode default, graph split", kn::AttentionPath::decode, 0, true},
       {"auto (the backend's pick)", kn::AttentionPath::automatic, 0, false},
       {"fp8 KV decode", kn::AttentionPath::decode, 0, false, true},
+      {"fp8 KV decode, short ring", kn::AttentionPath::decode, 2, false, true},
+      {"fp8 KV decode, deep ring", kn::AttentionPath::decode, 3, false, true},
       {"fp8 KV decode, graph split", kn::AttentionPath::decode, 0, true, true},
       {"fp8 KV general", kn::AttentionPath::general, 0, false, true}};
   {  // the fp8 variants' reference: the general kernel on the rounded values in bf16 pools

@@ -213,11 +213,14 @@ TEST_F(GpuBackend, AttentionFp8Kv) {
     for (int64_t group : {1, 4, 8})
       for (int64_t bs : {16, 32}) {
         const int64_t nkv = group == 1 ? 4 : 2;
-        // Decodes (the decode kernel; q_len x group = 16 rows in one tile for group 8, q_len 2).
+        // Decodes (the decode kernel; q_len x group = 16 rows in one tile for group 8, q_len 2),
+        // with a context past 1024 (the deep ring at head dim 128) and without (the short one).
         const int32_t q2 = group == 8 ? 2 : 1;
         run_attention({{1, 1}, {1, int32_t(bs)}, {1, int32_t(bs) + 1}, {q2, 100}, {1, 777},
                        {1, 2000}},
                       nkv, group, hd, bs, 0, DType::fp8_e4m3);
+        run_attention({{1, 3}, {1, int32_t(bs) - 1}, {q2, 64}, {1, 65}, {1, 1000}}, nkv, group,
+                      hd, bs, 0, DType::fp8_e4m3);
         // Prefill chunks and a mixed batch (the general kernel).
         run_attention({{50, 300}, {1, 65}, {19, 19}, {1, 1000}, {int32_t(bs), 3 * int32_t(bs)}},
                       nkv, group, hd, bs, 0, DType::fp8_e4m3);

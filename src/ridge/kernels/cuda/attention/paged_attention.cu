@@ -63,11 +63,13 @@
 // P V product, fp32 accumulation, the output rounded to bf16 once.
 //
 // fp8 (E4M3) KV pools (PagedAttentionArgs::kv_fp8; the <..., FP8 = true> forms): the rings hold
-// E4M3 rows (HD + 16 bytes, 16 positions' bytes per cp.async), each landed tile is converted
-// exactly to f16 tiles in shared memory (the decode kernel: each warp its own 16 rows; the general
-// kernel: the whole tile, then a barrier), and the same fragment code runs f16 MMAs with Q
-// converted to f16 (clamped to +-65504) and P rounded to f16. Decode rings: 2 or 3 stages at head
-// dim 128, 4 at 64 (a forced decode_stages is mapped to those).
+// E4M3 rows (HD + 16 bytes, 16 positions' bytes per cp.async), MMAs run in f16 (E4M3 converts to
+// f16 exactly) with Q converted to f16 (clamped to +-65504) and P rounded to f16. The general
+// kernel converts each landed tile to f16 tiles in shared memory (then a barrier) and runs its
+// bf16 fragment code on them. The decode kernel instead reads
+// its K and V fragments straight from the E4M3 ring (head dims permuted within a k-step for Q K^T
+// and within groups of 32 for P V; see the tile loop), so its rings can be deeper: 3 or 5 stages
+// at head dim 128, 6 at 64 (a forced decode_stages is mapped to those).
 #include "ridge/kernels/cuda/attention/paged_attention.h"
 
 #include <algorithm>
@@ -107,8 +109,8 @@ constexpr size_t smem_bytes() {  // Q tile (MT * 64 rows), 2 stages of K and V t
 }
 template <int HD, int STAGES, bool FP8 = false>
 constexpr size_t decode_smem_bytes() {
-  if constexpr (FP8)  // Q tile, a ring of fp8 K and V tiles, one converted (f16) K and V tile
-    return size_t(kDecRows + 2 * kBN) * smem_row<HD>() * 2 + size_t(2 * STAGES * kBN) * fp8_row<HD>();
+  if constexpr (FP8)  // Q tile, a ring of fp8 K and V tiles (MMA fragments converted from it)
+    return size_t(kDecRows) * smem_row<HD>() * 2 + size_t(2 * STAGES * kBN) * fp8_row<HD>();
   return size_t(kDecRows + 2 * STAGES * kBN) * smem_row<HD>() * 2;
 }
 // Resident decode blocks per SM that the shared memory allows (228 KB per SM, 1 KB reserved per
@@ -125,10 +127,11 @@ static_assert(kWarps * kDecRows * (128 + 8) * 4 <= 2 * kBN * smem_row<128>() * 2
               "merge scratch must fit in the K tiles of the smallest ring");
 static_assert(kWarps * kDecRows * (64 + 8) * 4 <= 2 * kBN * smem_row<64>() * 2,
               "merge scratch must fit in the K tiles of the smallest ring");
-// With fp8 KV the scratch takes the fp8 ring and the converted tiles after it.
-static_assert(kWarps * kDecRows * (128 + 8) * 4 <=
-                  2 * 2 * kBN * fp8_row<128>() + 2 * kBN * smem_row<128>() * 2,
-              "merge scratch must fit in the fp8 ring and the converted tiles");
+// With fp8 KV it takes the fp8 ring (3 stages at least at head dim 128, 6 at 64).
+static_assert(kWarps * kDecRows * (128 + 8) * 4 <= 2 * 3 * kBN * fp8_row<128>(),
+              "merge scratch must fit in the smallest fp8 ring");
+static_assert(kWarps * kDecRows * (64 + 8) * 4 <= 2 * 6 * kBN * fp8_row<64>(),
+              "merge scratch must fit in the smallest fp8 ring");
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
@@ -200,6 +203,13 @@ __device__ __forceinline__ void fp8x16_to_f16(const uint8_t* src, uint16_t* dst)
   }
   reinterpret_cast<uint4*>(dst)[0] = make_uint4(out[0], out[1], out[2], out[3]);
   reinterpret_cast<uint4*>(dst)[1] = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+// Two E4M3 values (the low 16 bits of x: the low byte first) as two f16 (the low half first),
+// exactly: one cvt.rn.f16x2.e4m3x2.
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t x) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(x & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -608,8 +618,8 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
 template <int HD, int STAGES, bool FP8 = false>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>())
     paged_decode_kernel(const KernelArgs a) {
-  static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 ring stages");
-  // The fp32 merge scratch reuses the ring (and, with fp8, the converted tiles after it).
+  static_assert(STAGES >= 2 && STAGES <= 6, "2 to 6 ring stages");
+  // The fp32 merge scratch reuses the ring.
   static_assert(kWarps * kDecRows * (HD + 8) * 4 <=
                     decode_smem_bytes<HD, STAGES, FP8>() - kDecRows * smem_row<HD>() * 2,
                 "merge scratch must fit after the Q tile");
@@ -626,12 +636,10 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   uint16_t* qs = smem;                          // [16][SROW]
   uint16_t* ks = qs + kDecRows * SROW;          // [STAGES][kBN][SROW]
   uint16_t* vs = ks + STAGES * kBN * SROW;      // [STAGES][kBN][SROW]
-  // fp8 KV: the ring holds E4M3 rows ([STAGES][K, V][kBN][FROW] bytes where ks starts), and each
-  // landed tile is converted into one f16 K tile and one f16 V tile ([kBN][SROW] each) after it.
+  // fp8 KV: the ring holds E4M3 rows ([STAGES][K, V][kBN][FROW] bytes where ks starts), read
+  // straight into f16 MMA fragments (see the tile loop).
   constexpr int FROW = fp8_row<HD>();
   uint8_t* ring8 = reinterpret_cast<uint8_t*>(ks);
-  uint16_t* kc = reinterpret_cast<uint16_t*>(ring8 + 2 * STAGES * kBN * FROW);
-  uint16_t* vc = kc + kBN * SROW;
 
   // Launched with PDL (pdl.cuh). The step's metadata (cu_seqlens, context lengths, block tables)
   // was copied before the step's first kernel, and every KV position before the sequence's new
@@ -772,13 +780,17 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
       cp_async_commit();
     }
     if (tile == 0) {
-      const uint16_t* qw = qs + g * SROW + 2 * t4;
+      // fp8 KV: the head dimension of Q and K is permuted within each k-step (the dot product
+      // does not care), so that a thread's four K values of a k-step are 4 adjacent bytes: its
+      // fragment columns 2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9 read head dims 4t4 .. 4t4 + 3.
+      const uint16_t* qw = qs + g * SROW + (FP8 ? 4 * t4 : 2 * t4);
+      constexpr int HI = FP8 ? 2 : 8;  // where columns 2t4 + 8, 2t4 + 9 are
 #pragma unroll
       for (int s = 0; s < KSTEPS; ++s) {
         qa[s][0] = lds32(qw + s * 16);
         qa[s][1] = lds32(qw + 8 * SROW + s * 16);
-        qa[s][2] = lds32(qw + s * 16 + 8);
-        qa[s][3] = lds32(qw + 8 * SROW + s * 16 + 8);
+        qa[s][2] = lds32(qw + s * 16 + HI);
+        qa[s][3] = lds32(qw + 8 * SROW + s * 16 + HI);
         if constexpr (FP8)
 #pragma unroll
           for (int e = 0; e < 4; ++e) qa[s][e] = bf16x2_to_f16x2(qa[s][e]);
@@ -787,33 +799,31 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     const int stage = tile % STAGES;
     const uint16_t* kt = ks + (stage * kBN + warp * kDecWarpN) * SROW;
     const uint16_t* vt = vs + (stage * kBN + warp * kDecWarpN) * SROW;
-    if constexpr (FP8) {
-      // The landed fp8 tile into the f16 tiles. Each warp reads only its own 16 positions (K and
-      // V rows 16w .. 16w + 15), so it converts those and a warp barrier suffices; they are free
-      // because the warp finished the previous tile's math before converting.
-      const uint8_t* k8 = ring8 + ((stage * 2 + 0) * kBN + warp * kDecWarpN) * FROW;
-      const uint8_t* v8 = ring8 + ((stage * 2 + 1) * kBN + warp * kDecWarpN) * FROW;
-      uint16_t* kw = kc + warp * kDecWarpN * SROW;
-      uint16_t* vw = vc + warp * kDecWarpN * SROW;
-      for (int c = lane; c < kDecWarpN * (HD / 16); c += 32) {
-        const int r = c / (HD / 16), cc = c % (HD / 16);
-        fp8x16_to_f16(k8 + r * FROW + cc * 16, kw + r * SROW + cc * 16);
-        fp8x16_to_f16(v8 + r * FROW + cc * 16, vw + r * SROW + cc * 16);
-      }
-      __syncwarp();
-      kt = kw;
-      vt = vw;
-    }
-    // S = Q K^T for this warp's 16 positions: ldmatrix.x4 gives both n-tiles' b0/b1 per k-step
-    // (matrix i = lane / 8: n-tile i / 2, k half i % 2).
+    // S = Q K^T for this warp's 16 positions.
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
+    if constexpr (FP8) {
+      // E4M3 K rows straight into f16 fragments: n-tile n's b0/b1 of k-step k are the 4 bytes
+      // at head dims 16k + 4t4 of position 8n + g (one 32-bit load, two cvt.f16x2.e4m3x2; the
+      // 144-byte rows put a warp's 8 rows x 16 bytes in distinct banks).
+      const uint8_t* k8 = ring8 + ((stage * 2 + 0) * kBN + warp * kDecWarpN + g) * FROW + 4 * t4;
 #pragma unroll
-    for (int k = 0; k < KSTEPS; ++k) {
-      uint32_t b[4];
-      ldmatrix_x4(b, krow + k * 16);
-      mma_16816<FP8>(s[0], qa[k], b[0], b[1]);
-      mma_16816<FP8>(s[1], qa[k], b[2], b[3]);
+      for (int k = 0; k < KSTEPS; ++k)
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(k8 + n * 8 * FROW + k * 16);
+          mma_16816<true>(s[n], qa[k], fp8x2_to_f16x2(w), fp8x2_to_f16x2(w >> 16));
+        }
+    } else {
+      // ldmatrix.x4 gives both n-tiles' b0/b1 per k-step (matrix i = lane / 8: n-tile i / 2, k
+      // half i % 2).
+      const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int k = 0; k < KSTEPS; ++k) {
+        uint32_t b[4];
+        ldmatrix_x4(b, krow + k * 16);
+        mma_16816<false>(s[0], qa[k], b[0], b[1]);
+        mma_16816<false>(s[1], qa[k], b[2], b[3]);
+      }
     }
     // Mask, scale, online softmax.
     const int kv0 = kv_begin + tile * kBN + warp * kDecWarpN;
@@ -857,13 +867,38 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     auto pack_p = [](float lo, float hi) { return FP8 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
     const uint32_t pa[4] = {pack_p(s[0][0], s[0][1]), pack_p(s[0][2], s[0][3]),
                             pack_p(s[1][0], s[1][1]), pack_p(s[1][2], s[1][3])};
-    const uint16_t* vrow = vt + (lane & 15) * SROW + (lane >> 4) * 8;
+    if constexpr (FP8) {
+      // E4M3 V rows straight into f16 fragments. The output's head dims are permuted in groups
+      // of 32: n-tile 4G + j, column c is head dim 32G + 4c + j (the merge below writes them
+      // back in order), so that one 32-bit load per position gives 4 n-tiles' values, and the
+      // 4 positions a thread's b0/b1 need (2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9) make 4 n-tiles'
+      // fragments with 4 byte permutes and 8 conversions. Banks: each of the 4 loads reads 4
+      // rows of 32 bytes at distinct offsets (rows 2 x 144 bytes apart).
+      const uint8_t* v8 = ring8 + ((stage * 2 + 1) * kBN + warp * kDecWarpN + 2 * t4) * FROW + 4 * g;
 #pragma unroll
-    for (int d = 0; d < DTILES; d += 2) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, vrow + d * 8);
-      mma_16816<FP8>(o[d], pa, b[0], b[1]);
-      mma_16816<FP8>(o[d + 1], pa, b[2], b[3]);
+      for (int G = 0; G < HD / 32; ++G) {
+        const uint8_t* p = v8 + G * 32;
+        const uint32_t w0 = *reinterpret_cast<const uint32_t*>(p);
+        const uint32_t w1 = *reinterpret_cast<const uint32_t*>(p + FROW);
+        const uint32_t w2 = *reinterpret_cast<const uint32_t*>(p + 8 * FROW);
+        const uint32_t w3 = *reinterpret_cast<const uint32_t*>(p + 9 * FROW);
+        // Bytes j of positions (2t4, 2t4 + 1) and of (2t4 + 8, 2t4 + 9), pairwise.
+        const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), hi01 = __byte_perm(w0, w1, 0x7362);
+        const uint32_t lo23 = __byte_perm(w2, w3, 0x5140), hi23 = __byte_perm(w2, w3, 0x7362);
+        mma_16816<true>(o[4 * G + 0], pa, fp8x2_to_f16x2(lo01), fp8x2_to_f16x2(lo23));
+        mma_16816<true>(o[4 * G + 1], pa, fp8x2_to_f16x2(lo01 >> 16), fp8x2_to_f16x2(lo23 >> 16));
+        mma_16816<true>(o[4 * G + 2], pa, fp8x2_to_f16x2(hi01), fp8x2_to_f16x2(hi23));
+        mma_16816<true>(o[4 * G + 3], pa, fp8x2_to_f16x2(hi01 >> 16), fp8x2_to_f16x2(hi23 >> 16));
+      }
+    } else {
+      const uint16_t* vrow = vt + (lane & 15) * SROW + (lane >> 4) * 8;
+#pragma unroll
+      for (int d = 0; d < DTILES; d += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vrow + d * 8);
+        mma_16816<false>(o[d], pa, b[0], b[1]);
+        mma_16816<false>(o[d + 1], pa, b[2], b[3]);
+      }
     }
   }
   cp_async_wait<0>();  // the ring is reused below (only empty groups can still be pending)
@@ -891,10 +926,22 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][r]);
     const float f = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - M);
-    float* dst = red + (warp * kDecRows + r) * RROW + 2 * t4;
+    float* row = red + (warp * kDecRows + r) * RROW;
+    if constexpr (FP8) {
+      // Back in order: n-tiles 4G .. 4G + 3 at column c are head dims 32G + 4c .. 32G + 4c + 3.
 #pragma unroll
-    for (int d = 0; d < DTILES; ++d)
-      *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[d][2 * h] * f, o[d][2 * h + 1] * f);
+      for (int G = 0; G < HD / 32; ++G)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          *reinterpret_cast<float4*>(row + 32 * G + 4 * (2 * t4 + e)) =
+              make_float4(o[4 * G][2 * h + e] * f, o[4 * G + 1][2 * h + e] * f,
+                          o[4 * G + 2][2 * h + e] * f, o[4 * G + 3][2 * h + e] * f);
+    } else {
+#pragma unroll
+      for (int d = 0; d < DTILES; ++d)
+        *reinterpret_cast<float2*>(row + 2 * t4 + d * 8) =
+            make_float2(o[d][2 * h] * f, o[d][2 * h + 1] * f);
+    }
   }
   if (tid < kDecRows) {
     float M = -INFINITY, L = 0.0f;
@@ -1063,18 +1110,20 @@ void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStrea
                                    decode_smem_bytes<HD, STAGES, FP8>(), stream, k));
 }
 
-// fp8 KV: the default rings only (head dim 128: 2 stages, or 3 past 1024 positions; 64: 4),
-// so that the fp8 forms add three instantiations, not six.
+// fp8 KV: rows of half the bytes, so deeper rings in the same shared memory (the bytes in
+// flight per SM are what the bandwidth needs): at head dim 128, 3 stages (60 KB, 3 blocks per SM,
+// where the bf16 ring takes 2) or 5 (96 KB, 2 per SM, for bf16's 3); at 64, 6 (64 KB, 3 per SM).
+// Three instantiations, not six.
 template <int HD>
 void launch_decode_stages(const KernelArgs& k, int stages, bool fp8, int nkv, int splits, int seqs,
                           cudaStream_t stream) {
   if (fp8) {
     if constexpr (HD == 64)
-      launch_decode<64, 4, true>(k, nkv, splits, seqs, stream);
-    else if (stages <= 2)
-      launch_decode<HD, 2, true>(k, nkv, splits, seqs, stream);
-    else
+      launch_decode<64, 6, true>(k, nkv, splits, seqs, stream);
+    else if (stages <= 3)
       launch_decode<HD, 3, true>(k, nkv, splits, seqs, stream);
+    else
+      launch_decode<HD, 5, true>(k, nkv, splits, seqs, stream);
     return;
   }
   switch (stages) {
@@ -1110,9 +1159,9 @@ void init_paged_attention() {
   set_decode_smem<128, 2>();
   set_decode_smem<128, 3>();
   set_decode_smem<128, 4>();
-  set_decode_smem<64, 4, true>();
-  set_decode_smem<128, 2, true>();
+  set_decode_smem<64, 6, true>();
   set_decode_smem<128, 3, true>();
+  set_decode_smem<128, 5, true>();
 }
 
 size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim) {
@@ -1236,8 +1285,8 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   p.decode_stages = a.decode_stages ? a.decode_stages
                                     : default_decode_stages(a.head_dim, int(std::min<int64_t>(
                                                                             ctx_bound, 1 << 30)));
-  if (a.kv_fp8)  // the rings the fp8 forms come in (launch_decode_stages)
-    p.decode_stages = a.head_dim == 64 ? 4 : std::min(std::max(p.decode_stages, 2), 3);
+  if (a.kv_fp8)  // the rings the fp8 forms come in (launch_decode_stages): deeper
+    p.decode_stages = a.head_dim == 64 ? 6 : p.decode_stages <= 2 ? 3 : 5;
   p.block_rows = p.decode ? kDecRows
                            : general_rows_for(a.general_block_rows, rows_bound, general_blocks[1],
                                               fixed ? 0 : target_blocks);
