@@ -68,8 +68,9 @@
 // kernel converts each landed tile to f16 tiles in shared memory (then a barrier) and runs its
 // bf16 fragment code on them. The decode kernel instead reads
 // its K and V fragments straight from the E4M3 ring (head dims permuted within a k-step for Q K^T
-// and within groups of 32 for P V; see the tile loop), so its rings can be deeper: 3 or 5 stages
-// at head dim 128, 6 at 64 (a forced decode_stages is mapped to those).
+// and within groups of 32 for P V; see the tile loop) and Q from shared memory, so that more
+// blocks are resident: 2 or 3 stages at head dim 128 (4 or 3 blocks per SM), 4 at 64 (a forced
+// decode_stages is mapped to those).
 #include "ridge/kernels/cuda/attention/paged_attention.h"
 
 #include <algorithm>
@@ -114,12 +115,14 @@ constexpr size_t decode_smem_bytes() {
   return size_t(kDecRows + 2 * STAGES * kBN) * smem_row<HD>() * 2;
 }
 // Resident decode blocks per SM that the shared memory allows (228 KB per SM, 1 KB reserved per
-// block, the static merge statistics), at most 3 (a register cap of 170 per thread).
+// block, the static merge statistics), at most 3 (a register cap of 170 per thread); the fp8
+// forms, whose Q fragments are read from shared memory each tile, at most 4 (128 registers).
 template <int HD, int STAGES, bool FP8 = false>
 constexpr int decode_min_blocks() {
   constexpr size_t per_block = decode_smem_bytes<HD, STAGES, FP8>() + 1024 + 640;
   constexpr int n = int(size_t(228 * 1024) / per_block);
-  return n < 1 ? 1 : (n > 3 ? 3 : n);
+  constexpr int cap = FP8 ? 4 : 3;
+  return n < 1 ? 1 : (n > cap ? cap : n);
 }
 // The fp32 merge scratch (kWarps x 16 rows of HD + 8 floats) reuses the drained ring: it fits in
 // the K part of a 2-stage ring (the smallest), i.e. 2 tiles of 64 padded bf16 rows.
@@ -127,10 +130,10 @@ static_assert(kWarps * kDecRows * (128 + 8) * 4 <= 2 * kBN * smem_row<128>() * 2
               "merge scratch must fit in the K tiles of the smallest ring");
 static_assert(kWarps * kDecRows * (64 + 8) * 4 <= 2 * kBN * smem_row<64>() * 2,
               "merge scratch must fit in the K tiles of the smallest ring");
-// With fp8 KV it takes the fp8 ring (3 stages at least at head dim 128, 6 at 64).
-static_assert(kWarps * kDecRows * (128 + 8) * 4 <= 2 * 3 * kBN * fp8_row<128>(),
+// With fp8 KV it takes the fp8 ring (2 stages at least at head dim 128, 4 at 64).
+static_assert(kWarps * kDecRows * (128 + 8) * 4 <= 2 * 2 * kBN * fp8_row<128>(),
               "merge scratch must fit in the smallest fp8 ring");
-static_assert(kWarps * kDecRows * (64 + 8) * 4 <= 2 * 6 * kBN * fp8_row<64>(),
+static_assert(kWarps * kDecRows * (64 + 8) * 4 <= 2 * 4 * kBN * fp8_row<64>(),
               "merge scratch must fit in the smallest fp8 ring");
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -760,7 +763,9 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     row_pos[h] = r < rows ? ctx - q_len + r / a.group : -1;
   }
 
-  uint32_t qa[KSTEPS][4];
+  // Q fragments: in registers (bf16), or read from the shared Q tile each tile (fp8: converted
+  // to f16 in place at tile 0; the 32 registers buy a fourth resident block).
+  uint32_t qa[FP8 ? 1 : KSTEPS][4];
   float o[DTILES][4];
 #pragma unroll
   for (int d = 0; d < DTILES; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
@@ -779,21 +784,22 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
       if (next < n_tiles) load_kv(next, next % STAGES, 0);
       cp_async_commit();
     }
-    if (tile == 0) {
-      // fp8 KV: the head dimension of Q and K is permuted within each k-step (the dot product
-      // does not care), so that a thread's four K values of a k-step are 4 adjacent bytes: its
-      // fragment columns 2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9 read head dims 4t4 .. 4t4 + 3.
-      const uint16_t* qw = qs + g * SROW + (FP8 ? 4 * t4 : 2 * t4);
-      constexpr int HI = FP8 ? 2 : 8;  // where columns 2t4 + 8, 2t4 + 9 are
+    if constexpr (FP8) {
+      if (tile == 0) {  // the Q tile to f16 in place (every thread's copies have landed)
+        for (int c = tid; c < kDecRows * HD / 2; c += kThreads) {
+          uint32_t* p = reinterpret_cast<uint32_t*>(qs + c / (HD / 2) * SROW) + c % (HD / 2);
+          *p = bf16x2_to_f16x2(*p);
+        }
+        __syncthreads();
+      }
+    } else if (tile == 0) {
+      const uint16_t* qw = qs + g * SROW + 2 * t4;
 #pragma unroll
       for (int s = 0; s < KSTEPS; ++s) {
         qa[s][0] = lds32(qw + s * 16);
         qa[s][1] = lds32(qw + 8 * SROW + s * 16);
-        qa[s][2] = lds32(qw + s * 16 + HI);
-        qa[s][3] = lds32(qw + 8 * SROW + s * 16 + HI);
-        if constexpr (FP8)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) qa[s][e] = bf16x2_to_f16x2(qa[s][e]);
+        qa[s][2] = lds32(qw + s * 16 + 8);
+        qa[s][3] = lds32(qw + 8 * SROW + s * 16 + 8);
       }
     }
     const int stage = tile % STAGES;
@@ -802,17 +808,24 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     // S = Q K^T for this warp's 16 positions.
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     if constexpr (FP8) {
-      // E4M3 K rows straight into f16 fragments: n-tile n's b0/b1 of k-step k are the 4 bytes
-      // at head dims 16k + 4t4 of position 8n + g (one 32-bit load, two cvt.f16x2.e4m3x2; the
-      // 144-byte rows put a warp's 8 rows x 16 bytes in distinct banks).
+      // The head dimension of Q and K is permuted within each k-step (the dot product does not
+      // care), so that a thread's four K values of a k-step are 4 adjacent bytes: its fragment
+      // columns 2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9 are head dims 4t4 .. 4t4 + 3. E4M3 K rows
+      // straight into f16 fragments: n-tile n's b0/b1 of k-step k are the 4 bytes at head dims
+      // 16k + 4t4 of position 8n + g (one 32-bit load, two cvt.f16x2.e4m3x2; the 144-byte rows
+      // put a warp's 8 rows x 16 bytes in distinct banks).
       const uint8_t* k8 = ring8 + ((stage * 2 + 0) * kBN + warp * kDecWarpN + g) * FROW + 4 * t4;
+      const uint16_t* qw = qs + g * SROW + 4 * t4;
 #pragma unroll
-      for (int k = 0; k < KSTEPS; ++k)
+      for (int k = 0; k < KSTEPS; ++k) {
+        const uint32_t q[4] = {lds32(qw + k * 16), lds32(qw + 8 * SROW + k * 16),
+                               lds32(qw + k * 16 + 2), lds32(qw + 8 * SROW + k * 16 + 2)};
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
           const uint32_t w = *reinterpret_cast<const uint32_t*>(k8 + n * 8 * FROW + k * 16);
-          mma_16816<true>(s[n], qa[k], fp8x2_to_f16x2(w), fp8x2_to_f16x2(w >> 16));
+          mma_16816<true>(s[n], q, fp8x2_to_f16x2(w), fp8x2_to_f16x2(w >> 16));
         }
+      }
     } else {
       // ldmatrix.x4 gives both n-tiles' b0/b1 per k-step (matrix i = lane / 8: n-tile i / 2, k
       // half i % 2).
@@ -922,6 +935,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = g + 8 * h;
+    if (r >= rows) continue;  // padding rows: never read below
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][r]);
@@ -1110,20 +1124,21 @@ void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStrea
                                    decode_smem_bytes<HD, STAGES, FP8>(), stream, k));
 }
 
-// fp8 KV: rows of half the bytes, so deeper rings in the same shared memory (the bytes in
-// flight per SM are what the bandwidth needs): at head dim 128, 3 stages (60 KB, 3 blocks per SM,
-// where the bf16 ring takes 2) or 5 (96 KB, 2 per SM, for bf16's 3); at 64, 6 (64 KB, 3 per SM).
+// fp8 KV: rows of half the bytes and no Q fragments in registers, so more resident blocks: at
+// head dim 128, 2 stages (42 KB, 4 blocks per SM) where every context is short, else 3 (60 KB,
+// 3 per SM); at 64, 4 (43 KB, 4 per SM). Run 10 measured 5 stages (2 blocks per SM) slower than
+// 3 (3 per SM) at every shape: resident blocks, not ring depth, hide the fp8 kernel's latency.
 // Three instantiations, not six.
 template <int HD>
 void launch_decode_stages(const KernelArgs& k, int stages, bool fp8, int nkv, int splits, int seqs,
                           cudaStream_t stream) {
   if (fp8) {
     if constexpr (HD == 64)
-      launch_decode<64, 6, true>(k, nkv, splits, seqs, stream);
-    else if (stages <= 3)
-      launch_decode<HD, 3, true>(k, nkv, splits, seqs, stream);
+      launch_decode<64, 4, true>(k, nkv, splits, seqs, stream);
+    else if (stages <= 2)
+      launch_decode<HD, 2, true>(k, nkv, splits, seqs, stream);
     else
-      launch_decode<HD, 5, true>(k, nkv, splits, seqs, stream);
+      launch_decode<HD, 3, true>(k, nkv, splits, seqs, stream);
     return;
   }
   switch (stages) {
@@ -1159,9 +1174,9 @@ void init_paged_attention() {
   set_decode_smem<128, 2>();
   set_decode_smem<128, 3>();
   set_decode_smem<128, 4>();
-  set_decode_smem<64, 6, true>();
+  set_decode_smem<64, 4, true>();
+  set_decode_smem<128, 2, true>();
   set_decode_smem<128, 3, true>();
-  set_decode_smem<128, 5, true>();
 }
 
 size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim) {
@@ -1286,7 +1301,7 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                                     : default_decode_stages(a.head_dim, int(std::min<int64_t>(
                                                                             ctx_bound, 1 << 30)));
   if (a.kv_fp8)  // the rings the fp8 forms come in (launch_decode_stages): deeper
-    p.decode_stages = a.head_dim == 64 ? 6 : p.decode_stages <= 2 ? 3 : 5;
+    p.decode_stages = a.head_dim == 64 ? 4 : p.decode_stages <= 2 ? 2 : 3;
   p.block_rows = p.decode ? kDecRows
                            : general_rows_for(a.general_block_rows, rows_bound, general_blocks[1],
                                               fixed ? 0 : target_blocks);

@@ -52,9 +52,8 @@ struct PagedAttentionArgs {
   const uint16_t* v_pool = nullptr;
   // The pools hold E4M3 bytes ([num_blocks, block_size, nkv, hd] of uint8, k_pool / v_pool cast)
   // instead of bf16: both kernels convert E4M3 to f16 exactly and run f16 MMAs (Q, clamped to
-  // +-65504, and P rounded to f16). The decode kernel's rings are then deeper (the plan's
-  // decode_stages says which: a forced 2 or default short ring is 3 at head dim 128, 3 or 4 is
-  // 5; 6 at head dim 64).
+  // +-65504, and P rounded to f16). The decode kernel's rings (the plan's decode_stages): 2 or 3
+  // at head dim 128 (a forced 4 is 3), 4 at 64.
   bool kv_fp8 = false;
   int64_t num_blocks = 0;
   int block_size = 0;
