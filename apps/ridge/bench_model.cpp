@@ -297,6 +297,9 @@ void bench(BenchModelFlags& f) {
     perf::CostOptions o = perf::CostOptions::ridge(l, fused, pinned, fusions);
     o.precision = perf::Precision::of(cfg);
     if (on_gpu) o.precision = perf::Precision::named("bf16");  // the GPU runs bf16 weights
+    // The KV cache as allocated (--kv-dtype): an fp8 cache halves the attention's bytes.
+    const DTypeInfo& kv = dtype_info(bundle->kv_pool->dtype());
+    o.precision.kv_bytes = double(kv.block_bytes) / double(kv.block_elems);
     return o;
   };
   perf::CostOptions roof_opt;
