@@ -24,6 +24,7 @@ struct PlanFlags {
   std::string hardware_db;
   std::string prefill_hardware;
   std::string precision;
+  std::string kv_dtype;
   std::string isl = "1024", osl = "256";
   double rate = 1.0;
   double slo_ttft_ms = 1000, slo_tpot_ms = 50, attainment = 0.9;
@@ -68,6 +69,11 @@ void run(const PlanFlags& f) {
   req.hw = db.resolve(f.hardware);
   if (!f.prefill_hardware.empty()) req.prefill_hw = db.resolve(f.prefill_hardware);
   req.opt.precision = f.precision.empty() ? perf::Precision::of(req.model) : perf::Precision::named(f.precision);
+  if (!f.kv_dtype.empty()) {  // the KV cache's own dtype (ridge serve --kv-dtype)
+    const DTypeInfo& kv = dtype_info(dtype_from_name(f.kv_dtype));
+    req.opt.precision.kv_bytes = double(kv.block_bytes) / double(kv.block_elems);
+    req.opt.precision.name += "+kv-" + f.kv_dtype;
+  }
   req.workload.isl = perf::LengthDist::parse(f.isl);
   req.workload.osl = perf::LengthDist::parse(f.osl);
   req.workload.rate = f.rate;
@@ -110,6 +116,10 @@ void setup(CLI::App& sub) {
   sub.add_option("--prefill-hardware", f->prefill_hardware,
                  "also try disaggregated prefill on this device (e.g. rubin-cpx)");
   sub.add_option("--precision", f->precision, "bf16|fp16|w8a16|fp8|w4a16|fp4 (default: the model's weights, bf16 math)");
+  sub.add_option("--kv-dtype", f->kv_dtype,
+                 "KV cache dtype when it differs from the precision's (ridge serve --kv-dtype): f32, "
+                 "bf16, f16, fp8_e4m3")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "fp8_e4m3"}));
   sub.add_option("--isl", f->isl, "input length: N, uniform:LO:HI, normal:MEAN:SD, exp:MEAN or lognormal:MEAN:SIGMA (ShareGPT-like, as ridge bench serve)")->capture_default_str();
   sub.add_option("--osl", f->osl, "output length, same forms")->capture_default_str();
   sub.add_option("--rate", f->rate, "offered load, requests/s (Poisson) for the whole cluster")->capture_default_str();
