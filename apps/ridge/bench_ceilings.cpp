@@ -12,6 +12,7 @@
 
 #include "ridge/core/error.h"
 #include "ridge/perf/hardware.h"
+#include "common.h"
 #include "subcommand.h"
 #ifdef RIDGE_HAVE_PERF_GPU
 #include "ridge/perf/gpu/ceilings.h"
@@ -25,7 +26,6 @@ struct CeilingFlags {
   std::string base;  // "" : the database entry matching the GPU's name
   std::string json_out;
   bool quick = false;
-  std::vector<std::string> argv;
 };
 
 #ifdef RIDGE_HAVE_PERF_GPU
@@ -134,8 +134,7 @@ void run(const CeilingFlags& f) {
   std::string id = f.id;
   if (id.empty()) id = (base.empty() ? std::string("gpu") : base) + "-measured";
   nlohmann::json prof = perf::make_profile(id, base, dev.name + " (measured by ridge bench ceilings)", ms);
-  std::string cmd;
-  for (const auto& a : f.argv) cmd += (cmd.empty() ? "" : " ") + a;
+  const std::string cmd = ridge::app::command_line();
   nlohmann::json raw = {{"command", cmd},
                         {"date", now_utc()},
                         {"gpu", dev.name},
@@ -189,8 +188,6 @@ void setup(CLI::App& sub) {
   sub.add_option("--json-out", f->json_out, "also write the raw measurements as JSON");
   sub.add_flag("--quick", f->quick, "smaller buffers and fewer repeats (a smoke test, not a ceiling)");
   sub.callback([f, &sub] {
-    f->argv = {"ridge", "bench", "ceilings"};
-    for (const auto& r : sub.remaining()) f->argv.push_back(r);
     run(*f);
   });
 }

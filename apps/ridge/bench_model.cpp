@@ -53,7 +53,6 @@ struct BenchModelFlags {
   int profile_calls = 32;
   std::string calibrated_profile;
   std::string json_out;
-  std::vector<std::string> argv;
 };
 
 std::string now_utc() {
@@ -544,8 +543,7 @@ void bench(BenchModelFlags& f) {
   }
 
   if (!f.json_out.empty()) {
-    std::string cmd;
-    for (auto& a : f.argv) cmd += (cmd.empty() ? "" : " ") + a;
+    const std::string cmd = ridge::app::command_line();
     nlohmann::json jphases = nlohmann::json::array(), figures;
     for (const auto& p : phases) {
       nlohmann::json ops = nlohmann::json::array();
@@ -608,6 +606,7 @@ void bench(BenchModelFlags& f) {
                         {"pinned_staging", pinned},
                         {"date", now_utc()},
                         {"weight_bytes", bundle->weights->bytes()},
+                        {"kv_dtype", std::string(dtype_name(bundle->kv_pool->dtype()))},
                         {"phases", jphases},
                         {"implied_efficiency", eff},
                         {"figures", figures}};
@@ -643,8 +642,6 @@ void setup(CLI::App& sub) {
                  "write a hardware profile with the implied efficiencies (needs --profile-ops)");
   sub.add_option("--json-out", f->json_out, "write the figures, predictions and per-op times as JSON");
   sub.callback([f, &sub] {
-    f->argv = {"ridge", "bench", "model"};
-    for (const auto& r : sub.remaining()) f->argv.push_back(r);
     bench(*f);
   });
 }

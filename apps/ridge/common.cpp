@@ -1,8 +1,11 @@
 #include "common.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "ridge/core/error.h"
@@ -10,6 +13,15 @@
 namespace ridge::app {
 
 namespace fs = std::filesystem;
+
+std::string command_line() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  while (!raw.empty() && raw.back() == '\0') raw.pop_back();
+  if (raw.empty()) return "ridge";
+  std::replace(raw.begin(), raw.end(), '\0', ' ');
+  return raw;
+}
 
 std::string default_model_path() {
   if (const char* env = std::getenv("RIDGE_MODEL"); env && *env) return env;

@@ -15,6 +15,10 @@ namespace ridge::app {
 // directory or beside the ridge checkout the binary was built in.
 std::string default_model_path();
 
+// This process's command line as typed (from /proc/self/cmdline, arguments joined by spaces;
+// "ridge" where it cannot be read): what the benchmarks' JSON records as its command.
+std::string command_line();
+
 // -m/--model, --device, --threads, --ctx-size, --block-size, --kv-dtype, --prefill-chunk,
 // --cache-root, --no-tune, --gemm, --no-cuda-graphs, --fuse, --no-fusion, --no-pdl (the last
 // seven fill options.backend)
