@@ -621,7 +621,7 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
 template <int HD, int STAGES, bool FP8 = false>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>())
     paged_decode_kernel(const KernelArgs a) {
-  static_assert(STAGES >= 2 && STAGES <= 6, "2 to 6 ring stages");
+  static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 ring stages");
   // The fp32 merge scratch reuses the ring.
   static_assert(kWarps * kDecRows * (HD + 8) * 4 <=
                     decode_smem_bytes<HD, STAGES, FP8>() - kDecRows * smem_row<HD>() * 2,
