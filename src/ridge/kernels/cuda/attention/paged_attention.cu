@@ -1300,7 +1300,7 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   p.decode_stages = a.decode_stages ? a.decode_stages
                                     : default_decode_stages(a.head_dim, int(std::min<int64_t>(
                                                                             ctx_bound, 1 << 30)));
-  if (a.kv_fp8)  // the rings the fp8 forms come in (launch_decode_stages): deeper
+  if (a.kv_fp8)  // the rings the fp8 forms come in (launch_decode_stages)
     p.decode_stages = a.head_dim == 64 ? 4 : p.decode_stages <= 2 ? 2 : 3;
   p.block_rows = p.decode ? kDecRows
                            : general_rows_for(a.general_block_rows, rows_bound, general_blocks[1],
