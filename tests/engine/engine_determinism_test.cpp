@@ -144,11 +144,12 @@ TEST_F(EngineDeterminism, AloneEqualsAmongEightConcurrentOthers) {
     EXPECT_NEAR(m.seconds_forward_decode + m.seconds_forward_prefill, m.seconds_forward, 1e-6);
     EXPECT_GE(m.tokens_decode_steps, m.steps_decode);  // every decode step has a token
     EXPECT_GE(m.tokens_prefill_steps, m.prompt_tokens_total - m.prefix_hit_tokens);
-    if (m.preemptions == 0)  // every token computed once: the prompts (less cache hits) and
-                             // every generated token but each request's last
+    if (m.preemptions == 0) {  // every token computed once: the prompts (less cache hits) and
+                               // every generated token but each request's last
       EXPECT_EQ(m.tokens_decode_steps + m.tokens_prefill_steps,
                 m.prompt_tokens_total - m.prefix_hit_tokens + m.generation_tokens_total -
                     int64_t(reqs.size()));
+    }
   }
   double worst = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
