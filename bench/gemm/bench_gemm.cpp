@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -419,6 +420,80 @@ json run_ladder(int size, ridge::kernels::CublasLtGemm& cublas, const Ceilings& 
   return out;
 }
 
+// Custom shapes (--shapes MxNxK,...): cuBLASLt, the sm90 kernel's production choice and its
+// variants (tile width, raster, and a diagnostic that stores nothing: the main loop's time
+// alone). Every variant that stores is checked before it is timed.
+json run_variants(const std::vector<std::array<int, 3>>& shapes,
+                  ridge::kernels::CublasLtGemm& cublas, const Ceilings& c, size_t l2,
+                  cudaStream_t s) {
+  using namespace ridge::kernels;
+  json rows = json::array();
+  std::mt19937 rng(4321);
+  uint64_t seed = 9000;
+  struct Variant {
+    std::string name;
+    Sm90GemmOptions o;
+  };
+  std::vector<Variant> variants;
+  variants.push_back({"sm90", {}});
+  for (int bn : {128, 256}) {
+    Sm90GemmOptions o;
+    o.block_n = bn;
+    variants.push_back({"bn" + std::to_string(bn), o});
+  }
+  for (int g : {1, 4, 16}) {
+    Sm90GemmOptions o;
+    o.group_m = g;
+    variants.push_back({"group" + std::to_string(g), o});
+  }
+  {
+    Sm90GemmOptions o;
+    o.store = false;
+    variants.push_back({"nostore", o});
+  }
+  std::printf("\n%5s %6s %6s | %9s %7s |", "M", "N", "K", "cublas_us", "TF");
+  for (const auto& v : variants) std::printf(" %9s", v.name.c_str());
+  std::printf("   (us; TF of the best store variant)\n");
+  for (const auto& sh : shapes) {
+    const int M = sh[0], N = sh[1], K = sh[2];
+    Problem p(M, N, K, l2, 1, s, seed += 1000);
+    const double flops = 2.0 * M * double(N) * K;
+    const double bytes = 2.0 * (double(M) * K + double(N) * K + double(M) * N);
+    const Gemm ref = [&](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
+      cublas.run(X, W, Y, m, n, k, st);
+    };
+    const Measured mr = check_and_time(p, ref, true, s, rng);
+    json row = {{"M", M}, {"N", N}, {"K", K}, {"flops", flops},
+                {"cublas", measured_json(mr, flops, bytes, c)}};
+    std::printf("%5d %6d %6d | %9.2f %7.1f |", M, N, K, mr.us, flops / (mr.us * 1e-6) / 1e12);
+    double best = 1e30;
+    for (const auto& v : variants) {
+      const Sm90GemmOptions o = v.o;
+      const Gemm fn = [o](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
+        gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, o);
+      };
+      Measured m;
+      if (o.store) {
+        m = check_and_time(p, fn, false, s, rng);
+      } else {  // nothing to check: it writes nothing
+        m.ok = true;
+        m.us = time_launches([&](int i) { fn(p.x[i]->bf(), p.w[i]->bf(), p.y[i]->bf(), M, N, K, s); },
+                             p.sets, s);
+      }
+      row[v.name] = measured_json(m, flops, bytes, c);
+      if (m.ok && o.store) best = std::min(best, m.us);
+      if (m.ok)
+        std::printf(" %9.2f", m.us);
+      else
+        std::printf(" %9s", "FAIL");
+    }
+    std::printf("   %.1f TF, %.2fx cuBLAS\n", flops / (best * 1e-6) / 1e12, mr.us / best);
+    std::fflush(stdout);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 std::vector<int> parse_ints(const std::string& s) {
   std::vector<int> v;
   size_t pos = 0;
@@ -438,6 +513,7 @@ int main(int argc, char** argv) {
   std::string op = "gemm", models = "llama2-7b,llama3-8b",
               m_list = "1,8,16,32,64,128,512,2048,8192",
               json_path;
+  std::string custom_shapes;
   bool ladder = false, no_shapes = false;
   int ladder_size = 8192;
   app.add_option("--op", op, "operation (gemm)");
@@ -448,6 +524,8 @@ int main(int argc, char** argv) {
   app.add_option("--ladder-size", ladder_size, "ladder problem size");
   app.add_flag("--no-shapes", no_shapes, "skip the projection shape table");
   app.add_option("--json", json_path, "write results as JSON here");
+  app.add_option("--shapes", custom_shapes,
+                 "comma-separated MxNxK: time cuBLASLt and the sm90 kernel's variants on these");
   CLI11_PARSE(app, argc, argv);
   try {
     RIDGE_CHECK(op == "gemm", "--op {}: only gemm is implemented", op);
@@ -487,6 +565,21 @@ int main(int argc, char** argv) {
                 "read-only %.2f TB/s, cuBLASLt bf16 8192^3 %.1f TFLOP/s\n",
                 c.copy_tbps, c.memcpy_tbps, c.copy_kernel_tbps, c.read_tbps, c.cublas_tflops);
     if (ladder) out["ladder"] = run_ladder(ladder_size, cublas, c, prop.l2CacheSize, s);
+    if (!custom_shapes.empty()) {
+      std::vector<std::array<int, 3>> shapes;
+      for (size_t pos = 0; pos < custom_shapes.size();) {
+        size_t next = custom_shapes.find(',', pos);
+        if (next == std::string::npos) next = custom_shapes.size();
+        const std::string one = custom_shapes.substr(pos, next - pos);
+        std::array<int, 3> sh{};
+        RIDGE_CHECK(std::sscanf(one.c_str(), "%dx%dx%d", &sh[0], &sh[1], &sh[2]) == 3 &&
+                        sh[0] > 0 && sh[1] > 0 && sh[2] > 0,
+                    "--shapes: '{}' is not MxNxK with positive sizes", one);
+        shapes.push_back(sh);
+        pos = next + 1;
+      }
+      out["variants"] = run_variants(shapes, cublas, c, prop.l2CacheSize, s);
+    }
     if (!no_shapes) {
       std::vector<std::string> model_list;
       for (size_t pos = 0; pos <= models.size();) {

@@ -92,6 +92,9 @@ struct Sm90GemmOptions {
   int group_m = 8;          // grouped raster: GROUP_M tile rows walked column by column (1 = row order)
   int max_ctas = 0;         // persistent grid size; 0 = number of SMs
   int block_n = 0;          // output tile width 256 or 128; 0 = chosen by a wave model
+  // Diagnostic (bench only): false computes every tile and stores nothing, so that the
+  // benchmark can separate the epilogue's cost from the main loop's. Y is left untouched.
+  bool store = true;
 };
 void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                     cudaStream_t stream, const bf16* residual = nullptr,

@@ -48,7 +48,7 @@ struct Config {
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + slack to align
 };
 
-enum class Epilogue : int { kStore = 0, kSwiGLU = 1 };
+enum class Epilogue : int { kStore = 0, kSwiGLU = 1, kNone = 2 };
 
 struct TileCoord {
   int m;
@@ -168,7 +168,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 2(lane%4) + {0,1}); 4i+{2,3} the same columns 8 rows lower.
     const int row_base = tc.m * kBM + consumer * 64 + warp_in_group * 16 + (lane >> 2);
     const int col_base = tc.n * tile_n_cols + 2 * (lane & 3);
-    if (!swiglu) {
+    if (epilogue == static_cast<int>(Epilogue::kNone)) {
+      // Diagnostic: keep the accumulators live so that the main loop is not optimized away.
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) sum += acc[i];
+      if (sum == 12345.678f) Y[0] = __float2bfloat16(sum);
+    } else if (!swiglu) {
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {
         const int col = col_base + 8 * i;
@@ -213,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int BN>
 void launch_sm90_bn(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M,
-                    int out_n, int w_rows, int K, bool swiglu, int grid, int group_m,
+                    int out_n, int w_rows, int K, Epilogue epilogue, int grid, int group_m,
                     cudaStream_t stream) {
   const CUtensorMap tmap_x = detail::make_tensor_map_bf16(X, M, K, kBM, kBK);
   const CUtensorMap tmap_w = detail::make_tensor_map_bf16(W, w_rows, K, BN / 2, kBK);
@@ -221,8 +227,7 @@ void launch_sm90_bn(const bf16* X, const bf16* W, bf16* Y, const bf16* residual,
   RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
       gemm_sm90_ws_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   gemm_sm90_ws_kernel<BN><<<grid, kThreads, smem, stream>>>(
-      tmap_x, tmap_w, Y, residual, M, out_n, K,
-      static_cast<int>(swiglu ? Epilogue::kSwiGLU : Epilogue::kStore), group_m);
+      tmap_x, tmap_w, Y, residual, M, out_n, K, static_cast<int>(epilogue), group_m);
   RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -259,11 +264,13 @@ void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
     grid = std::min<long long>(grid, options.max_ctas > 0 ? options.max_ctas : sms);
   if (grid > 0x7fffffff) grid = 0x7fffffff;  // a non-persistent grid this large strides anyway
   const int group_m = std::max(1, options.group_m);
+  const Epilogue epilogue =
+      swiglu ? Epilogue::kSwiGLU : (options.store ? Epilogue::kStore : Epilogue::kNone);
   if (bn == 256)
-    launch_sm90_bn<256>(X, W, Y, residual, M, out_n, w_rows, K, swiglu, static_cast<int>(grid),
+    launch_sm90_bn<256>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, static_cast<int>(grid),
                         group_m, stream);
   else
-    launch_sm90_bn<128>(X, W, Y, residual, M, out_n, w_rows, K, swiglu, static_cast<int>(grid),
+    launch_sm90_bn<128>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, static_cast<int>(grid),
                         group_m, stream);
 }
 
