@@ -341,11 +341,16 @@ json run_ladder(int size, ridge::kernels::CublasLtGemm& cublas, const Ceilings& 
     std::string id, idea;
     Gemm fn;
   };
+  // Steps 3-4 store the epilogue from registers (as they were built); 6c is the production choice.
   Sm90GemmOptions nonpersistent;
   nonpersistent.persistent = false;
   nonpersistent.group_m = 1;
+  nonpersistent.tma_store = false;
   Sm90GemmOptions row_order;
   row_order.group_m = 1;
+  row_order.tma_store = false;
+  Sm90GemmOptions grouped;
+  grouped.tma_store = false;
   std::vector<Step> ladder = {
       {"1", "shared-memory tiled, CUDA cores", ridge::bench::ladder_smem_tiled},
       {"2", "TMA + wgmma, one warpgroup, one stage", ridge::bench::ladder_tma_wgmma},
@@ -358,6 +363,10 @@ json run_ladder(int size, ridge::kernels::CublasLtGemm& cublas, const Ceilings& 
          gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, row_order);
        }},
       {"4", "persistent, grouped raster (GROUP_M = 8)",
+       [=](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
+         gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, grouped);
+       }},
+      {"6c", "epilogue staged in shared memory, TMA stores drained under the next tile",
        [=](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
          gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, {});
        }}};
@@ -440,8 +449,16 @@ json run_variants(const std::vector<std::array<int, 3>>& shapes,
     Sm90GemmOptions o;
     o.block_n = bn;
     variants.push_back({"bn" + std::to_string(bn), o});
+    o.tma_store = false;
+    variants.push_back({"reg" + std::to_string(bn), o});
   }
-  for (int g : {1, 4, 16}) {
+  {
+    Sm90GemmOptions o;
+    o.block_n = 256;
+    o.stages = 3;
+    variants.push_back({"bn256s3", o});
+  }
+  for (int g : {1, 16}) {
     Sm90GemmOptions o;
     o.group_m = g;
     variants.push_back({"group" + std::to_string(g), o});

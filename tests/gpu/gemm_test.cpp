@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -212,40 +213,81 @@ TEST(GemmSm90, MatchesReference) {
     check_problem(Kernel::kSm90, problems[i], seed++);
 }
 
-// Non-persistent 256-wide tiles in row order against a 5-CTA persistent grid of 128-wide tiles
-// in grouped order: same function, each checked against the reference.
-TEST(GemmSm90, TileShapesAndSchedulesAgree) {
+// Every configuration of the sm90 kernel (tile width, ring depth, register or TMA-store epilogue,
+// persistent or not, raster, grid size) on one uneven problem: each against the reference, and
+// the two epilogues of one tile width bitwise equal (same main loop, same roundings).
+TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
-  const int M = 1000, N = 1536, K = 1024;  // 8 × 6 tiles, uneven against a 5-CTA grid
+  const int M = 1000, N = 1544, K = 1024;  // 8 × 7 tiles, a partial last row and column of tiles
   std::mt19937 rng(7);
   auto hX = random_bf16(static_cast<size_t>(M) * K, rng);
   auto hW = random_bf16(static_cast<size_t>(N) * K, rng);
-  DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y1(static_cast<size_t>(M) * N),
-      Y2(static_cast<size_t>(M) * N);
+  DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y(static_cast<size_t>(M) * N);
   CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(Y1.ptr, 0xFF, Y1.count * 2));
-  CUDA_OK(cudaMemset(Y2.ptr, 0xFF, Y2.count * 2));
-  ridge::kernels::Sm90GemmOptions a, b;
-  a.persistent = false;
-  a.group_m = 1;
-  a.block_n = 256;
-  b.max_ctas = 5;
-  b.group_m = 3;
-  b.block_n = 128;
-  ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y1.ptr, M, N, K, nullptr, nullptr, a);
-  ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y2.ptr, M, N, K, nullptr, nullptr, b);
-  CUDA_OK(cudaDeviceSynchronize());
-  std::vector<bf16> h1(Y1.count), h2(Y2.count);
-  CUDA_OK(cudaMemcpy(h1.data(), Y1.ptr, Y1.count * 2, cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(h2.data(), Y2.ptr, Y2.count * 2, cudaMemcpyDeviceToHost));
   const auto ref = reference(hX, hW, nullptr, M, N, K);
-  for (const auto* h : {&h1, &h2}) {
-    const Result r = compare(*h, ref);
+  struct Config {
+    const char* name;
+    int block_n, stages;
+    bool tma_store, persistent;
+    int group_m, max_ctas;
+  };
+  const Config configs[] = {
+      {"256 reg, one CTA per tile, row order", 256, 4, false, false, 1, 0},
+      {"256 tma 4 stages, 5 CTAs, grouped", 256, 4, true, true, 3, 5},
+      {"256 tma 3 stages, 7 CTAs", 256, 3, true, true, 8, 7},
+      {"128 reg, 5 CTAs", 128, 6, false, true, 3, 5},
+      {"128 tma, one CTA per tile", 128, 6, true, false, 1, 0}};
+  std::vector<std::vector<bf16>> out;
+  for (const auto& c : configs) {
+    SCOPED_TRACE(c.name);
+    ridge::kernels::Sm90GemmOptions o;
+    o.block_n = c.block_n;
+    o.stages = c.stages;
+    o.tma_store = c.tma_store;
+    o.persistent = c.persistent;
+    o.group_m = c.group_m;
+    o.max_ctas = c.max_ctas;
+    CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
+    ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, M, N, K, nullptr, nullptr, o);
+    CUDA_OK(cudaDeviceSynchronize());
+    out.emplace_back(Y.count);
+    CUDA_OK(cudaMemcpy(out.back().data(), Y.ptr, Y.count * 2, cudaMemcpyDeviceToHost));
+    const Result r = compare(out.back(), ref);
     EXPECT_EQ(r.non_finite, 0u);
     EXPECT_LT(r.rel_err, kTolerance);
   }
+  auto bits_differ = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
+    size_t d = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      d += reinterpret_cast<const uint16_t*>(a.data())[i] !=
+           reinterpret_cast<const uint16_t*>(b.data())[i];
+    return d;
+  };
+  EXPECT_EQ(bits_differ(out[0], out[1]), 0u) << "BN 256: TMA-store epilogue vs register stores";
+  EXPECT_EQ(bits_differ(out[0], out[2]), 0u) << "BN 256: 3 vs 4 stages";
+  EXPECT_EQ(bits_differ(out[3], out[4]), 0u) << "BN 128: TMA-store epilogue vs register stores";
+}
+
+TEST(GemmSm90, RefusesUnknownConfigurations) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  DeviceBuffer<bf16> X(4096), W(4096), Y(4096);
+  ridge::kernels::Sm90GemmOptions o;
+  o.block_n = 128;
+  o.stages = 3;  // 3 stages exist only for BN 256 with the TMA-store epilogue
+  EXPECT_THROW(ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, 8, 64, 64, nullptr, nullptr, o),
+               ridge::Error);
+  o.block_n = 256;
+  o.tma_store = false;
+  EXPECT_THROW(ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, 8, 64, 64, nullptr, nullptr, o),
+               ridge::Error);
+  o.block_n = 192;
+  o.stages = 0;
+  EXPECT_THROW(ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, 8, 64, 64, nullptr, nullptr, o),
+               ridge::Error);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // nothing was launched
 }
 
 TEST(Gemm, DispatchMatchesReference) {
@@ -256,32 +298,36 @@ TEST(Gemm, DispatchMatchesReference) {
   for (const auto& p : problems) check_problem(Kernel::kDispatch, p, seed++);
 }
 
+// M = 130, F = 384 runs 128-wide tiles; M = 1000, F = 2048 (128 tiles of 256) 256-wide ones.
 TEST(GemmSwiGLU, MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
-  const int M = 130, F = 384, K = 520;
-  std::mt19937 rng(11);
-  auto hX = random_bf16(static_cast<size_t>(M) * K, rng);
-  auto hW = random_bf16(static_cast<size_t>(2 * F) * K, rng);
-  DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y(static_cast<size_t>(M) * F);
-  CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
-  ridge::kernels::gemm_bf16_swiglu(X.ptr, W.ptr, Y.ptr, M, F, K, nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
-  std::vector<bf16> hY(Y.count);
-  CUDA_OK(cudaMemcpy(hY.data(), Y.ptr, Y.count * 2, cudaMemcpyDeviceToHost));
-  const auto gu = reference(hX, hW, nullptr, M, 2 * F, K);
-  std::vector<double> ref(static_cast<size_t>(M) * F);
-  for (int m = 0; m < M; ++m)
-    for (int f = 0; f < F; ++f) {
-      const double g = gu[static_cast<size_t>(m) * 2 * F + f];
-      const double u = gu[static_cast<size_t>(m) * 2 * F + F + f];
-      ref[static_cast<size_t>(m) * F + f] = g / (1 + std::exp(-g)) * u;
-    }
-  const Result r = compare(hY, ref);
-  EXPECT_EQ(r.non_finite, 0u);
-  EXPECT_LT(r.rel_err, kTolerance);
+  for (const auto [M, F, K] : {std::array<int, 3>{130, 384, 520}, std::array<int, 3>{1000, 2048, 264}}) {
+    SCOPED_TRACE(::testing::Message() << "M=" << M << " F=" << F << " K=" << K);
+    std::mt19937 rng(11 + M);
+    auto hX = random_bf16(static_cast<size_t>(M) * K, rng);
+    auto hW = random_bf16(static_cast<size_t>(2 * F) * K, rng);
+    DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y(static_cast<size_t>(M) * F);
+    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
+    ridge::kernels::gemm_bf16_swiglu(X.ptr, W.ptr, Y.ptr, M, F, K, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<bf16> hY(Y.count);
+    CUDA_OK(cudaMemcpy(hY.data(), Y.ptr, Y.count * 2, cudaMemcpyDeviceToHost));
+    const auto gu = reference(hX, hW, nullptr, M, 2 * F, K);
+    std::vector<double> ref(static_cast<size_t>(M) * F);
+    for (int m = 0; m < M; ++m)
+      for (int f = 0; f < F; ++f) {
+        const double g = gu[static_cast<size_t>(m) * 2 * F + f];
+        const double u = gu[static_cast<size_t>(m) * 2 * F + F + f];
+        ref[static_cast<size_t>(m) * F + f] = g / (1 + std::exp(-g)) * u;
+      }
+    const Result r = compare(hY, ref);
+    EXPECT_EQ(r.non_finite, 0u);
+    EXPECT_LT(r.rel_err, kTolerance);
+    if (std::getenv("RIDGE_GEMM_TEST_SMALL")) break;
+  }
 }
 
 TEST(Gemm, RefusesUnsupportedShapes) {

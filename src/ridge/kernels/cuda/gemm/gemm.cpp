@@ -77,7 +77,14 @@ void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                     cudaStream_t stream, const bf16* residual, const Sm90GemmOptions& options) {
   check_common("gemm_bf16_sm90", X, W, Y, residual, M, N, K);
   check_sm90("gemm_bf16_sm90");
-  detail::launch_sm90(X, W, Y, residual, M, N, N, K, false, options, stream);
+  const int bn = options.block_n, st = options.stages;
+  RIDGE_CHECK(bn == 0 || bn == 128 || bn == 256, "gemm_bf16_sm90: block_n {} is not 0, 128 or 256",
+              bn);
+  RIDGE_CHECK(st == 0 || (st == 3 && bn == 256 && options.tma_store) || (st == 4 && bn == 256) ||
+                  (st == 6 && bn == 128),
+              "gemm_bf16_sm90: {} stages with block_n {}{}: the configurations are BN 256 with 4 "
+              "stages (or 3 with the TMA-store epilogue) and BN 128 with 6 (0 = the default)",
+              st, bn, options.tma_store ? "" : " and register stores");
 }
 
 void gemm_bf16_swiglu(const bf16* X, const bf16* W_gate_up, bf16* Out, int M, int F, int K,

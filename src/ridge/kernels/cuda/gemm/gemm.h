@@ -92,6 +92,10 @@ struct Sm90GemmOptions {
   int group_m = 8;          // grouped raster: GROUP_M tile rows walked column by column (1 = row order)
   int max_ctas = 0;         // persistent grid size; 0 = number of SMs
   int block_n = 0;          // output tile width 256 or 128; 0 = chosen by a wave model
+  // Epilogue: true stages each 64×64 output box in shared memory and writes it with a TMA store
+  // that drains while the next tile's main loop runs; false stores from registers.
+  bool tma_store = true;
+  int stages = 0;  // ring depth: BN 256 → 4 (or 3, with room to stage a whole tile), BN 128 → 6
   // Diagnostic (bench only): false computes every tile and stores nothing, so that the
   // benchmark can separate the epilogue's cost from the main loop's. Y is left untouched.
   bool store = true;

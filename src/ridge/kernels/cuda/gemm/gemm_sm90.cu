@@ -34,18 +34,23 @@ constexpr int kBK = 64;
 constexpr int kConsumers = 2;
 constexpr int kThreads = 128 * (kConsumers + 1);
 
-// BN (256 or 128) output columns per tile; the ring keeps ~192 KiB of shared memory in flight.
-template <int BN>
+// BN (256 or 128) output columns per tile; STAGES ring stages of (128 + BN) × 64 operands;
+// SLOTS 64×64 bf16 staging boxes per consumer for the TMA-store epilogue (0: the epilogue stores
+// from registers straight to global memory). The configurations used keep ≤ 224 KiB in flight.
+template <int BN, int STAGES, int SLOTS>
 struct Config {
-  static constexpr int kStages = BN == 256 ? 4 : 6;
+  static constexpr int kStages = STAGES;
   static constexpr uint32_t kStageBytes = (kBM + BN) * kBK * sizeof(bf16);
+  static constexpr int kBoxElems = 64 * 64;
   struct alignas(1024) SharedStorage {
     bf16 a[kStages][kBM * kBK];
     bf16 b[kStages][BN * kBK];
+    bf16 c[SLOTS > 0 ? kConsumers * SLOTS * kBoxElems : 8];  // 1024-aligned: a, b are 16 KiB multiples
     uint64_t full[kStages];
     uint64_t empty[kStages];
   };
   static constexpr size_t kSmemBytes = sizeof(SharedStorage) + 1024;  // + slack to align
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
 };
 
 enum class Epilogue : int { kStore = 0, kSwiGLU = 1, kNone = 2 };
@@ -67,15 +72,22 @@ __device__ __forceinline__ TileCoord tile_coord(int tile, int tiles_m, int tiles
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
 
-// out_n: columns of Y (N, or F for SwiGLU); w_second_row_offset: where the second 128-row box
-// of a W tile starts relative to the first (128 for a plain tile, F for the up half).
-template <int BN>
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// out_n: columns of Y (N, or F for SwiGLU). The W tile is two BN/2-row boxes: rows
+// [n0, n0 + BN/2) and, for a plain tile, the next BN/2 rows, for SwiGLU the up rows F + n0.
+// tmap_y (SLOTS > 0): Y [M, out_n] in 64×64 boxes with 128-byte swizzle.
+template <int BN, int STAGES, int SLOTS>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_ws_kernel(const __grid_constant__ CUtensorMap tmap_x,
-                        const __grid_constant__ CUtensorMap tmap_w, bf16* Y,
+                        const __grid_constant__ CUtensorMap tmap_w,
+                        const __grid_constant__ CUtensorMap tmap_y, bf16* Y,
                         const bf16* residual, int M, int out_n, int K, int epilogue,
                         int group_m) {
-  using Cfg = Config<BN>;
+  using Cfg = Config<BN, STAGES, SLOTS>;
   constexpr int kStages = Cfg::kStages;
   constexpr int kBN = BN;
   extern __shared__ uint8_t smem_raw[];
@@ -129,6 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x & 31;
   const int warp_in_group = (threadIdx.x / 32) & 3;
   const bool release_thread = lane == 0;
+  const bool store_thread = (threadIdx.x & 127) == 0;  // issues this consumer's TMA stores
   float acc[kBN / 2];
   int stage = 0;
   uint32_t phase = 0;
@@ -165,69 +178,117 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (release_thread) mbar_arrive(&s.empty[prev_stage]);
 
     // Accumulator fragment of m64nN: register 4i+{0,1} holds (row 16w + lane/4, cols 8i +
-    // 2(lane%4) + {0,1}); 4i+{2,3} the same columns 8 rows lower.
+    // 2(lane%4) + {0,1}); 4i+{2,3} the same columns 8 rows lower. For SwiGLU, columns [0, BN/2)
+    // of the tile are gate, [BN/2, BN) the matching up columns (BN/16 groups of 4 registers
+    // further in the same thread).
     const int row_base = tc.m * kBM + consumer * 64 + warp_in_group * 16 + (lane >> 2);
     const int col_base = tc.n * tile_n_cols + 2 * (lane & 3);
+    // The two bf16 outputs of register pair (i, h) (residual added, SwiGLU applied).
+    auto outputs = [&](int i, int h, int row, int col) -> uint32_t {
+      if (swiglu) {
+        const float g0 = acc[4 * i + 2 * h], g1 = acc[4 * i + 2 * h + 1];
+        // (i < BN/16 here; the modulo keeps unreachable unrolled copies inside the array)
+        const int iu = (i + kBN / 16) % (kBN / 8);
+        const float u0 = acc[4 * iu + 2 * h];
+        const float u1 = acc[4 * iu + 2 * h + 1];
+        return pack_bf16x2(silu(g0) * u0, silu(g1) * u1);
+      }
+      float v0 = acc[4 * i + 2 * h];
+      float v1 = acc[4 * i + 2 * h + 1];
+      if (residual != nullptr && row < M && col < out_n) {
+        const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(
+            residual + static_cast<size_t>(row) * out_n + col);
+        v0 += __low2float(r);
+        v1 += __high2float(r);
+      }
+      return pack_bf16x2(v0, v1);
+    };
     if (epilogue == static_cast<int>(Epilogue::kNone)) {
       // Diagnostic: keep the accumulators live so that the main loop is not optimized away.
       float sum = 0.f;
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) sum += acc[i];
       if (sum == 12345.678f) Y[0] = __float2bfloat16(sum);
-    } else if (!swiglu) {
+    } else if constexpr (SLOTS == 0) {
 #pragma unroll
       for (int i = 0; i < kBN / 8; ++i) {
+        if (swiglu && i >= kBN / 16) break;
         const int col = col_base + 8 * i;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = row_base + 8 * h;
           if (row < M && col < out_n) {
-            const size_t idx = static_cast<size_t>(row) * out_n + col;
-            float v0 = acc[4 * i + 2 * h];
-            float v1 = acc[4 * i + 2 * h + 1];
-            if (residual != nullptr) {
-              const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(residual + idx);
-              v0 += __low2float(r);
-              v1 += __high2float(r);
-            }
-            *reinterpret_cast<__nv_bfloat162*>(Y + idx) = __floats2bfloat162_rn(v0, v1);
+            const uint32_t v = outputs(i, h, row, col);
+            *reinterpret_cast<uint32_t*>(Y + static_cast<size_t>(row) * out_n + col) = v;
           }
         }
       }
     } else {
-      // Columns [0, BN/2) of the tile are gate, [BN/2, BN) the matching up columns (BN/16
-      // groups of 4 registers further in the same thread).
+      // TMA-store epilogue: the tile goes out in 64×64 boxes staged in this consumer's SLOTS
+      // shared-memory boxes (128-byte swizzle: 16-byte chunk c of row r sits at chunk c ^ (r%8),
+      // so a warp's 32 four-byte writes hit 32 banks). The stores drain while the next tile's
+      // main loop runs; a slot is rewritten only after the store that read it has read it.
+      const int row0 = tc.m * kBM + consumer * 64;
+      const int col0 = tc.n * tile_n_cols;
+      const int boxes = row0 < M ? min(tile_n_cols, out_n - col0 + 63) / 64 : 0;  // WG-uniform
+      const int r_lo = warp_in_group * 16 + (lane >> 2);  // row in the box (and +8)
+      const uint32_t slot_base = smem_addr(s.c + consumer * SLOTS * Cfg::kBoxElems);
 #pragma unroll
-      for (int i = 0; i < kBN / 16; ++i) {
-        const int col = col_base + 8 * i;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row_base + 8 * h;
-          if (row < M && col < out_n) {
-            const size_t idx = static_cast<size_t>(row) * out_n + col;
-            const float g0 = acc[4 * i + 2 * h], g1 = acc[4 * i + 2 * h + 1];
-            const float u0 = acc[4 * (i + kBN / 16) + 2 * h];
-            const float u1 = acc[4 * (i + kBN / 16) + 2 * h + 1];
-            *reinterpret_cast<__nv_bfloat162*>(Y + idx) =
-                __floats2bfloat162_rn(silu(g0) * u0, silu(g1) * u1);
+      for (int bx = 0; bx < kBN / 64; ++bx) {
+        if (bx >= boxes) break;
+        if (bx == 0 || bx >= SLOTS) {
+          // Slot bx % SLOTS is free once at most SLOTS - 1 newer stores are still reading
+          // (bx = 0: every store of the previous tile has read its slot).
+          if (store_thread) {
+            if (bx == 0)
+              bulk_wait_read<0>();
+            else
+              bulk_wait_read<SLOTS - 1>();
           }
+          named_barrier(1 + consumer, 128);
+        }
+        const uint32_t box = slot_base + (bx % SLOTS) * Cfg::kBoxElems * sizeof(bf16);
+#pragma unroll
+        for (int ci = 0; ci < 8; ++ci) {
+          const int i = 8 * bx + ci;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = r_lo + 8 * h;
+            const uint32_t v = outputs(i, h, row_base + 8 * h, col_base + 8 * i);
+            st_shared_b32(box + r * 128 + ((ci ^ (r & 7)) << 4) + ((lane & 3) << 2), v);
+          }
+        }
+        fence_proxy_async();
+        named_barrier(1 + consumer, 128);
+        if (store_thread) {
+          tma_store_2d(&tmap_y, s.c + (consumer * SLOTS + bx % SLOTS) * Cfg::kBoxElems,
+                       col0 + 64 * bx, row0);
+          bulk_commit();
         }
       }
     }
   }
+  if constexpr (SLOTS > 0) {
+    if (store_thread) bulk_wait_all();  // the staging boxes stay valid until the stores read them
+  }
 }
 
-template <int BN>
-void launch_sm90_bn(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M,
-                    int out_n, int w_rows, int K, Epilogue epilogue, int grid, int group_m,
-                    cudaStream_t stream) {
+template <int BN, int STAGES, int SLOTS>
+void launch_config(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M,
+                   int out_n, int w_rows, int K, Epilogue epilogue, int grid, int group_m,
+                   cudaStream_t stream) {
+  using Cfg = Config<BN, STAGES, SLOTS>;
   const CUtensorMap tmap_x = detail::make_tensor_map_bf16(X, M, K, kBM, kBK);
   const CUtensorMap tmap_w = detail::make_tensor_map_bf16(W, w_rows, K, BN / 2, kBK);
-  constexpr size_t smem = Config<BN>::kSmemBytes;
+  // Y's map only matters to the TMA-store epilogue (a dummy copy of X's otherwise).
+  const CUtensorMap tmap_y =
+      SLOTS > 0 ? detail::make_tensor_map_bf16(Y, M, out_n, 64, 64) : tmap_x;
+  constexpr size_t smem = Cfg::kSmemBytes;
+  auto kernel = gemm_sm90_ws_kernel<BN, STAGES, SLOTS>;
   RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
-      gemm_sm90_ws_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  gemm_sm90_ws_kernel<BN><<<grid, kThreads, smem, stream>>>(
-      tmap_x, tmap_w, Y, residual, M, out_n, K, static_cast<int>(epilogue), group_m);
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, stream>>>(tmap_x, tmap_w, tmap_y, Y, residual, M, out_n, K,
+                                           static_cast<int>(epilogue), group_m);
   RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -266,12 +327,19 @@ void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
   const int group_m = std::max(1, options.group_m);
   const Epilogue epilogue =
       swiglu ? Epilogue::kSwiGLU : (options.store ? Epilogue::kStore : Epilogue::kNone);
-  if (bn == 256)
-    launch_sm90_bn<256>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, static_cast<int>(grid),
-                        group_m, stream);
+  const int g = static_cast<int>(grid);
+  // (tile width, ring stages, staging boxes): the instantiated configurations (the options were
+  // checked by gemm_bf16_sm90).
+  if (bn == 256 && !options.tma_store)
+    launch_config<256, 4, 0>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, g, group_m, stream);
+  else if (bn == 256 && options.stages == 3)
+    launch_config<256, 3, 4>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, g, group_m, stream);
+  else if (bn == 256)
+    launch_config<256, 4, 2>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, g, group_m, stream);
+  else if (options.tma_store)
+    launch_config<128, 6, 2>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, g, group_m, stream);
   else
-    launch_sm90_bn<128>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, static_cast<int>(grid),
-                        group_m, stream);
+    launch_config<128, 6, 0>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, g, group_m, stream);
 }
 
 }  // namespace detail
