@@ -85,6 +85,7 @@ void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
               "gemm_bf16_sm90: {} stages with block_n {}{}: the configurations are BN 256 with 4 "
               "stages (or 3 with the TMA-store epilogue) and BN 128 with 6 (0 = the default)",
               st, bn, options.tma_store ? "" : " and register stores");
+  detail::launch_sm90(X, W, Y, residual, M, N, N, K, false, options, stream);
 }
 
 void gemm_bf16_swiglu(const bf16* X, const bf16* W_gate_up, bf16* Out, int M, int F, int K,
