@@ -432,9 +432,10 @@ json run_ladder(int size, ridge::kernels::CublasLtGemm& cublas, const Ceilings& 
 // Custom shapes (--shapes MxNxK,...): cuBLASLt, the sm90 kernel's production choice and its
 // variants (tile width, raster, and a diagnostic that stores nothing: the main loop's time
 // alone). Every variant that stores is checked before it is timed.
+// once: one launch of each (no check, no timing), for a profiler (ncu) to measure.
 json run_variants(const std::vector<std::array<int, 3>>& shapes,
                   ridge::kernels::CublasLtGemm& cublas, const Ceilings& c, size_t l2,
-                  cudaStream_t s) {
+                  cudaStream_t s, bool once) {
   using namespace ridge::kernels;
   json rows = json::array();
   std::mt19937 rng(4321);
@@ -479,6 +480,14 @@ json run_variants(const std::vector<std::array<int, 3>>& shapes,
     const Gemm ref = [&](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
       cublas.run(X, W, Y, m, n, k, st);
     };
+    if (once) {
+      std::printf("%dx%dx%d: one launch each of cuBLASLt and the sm90 variants\n", M, N, K);
+      ref(p.x[0]->bf(), p.w[0]->bf(), p.y[0]->bf(), M, N, K, s);
+      for (const auto& v : variants)
+        gemm_bf16_sm90(p.x[0]->bf(), p.w[0]->bf(), p.y[0]->bf(), M, N, K, s, nullptr, v.o);
+      CK(cudaStreamSynchronize(s));
+      continue;
+    }
     const Measured mr = check_and_time(p, ref, true, s, rng);
     json row = {{"M", M}, {"N", N}, {"K", K}, {"flops", flops},
                 {"cublas", measured_json(mr, flops, bytes, c)}};
@@ -531,7 +540,7 @@ int main(int argc, char** argv) {
               m_list = "1,8,16,32,64,128,512,2048,8192",
               json_path;
   std::string custom_shapes;
-  bool ladder = false, no_shapes = false;
+  bool ladder = false, no_shapes = false, once = false;
   int ladder_size = 8192;
   app.add_option("--op", op, "operation (gemm)");
   app.add_option("--models", models,
@@ -543,6 +552,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write results as JSON here");
   app.add_option("--shapes", custom_shapes,
                  "comma-separated MxNxK: time cuBLASLt and the sm90 kernel's variants on these");
+  app.add_flag("--once", once,
+               "with --shapes: no ceilings, no checks, no timing; one launch of each kernel (for "
+               "a profiler)");
   CLI11_PARSE(app, argc, argv);
   try {
     RIDGE_CHECK(op == "gemm", "--op {}: only gemm is implemented", op);
@@ -574,7 +586,7 @@ int main(int argc, char** argv) {
                    {"gpu_state_before", gpu_state()}};
     std::printf("%s, %d SMs, L2 %d MB; state: %s\n", prop.name, prop.multiProcessorCount,
                 prop.l2CacheSize >> 20, gpu_state().c_str());
-    const Ceilings c = measure_ceilings();
+    const Ceilings c = once ? Ceilings{} : measure_ceilings();
     out["ceilings"] = {{"copy_tbps", c.copy_tbps}, {"memcpy_tbps", c.memcpy_tbps},
                        {"copy_kernel_tbps", c.copy_kernel_tbps}, {"read_tbps", c.read_tbps},
                        {"cublas_bf16_8192_tflops", c.cublas_tflops}};
@@ -595,7 +607,7 @@ int main(int argc, char** argv) {
         shapes.push_back(sh);
         pos = next + 1;
       }
-      out["variants"] = run_variants(shapes, cublas, c, prop.l2CacheSize, s);
+      out["variants"] = run_variants(shapes, cublas, c, prop.l2CacheSize, s, once);
     }
     if (!no_shapes) {
       std::vector<std::string> model_list;
