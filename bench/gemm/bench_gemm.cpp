@@ -459,6 +459,12 @@ json run_variants(const std::vector<std::array<int, 3>>& shapes,
     o.stages = 3;
     variants.push_back({"bn256s3", o});
   }
+  for (int bn : {0, 128, 256}) {
+    Sm90GemmOptions o;
+    o.block_n = bn;
+    o.cluster_m = 2;
+    variants.push_back({bn ? "cl2bn" + std::to_string(bn) : "cl2", o});
+  }
   for (int g : {1, 16}) {
     Sm90GemmOptions o;
     o.group_m = g;

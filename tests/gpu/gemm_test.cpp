@@ -219,7 +219,8 @@ TEST(GemmSm90, MatchesReference) {
 TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
-  const int M = 1000, N = 1544, K = 1024;  // 8 × 7 tiles, a partial last row and column of tiles
+  const int M = 1100, N = 1544, K = 1024;  // 9 × 7 tiles (an odd count of tile rows for the
+                                           // clusters of two), partial last row and column
   std::mt19937 rng(7);
   auto hX = random_bf16(static_cast<size_t>(M) * K, rng);
   auto hW = random_bf16(static_cast<size_t>(N) * K, rng);
@@ -231,14 +232,17 @@ TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
     const char* name;
     int block_n, stages;
     bool tma_store, persistent;
-    int group_m, max_ctas;
+    int group_m, max_ctas, cluster_m;
   };
   const Config configs[] = {
-      {"256 reg, one CTA per tile, row order", 256, 4, false, false, 1, 0},
-      {"256 tma 4 stages, 5 CTAs, grouped", 256, 4, true, true, 3, 5},
-      {"256 tma 3 stages, 7 CTAs", 256, 3, true, true, 8, 7},
-      {"128 reg, 5 CTAs", 128, 6, false, true, 3, 5},
-      {"128 tma, one CTA per tile", 128, 6, true, false, 1, 0}};
+      {"256 reg, one CTA per tile, row order", 256, 4, false, false, 1, 0, 1},
+      {"256 tma 4 stages, 5 CTAs, grouped", 256, 4, true, true, 3, 5, 1},
+      {"256 tma 3 stages, 7 CTAs", 256, 3, true, true, 8, 7, 1},
+      {"128 reg, 5 CTAs", 128, 6, false, true, 3, 5, 1},
+      {"128 tma, one CTA per tile", 128, 6, true, false, 1, 0, 1},
+      {"256 tma, clusters of 2, 3 clusters", 256, 4, true, true, 3, 6, 2},
+      {"128 tma, clusters of 2, one cluster per pair of tiles", 128, 6, true, false, 1, 0, 2},
+      {"256 tma, clusters of 2, all SMs", 256, 4, true, true, 8, 0, 2}};
   std::vector<std::vector<bf16>> out;
   for (const auto& c : configs) {
     SCOPED_TRACE(c.name);
@@ -249,6 +253,7 @@ TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
     o.persistent = c.persistent;
     o.group_m = c.group_m;
     o.max_ctas = c.max_ctas;
+    o.cluster_m = c.cluster_m;
     CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
     ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, M, N, K, nullptr, nullptr, o);
     CUDA_OK(cudaDeviceSynchronize());
@@ -268,6 +273,9 @@ TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
   EXPECT_EQ(bits_differ(out[0], out[1]), 0u) << "BN 256: TMA-store epilogue vs register stores";
   EXPECT_EQ(bits_differ(out[0], out[2]), 0u) << "BN 256: 3 vs 4 stages";
   EXPECT_EQ(bits_differ(out[3], out[4]), 0u) << "BN 128: TMA-store epilogue vs register stores";
+  EXPECT_EQ(bits_differ(out[0], out[5]), 0u) << "BN 256: clusters of 2 vs 1";
+  EXPECT_EQ(bits_differ(out[0], out[7]), 0u) << "BN 256: clusters of 2 on every SM vs 1";
+  EXPECT_EQ(bits_differ(out[3], out[6]), 0u) << "BN 128: clusters of 2 vs 1";
 }
 
 TEST(GemmSm90, RefusesUnknownConfigurations) {
@@ -283,8 +291,17 @@ TEST(GemmSm90, RefusesUnknownConfigurations) {
   o.tma_store = false;
   EXPECT_THROW(ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, 8, 64, 64, nullptr, nullptr, o),
                ridge::Error);
-  o.block_n = 192;
+  o.block_n = 256;
   o.stages = 0;
+  o.cluster_m = 2;  // clusters need the TMA-store epilogue
+  EXPECT_THROW(ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, 8, 64, 64, nullptr, nullptr, o),
+               ridge::Error);
+  o.tma_store = true;
+  o.cluster_m = 4;
+  EXPECT_THROW(ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, 8, 64, 64, nullptr, nullptr, o),
+               ridge::Error);
+  o.cluster_m = 1;
+  o.block_n = 192;
   EXPECT_THROW(ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, 8, 64, 64, nullptr, nullptr, o),
                ridge::Error);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // nothing was launched

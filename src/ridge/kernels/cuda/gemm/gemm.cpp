@@ -85,6 +85,9 @@ void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
               "gemm_bf16_sm90: {} stages with block_n {}{}: the configurations are BN 256 with 4 "
               "stages (or 3 with the TMA-store epilogue) and BN 128 with 6 (0 = the default)",
               st, bn, options.tma_store ? "" : " and register stores");
+  RIDGE_CHECK(options.cluster_m == 1 || (options.cluster_m == 2 && options.tma_store && st != 3),
+              "gemm_bf16_sm90: cluster_m {} (1, or 2 with the TMA-store epilogue and the default "
+              "stages)", options.cluster_m);
   detail::launch_sm90(X, W, Y, residual, M, N, N, K, false, options, stream);
 }
 

@@ -96,6 +96,9 @@ struct Sm90GemmOptions {
   // that drains while the next tile's main loop runs; false stores from registers.
   bool tma_store = true;
   int stages = 0;  // ring depth: BN 256 → 4 (or 3, with room to stage a whole tile), BN 128 → 6
+  // 2: clusters of two CTAs on vertically adjacent tiles share each W tile through TMA multicast
+  // (L2 delivers it once per pair); needs the TMA-store epilogue and 4/6 stages.
+  int cluster_m = 1;
   // Diagnostic (bench only): false computes every tile and stores nothing, so that the
   // benchmark can separate the epilogue's cost from the main loop's. Y is left untouched.
   bool store = true;

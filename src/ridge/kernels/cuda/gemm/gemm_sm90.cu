@@ -80,13 +80,18 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // out_n: columns of Y (N, or F for SwiGLU). The W tile is two BN/2-row boxes: rows
 // [n0, n0 + BN/2) and, for a plain tile, the next BN/2 rows, for SwiGLU the up rows F + n0.
 // tmap_y (SLOTS > 0): Y [M, out_n] in 64×64 boxes with 128-byte swizzle.
-template <int BN, int STAGES, int SLOTS>
+// CM = 2: clusters of two CTAs on vertically adjacent tiles (same W tile). Each CTA loads its own
+// X tile and one of the two W boxes, multicast into both CTAs' shared memory, so L2 delivers
+// each W tile once per pair; a stage is refilled only after the consumers of both CTAs released
+// it (each consumer warp arrives on both CTAs' `empty` barriers).
+template <int BN, int STAGES, int SLOTS, int CM>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_ws_kernel(const __grid_constant__ CUtensorMap tmap_x,
                         const __grid_constant__ CUtensorMap tmap_w,
                         const __grid_constant__ CUtensorMap tmap_y, bf16* Y,
                         const bf16* residual, int M, int out_n, int K, int epilogue,
                         int group_m) {
+  static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs");
   using Cfg = Config<BN, STAGES, SLOTS>;
   constexpr int kStages = Cfg::kStages;
   constexpr int kBN = BN;
@@ -98,17 +103,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tile_n_cols = swiglu ? kBN / 2 : kBN;  // output columns per tile
   const int tiles_m = (M + kBM - 1) / kBM;
   const int tiles_n = (out_n + tile_n_cols - 1) / tile_n_cols;
-  const int tiles = tiles_m * tiles_n;
+  // Work is walked in cluster tiles of CM vertically adjacent tiles; CTA `rank` takes row CM·m +
+  // rank of cluster tile (m, n). A row past the last (odd tiles_m) still loads its W box for its
+  // peer; its own X loads are zero-filled and its stores clipped.
+  const int tiles_m_cl = (tiles_m + CM - 1) / CM;
+  const int cluster_tiles = tiles_m_cl * tiles_n;
   const int k_blocks = (K + kBK - 1) / kBK;
+  const int rank = CM > 1 ? static_cast<int>(cluster_ctarank()) : 0;
+  const int first_tile = CM > 1 ? static_cast<int>(cluster_id_x()) : blockIdx.x;
+  const int tile_stride = CM > 1 ? static_cast<int>(nclusters_x()) : gridDim.x;
+  auto coord = [&](int t) {
+    const TileCoord c = tile_coord(t, tiles_m_cl, tiles_n, group_m);
+    return TileCoord{c.m * CM + rank, c.n};
+  };
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&s.full[i], 1);
-      mbar_init(&s.empty[i], kConsumers * 4);
+      mbar_init(&s.empty[i], kConsumers * 4 * CM);
     }
     mbar_fence_init();
   }
-  __syncthreads();
+  // The peer CTA arrives on these barriers and multicasts into this CTA: all initialized first.
+  if constexpr (CM > 1)
+    cluster_sync();
+  else
+    __syncthreads();
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
@@ -116,16 +136,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
       int stage = 0;
       uint32_t phase = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const TileCoord tc = tile_coord(tile, tiles_m, tiles_n, group_m);
+      for (int tile = first_tile; tile < cluster_tiles; tile += tile_stride) {
+        const TileCoord tc = coord(tile);
         const int w_row0 = tc.n * tile_n_cols;
         const int w_row1 = swiglu ? out_n + w_row0 : w_row0 + kBN / 2;
         for (int kb = 0; kb < k_blocks; ++kb) {
           mbar_wait(&s.empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&s.full[stage], Cfg::kStageBytes);
           tma_load_2d(s.a[stage], &tmap_x, &s.full[stage], kb * kBK, tc.m * kBM);
-          tma_load_2d(s.b[stage], &tmap_w, &s.full[stage], kb * kBK, w_row0);
-          tma_load_2d(s.b[stage] + (kBN / 2) * kBK, &tmap_w, &s.full[stage], kb * kBK, w_row1);
+          if constexpr (CM == 1) {
+            tma_load_2d(s.b[stage], &tmap_w, &s.full[stage], kb * kBK, w_row0);
+            tma_load_2d(s.b[stage] + (kBN / 2) * kBK, &tmap_w, &s.full[stage], kb * kBK,
+                        w_row1);
+          } else {
+            tma_load_2d_multicast(s.b[stage] + rank * (kBN / 2) * kBK, &tmap_w, &s.full[stage],
+                                  kb * kBK, rank == 0 ? w_row0 : w_row1, 0x3);
+          }
           if (++stage == kStages) {
             stage = 0;
             phase ^= 1;
@@ -133,163 +159,221 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    return;
-  }
-
-  setmaxnreg_inc<232>();
-  const int consumer = warpgroup - 1;
-  const int lane = threadIdx.x & 31;
-  const int warp_in_group = (threadIdx.x / 32) & 3;
-  const bool release_thread = lane == 0;
-  const bool store_thread = (threadIdx.x & 127) == 0;  // issues this consumer's TMA stores
-  float acc[kBN / 2];
-  int stage = 0;
-  uint32_t phase = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const TileCoord tc = tile_coord(tile, tiles_m, tiles_n, group_m);
-    int prev_stage = 0;
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      mbar_wait(&s.full[stage], phase);
-      wgmma_fence();
-      const bf16* a_tile = s.a[stage] + consumer * 64 * kBK;
-      const bf16* b_tile = s.b[stage];
-#pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint64_t da = make_desc_k128(a_tile + kk * 16);
-        const uint64_t db = make_desc_k128(b_tile + kk * 16);
-        if constexpr (kBN == 256)
-          wgmma_m64n256k16_bf16(acc, da, db, (kb > 0 || kk > 0) ? 1 : 0);
-        else
-          wgmma_m64n128k16_bf16(acc, da, db, (kb > 0 || kk > 0) ? 1 : 0);
+  } else {
+    setmaxnreg_inc<232>();
+    const int consumer = warpgroup - 1;
+    const int lane = threadIdx.x & 31;
+    const int warp_in_group = (threadIdx.x / 32) & 3;
+    const bool release_thread = lane == 0;
+    const bool store_thread = (threadIdx.x & 127) == 0;  // issues this consumer's TMA stores
+    float acc[kBN / 2];
+    int stage = 0;
+    uint32_t phase = 0;
+    // Releases a stage: to this CTA's producer, and with clusters to the peer's (whose multicast
+    // writes into it).
+    auto release = [&](int st) {
+      if constexpr (CM == 1) {
+        mbar_arrive(&s.empty[st]);
+      } else {
+        mbar_arrive_cluster(&s.empty[st], 0);
+        mbar_arrive_cluster(&s.empty[st], 1);
       }
-      wgmma_commit();
-      if (kb > 0) {
-        // The previous stage's wgmmas are done once at most this batch is in flight.
-        wgmma_wait<1>();
-        if (release_thread) mbar_arrive(&s.empty[prev_stage]);
-      }
-      prev_stage = stage;
-      if (++stage == kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-    }
-    wgmma_wait<0>();
-    if (release_thread) mbar_arrive(&s.empty[prev_stage]);
-
-    // Accumulator fragment of m64nN: register 4i+{0,1} holds (row 16w + lane/4, cols 8i +
-    // 2(lane%4) + {0,1}); 4i+{2,3} the same columns 8 rows lower. For SwiGLU, columns [0, BN/2)
-    // of the tile are gate, [BN/2, BN) the matching up columns (BN/16 groups of 4 registers
-    // further in the same thread).
-    const int row_base = tc.m * kBM + consumer * 64 + warp_in_group * 16 + (lane >> 2);
-    const int col_base = tc.n * tile_n_cols + 2 * (lane & 3);
-    // The two bf16 outputs of register pair (i, h) (residual added, SwiGLU applied).
-    auto outputs = [&](int i, int h, int row, int col) -> uint32_t {
-      if (swiglu) {
-        const float g0 = acc[4 * i + 2 * h], g1 = acc[4 * i + 2 * h + 1];
-        // (i < BN/16 here; the modulo keeps unreachable unrolled copies inside the array)
-        const int iu = (i + kBN / 16) % (kBN / 8);
-        const float u0 = acc[4 * iu + 2 * h];
-        const float u1 = acc[4 * iu + 2 * h + 1];
-        return pack_bf16x2(silu(g0) * u0, silu(g1) * u1);
-      }
-      float v0 = acc[4 * i + 2 * h];
-      float v1 = acc[4 * i + 2 * h + 1];
-      if (residual != nullptr && row < M && col < out_n) {
-        const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(
-            residual + static_cast<size_t>(row) * out_n + col);
-        v0 += __low2float(r);
-        v1 += __high2float(r);
-      }
-      return pack_bf16x2(v0, v1);
     };
-    if (epilogue == static_cast<int>(Epilogue::kNone)) {
-      // Diagnostic: keep the accumulators live so that the main loop is not optimized away.
-      float sum = 0.f;
+    for (int tile = first_tile; tile < cluster_tiles; tile += tile_stride) {
+      const TileCoord tc = coord(tile);
+      int prev_stage = 0;
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        mbar_wait(&s.full[stage], phase);
+        wgmma_fence();
+        const bf16* a_tile = s.a[stage] + consumer * 64 * kBK;
+        const bf16* b_tile = s.b[stage];
 #pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) sum += acc[i];
-      if (sum == 12345.678f) Y[0] = __float2bfloat16(sum);
-    } else if constexpr (SLOTS == 0) {
-#pragma unroll
-      for (int i = 0; i < kBN / 8; ++i) {
-        if (swiglu && i >= kBN / 16) break;
-        const int col = col_base + 8 * i;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row_base + 8 * h;
-          if (row < M && col < out_n) {
-            const uint32_t v = outputs(i, h, row, col);
-            *reinterpret_cast<uint32_t*>(Y + static_cast<size_t>(row) * out_n + col) = v;
-          }
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          const uint64_t da = make_desc_k128(a_tile + kk * 16);
+          const uint64_t db = make_desc_k128(b_tile + kk * 16);
+          if constexpr (kBN == 256)
+            wgmma_m64n256k16_bf16(acc, da, db, (kb > 0 || kk > 0) ? 1 : 0);
+          else
+            wgmma_m64n128k16_bf16(acc, da, db, (kb > 0 || kk > 0) ? 1 : 0);
+        }
+        wgmma_commit();
+        if (kb > 0) {
+          // The previous stage's wgmmas are done once at most this batch is in flight.
+          wgmma_wait<1>();
+          if (release_thread) release(prev_stage);
+        }
+        prev_stage = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
         }
       }
-    } else {
-      // TMA-store epilogue: the tile goes out in 64×64 boxes staged in this consumer's SLOTS
-      // shared-memory boxes (128-byte swizzle: 16-byte chunk c of row r sits at chunk c ^ (r%8),
-      // so a warp's 32 four-byte writes hit 32 banks). The stores drain while the next tile's
-      // main loop runs; a slot is rewritten only after the store that read it has read it.
-      const int row0 = tc.m * kBM + consumer * 64;
-      const int col0 = tc.n * tile_n_cols;
-      const int boxes = row0 < M ? min(tile_n_cols, out_n - col0 + 63) / 64 : 0;  // WG-uniform
-      const int r_lo = warp_in_group * 16 + (lane >> 2);  // row in the box (and +8)
-      const uint32_t slot_base = smem_addr(s.c + consumer * SLOTS * Cfg::kBoxElems);
-#pragma unroll
-      for (int bx = 0; bx < kBN / 64; ++bx) {
-        if (bx >= boxes) break;
-        if (bx == 0 || bx >= SLOTS) {
-          // Slot bx % SLOTS is free once at most SLOTS - 1 newer stores are still reading
-          // (bx = 0: every store of the previous tile has read its slot).
-          if (store_thread) {
-            if (bx == 0)
-              bulk_wait_read<0>();
-            else
-              bulk_wait_read<SLOTS - 1>();
-          }
-          named_barrier(1 + consumer, 128);
+      wgmma_wait<0>();
+      if (release_thread) release(prev_stage);
+
+      // Accumulator fragment of m64nN: register 4i+{0,1} holds (row 16w + lane/4, cols 8i +
+      // 2(lane%4) + {0,1}); 4i+{2,3} the same columns 8 rows lower. For SwiGLU, columns [0, BN/2)
+      // of the tile are gate, [BN/2, BN) the matching up columns (BN/16 groups of 4 registers
+      // further in the same thread).
+      const int row_base = tc.m * kBM + consumer * 64 + warp_in_group * 16 + (lane >> 2);
+      const int col_base = tc.n * tile_n_cols + 2 * (lane & 3);
+      // The two bf16 outputs of register pair (i, h) (residual added, SwiGLU applied).
+      auto outputs = [&](int i, int h, int row, int col) -> uint32_t {
+        if (swiglu) {
+          const float g0 = acc[4 * i + 2 * h], g1 = acc[4 * i + 2 * h + 1];
+          // (i < BN/16 here; the modulo keeps unreachable unrolled copies inside the array)
+          const int iu = (i + kBN / 16) % (kBN / 8);
+          const float u0 = acc[4 * iu + 2 * h];
+          const float u1 = acc[4 * iu + 2 * h + 1];
+          return pack_bf16x2(silu(g0) * u0, silu(g1) * u1);
         }
-        const uint32_t box = slot_base + (bx % SLOTS) * Cfg::kBoxElems * sizeof(bf16);
+        float v0 = acc[4 * i + 2 * h];
+        float v1 = acc[4 * i + 2 * h + 1];
+        if (residual != nullptr && row < M && col < out_n) {
+          const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(
+              residual + static_cast<size_t>(row) * out_n + col);
+          v0 += __low2float(r);
+          v1 += __high2float(r);
+        }
+        return pack_bf16x2(v0, v1);
+      };
+      if (epilogue == static_cast<int>(Epilogue::kNone)) {
+        // Diagnostic: keep the accumulators live so that the main loop is not optimized away.
+        float sum = 0.f;
 #pragma unroll
-        for (int ci = 0; ci < 8; ++ci) {
-          const int i = 8 * bx + ci;
+        for (int i = 0; i < kBN / 2; ++i) sum += acc[i];
+        if (sum == 12345.678f) Y[0] = __float2bfloat16(sum);
+      } else if constexpr (SLOTS == 0) {
+#pragma unroll
+        for (int i = 0; i < kBN / 8; ++i) {
+          if (swiglu && i >= kBN / 16) break;
+          const int col = col_base + 8 * i;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int r = r_lo + 8 * h;
-            const uint32_t v = outputs(i, h, row_base + 8 * h, col_base + 8 * i);
-            st_shared_b32(box + r * 128 + ((ci ^ (r & 7)) << 4) + ((lane & 3) << 2), v);
+            const int row = row_base + 8 * h;
+            if (row < M && col < out_n) {
+              const uint32_t v = outputs(i, h, row, col);
+              *reinterpret_cast<uint32_t*>(Y + static_cast<size_t>(row) * out_n + col) = v;
+            }
           }
         }
-        fence_proxy_async();
-        named_barrier(1 + consumer, 128);
-        if (store_thread) {
-          tma_store_2d(&tmap_y, s.c + (consumer * SLOTS + bx % SLOTS) * Cfg::kBoxElems,
-                       col0 + 64 * bx, row0);
-          bulk_commit();
+      } else {
+        // TMA-store epilogue: the tile goes out in 64×64 boxes staged in this consumer's SLOTS
+        // shared-memory boxes (128-byte swizzle: 16-byte chunk c of row r sits at chunk c ^ (r%8),
+        // so a warp's 32 four-byte writes hit 32 banks). The stores drain while the next tile's
+        // main loop runs; a slot is rewritten only after the store that read it has read it.
+        const int row0 = tc.m * kBM + consumer * 64;
+        const int col0 = tc.n * tile_n_cols;
+        const int boxes = row0 < M ? min(tile_n_cols, out_n - col0 + 63) / 64 : 0;  // WG-uniform
+        const int r_lo = warp_in_group * 16 + (lane >> 2);  // row in the box (and +8)
+        const uint32_t slot_base = smem_addr(s.c + consumer * SLOTS * Cfg::kBoxElems);
+#pragma unroll
+        for (int bx = 0; bx < kBN / 64; ++bx) {
+          if (bx >= boxes) break;
+          if (bx == 0 || bx >= SLOTS) {
+            // Slot bx % SLOTS is free once at most SLOTS - 1 newer stores are still reading
+            // (bx = 0: every store of the previous tile has read its slot).
+            if (store_thread) {
+              if (bx == 0)
+                bulk_wait_read<0>();
+              else
+                bulk_wait_read<SLOTS - 1>();
+            }
+            named_barrier(1 + consumer, 128);
+          }
+          const uint32_t box = slot_base + (bx % SLOTS) * Cfg::kBoxElems * sizeof(bf16);
+#pragma unroll
+          for (int ci = 0; ci < 8; ++ci) {
+            const int i = 8 * bx + ci;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = r_lo + 8 * h;
+              const uint32_t v = outputs(i, h, row_base + 8 * h, col_base + 8 * i);
+              st_shared_b32(box + r * 128 + ((ci ^ (r & 7)) << 4) + ((lane & 3) << 2), v);
+            }
+          }
+          fence_proxy_async();
+          named_barrier(1 + consumer, 128);
+          if (store_thread) {
+            tma_store_2d(&tmap_y, s.c + (consumer * SLOTS + bx % SLOTS) * Cfg::kBoxElems,
+                         col0 + 64 * bx, row0);
+            bulk_commit();
+          }
         }
       }
     }
+    if constexpr (SLOTS > 0) {
+      if (store_thread) bulk_wait_all();  // the staging boxes stay valid until the stores read them
+    }
   }
-  if constexpr (SLOTS > 0) {
-    if (store_thread) bulk_wait_all();  // the staging boxes stay valid until the stores read them
+  // No CTA of a cluster leaves while its peer may still arrive on its barriers or multicast into it.
+  if constexpr (CM > 1) cluster_sync();
+}
+
+// How many clusters of CM CTAs of this configuration can be resident at once (CM = 1: SMs).
+template <int BN, int STAGES, int SLOTS, int CM>
+int max_resident_clusters(int sms) {
+  if constexpr (CM == 1) {
+    return sms;
+  } else {
+    static const int clusters = [] {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(CM * 64, 1, 1);
+      cfg.blockDim = dim3(kThreads, 1, 1);
+      cfg.dynamicSmemBytes = Config<BN, STAGES, SLOTS>::kSmemBytes;
+      cudaLaunchAttribute attr;
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = CM;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int n = 0;
+      RIDGE_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveClusters(
+          &n, gemm_sm90_ws_kernel<BN, STAGES, SLOTS, CM>, &cfg));
+      return n;
+    }();
+    return clusters;
   }
 }
 
-template <int BN, int STAGES, int SLOTS>
+// grid_tiles: cluster tiles to run; max_clusters: the persistent grid's cap (0: one cluster per
+// cluster tile).
+template <int BN, int STAGES, int SLOTS, int CM>
 void launch_config(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M,
-                   int out_n, int w_rows, int K, Epilogue epilogue, int grid, int group_m,
-                   cudaStream_t stream) {
+                   int out_n, int w_rows, int K, Epilogue epilogue, long long cluster_tiles,
+                   int max_clusters, int group_m, int sms, cudaStream_t stream) {
   using Cfg = Config<BN, STAGES, SLOTS>;
+  auto kernel = gemm_sm90_ws_kernel<BN, STAGES, SLOTS, CM>;
+  constexpr size_t smem = Cfg::kSmemBytes;
+  RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if constexpr (CM > 1)
+    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
+  long long clusters = cluster_tiles;
+  if (max_clusters > 0)
+    clusters = std::min<long long>(
+        clusters, std::min(max_clusters, max_resident_clusters<BN, STAGES, SLOTS, CM>(sms)));
+  clusters = std::min<long long>(clusters, 0x7fffffff / CM);  // a grid this large strides anyway
   const CUtensorMap tmap_x = detail::make_tensor_map_bf16(X, M, K, kBM, kBK);
   const CUtensorMap tmap_w = detail::make_tensor_map_bf16(W, w_rows, K, BN / 2, kBK);
   // Y's map only matters to the TMA-store epilogue (a dummy copy of X's otherwise).
   const CUtensorMap tmap_y =
       SLOTS > 0 ? detail::make_tensor_map_bf16(Y, M, out_n, 64, 64) : tmap_x;
-  constexpr size_t smem = Cfg::kSmemBytes;
-  auto kernel = gemm_sm90_ws_kernel<BN, STAGES, SLOTS>;
-  RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, stream>>>(tmap_x, tmap_w, tmap_y, Y, residual, M, out_n, K,
-                                           static_cast<int>(epilogue), group_m);
-  RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * CM), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = CM;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = CM > 1 ? 1 : 0;
+  RIDGE_GEMM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, tmap_x, tmap_w, tmap_y, Y, residual, M,
+                                           out_n, K, static_cast<int>(epilogue), group_m));
 }
 
 long long tile_count(int M, int out_n, int bn, bool swiglu) {
@@ -320,26 +404,34 @@ void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
   const int bn = options.block_n == 128 || options.block_n == 256
                      ? options.block_n
                      : sm90_choose_block_n(M, out_n, swiglu, sms);
-  long long grid = tile_count(M, out_n, bn, swiglu);
-  if (options.persistent)
-    grid = std::min<long long>(grid, options.max_ctas > 0 ? options.max_ctas : sms);
-  if (grid > 0x7fffffff) grid = 0x7fffffff;  // a non-persistent grid this large strides anyway
+  const int cm = options.cluster_m;
+  const long long tiles_m = (M + kBM - 1) / kBM;
+  const long long cluster_tiles = tile_count(M, out_n, bn, swiglu) / tiles_m * ((tiles_m + cm - 1) / cm);
+  const int max_clusters =
+      options.persistent ? std::max(1, (options.max_ctas > 0 ? options.max_ctas : sms) / cm) : 0;
   const int group_m = std::max(1, options.group_m);
   const Epilogue epilogue =
       swiglu ? Epilogue::kSwiGLU : (options.store ? Epilogue::kStore : Epilogue::kNone);
-  const int g = static_cast<int>(grid);
-  // (tile width, ring stages, staging boxes): the instantiated configurations (the options were
-  // checked by gemm_bf16_sm90).
+  // (tile width, ring stages, staging boxes, cluster): the instantiated configurations (the
+  // options were checked by gemm_bf16_sm90).
+#define RIDGE_SM90_LAUNCH(BN, ST, SL, CM)                                                     \
+  launch_config<BN, ST, SL, CM>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, cluster_tiles, \
+                                max_clusters, group_m, sms, stream)
   if (bn == 256 && !options.tma_store)
-    launch_config<256, 4, 0>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, g, group_m, stream);
+    RIDGE_SM90_LAUNCH(256, 4, 0, 1);
+  else if (bn == 256 && cm == 2)
+    RIDGE_SM90_LAUNCH(256, 4, 2, 2);
   else if (bn == 256 && options.stages == 3)
-    launch_config<256, 3, 4>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, g, group_m, stream);
+    RIDGE_SM90_LAUNCH(256, 3, 4, 1);
   else if (bn == 256)
-    launch_config<256, 4, 2>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, g, group_m, stream);
-  else if (options.tma_store)
-    launch_config<128, 6, 2>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, g, group_m, stream);
+    RIDGE_SM90_LAUNCH(256, 4, 2, 1);
+  else if (!options.tma_store)
+    RIDGE_SM90_LAUNCH(128, 6, 0, 1);
+  else if (cm == 2)
+    RIDGE_SM90_LAUNCH(128, 6, 2, 2);
   else
-    launch_config<128, 6, 0>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, g, group_m, stream);
+    RIDGE_SM90_LAUNCH(128, 6, 2, 1);
+#undef RIDGE_SM90_LAUNCH
 }
 
 }  // namespace detail
