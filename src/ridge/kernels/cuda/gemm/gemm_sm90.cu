@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
@@ -217,26 +218,36 @@ __global__ void __launch_bounds__(kThreads, 1)
       // further in the same thread).
       const int row_base = tc.m * kBM + consumer * 64 + warp_in_group * 16 + (lane >> 2);
       const int col_base = tc.n * tile_n_cols + 2 * (lane & 3);
-      // The two bf16 outputs of register pair (i, h) (residual added, SwiGLU applied).
-      auto outputs = [&](int i, int h, int row, int col) -> uint32_t {
-        if (swiglu) {
-          const float g0 = acc[4 * i + 2 * h], g1 = acc[4 * i + 2 * h + 1];
+      // The two bf16 outputs of register pair (i, h), one function per epilogue kind (MODE 0
+      // plain, 1 residual added, 2 SwiGLU) so that the unrolled loops carry no per-element
+      // branches: a lean epilogue is short (it was 4,000 instructions a tile with them, more
+      // than the main loop's issue time and the instruction cache).
+      auto outputs = [&](auto mode, int i, int h) -> uint32_t {
+        constexpr int kMode = decltype(mode)::value;
+        if constexpr (kMode == 2) {
           // (i < BN/16 here; the modulo keeps unreachable unrolled copies inside the array)
           const int iu = (i + kBN / 16) % (kBN / 8);
-          const float u0 = acc[4 * iu + 2 * h];
-          const float u1 = acc[4 * iu + 2 * h + 1];
-          return pack_bf16x2(silu(g0) * u0, silu(g1) * u1);
+          return pack_bf16x2(silu(acc[4 * i + 2 * h]) * acc[4 * iu + 2 * h],
+                             silu(acc[4 * i + 2 * h + 1]) * acc[4 * iu + 2 * h + 1]);
+        } else {
+          float v0 = acc[4 * i + 2 * h];
+          float v1 = acc[4 * i + 2 * h + 1];
+          if constexpr (kMode == 1) {
+            const int row = row_base + 8 * h, col = col_base + 8 * i;
+            if (row < M && col < out_n) {
+              const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(
+                  residual + static_cast<size_t>(row) * out_n + col);
+              v0 += __low2float(r);
+              v1 += __high2float(r);
+            }
+          }
+          return pack_bf16x2(v0, v1);
         }
-        float v0 = acc[4 * i + 2 * h];
-        float v1 = acc[4 * i + 2 * h + 1];
-        if (residual != nullptr && row < M && col < out_n) {
-          const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(
-              residual + static_cast<size_t>(row) * out_n + col);
-          v0 += __low2float(r);
-          v1 += __high2float(r);
-        }
-        return pack_bf16x2(v0, v1);
       };
+      using Plain = std::integral_constant<int, 0>;
+      using Resid = std::integral_constant<int, 1>;
+      using Swi = std::integral_constant<int, 2>;
+      const int mode = swiglu ? 2 : (residual != nullptr ? 1 : 0);  // uniform
       if (epilogue == static_cast<int>(Epilogue::kNone)) {
         // Diagnostic: keep the accumulators live so that the main loop is not optimized away.
         float sum = 0.f;
@@ -244,19 +255,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < kBN / 2; ++i) sum += acc[i];
         if (sum == 12345.678f) Y[0] = __float2bfloat16(sum);
       } else if constexpr (SLOTS == 0) {
+        auto store_all = [&](auto md, int n_groups) {
 #pragma unroll
-        for (int i = 0; i < kBN / 8; ++i) {
-          if (swiglu && i >= kBN / 16) break;
-          const int col = col_base + 8 * i;
+          for (int i = 0; i < kBN / 8; ++i) {
+            if (i >= n_groups) break;
+            const int col = col_base + 8 * i;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = row_base + 8 * h;
-            if (row < M && col < out_n) {
-              const uint32_t v = outputs(i, h, row, col);
-              *reinterpret_cast<uint32_t*>(Y + static_cast<size_t>(row) * out_n + col) = v;
+            for (int h = 0; h < 2; ++h) {
+              const int row = row_base + 8 * h;
+              if (row < M && col < out_n)
+                *reinterpret_cast<uint32_t*>(Y + static_cast<size_t>(row) * out_n + col) =
+                    outputs(md, i, h);
             }
           }
-        }
+        };
+        if (mode == 0)
+          store_all(Plain{}, kBN / 8);
+        else if (mode == 1)
+          store_all(Resid{}, kBN / 8);
+        else
+          store_all(Swi{}, kBN / 16);
       } else {
         // TMA-store epilogue: the tile goes out in 64×64 boxes staged in this consumer's SLOTS
         // shared-memory boxes (128-byte swizzle: 16-byte chunk c of row r sits at chunk c ^ (r%8),
@@ -265,8 +283,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int row0 = tc.m * kBM + consumer * 64;
         const int col0 = tc.n * tile_n_cols;
         const int boxes = row0 < M ? min(tile_n_cols, out_n - col0 + 63) / 64 : 0;  // WG-uniform
-        const int r_lo = warp_in_group * 16 + (lane >> 2);  // row in the box (and +8)
-        const uint32_t slot_base = smem_addr(s.c + consumer * SLOTS * Cfg::kBoxElems);
+        // This thread's word of chunk 0 in row r_lo, with its chunk index pre-swizzled: rows r_lo
+        // and r_lo + 8 share r % 8 = lane / 4, so chunk ci sits at (t + h·1024) ^ (ci << 4) (box
+        // 1024-aligned, bits 4-6 of t are lane / 4).
+        const uint32_t t0 = smem_addr(s.c + consumer * SLOTS * Cfg::kBoxElems) +
+                            (warp_in_group * 16 + (lane >> 2)) * 128 + ((lane >> 2) << 4) +
+                            ((lane & 3) << 2);
+        auto stage_box = [&](auto md, int bx, uint32_t t) {
+#pragma unroll
+          for (int ci = 0; ci < 8; ++ci)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              st_shared_b32((t + h * 1024) ^ (ci << 4), outputs(md, 8 * bx + ci, h));
+        };
 #pragma unroll
         for (int bx = 0; bx < kBN / 64; ++bx) {
           if (bx >= boxes) break;
@@ -281,17 +310,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             named_barrier(1 + consumer, 128);
           }
-          const uint32_t box = slot_base + (bx % SLOTS) * Cfg::kBoxElems * sizeof(bf16);
-#pragma unroll
-          for (int ci = 0; ci < 8; ++ci) {
-            const int i = 8 * bx + ci;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int r = r_lo + 8 * h;
-              const uint32_t v = outputs(i, h, row_base + 8 * h, col_base + 8 * i);
-              st_shared_b32(box + r * 128 + ((ci ^ (r & 7)) << 4) + ((lane & 3) << 2), v);
-            }
-          }
+          const uint32_t t = t0 + (bx % SLOTS) * Cfg::kBoxElems * sizeof(bf16);
+          if (mode == 0)
+            stage_box(Plain{}, bx, t);
+          else if (mode == 1)
+            stage_box(Resid{}, bx, t);
+          else if (bx < kBN / 128)  // SwiGLU tiles have half the output columns
+            stage_box(Swi{}, bx, t);
           fence_proxy_async();
           named_barrier(1 + consumer, 128);
           if (store_thread) {

@@ -101,11 +101,13 @@ __device__ __forceinline__ void cluster_sync() {
                    : "memory");
 }
 // Arrives on the mbarrier at the same shared-memory offset as `bar` in CTA `cta_rank` of the
-// cluster (this CTA's own rank included).
+// cluster (this CTA's own rank included). Default (.release, .cta) semantics, as CUTLASS's
+// ClusterBarrier::arrive(cta_id): the arrival only orders this thread's completed wgmma reads
+// of the stage before the peer producer's TMA overwrite; a .cluster-scope release costs a fence.
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(smem_addr(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(smem_addr(bar)),
       "r"(cta_rank)
       : "memory");
 }
