@@ -366,7 +366,13 @@ json run_ladder(int size, ridge::kernels::CublasLtGemm& cublas, const Ceilings& 
        [=](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
          gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, grouped);
        }},
-      {"6c", "epilogue staged in shared memory, TMA stores drained under the next tile",
+      {"5", "2-CTA clusters, W tile multicast (TMA-store epilogue, 4 stages)",
+       [=](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
+         Sm90GemmOptions o;
+         o.cluster_m = 2;
+         gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, o);
+       }},
+      {"6c", "epilogue staged in shared memory, TMA stores drained under the next tile (default)",
        [=](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
          gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, {});
        }}};
@@ -456,8 +462,8 @@ json run_variants(const std::vector<std::array<int, 3>>& shapes,
   {
     Sm90GemmOptions o;
     o.block_n = 256;
-    o.stages = 3;
-    variants.push_back({"bn256s3", o});
+    o.stages = 4;
+    variants.push_back({"bn256s4", o});
   }
   for (int bn : {0, 128, 256}) {
     Sm90GemmOptions o;

@@ -95,7 +95,9 @@ struct Sm90GemmOptions {
   // Epilogue: true stages each 64×64 output box in shared memory and writes it with a TMA store
   // that drains while the next tile's main loop runs; false stores from registers.
   bool tma_store = true;
-  int stages = 0;  // ring depth: BN 256 → 4 (or 3, with room to stage a whole tile), BN 128 → 6
+  // Ring depth: BN 256 → 3 (room to stage a whole 128×256 tile; the default) or 4 (half a tile
+  // staged at a time; the only depth with register stores or clusters), BN 128 → 6.
+  int stages = 0;
   // 2: clusters of two CTAs on vertically adjacent tiles share each W tile through TMA multicast
   // (L2 delivers it once per pair); needs the TMA-store epilogue and 4/6 stages.
   int cluster_m = 1;
