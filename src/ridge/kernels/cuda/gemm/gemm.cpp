@@ -80,14 +80,18 @@ void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
   const int bn = options.block_n, st = options.stages;
   RIDGE_CHECK(bn == 0 || bn == 128 || bn == 256, "gemm_bf16_sm90: block_n {} is not 0, 128 or 256",
               bn);
-  RIDGE_CHECK(st == 0 || (st == 3 && bn == 256 && options.tma_store) || (st == 4 && bn == 256) ||
-                  (st == 6 && bn == 128),
-              "gemm_bf16_sm90: {} stages with block_n {}{}: the configurations are BN 256 with 4 "
-              "stages (or 3 with the TMA-store epilogue) and BN 128 with 6 (0 = the default)",
-              st, bn, options.tma_store ? "" : " and register stores");
-  RIDGE_CHECK(options.cluster_m == 1 || (options.cluster_m == 2 && options.tma_store && st != 3),
-              "gemm_bf16_sm90: cluster_m {} (1, or 2 with the TMA-store epilogue and the default "
-              "stages)", options.cluster_m);
+  RIDGE_CHECK(options.cluster_m == 1 || options.cluster_m == 2,
+              "gemm_bf16_sm90: cluster_m {} is not 1 or 2", options.cluster_m);
+  // The instantiated configurations (gemm_sm90.cu): BN 256 with 3 stages (the default) or 4, with
+  // register stores (4 stages) or clusters of two (4 stages); BN 128 with 6 stages.
+  const bool plain = options.tma_store && options.cluster_m == 1;
+  const bool ok = bn == 128 ? plain && (st == 0 || st == 6)
+                            : st == 0 || st == 4 || (st == 3 && plain);
+  RIDGE_CHECK(ok,
+              "gemm_bf16_sm90: no configuration with block_n {}, {} stages, {} stores, clusters of "
+              "{} (BN 256: 3 or 4 stages, register stores and clusters with 4; BN 128: 6 stages, "
+              "TMA stores, no clusters; 0 = the default)",
+              bn, st, options.tma_store ? "TMA" : "register", options.cluster_m);
   detail::launch_sm90(X, W, Y, residual, M, N, N, K, false, options, stream);
 }
 

@@ -96,7 +96,8 @@ struct Sm90GemmOptions {
   // that drains while the next tile's main loop runs; false stores from registers.
   bool tma_store = true;
   // Ring depth: BN 256 → 3 (room to stage a whole 128×256 tile; the default) or 4 (half a tile
-  // staged at a time; the only depth with register stores or clusters), BN 128 → 6.
+  // staged at a time; the only depth with register stores or clusters), BN 128 → 6. Register
+  // stores and clusters run 256-wide tiles (block_n 0 picks 256 for them; 128 is refused).
   int stages = 0;
   // 2: clusters of two CTAs on vertically adjacent tiles share each W tile through TMA multicast
   // (L2 delivers it once per pair); needs the TMA-store epilogue and 4/6 stages.

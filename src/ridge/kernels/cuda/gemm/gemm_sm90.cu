@@ -3,17 +3,21 @@
 //
 // Launch shape: 384 threads = 3 warpgroups. Warpgroup 0 is the producer: one thread issues TMA
 // loads of 128×64 X tiles and BN×64 W tiles (two BN/2-row boxes; BN = 256 or 128, picked by a
-// wave-quantization model) into a ring of shared memory (4 stages of 48 KiB or 6 of 32 KiB),
-// each stage guarded by a `full` mbarrier (TMA transaction count) and an `empty` mbarrier (one
-// arrival per consumer warp). Warpgroups 1 and 2 are consumers: each owns 64 rows of the
-// 128×BN output tile, issues wgmma m64nBNk16 from shared memory and keeps BN/2 fp32
-// accumulators per thread. setmaxnreg moves registers from the producer (40) to the
+// wave-quantization model) into a ring of shared memory (3 stages of 48 KiB by default, 4 as an
+// option, or 6 of 32 KiB), each stage guarded by a `full` mbarrier (TMA transaction count) and an
+// `empty` mbarrier (one arrival per consumer warp). Warpgroups 1 and 2 are consumers: each owns
+// 64 rows of the 128×BN output tile, issues wgmma m64nBNk16 from shared memory and keeps BN/2
+// fp32 accumulators per thread. setmaxnreg moves registers from the producer (40) to the
 // consumers (232). The grid is persistent (one CTA per SM) and walks output tiles in grouped
 // order (GROUP_M tile rows column by column) so that concurrent tiles share X and W in L2; the
 // producer runs ahead into the next tile while the consumers store the last one.
+// Epilogue: the consumers stage bf16 64×64 boxes in shared memory and TMA-store them, then go on
+// to the next tile while the stores drain (register stores straight to global memory remain as
+// an option for the ladder). Clusters of two CTAs sharing each W tile by multicast: an option.
 // Layout: X, W, residual, Y row-major, K contiguous; tiles are K-major with 128-byte swizzle.
 // Limits (host-checked): sm_90, K % 8 == 0, N % 8 == 0, 16-byte aligned pointers; SwiGLU needs
-// F % 128 == 0. Partial M/N/K tiles: TMA zero-fills loads, stores are bounds-checked.
+// F % 128 == 0. Partial M/N/K tiles: TMA zero-fills loads and clips stores (register stores are
+// bounds-checked).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -426,8 +430,10 @@ void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
   int device = 0, sms = 0;
   RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
   RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int bn = options.block_n == 128 || options.block_n == 256
-                     ? options.block_n
+  // Register stores and clusters exist for 256-wide tiles only (gemm_bf16_sm90 refuses 128).
+  const int bn = options.block_n == 128 || options.block_n == 256 ? options.block_n
+                 : !options.tma_store || options.cluster_m == 2
+                     ? 256
                      : sm90_choose_block_n(M, out_n, swiglu, sms);
   const int cm = options.cluster_m;
   const long long tiles_m = (M + kBM - 1) / kBM;
@@ -450,10 +456,6 @@ void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
     RIDGE_SM90_LAUNCH(256, 4, 2, 1);
   else if (bn == 256)  // the default: measured as fast or faster than 4 stages on 5 of 7 shapes
     RIDGE_SM90_LAUNCH(256, 3, 4, 1);
-  else if (!options.tma_store)
-    RIDGE_SM90_LAUNCH(128, 6, 0, 1);
-  else if (cm == 2)
-    RIDGE_SM90_LAUNCH(128, 6, 2, 2);
   else
     RIDGE_SM90_LAUNCH(128, 6, 2, 1);
 #undef RIDGE_SM90_LAUNCH
