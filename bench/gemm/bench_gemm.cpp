@@ -6,7 +6,8 @@
 //                    [--json FILE]
 // Ceilings: perf/gpu (the same code as `ridge bench ceilings`).
 // Timing: warm-up, then a CUDA graph of L back-to-back launches rotating over enough input sets
-// to defeat the 50 MB L2 for memory-bound shapes; median of 9 replays, per launch.
+// to defeat the 50 MB L2 for memory-bound shapes; median of 9 replays, per launch (the ladder),
+// or, for the kernels of one shape row, medians over --rounds interleaved rounds.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -73,7 +74,8 @@ std::string gpu_state() {
 }
 
 // Microseconds per launch of fn(rotation).
-double time_launches(const std::function<void(int)>& fn, int rotations, cudaStream_t s) {
+double time_launches(const std::function<void(int)>& fn, int rotations, cudaStream_t s,
+                     int replays = 9) {
   for (int i = 0; i < 2; ++i) fn(i % rotations);
   CK(cudaStreamSynchronize(s));
   cudaEvent_t a, b;
@@ -99,7 +101,7 @@ double time_launches(const std::function<void(int)>& fn, int rotations, cudaStre
     (void)cudaGetLastError();
     std::fprintf(stderr, "note: graph capture failed, timing a plain launch loop\n");
   }
-  for (int r = 0; r < 10; ++r) {
+  for (int r = 0; r <= replays; ++r) {
     CK(cudaEventRecord(a, s));
     if (graphed)
       CK(cudaGraphLaunch(exec, s));
@@ -217,6 +219,59 @@ Measured check_and_time(Problem& p, const Gemm& gemm, bool is_reference, cudaStr
   return r;
 }
 
+// Timing rounds of check_then_time (--rounds).
+int g_rounds = 3;
+
+struct Entry {
+  const Gemm* fn;
+  bool reference = false;  // cuBLASLt: writes the reference output the others are checked against
+  bool check = true;       // false: the store-nothing diagnostic (nothing to check)
+};
+
+// Checks every kernel of a row (the reference first), then times the ones that passed in
+// g_rounds rounds, each round in a rotated order, keeping each kernel's median over the rounds.
+// The H200 runs large GEMMs at its power cap, where the clock drifts with what ran before: timing
+// kernel after kernel favoured whichever ran first by up to ~5% (run 11); interleaving makes the
+// ratios within a row fair.
+std::vector<Measured> check_then_time(Problem& p, const std::vector<Entry>& kernels,
+                                      cudaStream_t s, std::mt19937& rng) {
+  std::vector<Measured> out(kernels.size());
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const Entry& e = kernels[k];
+    Measured& r = out[k];
+    if (!e.check) {
+      r.ok = true;
+      continue;
+    }
+    const size_t ny = size_t{1} * p.M * p.N;
+    bf16* y = e.reference ? p.ref->bf() : p.y[0]->bf();
+    CK(cudaMemsetAsync(y, 0xFF, 2 * ny, s));
+    (*e.fn)(p.x[0]->bf(), p.w[0]->bf(), y, p.M, p.N, p.K, s);
+    CK(cudaStreamSynchronize(s));
+    r.sampled_err = sampled_fp64_error(p, y, rng);
+    if (!e.reference) {
+      const auto d = ridge::bench::compare_bf16(y, p.ref->bf(), ny, s);
+      r.rel_vs_cublas = d.rel;
+      r.non_finite = d.non_finite;
+    }
+    r.ok = r.non_finite == 0 && r.rel_vs_cublas < kRelTolerance && r.sampled_err < 2e-2;
+  }
+  std::vector<std::vector<double>> times(kernels.size());
+  const int n = static_cast<int>(kernels.size());
+  for (int round = 0; round < g_rounds; ++round)
+    for (int j = 0; j < n; ++j) {
+      const int k = (j + round) % n;
+      if (!out[k].ok) continue;  // never time a wrong kernel
+      const Gemm& fn = *kernels[k].fn;
+      times[k].push_back(time_launches(
+          [&](int i) { fn(p.x[i]->bf(), p.w[i]->bf(), p.y[i]->bf(), p.M, p.N, p.K, s); },
+          p.sets, s, 5));
+    }
+  for (int k = 0; k < n; ++k)
+    if (out[k].ok) out[k].us = median(times[k]);
+  return out;
+}
+
 json measured_json(const Measured& m, double flops, double bytes, const Ceilings& c) {
   json j = {{"ok", m.ok},
             {"rel_vs_cublas", m.rel_vs_cublas},
@@ -281,26 +336,33 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       Problem p(M, L.N, L.K, l2, 1, s, seed += 1000);
       const double flops = 2.0 * M * double(L.N) * L.K;
       const double bytes = 2.0 * (double(M) * L.K + double(L.N) * L.K + double(M) * L.N);
-      const Measured mr = check_and_time(p, ref, true, s, rng);
-      const Measured mo = check_and_time(p, ours, false, s, rng);
+      // The other kernel family, where it is a candidate: guides the dispatch (and the tuner).
+      std::vector<Entry> entries = {{&ref, true}, {&ours}};
+      if (M > 32 && M <= 512) {
+        entries.push_back({&skinny});
+      } else if (M >= 16 && M <= 32) {
+        entries.push_back({&sm90});
+        entries.push_back({&skinny16});
+      }
+      const std::vector<Measured> m = check_then_time(p, entries, s, rng);
+      const Measured& mr = m[0];
+      const Measured& mo = m[1];
       json row = {{"model", L.model}, {"layer", L.name}, {"M", M}, {"N", L.N}, {"K", L.K},
                   {"rotations", p.sets}, {"flops", flops}, {"min_bytes", bytes},
-                  {"ours_kernel", M <= 32 ? "skinny" : "sm90_ws"},
+                  {"ours_kernel", M <= 32 ? "skinny" : "sm90_ws"}, {"timing_rounds", g_rounds},
                   {"cublas", measured_json(mr, flops, bytes, c)},
                   {"ours", measured_json(mo, flops, bytes, c)}};
       std::string alt_text;
-      // The other kernel family, where it is a candidate: guides the dispatch (and the tuner).
+      auto alt = [&](const Measured& ma, const char* key, const char* label) {
+        row[key] = measured_json(ma, flops, bytes, c);
+        alt_text += (alt_text.empty() ? "" : " ") + std::string(label) +
+                    (ma.ok ? " " + std::to_string(ma.us).substr(0, 7) : " FAIL");
+      };
       if (M > 32 && M <= 512) {
-        const Measured ma = check_and_time(p, skinny, false, s, rng);
-        row["alt_skinny"] = measured_json(ma, flops, bytes, c);
-        alt_text = ma.ok ? "skinny " + std::to_string(ma.us).substr(0, 7) : "skinny FAIL";
+        alt(m[2], "alt_skinny", "skinny");
       } else if (M >= 16 && M <= 32) {
-        const Measured ma = check_and_time(p, sm90, false, s, rng);
-        row["alt_sm90"] = measured_json(ma, flops, bytes, c);
-        alt_text = ma.ok ? "sm90 " + std::to_string(ma.us).substr(0, 7) : "sm90 FAIL";
-        const Measured mb = check_and_time(p, skinny16, false, s, rng);
-        row["alt_skinny16"] = measured_json(mb, flops, bytes, c);
-        alt_text += mb.ok ? " skinny16 " + std::to_string(mb.us).substr(0, 7) : " skinny16 FAIL";
+        alt(m[2], "alt_sm90", "sm90");
+        alt(m[3], "alt_skinny16", "skinny16");
       }
       if (mo.ok && mr.ok) row["speedup_vs_cublas"] = mr.us / mo.us;
       rows.push_back(row);
@@ -502,28 +564,28 @@ json run_variants(const std::vector<std::array<int, 3>>& shapes,
       CK(cudaStreamSynchronize(s));
       continue;
     }
-    const Measured mr = check_and_time(p, ref, true, s, rng);
-    json row = {{"M", M}, {"N", N}, {"K", K}, {"flops", flops},
+    std::vector<Gemm> fns;
+    fns.reserve(variants.size());
+    for (const auto& v : variants) {
+      const Sm90GemmOptions o = v.o;
+      fns.push_back([o](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
+        gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, o);
+      });
+    }
+    std::vector<Entry> entries = {{&ref, true}};
+    for (size_t i = 0; i < variants.size(); ++i) entries.push_back({&fns[i], false, variants[i].o.store});
+    const std::vector<Measured> m = check_then_time(p, entries, s, rng);
+    const Measured& mr = m[0];
+    json row = {{"M", M}, {"N", N}, {"K", K}, {"flops", flops}, {"timing_rounds", g_rounds},
                 {"cublas", measured_json(mr, flops, bytes, c)}};
     std::printf("%5d %6d %6d | %9.2f %7.1f |", M, N, K, mr.us, flops / (mr.us * 1e-6) / 1e12);
     double best = 1e30;
-    for (const auto& v : variants) {
-      const Sm90GemmOptions o = v.o;
-      const Gemm fn = [o](auto X, auto W, auto Y, int m, int n, int k, cudaStream_t st) {
-        gemm_bf16_sm90(X, W, Y, m, n, k, st, nullptr, o);
-      };
-      Measured m;
-      if (o.store) {
-        m = check_and_time(p, fn, false, s, rng);
-      } else {  // nothing to check: it writes nothing
-        m.ok = true;
-        m.us = time_launches([&](int i) { fn(p.x[i]->bf(), p.w[i]->bf(), p.y[i]->bf(), M, N, K, s); },
-                             p.sets, s);
-      }
-      row[v.name] = measured_json(m, flops, bytes, c);
-      if (m.ok && o.store) best = std::min(best, m.us);
-      if (m.ok)
-        std::printf(" %9.2f", m.us);
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const Measured& mv = m[i + 1];
+      row[variants[i].name] = measured_json(mv, flops, bytes, c);
+      if (mv.ok && variants[i].o.store) best = std::min(best, mv.us);
+      if (mv.ok)
+        std::printf(" %9.2f", mv.us);
       else
         std::printf(" %9s", "FAIL");
     }
@@ -566,6 +628,10 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write results as JSON here");
   app.add_option("--shapes", custom_shapes,
                  "comma-separated MxNxK: time cuBLASLt and the sm90 kernel's variants on these");
+  app.add_option("--rounds", g_rounds,
+                 "timing rounds per row (shapes and --shapes): each round times every kernel of "
+                 "the row in a rotated order; the median over rounds is kept")
+      ->check(CLI::Range(1, 20));
   app.add_flag("--once", once,
                "with --shapes: no ceilings, no checks, no timing; one launch of each kernel (for "
                "a profiler)");
