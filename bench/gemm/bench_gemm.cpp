@@ -231,9 +231,8 @@ struct Entry {
 // Checks every kernel of a row (the reference first), then times the ones that passed in
 // g_rounds rounds, each round in a rotated order, keeping each kernel's median over the rounds.
 // The H200 runs large GEMMs at its power cap, where the clock drifts with what ran before: timing
-// kernel after kernel, the same configuration took 272 µs second in its row and 309 µs fifth
-// (run 11); interleaving makes the
-// ratios within a row fair.
+// kernel after kernel, the same configuration took 272 µs second in its row and 309 µs fourth
+// (run 11); interleaving makes the ratios within a row fair.
 std::vector<Measured> check_then_time(Problem& p, const std::vector<Entry>& kernels,
                                       cudaStream_t s, std::mt19937& rng) {
   std::vector<Measured> out(kernels.size());
