@@ -185,6 +185,55 @@ TEST(Autotuner, WithoutACacheEveryPickMeasuresAndTiesKeepOrder) {
   EXPECT_EQ(tuner.stats().misses, 2u);
 }
 
+// A GPU that slows down while it is measured (heating to its power cap): every call takes
+// `drift` seconds longer than the one before. Measured once in list order, the first candidate
+// looks faster than it is; rounds in rotated order cancel the drift.
+TEST(Autotuner, InterleavedRoundsCancelADriftingClock) {
+  std::map<std::string, double> base{{"a", 10.0}, {"b", 9.8}};  // b is truly faster
+  int calls = 0;
+  const MeasureFn drifting = [&](const Candidate& c) { return base.at(c.name) + 0.5 * calls++; };
+  Autotuner once(nullptr);
+  EXPECT_EQ(once.pick("gemm", "p", candidates({"a", "b"}), drifting).winner, "a");  // fooled
+  calls = 0;
+  Autotuner twice(nullptr, 2);
+  const TuneResult r = twice.pick("gemm", "p", candidates({"a", "b"}), drifting);
+  EXPECT_EQ(r.winner, "b");
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(twice.stats().measurements, 4u);
+  // a: calls 0 and 3 (10.0, 11.5), b: calls 1 and 2 (10.3, 10.8): the mean of its two rounds.
+  ASSERT_EQ(r.timings.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.timings[0].seconds, 10.55);
+  EXPECT_DOUBLE_EQ(r.timings[1].seconds, 10.75);
+
+  // Three rounds, three candidates: each is measured first, second and third once; the median.
+  calls = 0;
+  base = {{"a", 10.0}, {"b", 9.0}, {"c", 11.0}};
+  Autotuner thrice(nullptr, 3);
+  const TuneResult r3 = thrice.pick("gemm", "q", candidates({"a", "b", "c"}), drifting);
+  EXPECT_EQ(r3.winner, "b");
+  EXPECT_EQ(calls, 9);
+  EXPECT_THROW(Autotuner(nullptr, 0), Error);
+}
+
+// A candidate that fails in a later round is skipped altogether (one warning, one skip), and is
+// not measured again.
+TEST(Autotuner, ACandidateFailingInALaterRoundIsSkipped) {
+  Autotuner tuner(nullptr, 3);
+  int flaky_calls = 0;
+  const MeasureFn measure = [&](const Candidate& c) -> double {
+    if (c.name == "flaky" && ++flaky_calls == 2) throw Error("launch failed");
+    return c.name == "flaky" ? 0.5 : 1.0;
+  };
+  CaptureStderr();
+  const TuneResult r = tuner.pick("gemm", "p", candidates({"ok", "flaky"}), measure);
+  const std::string err = GetCapturedStderr();
+  EXPECT_EQ(r.winner, "ok");
+  EXPECT_EQ(r.timings.size(), 1u);
+  EXPECT_EQ(flaky_calls, 2);
+  EXPECT_EQ(tuner.stats().skipped, 1u);
+  EXPECT_NE(err.find("candidate flaky skipped: launch failed"), std::string::npos) << err;
+}
+
 TEST(Autotuner, GemmKeysAndBuckets) {
   EXPECT_EQ(gemm_problem_key(16, 4096, 14336, "bf16"), "m16.n4096.k14336.bf16");
   EXPECT_EQ(m_bucket(0), 1);

@@ -28,6 +28,10 @@ std::string plural(uint64_t n, const char* one, const char* many) {
 
 }  // namespace
 
+Autotuner::Autotuner(BuildCache* cache, int rounds) : cache_(cache), rounds_(rounds) {
+  RIDGE_CHECK(rounds >= 1, "Autotuner: rounds = {} (at least 1)", rounds);
+}
+
 TuneResult Autotuner::pick(std::string_view kind, std::string_view problem_key,
                            std::span<const Candidate> candidates, const MeasureFn& measure) {
   TuneResult result;
@@ -75,26 +79,46 @@ TuneResult Autotuner::pick(std::string_view kind, std::string_view problem_key,
 
   misses_++;
   result.measured = true;
-  for (const auto& c : candidates) {
-    double t = 0;
-    try {
-      measurements_++;
-      t = measure(c);
-    } catch (const std::exception& e) {
-      log::warn("tuning {} {}: candidate {} skipped: {}", kind, problem_key, c.name, e.what());
-      skipped_++;
-      continue;
-    } catch (...) {
-      log::warn("tuning {} {}: candidate {} skipped: unknown exception", kind, problem_key, c.name);
-      skipped_++;
-      continue;
+  const size_t n = candidates.size();
+  std::vector<std::vector<double>> samples(n);
+  std::vector<bool> failed(n, false);
+  for (int round = 0; round < rounds_; ++round) {
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = (j + static_cast<size_t>(round)) % n;
+      if (failed[i]) continue;
+      const Candidate& c = candidates[i];
+      double t = 0;
+      try {
+        measurements_++;
+        t = measure(c);
+      } catch (const std::exception& e) {
+        log::warn("tuning {} {}: candidate {} skipped: {}", kind, problem_key, c.name, e.what());
+        skipped_++;
+        failed[i] = true;
+        continue;
+      } catch (...) {
+        log::warn("tuning {} {}: candidate {} skipped: unknown exception", kind, problem_key,
+                  c.name);
+        skipped_++;
+        failed[i] = true;
+        continue;
+      }
+      if (!std::isfinite(t) || t < 0) {
+        log::warn("tuning {} {}: candidate {} skipped: measured {} s", kind, problem_key, c.name,
+                  t);
+        skipped_++;
+        failed[i] = true;
+        continue;
+      }
+      samples[i].push_back(t);
     }
-    if (!std::isfinite(t) || t < 0) {
-      log::warn("tuning {} {}: candidate {} skipped: measured {} s", kind, problem_key, c.name, t);
-      skipped_++;
-      continue;
-    }
-    result.timings.push_back({c.name, t});
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (failed[i] || samples[i].empty()) continue;
+    std::vector<double>& v = samples[i];
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    result.timings.push_back({candidates[i].name, v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h])});
   }
   if (result.timings.empty()) {
     log::warn("tuning {} {}: none of {} could run", kind, problem_key,

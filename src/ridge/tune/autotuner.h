@@ -60,8 +60,11 @@ struct TunerStats {
 class Autotuner {
  public:
   // `cache` may be null: every pick measures and nothing is kept. The cache must outlive the
-  // tuner.
-  explicit Autotuner(BuildCache* cache) : cache_(cache) {}
+  // tuner. `rounds` (>= 1): each candidate is measured once per round, round r in the
+  // candidates' order rotated by r, and keeps the median of its rounds (the mean of two): a GPU
+  // whose clock drifts while it is measured (heating up to its power cap) then favours no
+  // candidate for its place in the list. A candidate that fails in any round is skipped.
+  explicit Autotuner(BuildCache* cache, int rounds = 1);
 
   // The fastest of `candidates` for (kind, problem_key). A cache hit whose winner is still among
   // the candidates is returned without measuring; otherwise (no record, unreadable value, winner
@@ -80,6 +83,7 @@ class Autotuner {
 
  private:
   BuildCache* cache_;
+  int rounds_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, measurements_{0}, skipped_{0};
 };
 
