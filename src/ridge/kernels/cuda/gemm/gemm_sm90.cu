@@ -339,6 +339,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (CM > 1) cluster_sync();
 }
 
+// The launch configuration of `grid` CTAs in clusters of `cm` along x (none when cm = 1); `attr`
+// holds the cluster attribute the configuration points to.
+cudaLaunchConfig_t cluster_launch(unsigned grid, size_t smem, int cm, cudaStream_t stream,
+                                  cudaLaunchAttribute& attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid, 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(cm);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = cm > 1 ? 1 : 0;
+  return cfg;
+}
+
 // How many clusters of CM CTAs of this configuration can be resident at once (CM = 1: SMs).
 template <int BN, int STAGES, int SLOTS, int CM>
 int max_resident_clusters(int sms) {
@@ -346,17 +364,9 @@ int max_resident_clusters(int sms) {
     return sms;
   } else {
     static const int clusters = [] {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(CM * 64, 1, 1);
-      cfg.blockDim = dim3(kThreads, 1, 1);
-      cfg.dynamicSmemBytes = Config<BN, STAGES, SLOTS>::kSmemBytes;
       cudaLaunchAttribute attr;
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = CM;
-      attr.val.clusterDim.y = 1;
-      attr.val.clusterDim.z = 1;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
+      const cudaLaunchConfig_t cfg =
+          cluster_launch(CM * 64, Config<BN, STAGES, SLOTS>::kSmemBytes, CM, nullptr, attr);
       int n = 0;
       RIDGE_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveClusters(
           &n, gemm_sm90_ws_kernel<BN, STAGES, SLOTS, CM>, &cfg));
@@ -366,8 +376,8 @@ int max_resident_clusters(int sms) {
   }
 }
 
-// grid_tiles: cluster tiles to run; max_clusters: the persistent grid's cap (0: one cluster per
-// cluster tile).
+// cluster_tiles: cluster tiles to run; max_clusters: the persistent grid's cap (0: one cluster
+// per cluster tile).
 template <int BN, int STAGES, int SLOTS, int CM>
 void launch_config(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M,
                    int out_n, int w_rows, int K, Epilogue epilogue, long long cluster_tiles,
@@ -377,8 +387,6 @@ void launch_config(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, 
   constexpr size_t smem = Cfg::kSmemBytes;
   RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  if constexpr (CM > 1)
-    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
   long long clusters = cluster_tiles;
   if (max_clusters > 0)
     clusters = std::min<long long>(
@@ -389,18 +397,9 @@ void launch_config(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, 
   // Y's map only matters to the TMA-store epilogue (a dummy copy of X's otherwise).
   const CUtensorMap tmap_y =
       SLOTS > 0 ? detail::make_tensor_map_bf16(Y, M, out_n, 64, 64) : tmap_x;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * CM), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
   cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = CM;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = CM > 1 ? 1 : 0;
+  const cudaLaunchConfig_t cfg =
+      cluster_launch(static_cast<unsigned>(clusters * CM), smem, CM, stream, attr);
   RIDGE_GEMM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, tmap_x, tmap_w, tmap_y, Y, residual, M,
                                            out_n, K, static_cast<int>(epilogue), group_m));
 }
