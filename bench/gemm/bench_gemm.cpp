@@ -535,6 +535,11 @@ json run_variants(const std::vector<std::array<int, 3>>& shapes,
     o.cluster_m = 2;  // 256-wide tiles, 4 stages
     variants.push_back({"cl2", o});
   }
+  {
+    Sm90GemmOptions o;
+    o.wave_split = true;  // applies where the default picks 256-wide tiles and the last wave is thin
+    variants.push_back({"split", o});
+  }
   for (int g : {1, 16}) {
     Sm90GemmOptions o;
     o.group_m = g;

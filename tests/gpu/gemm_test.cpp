@@ -233,6 +233,7 @@ TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
     int block_n, stages;
     bool tma_store, persistent;
     int group_m, max_ctas, cluster_m;
+    bool wave_split = false;
   };
   const Config configs[] = {
       {"256 reg, one CTA per tile, row order", 256, 4, false, false, 1, 0, 1},
@@ -241,7 +242,10 @@ TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
       {"128 tma, one CTA per tile", 128, 6, true, false, 1, 0, 1},
       {"256 tma, clusters of 2, 3 clusters", 256, 4, true, true, 3, 6, 2},
       {"256 tma, clusters of 2, all SMs", 256, 0, true, true, 8, 0, 2},
-      {"128 tma, 5 CTAs, grouped", 128, 6, true, true, 3, 5, 1}};
+      {"128 tma, 5 CTAs, grouped", 128, 6, true, true, 3, 5, 1},
+      // 63 tiles on 31 CTAs: 6 columns in two full waves, the 8 columns left as 128-wide tiles
+      // in a second launch (a Y column offset with the full row stride)
+      {"256 tma, wave split, 31 CTAs", 256, 0, true, true, 8, 31, 1, true}};
   std::vector<std::vector<bf16>> out;
   for (const auto& c : configs) {
     SCOPED_TRACE(c.name);
@@ -253,6 +257,7 @@ TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
     o.group_m = c.group_m;
     o.max_ctas = c.max_ctas;
     o.cluster_m = c.cluster_m;
+    o.wave_split = c.wave_split;
     CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
     ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, M, N, K, nullptr, nullptr, o);
     CUDA_OK(cudaDeviceSynchronize());
@@ -274,6 +279,34 @@ TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
   EXPECT_EQ(bits_differ(out[0], out[4]), 0u) << "BN 256: clusters of 2 vs 1";
   EXPECT_EQ(bits_differ(out[0], out[5]), 0u) << "BN 256: clusters of 2 on every SM vs 1";
   EXPECT_EQ(bits_differ(out[3], out[6]), 0u) << "BN 128: persistent vs one CTA per tile";
+}
+
+// The wave split with a residual: the second launch adds the residual at a column offset with
+// the full row stride (the same split as above: 63 tiles on 31 CTAs).
+TEST(GemmSm90, WaveSplitWithResidual) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  const int M = 1100, N = 1544, K = 264;
+  std::mt19937 rng(21);
+  auto hX = random_bf16(static_cast<size_t>(M) * K, rng);
+  auto hW = random_bf16(static_cast<size_t>(N) * K, rng);
+  auto hR = random_bf16(static_cast<size_t>(M) * N, rng, 4.f);
+  DeviceBuffer<bf16> X(hX.size()), W(hW.size()), R(hR.size()), Y(hR.size());
+  CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(R.ptr, hR.data(), hR.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
+  ridge::kernels::Sm90GemmOptions o;
+  o.block_n = 256;  // (the wave model would pick 128 for this shape on 132 SMs)
+  o.max_ctas = 31;
+  o.wave_split = true;
+  ridge::kernels::gemm_bf16_sm90(X.ptr, W.ptr, Y.ptr, M, N, K, nullptr, R.ptr, o);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<bf16> hY(Y.count);
+  CUDA_OK(cudaMemcpy(hY.data(), Y.ptr, Y.count * 2, cudaMemcpyDeviceToHost));
+  const Result r = compare(hY, reference(hX, hW, &hR, M, N, K));
+  EXPECT_EQ(r.non_finite, 0u);
+  EXPECT_LT(r.rel_err, kTolerance);
 }
 
 TEST(GemmSm90, RefusesUnknownConfigurations) {

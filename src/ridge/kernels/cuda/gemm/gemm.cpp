@@ -140,10 +140,10 @@ EncodeTiledFn encode_tiled_fn() {
 }  // namespace
 
 CUtensorMap make_tensor_map_bf16(const void* base, uint64_t rows, uint64_t cols,
-                                 uint32_t box_rows, uint32_t box_cols) {
+                                 uint32_t box_rows, uint32_t box_cols, uint64_t row_stride) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {cols * 2};
+  const cuuint64_t strides[1] = {(row_stride ? row_stride : cols) * 2};
   const cuuint32_t box[2] = {box_cols, box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = encode_tiled_fn()(

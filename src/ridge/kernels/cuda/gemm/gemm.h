@@ -102,6 +102,10 @@ struct Sm90GemmOptions {
   // 2: clusters of two CTAs on vertically adjacent tiles share each W tile through TMA multicast
   // (L2 delivers it once per pair); needs the TMA-store epilogue and 4/6 stages.
   int cluster_m = 1;
+  // Wave split (not yet measured; off): when the last wave of 256-wide tiles is mostly empty, the
+  // columns that fill whole waves run as one launch and the rest as 128-wide tiles in a second
+  // launch. Applies to persistent TMA-store launches of 256-wide tiles without clusters or SwiGLU.
+  bool wave_split = false;
   // Diagnostic (bench only): false computes every tile and stores nothing, so that the
   // benchmark can separate the epilogue's cost from the main loop's. Y is left untouched.
   bool store = true;

@@ -82,7 +82,8 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// out_n: columns of Y (N, or F for SwiGLU). The W tile is two BN/2-row boxes: rows
+// out_n: columns of Y (N, or F for SwiGLU); ld_y: the row stride of Y and residual (elements; out_n
+// unless this launch writes a column range of a wider Y). The W tile is two BN/2-row boxes: rows
 // [n0, n0 + BN/2) and, for a plain tile, the next BN/2 rows, for SwiGLU the up rows F + n0.
 // tmap_y (SLOTS > 0): Y [M, out_n] in 64×64 boxes with 128-byte swizzle.
 // CM = 2: clusters of two CTAs on vertically adjacent tiles (same W tile). Each CTA loads its own
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gemm_sm90_ws_kernel(const __grid_constant__ CUtensorMap tmap_x,
                         const __grid_constant__ CUtensorMap tmap_w,
                         const __grid_constant__ CUtensorMap tmap_y, bf16* Y,
-                        const bf16* residual, int M, int out_n, int K, int epilogue,
+                        const bf16* residual, int M, int out_n, int ld_y, int K, int epilogue,
                         int group_m) {
   static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 CTAs");
   using Cfg = Config<BN, STAGES, SLOTS>;
@@ -240,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int row = row_base + 8 * h, col = col_base + 8 * i;
             if (row < M && col < out_n) {
               const __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(
-                  residual + static_cast<size_t>(row) * out_n + col);
+                  residual + static_cast<size_t>(row) * ld_y + col);
               v0 += __low2float(r);
               v1 += __high2float(r);
             }
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int h = 0; h < 2; ++h) {
               const int row = row_base + 8 * h;
               if (row < M && col < out_n)
-                *reinterpret_cast<uint32_t*>(Y + static_cast<size_t>(row) * out_n + col) =
+                *reinterpret_cast<uint32_t*>(Y + static_cast<size_t>(row) * ld_y + col) =
                     outputs(md, i, h);
             }
           }
@@ -380,7 +381,8 @@ int max_resident_clusters(int sms) {
 // per cluster tile).
 template <int BN, int STAGES, int SLOTS, int CM>
 void launch_config(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M,
-                   int out_n, int w_rows, int K, Epilogue epilogue, long long cluster_tiles,
+                   int out_n, int ld_y, int w_rows, int K, Epilogue epilogue,
+                   long long cluster_tiles,
                    int max_clusters, int group_m, int sms, cudaStream_t stream) {
   using Cfg = Config<BN, STAGES, SLOTS>;
   auto kernel = gemm_sm90_ws_kernel<BN, STAGES, SLOTS, CM>;
@@ -396,12 +398,13 @@ void launch_config(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, 
   const CUtensorMap tmap_w = detail::make_tensor_map_bf16(W, w_rows, K, BN / 2, kBK);
   // Y's map only matters to the TMA-store epilogue (a dummy copy of X's otherwise).
   const CUtensorMap tmap_y =
-      SLOTS > 0 ? detail::make_tensor_map_bf16(Y, M, out_n, 64, 64) : tmap_x;
+      SLOTS > 0 ? detail::make_tensor_map_bf16(Y, M, out_n, 64, 64, ld_y) : tmap_x;
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t cfg =
       cluster_launch(static_cast<unsigned>(clusters * CM), smem, CM, stream, attr);
   RIDGE_GEMM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, tmap_x, tmap_w, tmap_y, Y, residual, M,
-                                           out_n, K, static_cast<int>(epilogue), group_m));
+                                           out_n, ld_y, K, static_cast<int>(epilogue),
+                                           group_m));
 }
 
 long long tile_count(int M, int out_n, int bn, bool swiglu) {
@@ -436,28 +439,55 @@ void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
                      : sm90_choose_block_n(M, out_n, swiglu, sms);
   const int cm = options.cluster_m;
   const long long tiles_m = (M + kBM - 1) / kBM;
-  const long long cluster_tiles = tile_count(M, out_n, bn, swiglu) / tiles_m * ((tiles_m + cm - 1) / cm);
   const int max_clusters =
       options.persistent ? std::max(1, (options.max_ctas > 0 ? options.max_ctas : sms) / cm) : 0;
   const int group_m = std::max(1, options.group_m);
   const Epilogue epilogue =
       swiglu ? Epilogue::kSwiGLU : (options.store ? Epilogue::kStore : Epilogue::kNone);
-  // (tile width, ring stages, staging boxes, cluster): the instantiated configurations (the
-  // options were checked by gemm_bf16_sm90).
-#define RIDGE_SM90_LAUNCH(BN, ST, SL, CM)                                                     \
-  launch_config<BN, ST, SL, CM>(X, W, Y, residual, M, out_n, w_rows, K, epilogue, cluster_tiles, \
+  // One launch over `cols` columns of Y (row stride out_n) from W rows w (w_rows of them).
+  auto launch = [&](int width, const bf16* w, bf16* y, const bf16* r, int cols, int rows_w) {
+    const long long cluster_tiles =
+        tile_count(M, cols, width, swiglu) / tiles_m * ((tiles_m + cm - 1) / cm);
+    // (tile width, ring stages, staging boxes, cluster): the instantiated configurations (the
+    // options were checked by gemm_bf16_sm90).
+#define RIDGE_SM90_LAUNCH(BN, ST, SL, CM)                                                      \
+  launch_config<BN, ST, SL, CM>(X, w, y, r, M, cols, out_n, rows_w, K, epilogue, cluster_tiles, \
                                 max_clusters, group_m, sms, stream)
-  if (bn == 256 && !options.tma_store)
-    RIDGE_SM90_LAUNCH(256, 4, 0, 1);
-  else if (bn == 256 && cm == 2)
-    RIDGE_SM90_LAUNCH(256, 4, 2, 2);
-  else if (bn == 256 && options.stages == 4)
-    RIDGE_SM90_LAUNCH(256, 4, 2, 1);
-  else if (bn == 256)  // the default: measured as fast or faster than 4 stages on 5 of 7 shapes
-    RIDGE_SM90_LAUNCH(256, 3, 4, 1);
-  else
-    RIDGE_SM90_LAUNCH(128, 6, 2, 1);
+    if (width == 256 && !options.tma_store)
+      RIDGE_SM90_LAUNCH(256, 4, 0, 1);
+    else if (width == 256 && cm == 2)
+      RIDGE_SM90_LAUNCH(256, 4, 2, 2);
+    else if (width == 256 && options.stages == 4)
+      RIDGE_SM90_LAUNCH(256, 4, 2, 1);
+    else if (width == 256)  // the default: as fast or faster than 4 stages on 5 of 7 shapes
+      RIDGE_SM90_LAUNCH(256, 3, 4, 1);
+    else
+      RIDGE_SM90_LAUNCH(128, 6, 2, 1);
 #undef RIDGE_SM90_LAUNCH
+  };
+  // Wave split (an option): when the last wave of 256-wide tiles is mostly empty, the columns
+  // that fill whole waves run as one launch and the rest as 128-wide tiles in a second launch
+  // (Llama-2 gate|up at M = 2048: 1,376 tiles = 10.4 waves on 132 SMs become 1,312 tiles in 10
+  // waves + 128 narrow tiles in one, ~10.6 waves of work instead of 11).
+  if (options.wave_split && !swiglu && bn == 256 && options.tma_store && cm == 1 &&
+      options.persistent) {
+    const long long wave = std::min(max_clusters, sms);  // CTAs of the persistent grid
+    const long long tiles_n = (out_n + 255) / 256, total = tiles_m * tiles_n;
+    const long long waves = (total + wave - 1) / wave;
+    const long long c = (waves - 1) * wave / tiles_m;  // 256-wide columns in whole waves
+    if (waves >= 2 && c >= 1 && c < tiles_n) {
+      const double split_cost = static_cast<double>((c * tiles_m + wave - 1) / wave) +
+                                0.55 * static_cast<double>((2 * (tiles_n - c) * tiles_m + wave - 1) / wave);
+      if (split_cost + 0.25 < static_cast<double>(waves)) {
+        const long long done = 256 * c;  // columns of the first launch
+        launch(256, W, Y, residual, static_cast<int>(done), static_cast<int>(done));
+        launch(128, W + done * K, Y + done, residual ? residual + done : nullptr,
+               out_n - static_cast<int>(done), out_n - static_cast<int>(done));
+        return;
+      }
+    }
+  }
+  launch(bn, W, Y, residual, out_n, w_rows);
 }
 
 }  // namespace detail

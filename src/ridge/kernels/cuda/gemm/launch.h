@@ -25,9 +25,10 @@ void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
                  int w_rows, int K, bool swiglu, const Sm90GemmOptions& options,
                  cudaStream_t stream);
 
-// Tensor map of a row-major bf16 matrix [rows, cols] (cols contiguous, cols % 8 == 0, base
-// 16-byte aligned), read in boxes of box_rows × box_cols with 128-byte swizzle (box_cols = 64).
+// Tensor map of a row-major bf16 matrix [rows, cols] (cols contiguous, base 16-byte aligned) whose
+// rows are row_stride elements apart (0: cols; a multiple of 8), read or written in boxes of
+// box_rows × box_cols with 128-byte swizzle (box_cols = 64).
 CUtensorMap make_tensor_map_bf16(const void* base, uint64_t rows, uint64_t cols,
-                                 uint32_t box_rows, uint32_t box_cols);
+                                 uint32_t box_rows, uint32_t box_cols, uint64_t row_stride = 0);
 
 }  // namespace ridge::kernels::detail
