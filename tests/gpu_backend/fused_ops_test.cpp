@@ -34,6 +34,13 @@ Backend& composing() {
   static std::unique_ptr<Backend> b = with_fusions("rope_kv");
   return *b;
 }
+// Every fusion and the opt-in gate|up GEMM with the SwiGLU epilogue at prefill sizes.
+Backend& fusing_swiglu_gemm() {
+  static std::unique_ptr<Backend> b = with_fusions("norm,silu,rope_kv,swiglu_gemm");
+  return *b;
+}
+// CudaBackend::kSwigluGemmMinTokens: --fuse swiglu_gemm runs from this many tokens.
+constexpr int64_t kSwigluGemmMinTokens = 1024;
 // CudaBackend::kFusedMaxTokens: the norm and SwiGLU fusions run up to this many tokens.
 constexpr int64_t kFusedMaxTokens = 8;
 
@@ -216,14 +223,17 @@ TEST_F(GpuBackend, MatmulFusedNormFromRecordedSums) {
 
 // out = silu_mul(P(x)·wᵀ) through matmul_swiglu, w = [gate; up]: on fusing() the skinny kernel's
 // SwiGLU epilogue up to 8 tokens (its gate_up scratch untouched), composed above and on
-// composing();
-// with the norm from recorded sums where `norm`. Against the CPU's composition (fp32).
-void run_swiglu(int64_t T, int64_t F, int64_t K, bool norm, bool fused_backend) {
-  Backend& be = fused_backend ? fusing() : composing();
+// composing(); with `swiglu_gemm` on fusing_swiglu_gemm(), the sm90 GEMM's SwiGLU epilogue from
+// 1024 tokens (the scratch untouched too). With the norm from recorded sums where `norm`.
+// Against the CPU's composition (fp32).
+void run_swiglu(int64_t T, int64_t F, int64_t K, bool norm, bool fused_backend,
+                bool swiglu_gemm = false) {
+  Backend& be = swiglu_gemm ? fusing_swiglu_gemm() : fused_backend ? fusing() : composing();
   WeightPair w = random_weight(2 * F, K, be);
   std::vector<float> x = random_bf16(size_t(T * K), 2.0f);
-  const std::string what = fmt::format("T={} F={} K={}{}{}", T, F, K, norm ? " norm" : "",
-                                       fused_backend ? "" : " composed");
+  const std::string what = fmt::format("T={} F={} K={}{}{}{}", T, F, K, norm ? " norm" : "",
+                                       fused_backend ? "" : " composed",
+                                       swiglu_gemm ? " swiglu_gemm" : "");
   DeviceMatrix xd = device_bf16(T, K, x);
   MatmulFusion fg, fc;
   std::vector<float> ones(size_t(K), 1.0f);
@@ -258,8 +268,10 @@ void run_swiglu(int64_t T, int64_t F, int64_t K, bool norm, bool fused_backend) 
   const std::vector<uint16_t> bits = download_bits(gud);
   const bool untouched =
       std::all_of(bits.begin(), bits.end(), [](uint16_t b) { return b == kPoisonBf16; });
-  EXPECT_EQ(untouched, fused_backend && T <= kFusedMaxTokens) << what << ": gate_up scratch "
-                                                 << (untouched ? "untouched" : "written");
+  const bool fused_here = (fused_backend && T <= kFusedMaxTokens) ||
+                          (swiglu_gemm && T >= kSwigluGemmMinTokens);
+  EXPECT_EQ(untouched, fused_here) << what << ": gate_up scratch "
+                                   << (untouched ? "untouched" : "written");
 }
 
 TEST_F(GpuBackend, MatmulSwigluEpilogue) {
@@ -268,6 +280,12 @@ TEST_F(GpuBackend, MatmulSwigluEpilogue) {
   run_swiglu(8, 11008, 4096, true, true);   // ... with the norm from recorded sums
   run_swiglu(3, 1544, 576, true, true);     // an odd number of 8-row tiles
   run_swiglu(4, 1536, 576, false, false);   // composed (--fuse rope_kv)
+  // --fuse swiglu_gemm: composed below 1024 tokens, the sm90 epilogue from 1024 (an uneven last
+  // tile row and column; 256- and 128-wide tiles by the wave model), with and without the norm
+  run_swiglu(1023, 1536, 576, false, true, true);
+  run_swiglu(1100, 1536, 576, false, true, true);
+  run_swiglu(1100, 1536, 576, true, true, true);
+  run_swiglu(2048, 2560, 256, false, true, true);
   MatmulFusion bad;
   bad.accumulate = true;
   DeviceMatrix x = device_bf16(2, 64, random_bf16(128)), s = device_bf16(2, 64, {});

@@ -118,8 +118,11 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
       fuse_silu_ = true;
     else if (item == "rope_kv")
       fuse_rope_kv_ = true;
+    else if (item == "swiglu_gemm")
+      fuse_swiglu_gemm_ = true;
     else if (!item.empty() && item != "none")
-      fail("--fuse: unknown fusion '{}' (expected a comma list of norm, silu, rope_kv, or none)",
+      fail("--fuse: unknown fusion '{}' (expected a comma list of norm, silu, rope_kv, "
+           "swiglu_gemm, or none)",
            item);
     at = end + 1;
   }
@@ -463,6 +466,20 @@ void CudaBackend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& 
                      N % 16 == 0 && N <= 65535 * 16 && K % 8 == 0 && x.stride[0] % 8 == 0 &&
                      aligned(x.data) && aligned(w.data) && aligned(out.data) &&
                      out.stride[0] == N / 2;
+  // --fuse swiglu_gemm: at prefill sizes, the sm90 GEMM with its SwiGLU epilogue (no [T, 2F]
+  // product written and read back); the norm prologue, if any, as the composed path runs it.
+  const Tensor& gemm_in = f.norm_weight ? scratch : x;
+  if (!fused && fuse_swiglu_gemm_ && options_.gemm != "cublas" && T >= kSwigluGemmMinTokens &&
+      (N / 2) % 128 == 0 && K % 8 == 0 && gemm_in.stride[0] == K && aligned(gemm_in.data) &&
+      aligned(w.data) && aligned(out.data) && out.stride[0] == N / 2 &&
+      (!f.norm_weight || (scratch.dtype == DType::bf16 && scratch.shape == x.shape))) {
+    if (f.norm_weight) rmsnorm(s, x, *f.norm_weight, f.eps, scratch);
+    using kb = __nv_bfloat16;
+    kernels::gemm_bf16_swiglu(static_cast<const kb*>(gemm_in.data),
+                              static_cast<const kb*>(w.data), static_cast<kb*>(out.data), int(T),
+                              int(N / 2), int(K), stream_of(s));
+    return;
+  }
   if (!fused) {
     Backend::matmul_swiglu(s, x, w, f, scratch, gate_up, out);
     return;

@@ -112,6 +112,9 @@ class CudaBackend final : public Backend {
   // The decode fusions (norm, silu) run up to this many tokens (the kernel takes 16): at 16 the
   // skinny GEMV loses more to cuBLASLt on q|k|v and gate|up than the fusions save (H200, run 8).
   static constexpr int64_t kFusedMaxTokens = 8;
+  // --fuse swiglu_gemm: gate|up and SwiGLU in the sm90 GEMM's epilogue from this many tokens (where
+  // that kernel runs at about cuBLASLt's speed: M >= 2048 in run 11's table, so prefill chunks).
+  static constexpr int64_t kSwigluGemmMinTokens = 1024;
   cudaStream_t stream_of(const Stream& s) const;
   void upload_into(const Tensor& host, void* dst, DType target);
   bool ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const;
@@ -144,6 +147,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   BackendOptions options_;
   bool fuse_norm_ = false, fuse_silu_ = false, fuse_rope_kv_ = false;  // options_.fuse
+  bool fuse_swiglu_gemm_ = false;  // options_.fuse "swiglu_gemm" (opt-in, not yet measured)
   int sm_count_ = 0;
   std::string name_;
   std::unique_ptr<cuda::OwnedStream> stream_;
