@@ -100,7 +100,7 @@ struct Sm90GemmOptions {
   // stores and clusters run 256-wide tiles (block_n 0 picks 256 for them; 128 is refused).
   int stages = 0;
   // 2: clusters of two CTAs on vertically adjacent tiles share each W tile through TMA multicast
-  // (L2 delivers it once per pair); needs the TMA-store epilogue and 4/6 stages.
+  // (L2 delivers it once per pair); runs the TMA-store epilogue, 256-wide tiles and 4 stages.
   int cluster_m = 1;
   // Wave split (not yet measured; off): when the last wave of 256-wide tiles is mostly empty, the
   // columns that fill whole waves run as one launch and the rest as 128-wide tiles in a second
