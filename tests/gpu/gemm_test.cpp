@@ -279,6 +279,16 @@ TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
   EXPECT_EQ(bits_differ(out[0], out[4]), 0u) << "BN 256: clusters of 2 vs 1";
   EXPECT_EQ(bits_differ(out[0], out[5]), 0u) << "BN 256: clusters of 2 on every SM vs 1";
   EXPECT_EQ(bits_differ(out[3], out[6]), 0u) << "BN 128: persistent vs one CTA per tile";
+  // The wave split: its first 1536 columns are the 256-wide launch's, the last 8 the 128-wide's.
+  size_t split_diff = 0;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      const std::vector<bf16>& same = n < 1536 ? out[0] : out[3];
+      const size_t i = static_cast<size_t>(m) * N + n;
+      split_diff += reinterpret_cast<const uint16_t*>(out[7].data())[i] !=
+                    reinterpret_cast<const uint16_t*>(same.data())[i];
+    }
+  EXPECT_EQ(split_diff, 0u) << "wave split vs one launch of each tile width";
 }
 
 // The wave split with a residual: the second launch adds the residual at a column offset with
