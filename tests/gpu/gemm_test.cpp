@@ -19,6 +19,7 @@
 #include "ridge/core/error.h"
 #include "ridge/kernels/cuda/gemm/cublaslt_gemm.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
+#include "ridge/kernels/cuda/gemm/launch.h"
 
 namespace {
 
@@ -317,6 +318,23 @@ TEST(GemmSm90, WaveSplitWithResidual) {
   const Result r = compare(hY, reference(hX, hW, &hR, M, N, K));
   EXPECT_EQ(r.non_finite, 0u);
   EXPECT_LT(r.rel_err, kTolerance);
+}
+
+// The wave split's decision (host only; runs without a GPU). Waves of 256-wide tiles cost 1,
+// 128-wide ones 0.55; a split must save a quarter of a wave.
+TEST(GemmSm90, WaveSplitDecision) {
+  using ridge::kernels::detail::sm90_wave_split_columns;
+  // Llama-2 gate|up at M = 2048: 16 × 86 tiles = 10.4 waves on 132 SMs. 82 columns fill 10 waves
+  // (1,312 tiles), the last 4 columns as 128 narrow tiles take one wave of 0.55: 10.55 < 11.
+  EXPECT_EQ(sm90_wave_split_columns(16, 86, 132), 82);
+  // q|k|v at M = 2048: 768 tiles = 5.8 waves, the last one 82% full: no split.
+  EXPECT_EQ(sm90_wave_split_columns(16, 48, 132), 0);
+  // gate|up at M = 8192: 5,504 tiles = 41.7 waves: split, 41 + 2 × 0.55 = 42.1 waves, no gain.
+  EXPECT_EQ(sm90_wave_split_columns(64, 86, 132), 0);
+  // One wave or less: nothing to split.
+  EXPECT_EQ(sm90_wave_split_columns(2, 16, 132), 0);
+  // The GPU test's case: 9 × 7 tiles on 31 CTAs (3 waves, the last of one tile): 6 columns.
+  EXPECT_EQ(sm90_wave_split_columns(9, 7, 31), 6);
 }
 
 TEST(GemmSm90, RefusesUnknownConfigurations) {

@@ -426,6 +426,17 @@ int sm90_choose_block_n(int M, int out_n, bool swiglu, int sms) {
   return cost128 < cost256 ? 128 : 256;
 }
 
+long long sm90_wave_split_columns(long long tiles_m, long long tiles_n, long long wave) {
+  const long long total = tiles_m * tiles_n;
+  const long long waves = (total + wave - 1) / wave;
+  const long long c = (waves - 1) * wave / tiles_m;  // 256-wide columns in whole waves
+  if (waves < 2 || c < 1 || c >= tiles_n) return 0;
+  // Waves of work: 256-wide tiles cost 1, 128-wide ones ~0.55 (the wave model above).
+  const double split_cost = static_cast<double>((c * tiles_m + wave - 1) / wave) +
+                            0.55 * static_cast<double>((2 * (tiles_n - c) * tiles_m + wave - 1) / wave);
+  return split_cost + 0.25 < static_cast<double>(waves) ? c : 0;
+}
+
 void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int out_n,
                  int w_rows, int K, bool swiglu, const Sm90GemmOptions& options,
                  cudaStream_t stream) {
@@ -471,20 +482,14 @@ void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
   // waves + 128 narrow tiles in one, ~10.6 waves of work instead of 11).
   if (options.wave_split && !swiglu && bn == 256 && options.tma_store && cm == 1 &&
       options.persistent) {
-    const long long wave = std::min(max_clusters, sms);  // CTAs of the persistent grid
-    const long long tiles_n = (out_n + 255) / 256, total = tiles_m * tiles_n;
-    const long long waves = (total + wave - 1) / wave;
-    const long long c = (waves - 1) * wave / tiles_m;  // 256-wide columns in whole waves
-    if (waves >= 2 && c >= 1 && c < tiles_n) {
-      const double split_cost = static_cast<double>((c * tiles_m + wave - 1) / wave) +
-                                0.55 * static_cast<double>((2 * (tiles_n - c) * tiles_m + wave - 1) / wave);
-      if (split_cost + 0.25 < static_cast<double>(waves)) {
-        const long long done = 256 * c;  // columns of the first launch
-        launch(256, W, Y, residual, static_cast<int>(done), static_cast<int>(done));
-        launch(128, W + done * K, Y + done, residual ? residual + done : nullptr,
-               out_n - static_cast<int>(done), out_n - static_cast<int>(done));
-        return;
-      }
+    const long long c =
+        sm90_wave_split_columns(tiles_m, (out_n + 255) / 256, std::min(max_clusters, sms));
+    if (c > 0) {
+      const long long done = 256 * c;  // columns of the first launch
+      launch(256, W, Y, residual, static_cast<int>(done), static_cast<int>(done));
+      launch(128, W + done * K, Y + done, residual ? residual + done : nullptr,
+             out_n - static_cast<int>(done), out_n - static_cast<int>(done));
+      return;
     }
   }
   launch(bn, W, Y, residual, out_n, w_rows);

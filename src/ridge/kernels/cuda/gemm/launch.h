@@ -25,6 +25,11 @@ void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
                  int w_rows, int K, bool swiglu, const Sm90GemmOptions& options,
                  cudaStream_t stream);
 
+// The wave split (Sm90GemmOptions::wave_split): of a grid of tiles_m × tiles_n 256-wide tiles on
+// `wave` CTAs, how many tile columns to run as one launch before the rest runs as 128-wide tiles;
+// 0 = no split (the last wave is not thin enough to pay for a second launch).
+long long sm90_wave_split_columns(long long tiles_m, long long tiles_n, long long wave);
+
 // Tensor map of a row-major bf16 matrix [rows, cols] (cols contiguous, base 16-byte aligned) whose
 // rows are row_stride elements apart (0: cols; a multiple of 8), read or written in boxes of
 // box_rows × box_cols with 128-byte swizzle (box_cols = 64).
