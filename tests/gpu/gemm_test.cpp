@@ -118,6 +118,15 @@ std::vector<double> reference(const std::vector<bf16>& X, const std::vector<bf16
   return Y;
 }
 
+// How many elements of two equally long bf16 vectors differ in their bits.
+size_t bits_differ(const std::vector<bf16>& a, const std::vector<bf16>& b) {
+  size_t d = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    d += reinterpret_cast<const uint16_t*>(a.data())[i] !=
+         reinterpret_cast<const uint16_t*>(b.data())[i];
+  return d;
+}
+
 // bf16 output rounding alone gives ~2^-9 per element; fp32 accumulation order adds little.
 constexpr double kTolerance = 8e-3;
 
@@ -165,11 +174,7 @@ void check_problem(Kernel kernel, const Problem& p, uint32_t seed) {
   CUDA_OK(cudaStreamSynchronize(stream));
   std::vector<bf16> hY2(ny);
   CUDA_OK(cudaMemcpy(hY2.data(), Yc.ptr, ny * 2, cudaMemcpyDeviceToHost));
-  size_t diff = 0;
-  for (size_t i = 0; i < ny; ++i)
-    diff += reinterpret_cast<const uint16_t*>(hY.data())[i] !=
-            reinterpret_cast<const uint16_t*>(hY2.data())[i];
-  EXPECT_EQ(diff, 0u) << "second run differs";
+  EXPECT_EQ(bits_differ(hY, hY2), 0u) << "second run differs";
 
   // Against cuBLASLt (no residual there: compare the plain product). Not under
   // compute-sanitizer (RIDGE_GEMM_TEST_SMALL): racecheck reports cuBLAS's own kernels.
@@ -268,13 +273,6 @@ TEST(GemmSm90, TileShapesSchedulesAndEpiloguesAgree) {
     EXPECT_EQ(r.non_finite, 0u);
     EXPECT_LT(r.rel_err, kTolerance);
   }
-  auto bits_differ = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
-    size_t d = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-      d += reinterpret_cast<const uint16_t*>(a.data())[i] !=
-           reinterpret_cast<const uint16_t*>(b.data())[i];
-    return d;
-  };
   EXPECT_EQ(bits_differ(out[0], out[1]), 0u) << "BN 256: TMA-store epilogue vs register stores";
   EXPECT_EQ(bits_differ(out[0], out[2]), 0u) << "BN 256: 3 vs 4 stages";
   EXPECT_EQ(bits_differ(out[0], out[4]), 0u) << "BN 256: clusters of 2 vs 1";
