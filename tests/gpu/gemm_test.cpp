@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -204,6 +205,136 @@ TEST(GemmSkinny, MatchesReference) {
   uint32_t seed = 1;
   for (size_t i = 0; i < problem_limit(std::size(problems)); ++i)
     check_problem(Kernel::kSkinny, problems[i], seed++);
+}
+
+// The skinny kernel's weight streams (gemm.h, SkinnyStream: registers, bulk, bulk6) with every
+// prologue and epilogue, on shapes with partial row tiles, a K tail inside a 1024-column stage,
+// and more row tiles than SMs: each against the fp64 reference, and all three bitwise equal (the
+// same MMAs in the same order; only the way the weights arrive differs).
+TEST(GemmSkinny, WeightStreamsAgree) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  using ridge::kernels::SkinnyArgs;
+  using ridge::kernels::SkinnyPrologue;
+  using ridge::kernels::SkinnyStream;
+  enum class Kind { plain, residual, f32, swiglu, sumsq_out, rms_sumsq };
+  struct Case {
+    Kind kind;
+    int M, N, K;
+  };
+  const Case cases[] = {
+      {Kind::plain, 1, 4104, 3000},    {Kind::plain, 9, 264, 520},
+      {Kind::residual, 16, 4104, 1032}, {Kind::f32, 3, 264, 3000},
+      {Kind::swiglu, 1, 4112, 3000},   {Kind::swiglu, 13, 528, 1032},
+      {Kind::sumsq_out, 8, 4104, 1032}, {Kind::rms_sumsq, 1, 4104, 3000},
+      {Kind::rms_sumsq, 16, 264, 4096}};
+  const char* kind_names[] = {"plain", "residual", "f32", "swiglu", "sumsq_out", "rms_sumsq"};
+  const SkinnyStream streams[] = {SkinnyStream::registers, SkinnyStream::bulk,
+                                  SkinnyStream::bulk6};
+  uint32_t seed = 300;
+  for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
+    const Case& c = cases[ci];
+    SCOPED_TRACE(::testing::Message() << kind_names[int(c.kind)] << " M=" << c.M << " N=" << c.N
+                                      << " K=" << c.K);
+    const int M = c.M, N = c.N, K = c.K;
+    const bool swiglu = c.kind == Kind::swiglu, f32 = c.kind == Kind::f32;
+    const int out_n = swiglu ? N / 2 : N;
+    const size_t ny = size_t(M) * out_n, y_bytes = ny * (f32 ? 4 : 2);
+    std::mt19937 rng(seed++);
+    auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
+    auto hR = random_bf16(ny, rng, 4.f);
+    const int parts_in = ridge::kernels::skinny_sumsq_parts(K);
+    const int parts_out = ridge::kernels::skinny_sumsq_parts(N);
+    std::vector<float> hS(size_t(parts_in) * M);
+    std::uniform_real_distribution<float> pos(0.05f, 2.0f);
+    for (auto& v : hS) v = pos(rng);
+    DeviceBuffer<bf16> X(hX.size()), W(hW.size()), R(ny);
+    DeviceBuffer<unsigned char> Y(y_bytes);
+    DeviceBuffer<float> S_in(hS.size()), S_out(size_t(parts_out) * M);
+    ASSERT_TRUE(X.ptr && W.ptr && R.ptr && Y.ptr && S_in.ptr && S_out.ptr);
+    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(R.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(S_in.ptr, hS.data(), hS.size() * 4, cudaMemcpyHostToDevice));
+
+    // The reference: the fp64 product with the case's prologue and epilogue.
+    const auto xw = reference(hX, hW, nullptr, M, N, K);
+    std::vector<double> ref(ny);
+    for (int m = 0; m < M; ++m) {
+      double inv_rms = 1.0;
+      if (c.kind == Kind::rms_sumsq) {
+        double ss = 0;
+        for (int p = 0; p < parts_in; ++p) ss += hS[size_t(p) * M + m];
+        inv_rms = 1.0 / std::sqrt(ss / K + 1e-5);
+      }
+      for (int n = 0; n < out_n; ++n) {
+        double v;
+        if (swiglu) {
+          const double g = xw[size_t(m) * N + n], u = xw[size_t(m) * N + out_n + n];
+          v = g / (1 + std::exp(-g)) * u;
+        } else {
+          v = xw[size_t(m) * N + n] * inv_rms;
+          if (c.kind == Kind::residual) v += __bfloat162float(hR[size_t(m) * N + n]);
+        }
+        ref[size_t(m) * out_n + n] = v;
+      }
+    }
+
+    std::vector<std::vector<unsigned char>> outs;
+    std::vector<std::vector<float>> sums;
+    for (SkinnyStream w : streams) {
+      SCOPED_TRACE(::testing::Message() << "stream " << int(w));
+      SkinnyArgs a;
+      a.X = X.ptr, a.ld_x = K, a.W = W.ptr, a.Y = Y.ptr, a.M = M, a.N = N, a.K = K;
+      a.weights = w;
+      a.y_f32 = f32;
+      a.swiglu = swiglu;
+      if (c.kind == Kind::residual) a.residual = R.ptr;
+      if (c.kind == Kind::sumsq_out) a.sumsq_out = S_out.ptr;
+      if (c.kind == Kind::rms_sumsq) a.sumsq_in = S_in.ptr, a.sumsq_parts = parts_in, a.eps = 1e-5f;
+      CUDA_OK(cudaMemset(Y.ptr, 0xFF, y_bytes));
+      CUDA_OK(cudaMemset(S_out.ptr, 0xFF, S_out.count * 4));
+      ridge::kernels::gemm_bf16_skinny_fused(
+          a, c.kind == Kind::rms_sumsq ? SkinnyPrologue::rms_sumsq : SkinnyPrologue::none,
+          nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      outs.emplace_back(y_bytes);
+      CUDA_OK(cudaMemcpy(outs.back().data(), Y.ptr, y_bytes, cudaMemcpyDeviceToHost));
+      std::vector<bf16> as_bf16(ny);
+      if (f32) {
+        const float* y = reinterpret_cast<const float*>(outs.back().data());
+        for (size_t i = 0; i < ny; ++i) as_bf16[i] = __float2bfloat16(y[i]);
+      } else {
+        std::memcpy(as_bf16.data(), outs.back().data(), ny * 2);
+      }
+      const Result r = compare(as_bf16, ref);
+      EXPECT_EQ(r.non_finite, 0u) << "unwritten or non-finite outputs";
+      EXPECT_LT(r.rel_err, kTolerance) << "vs fp64 reference";
+      if (c.kind == Kind::sumsq_out) {
+        // Each part: the squares of the 16 stored bf16 outputs of its columns, per token.
+        sums.emplace_back(S_out.count);
+        CUDA_OK(cudaMemcpy(sums.back().data(), S_out.ptr, S_out.count * 4, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (int p = 0; p < parts_out; ++p)
+          for (int m = 0; m < M; ++m) {
+            double want = 0;
+            for (int n = p * 16; n < std::min(N, p * 16 + 16); ++n) {
+              const double y = __bfloat162float(as_bf16[size_t(m) * N + n]);
+              want += y * y;
+            }
+            worst = std::max(worst, std::abs(sums.back()[size_t(p) * M + m] - want) / want);
+          }
+        EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
+      }
+    }
+    for (size_t i = 1; i < outs.size(); ++i) {
+      EXPECT_EQ(std::memcmp(outs[0].data(), outs[i].data(), y_bytes), 0)
+          << "stream " << int(streams[i]) << " vs registers: outputs differ in their bits";
+      if (!sums.empty())
+        EXPECT_EQ(std::memcmp(sums[0].data(), sums[i].data(), sums[0].size() * 4), 0)
+            << "stream " << int(streams[i]) << " vs registers: sums of squares differ";
+    }
+  }
 }
 
 TEST(GemmSm90, MatchesReference) {

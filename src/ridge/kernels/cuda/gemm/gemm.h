@@ -57,6 +57,12 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // Preconditions as gemm_bf16_skinny, plus ld_x ≥ K, ld_x % 8 == 0.
 // Launched with programmatic dependent launch (pdl.cuh).
 enum class SkinnyPrologue { none, rms_sumsq };
+// How the weights reach the MMAs at up to 16 tokens (above, always registers): registers (16-byte
+// loads, two steps in flight per warp, two blocks per SM) or bulk (a producer warp's
+// cp.async.bulk copies into a shared-memory ring of 3 or, bulk6, 6 stages of 32 KiB, one block
+// per SM). Bitwise the same outputs. automatic: RIDGE_SKINNY_STREAM=registers|bulk|bulk6, else
+// registers.
+enum class SkinnyStream { automatic, registers, bulk, bulk6 };
 struct SkinnyArgs {
   const bf16* X = nullptr;
   int64_t ld_x = 0;
@@ -73,6 +79,7 @@ struct SkinnyArgs {
   // kernel before it runs. false: it starts after that kernel ends (its own dependents may still
   // start early). Measured: a skinny GEMV right after another large GEMV starts better without.
   bool pdl_launch = true;
+  SkinnyStream weights = SkinnyStream::automatic;
   int M = 0, N = 0, K = 0;
 };
 constexpr int skinny_prologue_max_tokens = 16;
@@ -102,10 +109,11 @@ struct Sm90GemmOptions {
   // 2: clusters of two CTAs on vertically adjacent tiles share each W tile through TMA multicast
   // (L2 delivers it once per pair); runs the TMA-store epilogue, 256-wide tiles and 4 stages.
   int cluster_m = 1;
-  // Wave split (not yet measured; off): when the last wave of 256-wide tiles is mostly empty, the
-  // columns that fill whole waves run as one launch and the rest as 128-wide tiles in a second
-  // launch. Applies to persistent TMA-store launches of 256-wide tiles without clusters or SwiGLU.
-  bool wave_split = false;
+  // Wave split: when the last wave of 256-wide tiles is mostly empty, the columns that fill whole
+  // waves run as one launch and the rest as 128-wide tiles in a second launch. Applies to
+  // persistent TMA-store launches of 256-wide tiles without clusters or SwiGLU (H200, run 12:
+  // gate|up at M = 2048 542.7 µs against 570.1 without, cuBLASLt 550.6).
+  bool wave_split = true;
   // Diagnostic (bench only): false computes every tile and stores nothing, so that the
   // benchmark can separate the epilogue's cost from the main loop's. Y is left untouched.
   bool store = true;

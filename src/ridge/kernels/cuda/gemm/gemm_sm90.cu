@@ -476,7 +476,7 @@ void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
       RIDGE_SM90_LAUNCH(128, 6, 2, 1);
 #undef RIDGE_SM90_LAUNCH
   };
-  // Wave split (an option): when the last wave of 256-wide tiles is mostly empty, the columns
+  // Wave split (on by default): when the last wave of 256-wide tiles is mostly empty, the columns
   // that fill whole waves run as one launch and the rest as 128-wide tiles in a second launch
   // (Llama-2 gate|up at M = 2048: 1,376 tiles = 10.4 waves on 132 SMs become 1,312 tiles in 10
   // waves + 128 narrow tiles in one, ~10.6 waves of work instead of 11).

@@ -40,9 +40,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
+#include "ridge/kernels/cuda/gemm/sm90.cuh"
 #include "ridge/kernels/cuda/pdl.cuh"
 
 namespace ridge::kernels {
@@ -91,6 +93,150 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, ui
       "{%8,%9}, {%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// ---- the parts every weight stream shares: the rms_sumsq sums and the tile's epilogue ----------
+// Both kernels run kSkinnyWarps warps of MMAs (the bulk kernel's producer warp takes no part
+// here); `sync` is a barrier over exactly those kSkinnyThreads threads.
+constexpr int kSumsqRegs = 8;
+
+// rms_sumsq: the partial sums of squares of the block's token rows, written by the previous
+// kernel, are loaded once after pdl::wait() and summed before the first epilogue (off the loop's
+// critical path). Thread i takes token i % MT and the parts i / MT, i / MT + SLICES, … (the first
+// kSumsqRegs of them in registers, any further ones in finish_inv_rms); the order is fixed.
+template <int MT>
+__device__ __forceinline__ void load_sumsq_parts(const SkinnyArgs& a, int m0,
+                                                 float (&part_ss)[kSumsqRegs]) {
+  constexpr int SLICES = kSkinnyThreads / MT;
+  const int m = m0 + int(threadIdx.x) % MT, slice = int(threadIdx.x) / MT;
+#pragma unroll
+  for (int i = 0; i < kSumsqRegs; ++i) {
+    const int p = slice + i * SLICES;
+    part_ss[i] = (m < a.M && p < a.sumsq_parts) ? a.sumsq_in[size_t(p) * a.M + m] : 0.0f;
+  }
+}
+
+template <int MT, typename Sync>
+__device__ __forceinline__ void finish_inv_rms(const SkinnyArgs& a, int m0,
+                                               const float (&part_ss)[kSumsqRegs],
+                                               float* inv_rms, Sync sync) {
+  constexpr int SLICES = kSkinnyThreads / MT;
+  __shared__ float slice_ss[SLICES][MT];
+  const int tm = int(threadIdx.x) % MT, slice = int(threadIdx.x) / MT;
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kSumsqRegs; ++i) total += part_ss[i];
+  if (m0 + tm < a.M)
+    for (int p = slice + kSumsqRegs * SLICES; p < a.sumsq_parts; p += SLICES)
+      total += a.sumsq_in[size_t(p) * a.M + m0 + tm];
+  slice_ss[slice][tm] = total;
+  sync();
+  if (threadIdx.x < MT) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < SLICES; ++i) sum += slice_ss[i][threadIdx.x];
+    inv_rms[threadIdx.x] = 1.0f / sqrtf(sum / float(a.K) + a.eps);
+  }
+}
+
+// The end of a row tile: the warps' partial sums (each warp a slice of K) are reduced through
+// shared memory in a fixed order and stored with the epilogue `a` asks for. The caller
+// synchronizes before the next tile writes reduce_smem and reg_ss again.
+template <int RT, int NG, SkinnyPrologue P, typename Sync>
+__device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&acc)[RT][NG][4],
+                                            int tile, int m0, float* reduce_smem,
+                                            const float* inv_rms, float (*reg_ss)[4], Sync sync) {
+  constexpr int kRegs = RT * NG * 4;
+  constexpr int MT = 8 * NG;
+  const int M = a.M, N = a.N, F = N / 2;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        reduce_smem[(warp * kRegs + (rt * NG + j) * 4 + r) * 32 + lane] = acc[rt][j][r];
+  sync();
+
+  if (a.swiglu) {
+    // Registers r < 2 of the C fragment hold gate rows, r + 2 the up rows of the same outputs:
+    // one thread per (gate, up) pair; each rounded to bf16 first, as the product stored and
+    // then read back by silu_mul_bf16 would be.
+    for (int e = threadIdx.x; e < kRegs * 16; e += kSkinnyThreads) {
+      const int pair = e >> 5, ln = e & 31;
+      const int reg = (pair >> 1) * 4 + (pair & 1);
+      float sg = 0.f, su = 0.f;
+#pragma unroll
+      for (int w = 0; w < kSkinnyWarps; ++w) {
+        sg += reduce_smem[(w * kRegs + reg) * 32 + ln];
+        su += reduce_smem[(w * kRegs + reg + 2) * 32 + ln];
+      }
+      const int rt = reg / (NG * 4), j = (reg >> 2) % NG;
+      const int f = (tile * RT + rt) * 8 + (ln >> 2);
+      const int m = m0 + j * 8 + (ln & 3) * 2 + (reg & 1);
+      if constexpr (P == SkinnyPrologue::rms_sumsq) sg *= inv_rms[m - m0], su *= inv_rms[m - m0];
+      if (f < F && m < M) {
+        const float gv = __bfloat162float(__float2bfloat16(sg));
+        const float uv = __bfloat162float(__float2bfloat16(su));
+        static_cast<bf16*>(a.Y)[static_cast<size_t>(m) * F + f] =
+            __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+      }
+    }
+    return;
+  }
+  // sumsq_out: per register of the C fragment, the squares of the stored values summed over
+  // the 8 rows (lanes with the same lane & 3) of each of the 4 token pairs.
+  const bool want_ss = a.sumsq_out != nullptr;  // uniform
+  const int n0 = tile * 16 * RT;
+  for (int e = threadIdx.x; e < kRegs * 32; e += kSkinnyThreads) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kSkinnyWarps; ++w) sum += reduce_smem[w * kRegs * 32 + e];
+    const int reg = e >> 5;
+    const int ln = e & 31;
+    const int rt = reg / (NG * 4);
+    const int j = (reg >> 2) % NG;
+    const int r = reg & 3;
+    // C fragment of m16n8: c0,c1 at (row g, cols 2t, 2t+1); c2,c3 at (row g+8, same cols).
+    const int n = n0 + rt * 16 + (ln >> 2) + (r >= 2 ? 8 : 0);
+    const int m = m0 + j * 8 + (ln & 3) * 2 + (r & 1);
+    if constexpr (P == SkinnyPrologue::rms_sumsq) sum *= inv_rms[m - m0];
+    float stored = 0.0f;
+    if (n < N && m < M) {
+      const size_t idx = static_cast<size_t>(m) * N + n;
+      if (a.residual != nullptr) sum += __bfloat162float(a.residual[idx]);
+      if (a.y_f32) {
+        static_cast<float*>(a.Y)[idx] = sum;
+      } else {
+        const bf16 out = __float2bfloat16(sum);
+        static_cast<bf16*>(a.Y)[idx] = out;
+        stored = __bfloat162float(out);
+      }
+    }
+    if (want_ss) {  // all 32 lanes of the warp are here (kRegs·32 is a multiple of 32)
+      float q = stored * stored;
+      q += __shfl_xor_sync(0xffffffffu, q, 4);
+      q += __shfl_xor_sync(0xffffffffu, q, 8);
+      q += __shfl_xor_sync(0xffffffffu, q, 16);
+      if (ln < 4) reg_ss[reg][ln] = q;
+    }
+  }
+  if (want_ss) {
+    sync();
+    // Token tm = j·8 + 2q + b of the block: registers (rt·NG + j)·4 + b (rows g) and + 2
+    // (rows g + 8) of every row tile rt, lane group q; summed in this fixed order.
+    if (threadIdx.x < MT) {
+      const int tm = threadIdx.x, j = tm / 8, q = (tm % 8) / 2, b = tm & 1;
+      float total = 0.0f;
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) total += reg_ss[(rt * NG + j) * 4 + b + 2 * h][q];
+      if (m0 + tm < M) a.sumsq_out[size_t(tile) * M + m0 + tm] = total;
+    }
+  }
 }
 
 // NG: token groups of 8 (MT = 8·NG tokens per block); RT: 16-row weight tiles per warp;
@@ -182,21 +328,8 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   if (warp < steps) load_step(cur, wrow, warp);
   pdl::wait();
 
-  // rms_sumsq: the partial sums of squares of the block's token rows, written by the previous
-  // kernel, are loaded now and summed before the first epilogue (off the loop's critical path).
-  // Thread i takes token i % MT and the parts i / MT, i / MT + SLICES, … (the first kSumsqRegs of
-  // them in registers, any further ones then); the order is fixed.
-  constexpr int SLICES = kSkinnyThreads / MT;
-  constexpr int kSumsqRegs = 8;
   [[maybe_unused]] float part_ss[kSumsqRegs];
-  if constexpr (P == SkinnyPrologue::rms_sumsq) {
-    const int m = m0 + int(threadIdx.x) % MT, slice = int(threadIdx.x) / MT;
-#pragma unroll
-    for (int i = 0; i < kSumsqRegs; ++i) {
-      const int p = slice + i * SLICES;
-      part_ss[i] = (m < M && p < a.sumsq_parts) ? a.sumsq_in[size_t(p) * M + m] : 0.0f;
-    }
-  }
+  if constexpr (P == SkinnyPrologue::rms_sumsq) load_sumsq_parts<MT>(a, m0, part_ss);
 
   bool first = true;
   for (;;) {
@@ -245,113 +378,11 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     }
 
     if constexpr (P == SkinnyPrologue::rms_sumsq) {
-      if (first) {
-        __shared__ float slice_ss[SLICES][MT];
-        const int tm = int(threadIdx.x) % MT, slice = int(threadIdx.x) / MT;
-        float total = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kSumsqRegs; ++i) total += part_ss[i];
-        if (m0 + tm < M)
-          for (int p = slice + kSumsqRegs * SLICES; p < a.sumsq_parts; p += SLICES)
-            total += a.sumsq_in[size_t(p) * M + m0 + tm];
-        slice_ss[slice][tm] = total;
-        __syncthreads();
-        if (threadIdx.x < MT) {
-          float sum = 0.0f;
-#pragma unroll
-          for (int i = 0; i < SLICES; ++i) sum += slice_ss[i][threadIdx.x];
-          inv_rms[threadIdx.x] = 1.0f / sqrtf(sum / float(K) + a.eps);
-        }
-      }
+      if (first) finish_inv_rms<MT>(a, m0, part_ss, inv_rms, [] { __syncthreads(); });
     }
     first = false;
-
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-      for (int j = 0; j < NG; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          reduce_smem[(warp * kRegs + (rt * NG + j) * 4 + r) * 32 + lane] = acc[rt][j][r];
-    __syncthreads();
-
-    if (a.swiglu) {
-      // Registers r < 2 of the C fragment hold gate rows, r + 2 the up rows of the same outputs:
-      // one thread per (gate, up) pair; each rounded to bf16 first, as the product stored and
-      // then read back by silu_mul_bf16 would be.
-      for (int e = threadIdx.x; e < kRegs * 16; e += kSkinnyThreads) {
-        const int pair = e >> 5, ln = e & 31;
-        const int reg = (pair >> 1) * 4 + (pair & 1);
-        float sg = 0.f, su = 0.f;
-#pragma unroll
-        for (int w = 0; w < kSkinnyWarps; ++w) {
-          sg += reduce_smem[(w * kRegs + reg) * 32 + ln];
-          su += reduce_smem[(w * kRegs + reg + 2) * 32 + ln];
-        }
-        const int rt = reg / (NG * 4), j = (reg >> 2) % NG;
-        const int f = (tile * RT + rt) * 8 + (ln >> 2);
-        const int m = m0 + j * 8 + (ln & 3) * 2 + (reg & 1);
-        if constexpr (P == SkinnyPrologue::rms_sumsq) sg *= inv_rms[m - m0], su *= inv_rms[m - m0];
-        if (f < F && m < M) {
-          const float gv = __bfloat162float(__float2bfloat16(sg));
-          const float uv = __bfloat162float(__float2bfloat16(su));
-          static_cast<bf16*>(a.Y)[static_cast<size_t>(m) * F + f] =
-              __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
-        }
-      }
-    } else {
-      // sumsq_out: per register of the C fragment, the squares of the stored values summed over
-      // the 8 rows (lanes with the same lane & 3) of each of the 4 token pairs.
-      const bool want_ss = a.sumsq_out != nullptr;  // uniform
-      const int n0 = tile * 16 * RT;
-      for (int e = threadIdx.x; e < kRegs * 32; e += kSkinnyThreads) {
-        float sum = 0.f;
-#pragma unroll
-        for (int w = 0; w < kSkinnyWarps; ++w) sum += reduce_smem[w * kRegs * 32 + e];
-        const int reg = e >> 5;
-        const int ln = e & 31;
-        const int rt = reg / (NG * 4);
-        const int j = (reg >> 2) % NG;
-        const int r = reg & 3;
-        // C fragment of m16n8: c0,c1 at (row g, cols 2t, 2t+1); c2,c3 at (row g+8, same cols).
-        const int n = n0 + rt * 16 + (ln >> 2) + (r >= 2 ? 8 : 0);
-        const int m = m0 + j * 8 + (ln & 3) * 2 + (r & 1);
-        if constexpr (P == SkinnyPrologue::rms_sumsq) sum *= inv_rms[m - m0];
-        float stored = 0.0f;
-        if (n < N && m < M) {
-          const size_t idx = static_cast<size_t>(m) * N + n;
-          if (a.residual != nullptr) sum += __bfloat162float(a.residual[idx]);
-          if (a.y_f32) {
-            static_cast<float*>(a.Y)[idx] = sum;
-          } else {
-            const bf16 out = __float2bfloat16(sum);
-            static_cast<bf16*>(a.Y)[idx] = out;
-            stored = __bfloat162float(out);
-          }
-        }
-        if (want_ss) {  // all 32 lanes of the warp are here (kRegs·32 is a multiple of 32)
-          float q = stored * stored;
-          q += __shfl_xor_sync(0xffffffffu, q, 4);
-          q += __shfl_xor_sync(0xffffffffu, q, 8);
-          q += __shfl_xor_sync(0xffffffffu, q, 16);
-          if (ln < 4) reg_ss[reg][ln] = q;
-        }
-      }
-      if (want_ss) {
-        __syncthreads();
-        // Token tm = j·8 + 2q + b of the block: registers (rt·NG + j)·4 + b (rows g) and + 2
-        // (rows g + 8) of every row tile rt, lane group q; summed in this fixed order.
-        if (threadIdx.x < MT) {
-          const int tm = threadIdx.x, j = tm / 8, q = (tm % 8) / 2, b = tm & 1;
-          float total = 0.0f;
-#pragma unroll
-          for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) total += reg_ss[(rt * NG + j) * 4 + b + 2 * h][q];
-          if (m0 + tm < M) a.sumsq_out[size_t(tile) * M + m0 + tm] = total;
-        }
-      }
-    }
+    finish_tile<RT, NG, P>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss,
+                           [] { __syncthreads(); });
     if (!has_next) break;
     __syncthreads();  // reduce_smem and reg_ss are read before the next tile writes them
     tile = next_tile;
@@ -360,6 +391,197 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
 #pragma unroll
       for (int h = 0; h < 2; ++h) wrow[rt][h] = wnext[rt][h];
   }
+}
+
+// ---- the bulk weight stream (M ≤ 16) -----------------------------------------------------------
+// The same MMAs, split of K over the warps and epilogue as skinny_gemm_kernel (so the two give
+// bitwise the same outputs), but the weights reach the warps through a ring of STAGES stages in
+// shared memory that a producer warp fills with cp.async.bulk copies, one per weight row per
+// stage: the bytes in flight per SM are STAGES × 32 KiB instead of the register double buffer's
+// ~64 KiB, and each copy reads 2 KiB of a row contiguously. Stage (tile, chunk) holds K columns
+// [chunk·kBulkCols, +kBulkCols) of the tile's 16 weight rows (8 gate + 8 up rows with the SwiGLU
+// epilogue), rows padded by 64 bytes so that the 16-byte fragment reads of two rows by one
+// quarter-warp fall in different banks. One block per SM walks the row tiles (persistent); the
+// producer never waits for the previous kernel (weights are read-only), so a block resident
+// during that kernel's tail fills its whole ring before pdl::wait() returns.
+constexpr int kBulkCols = 1024;                    // K columns per stage
+constexpr int kBulkRowBytes = kBulkCols * 2 + 64;  // one weight row of a stage, padded
+constexpr int kBulkStageBytes = 16 * kBulkRowBytes;
+constexpr int kBulkThreads = kSkinnyThreads + 32;  // the MMA warps and the producer warp
+
+template <int NG, int STAGES>
+constexpr size_t bulk_smem_bytes() {
+  return size_t(STAGES) * kBulkStageBytes + sizeof(float) * kSkinnyWarps * NG * 4 * 32 +
+         2 * STAGES * sizeof(uint64_t);
+}
+
+// Blocks per SM the registers must allow: two with the 3-stage ring (104 KiB of shared memory),
+// so that the next GEMV's block can be resident, and fill its ring, while this one runs.
+template <int NG, int STAGES, SkinnyPrologue P>
+__global__ void __launch_bounds__(kBulkThreads, STAGES <= 3 ? 2 : 1)
+    skinny_bulk_kernel(const SkinnyArgs a) {
+  constexpr int MT = 8 * NG;
+  constexpr int kRegs = NG * 4;
+  constexpr int KU = kBulkCols / (32 * kSkinnyWarps);  // 32-column chunks per warp and stage
+  extern __shared__ __align__(128) unsigned char bulk_smem[];
+  float* reduce_smem = reinterpret_cast<float*>(bulk_smem + STAGES * kBulkStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(reduce_smem + kSkinnyWarps * kRegs * 32);
+  uint64_t* empty = full + STAGES;
+  __shared__ float inv_rms[MT];
+  __shared__ float reg_ss[kRegs][4];
+
+  const int K = a.K, N = a.N, F = N / 2;
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int m0 = blockIdx.x * MT;
+  const int n_tiles = a.swiglu ? (F + 7) / 8 : (N + 15) / 16;
+  const int chunks = (K + kBulkCols - 1) / kBulkCols;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      sm90::mbar_init(&full[s], 1);
+      sm90::mbar_init(&empty[s], kSkinnyWarps);
+    }
+    sm90::mbar_fence_init();
+  }
+  __syncthreads();
+  pdl::launch_dependents();
+
+  if (warp == kSkinnyWarps) {
+    // Producer. Row r of a stage is lane r's copy: weight row tile·16 + r, or gate row f (r < 8)
+    // and up row F + f (r ≥ 8) for f = tile·8 + r % 8; clamped rows are never stored.
+    int it = 0;
+    for (int tile = blockIdx.y; tile < n_tiles; tile += gridDim.y) {
+      int n;
+      if (a.swiglu) {
+        const int f = min(tile * 8 + (lane & 7), F - 1);
+        n = (lane & 8) ? F + f : f;
+      } else {
+        n = min(tile * 16 + (lane & 15), N - 1);
+      }
+      const bf16* row = a.W + static_cast<size_t>(n) * K;
+      for (int c = 0; c < chunks; ++c, ++it) {
+        const int s = it % STAGES;
+        if (it >= STAGES) sm90::mbar_wait(&empty[s], ((it / STAGES) - 1) & 1);
+        const int k0 = c * kBulkCols;
+        const uint32_t bytes = uint32_t(min(kBulkCols, K - k0)) * 2;
+        if (lane == 0) sm90::mbar_arrive_expect_tx(&full[s], 16 * bytes);
+        __syncwarp();
+        if (lane < 16)
+          sm90::bulk_load(bulk_smem + s * kBulkStageBytes + lane * kBulkRowBytes, row + k0, bytes,
+                          &full[s]);
+      }
+    }
+    pdl::wait();  // every thread reaches it (pdl.cuh)
+    return;
+  }
+
+  // The MMA warps: warp w takes the 32-column chunks w·KU … w·KU + KU − 1 of each stage, i.e.
+  // the register kernel's steps 8·chunk + w, in the same order.
+  const int g = lane >> 2, t = lane & 3;
+  const bf16* xrow[NG];
+  bool token_ok[NG];
+#pragma unroll
+  for (int j = 0; j < NG; ++j) {
+    const int m = m0 + j * 8 + g;
+    token_ok[j] = m < a.M;
+    xrow[j] = a.X + static_cast<size_t>(min(m, a.M - 1)) * a.ld_x;
+  }
+  pdl::wait();
+  [[maybe_unused]] float part_ss[kSumsqRegs];
+  if constexpr (P == SkinnyPrologue::rms_sumsq) load_sumsq_parts<MT>(a, m0, part_ss);
+  const auto sync = [] { sm90::named_barrier(1, kSkinnyThreads); };
+
+  int it = 0;
+  bool first = true;
+  for (int tile = blockIdx.y; tile < n_tiles; tile += gridDim.y) {
+    float acc[1][NG][4];
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[0][j][r] = 0.f;
+    for (int c = 0; c < chunks; ++c, ++it) {
+      const int s = it % STAGES;
+      sm90::mbar_wait(&full[s], (it / STAGES) & 1);
+      const unsigned char* stage = bulk_smem + s * kBulkStageBytes;
+#pragma unroll
+      for (int u = 0; u < KU; ++u) {
+        const int col = (warp * KU + u) * 32 + t * 8;
+        const int k = c * kBulkCols + col;
+        const bool ok = k < K;  // K % 8 == 0: a 16-byte piece is wholly inside or outside
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        const uint4 lo = ok ? *reinterpret_cast<const uint4*>(stage + g * kBulkRowBytes + col * 2)
+                            : zero;  // row g
+        const uint4 hi =
+            ok ? *reinterpret_cast<const uint4*>(stage + (g + 8) * kBulkRowBytes + col * 2)
+               : zero;  // row g + 8
+#pragma unroll
+        for (int j = 0; j < NG; ++j) {
+          const uint4 b = (ok && token_ok[j]) ? load_activations16(xrow[j] + k) : zero;
+          mma_m16n8k16_bf16(acc[0][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+          mma_m16n8k16_bf16(acc[0][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(&empty[s]);
+    }
+    if constexpr (P == SkinnyPrologue::rms_sumsq) {
+      if (first) finish_inv_rms<MT>(a, m0, part_ss, inv_rms, sync);
+    }
+    first = false;
+    finish_tile<1, NG, P>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss, sync);
+    sync();  // reduce_smem and reg_ss are read before the next tile writes them
+  }
+}
+
+int sm_count() {
+  static const int sms = [] {
+    int device = 0, n = 0;
+    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return sms;
+}
+
+// One token tile (M ≤ 8·NG), one block per SM.
+template <int NG, int STAGES, SkinnyPrologue P>
+void launch_bulk_config(const SkinnyArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = bulk_smem_bytes<NG, STAGES>();
+  auto kernel = skinny_bulk_kernel<NG, STAGES, P>;
+  static const bool sized = [&] {
+    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    return true;
+  }();
+  (void)sized;
+  const int n_tiles = a.swiglu ? (a.N / 2 + 7) / 8 : (a.N + 15) / 16;
+  const dim3 grid(1, std::min(n_tiles, sm_count()));
+  RIDGE_GEMM_CUDA_CHECK(
+      pdl::launch(a.pdl_launch, kernel, grid, dim3(kBulkThreads), smem, stream, a));
+}
+
+// RIDGE_SKINNY_STREAM=registers|bulk|bulk6 picks the weight stream of SkinnyStream::automatic.
+SkinnyStream default_stream() {
+  static const SkinnyStream s = [] {
+    const char* v = std::getenv("RIDGE_SKINNY_STREAM");
+    const std::string name = v ? v : "";
+    if (name == "bulk") return SkinnyStream::bulk;
+    if (name == "bulk6") return SkinnyStream::bulk6;
+    return SkinnyStream::registers;
+  }();
+  return s;
+}
+
+// The bulk stream's configurations, for one token tile of up to 16 tokens; false: none applies.
+template <SkinnyPrologue P>
+bool launch_bulk(const SkinnyArgs& a, cudaStream_t stream) {
+  const SkinnyStream s = a.weights == SkinnyStream::automatic ? default_stream() : a.weights;
+  if (s == SkinnyStream::registers || a.M > 16) return false;
+  if (s == SkinnyStream::bulk6)
+    a.M <= 8 ? launch_bulk_config<1, 6, P>(a, stream) : launch_bulk_config<2, 6, P>(a, stream);
+  else
+    a.M <= 8 ? launch_bulk_config<1, 3, P>(a, stream) : launch_bulk_config<2, 3, P>(a, stream);
+  return true;
 }
 
 template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P>
@@ -395,6 +617,7 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
 template <SkinnyPrologue P>
 void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
   static_assert(skinny_sumsq_rows == 16, "the prologue configurations have one 16-row tile per warp");
+  if (launch_bulk<P>(a, stream)) return;
   if (a.M <= 8)
     launch_skinny_config<1, 1, 4, 2, P>(a, stream);
   else
@@ -413,6 +636,7 @@ void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t st
     case SkinnyPrologue::none: break;
   }
   constexpr auto kNone = SkinnyPrologue::none;
+  if (launch_bulk<kNone>(a, stream)) return;
   if (tokens_per_block == 16) {
     launch_skinny_config<2, 1, 4, 2, kNone>(a, stream);
     return;
