@@ -320,17 +320,6 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
     ridge::kernels::detail::launch_skinny(a, ridge::kernels::SkinnyPrologue::none, st, 16);
   };
-  // The skinny kernel's weight streams (M <= 16), explicitly.
-  const auto skinny_stream = [](ridge::kernels::SkinnyStream w) -> Gemm {
-    return [w](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
-      ridge::kernels::SkinnyArgs a;
-      a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K, a.weights = w;
-      ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
-    };
-  };
-  const Gemm regs = skinny_stream(ridge::kernels::SkinnyStream::registers);
-  const Gemm bulk = skinny_stream(ridge::kernels::SkinnyStream::bulk);
-  const Gemm bulk6 = skinny_stream(ridge::kernels::SkinnyStream::bulk6);
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s %6s | %s\n", "model",
               "layer", "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw",
               "%read", "%peak", "alt (us)");
@@ -348,12 +337,6 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       } else if (M >= 16 && M <= 32) {
         entries.push_back({&sm90});
         entries.push_back({&skinny16});
-      }
-      const size_t streams_at = entries.size();
-      if (M <= 16) {
-        entries.push_back({&regs});
-        entries.push_back({&bulk});
-        entries.push_back({&bulk6});
       }
       const std::vector<Measured> m = check_then_time(p, entries, s, rng);
       const Measured& mr = m[0];
@@ -374,11 +357,6 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       } else if (M >= 16 && M <= 32) {
         alt(m[2], "alt_sm90", "sm90");
         alt(m[3], "alt_skinny16", "skinny16");
-      }
-      if (M <= 16) {
-        alt(m[streams_at], "alt_regs", "regs");
-        alt(m[streams_at + 1], "alt_bulk", "bulk");
-        alt(m[streams_at + 2], "alt_bulk6", "bulk6");
       }
       if (mo.ok && mr.ok) row["speedup_vs_cublas"] = mr.us / mo.us;
       rows.push_back(row);

@@ -57,6 +57,10 @@ TEST(Execution, FusionsReadAsTheBackendReadsItsFuseList) {
   EXPECT_EQ(Fusions::none().describe(), "none");
   EXPECT_EQ(Fusions{}.describe(), "norm,silu,rope_kv");
   EXPECT_EQ(Fusions::parse("silu,norm").describe(), "norm,silu");
+  // swiglu_gemm is opt-in: not among the defaults, read and written back after the three.
+  EXPECT_EQ(Fusions::parse("swiglu_gemm"), (Fusions{false, false, false, true}));
+  EXPECT_EQ(Fusions::parse("swiglu_gemm,norm,silu,rope_kv").describe(),
+            "norm,silu,rope_kv,swiglu_gemm");
 }
 
 TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
@@ -167,6 +171,18 @@ TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   EXPECT_EQ(p2048.kernels, 292);
   EXPECT_EQ(p2048.op("final_norm").kernels, 1);
   EXPECT_EQ(p2048.op("attn_norm").kernels, 32);
+  // swiglu_gemm (opt-in): SiLU·mul in gate_up_proj's epilogue from 1024 rows: prefill 2048 loses
+  // the 32 silu_mul kernels and gate_up_proj writes [T x f] instead of [T x 2f]; prefill 512 (below
+  // CudaBackend::kSwigluGemmMinTokens) keeps them.
+  Fusions with_epilogue = Fusions::all();
+  with_epilogue.swiglu_gemm = true;
+  const auto epi = CostOptions::ridge(Launch::graph, true, true, with_epilogue);
+  const StepCost e2048 = predict_step(llama2_7b(), h200, StepShape::prefill(2048), epi);
+  EXPECT_EQ(e2048.kernels, 292 - 32);
+  EXPECT_THROW((void)e2048.op("silu_mul"), Error);
+  EXPECT_LT(e2048.op("gate_up_proj").bytes, p2048.op("gate_up_proj").bytes);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::prefill(512), epi).op("silu_mul").kernels,
+            32);
   // Prefill 512: 8 x 32 = 256 blocks < 528 and 512 positions > 64: the general kernel splits and
   // launches its combine: 32 x (9 + 1) + 4 = 324.
   const StepCost p512 = predict_step(llama2_7b(), h200, StepShape::prefill(512), ridge);

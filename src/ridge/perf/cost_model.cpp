@@ -286,8 +286,11 @@ Fusions Fusions::parse(std::string_view list) {
       f.silu = true;
     else if (item == "rope_kv")
       f.rope_kv = true;
+    else if (item == "swiglu_gemm")
+      f.swiglu_gemm = true;
     else if (!item.empty() && item != "none")
-      fail("--fuse: unknown fusion '{}' (expected a comma list of norm, silu, rope_kv, or none)",
+      fail("--fuse: unknown fusion '{}' (expected a comma list of norm, silu, rope_kv, "
+           "swiglu_gemm, or none)",
            item);
     at = end + 1;
   }
@@ -304,6 +307,7 @@ std::string Fusions::describe() const {
   add(norm, "norm");
   add(silu, "silu");
   add(rope_kv, "rope_kv");
+  add(swiglu_gemm, "swiglu_gemm");
   return s.empty() ? "none" : s;
 }
 
@@ -324,6 +328,7 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusion
   k.norm_folds_into_biased_qkv = false;      // LlamaModel folds q|k|v only without biases
   k.norm_folds_into_tied_head = false;       // ... and the LM head only when not tied
   k.silu_prologue_max_rows = fusions.silu ? 8 : 0;
+  k.silu_epilogue_min_rows = fusions.swiglu_gemm ? 1024 : 0;
   k.rope_kv_fused = fusions.rope_kv;
   k.gather_logits_rows = true;
   k.sampling_on_device = false;

@@ -73,13 +73,17 @@ struct Fusions {
                         // the o_proj / down_proj epilogue (Backend::matmul_fused)
   bool silu = true;     // "silu": SiLU·mul in gate_up_proj's epilogue (T <= 8)
   bool rope_kv = true;  // "rope_kv": RoPE and the KV store as one kernel (rope_kv_store), any T
+  bool swiglu_gemm = false;  // "swiglu_gemm" (opt-in): SiLU·mul in gate_up_proj's epilogue at
+                             // prefill sizes (T >= 1024, CudaBackend::kSwigluGemmMinTokens)
 
-  static Fusions none() { return {false, false, false}; }
-  static Fusions all() { return {true, true, true}; }
-  // As the CUDA backend reads BackendOptions::fuse: a comma list of norm, silu, rope_kv; "none"
-  // and empty items add nothing ("" and "none": no fusion). Throws on any other item.
+  static Fusions none() { return {false, false, false, false}; }
+  // The decode fusions on by default (swiglu_gemm is opt-in).
+  static Fusions all() { return {true, true, true, false}; }
+  // As the CUDA backend reads BackendOptions::fuse: a comma list of norm, silu, rope_kv,
+  // swiglu_gemm; "none" and empty items add nothing ("" and "none": no fusion). Throws on any
+  // other item.
   static Fusions parse(std::string_view list);
-  // The list parse() takes back: "norm,silu,rope_kv" in that order, or "none".
+  // The list parse() takes back: "norm,silu,rope_kv,swiglu_gemm" in that order, or "none".
   std::string describe() const;
   bool operator==(const Fusions&) const = default;
 };
@@ -131,6 +135,7 @@ struct KernelPlan {
   // The same for the SiLU·mul between gate_up_proj and down_proj, in gate_up_proj's epilogue
   // (one launch only; ridge: 16 with the "silu" fusion).
   int silu_prologue_max_rows = 0;
+  int silu_epilogue_min_rows = 0;  // > 0: SiLU·mul in the prefill GEMM's epilogue from this many rows
   bool rope_kv_fused = false;       // RoPE and the KV store as one kernel (Backend::rope_kv_store)
   // Gathers of the logits rows before the final norm: the residual stream x (and, without
   // residual_in_matmul, the last block's output too: two gathers).
@@ -142,7 +147,10 @@ struct KernelPlan {
 
   // Whether the norm before / the SiLU·mul after a GEMM of `rows` rows runs inside that GEMM.
   bool norm_folded(int64_t rows) const { return rows >= 1 && rows <= norm_prologue_max_rows; }
-  bool silu_folded(int64_t rows) const { return rows >= 1 && rows <= silu_prologue_max_rows; }
+  bool silu_folded(int64_t rows) const {
+    return (rows >= 1 && rows <= silu_prologue_max_rows) ||
+           (silu_epilogue_min_rows > 0 && rows >= silu_epilogue_min_rows);
+  }
   // The three norms of a step of `rows` rows (T for the blocks, R for the LM head) of model `cfg`:
   // folded into qkv_proj (one launch, and no biases unless norm_folds_into_biased_qkv), into
   // gate_up_proj (one launch), into lm_head (not tied unless norm_folds_into_tied_head, and never

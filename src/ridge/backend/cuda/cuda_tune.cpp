@@ -62,7 +62,7 @@ struct Events {
 namespace {
 const char* const kGemmKernelVersion = "gemm-4";  // bump when a GEMM kernel's speed changes
 // gemm-4: the sm90 kernel splits thin last waves into 128-wide tiles (gate|up at M = 2048 ~5%
-// faster), and the skinny kernel has a bulk-copy weight stream.
+// faster), so its choices against cuBLASLt are measured again.
 // gemm-3: the sm90 kernel's epilogue goes through shared memory and TMA stores (10-30% faster at
 // M >= 512), so its choices against cuBLASLt are measured again.
 // gemm-2: the skinny kernel's 17-64-token configurations changed and candidates are timed with

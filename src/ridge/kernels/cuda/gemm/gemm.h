@@ -57,12 +57,6 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // Preconditions as gemm_bf16_skinny, plus ld_x ≥ K, ld_x % 8 == 0.
 // Launched with programmatic dependent launch (pdl.cuh).
 enum class SkinnyPrologue { none, rms_sumsq };
-// How the weights reach the MMAs at up to 16 tokens (above, always registers): registers (16-byte
-// loads, two steps in flight per warp, two blocks per SM) or bulk (a producer warp's
-// cp.async.bulk copies into a shared-memory ring of 3 or, bulk6, 6 stages of 32 KiB, one block
-// per SM). Bitwise the same outputs. automatic: RIDGE_SKINNY_STREAM=registers|bulk|bulk6, else
-// registers.
-enum class SkinnyStream { automatic, registers, bulk, bulk6 };
 struct SkinnyArgs {
   const bf16* X = nullptr;
   int64_t ld_x = 0;
@@ -79,7 +73,6 @@ struct SkinnyArgs {
   // kernel before it runs. false: it starts after that kernel ends (its own dependents may still
   // start early). Measured: a skinny GEMV right after another large GEMV starts better without.
   bool pdl_launch = true;
-  SkinnyStream weights = SkinnyStream::automatic;
   int M = 0, N = 0, K = 0;
 };
 constexpr int skinny_prologue_max_tokens = 16;

@@ -40,11 +40,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <string>
 
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
-#include "ridge/kernels/cuda/gemm/sm90.cuh"
 #include "ridge/kernels/cuda/pdl.cuh"
 
 namespace ridge::kernels {
@@ -95,9 +93,8 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, ui
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// ---- the parts every weight stream shares: the rms_sumsq sums and the tile's epilogue ----------
-// Both kernels run kSkinnyWarps warps of MMAs (the bulk kernel's producer warp takes no part
-// here); `sync` is a barrier over exactly those kSkinnyThreads threads.
+// ---- the rms_sumsq sums and the tile's epilogue ----------------------------------------------
+// `sync` is a barrier over the kSkinnyThreads threads that run the MMAs.
 constexpr int kSumsqRegs = 8;
 
 // rms_sumsq: the partial sums of squares of the block's token rows, written by the previous
@@ -393,197 +390,6 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   }
 }
 
-// ---- the bulk weight stream (M ≤ 16) -----------------------------------------------------------
-// The same MMAs, split of K over the warps and epilogue as skinny_gemm_kernel (so the two give
-// bitwise the same outputs), but the weights reach the warps through a ring of STAGES stages in
-// shared memory that a producer warp fills with cp.async.bulk copies, one per weight row per
-// stage: the bytes in flight per SM are STAGES × 32 KiB instead of the register double buffer's
-// ~64 KiB, and each copy reads 2 KiB of a row contiguously. Stage (tile, chunk) holds K columns
-// [chunk·kBulkCols, +kBulkCols) of the tile's 16 weight rows (8 gate + 8 up rows with the SwiGLU
-// epilogue), rows padded by 64 bytes so that the 16-byte fragment reads of two rows by one
-// quarter-warp fall in different banks. One block per SM walks the row tiles (persistent); the
-// producer never waits for the previous kernel (weights are read-only), so a block resident
-// during that kernel's tail fills its whole ring before pdl::wait() returns.
-constexpr int kBulkCols = 1024;                    // K columns per stage
-constexpr int kBulkRowBytes = kBulkCols * 2 + 64;  // one weight row of a stage, padded
-constexpr int kBulkStageBytes = 16 * kBulkRowBytes;
-constexpr int kBulkThreads = kSkinnyThreads + 32;  // the MMA warps and the producer warp
-
-template <int NG, int STAGES>
-constexpr size_t bulk_smem_bytes() {
-  return size_t(STAGES) * kBulkStageBytes + sizeof(float) * kSkinnyWarps * NG * 4 * 32 +
-         2 * STAGES * sizeof(uint64_t);
-}
-
-// Blocks per SM the registers must allow: two with the 3-stage ring (104 KiB of shared memory),
-// so that the next GEMV's block can be resident, and fill its ring, while this one runs.
-template <int NG, int STAGES, SkinnyPrologue P>
-__global__ void __launch_bounds__(kBulkThreads, STAGES <= 3 ? 2 : 1)
-    skinny_bulk_kernel(const SkinnyArgs a) {
-  constexpr int MT = 8 * NG;
-  constexpr int kRegs = NG * 4;
-  constexpr int KU = kBulkCols / (32 * kSkinnyWarps);  // 32-column chunks per warp and stage
-  extern __shared__ __align__(128) unsigned char bulk_smem[];
-  float* reduce_smem = reinterpret_cast<float*>(bulk_smem + STAGES * kBulkStageBytes);
-  uint64_t* full = reinterpret_cast<uint64_t*>(reduce_smem + kSkinnyWarps * kRegs * 32);
-  uint64_t* empty = full + STAGES;
-  __shared__ float inv_rms[MT];
-  __shared__ float reg_ss[kRegs][4];
-
-  const int K = a.K, N = a.N, F = N / 2;
-  const int warp = threadIdx.x >> 5;
-  const int lane = threadIdx.x & 31;
-  const int m0 = blockIdx.x * MT;
-  const int n_tiles = a.swiglu ? (F + 7) / 8 : (N + 15) / 16;
-  const int chunks = (K + kBulkCols - 1) / kBulkCols;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      sm90::mbar_init(&full[s], 1);
-      sm90::mbar_init(&empty[s], kSkinnyWarps);
-    }
-    sm90::mbar_fence_init();
-  }
-  __syncthreads();
-  pdl::launch_dependents();
-
-  if (warp == kSkinnyWarps) {
-    // Producer. Row r of a stage is lane r's copy: weight row tile·16 + r, or gate row f (r < 8)
-    // and up row F + f (r ≥ 8) for f = tile·8 + r % 8; clamped rows are never stored.
-    int it = 0;
-    for (int tile = blockIdx.y; tile < n_tiles; tile += gridDim.y) {
-      int n;
-      if (a.swiglu) {
-        const int f = min(tile * 8 + (lane & 7), F - 1);
-        n = (lane & 8) ? F + f : f;
-      } else {
-        n = min(tile * 16 + (lane & 15), N - 1);
-      }
-      const bf16* row = a.W + static_cast<size_t>(n) * K;
-      for (int c = 0; c < chunks; ++c, ++it) {
-        const int s = it % STAGES;
-        if (it >= STAGES) sm90::mbar_wait(&empty[s], ((it / STAGES) - 1) & 1);
-        const int k0 = c * kBulkCols;
-        const uint32_t bytes = uint32_t(min(kBulkCols, K - k0)) * 2;
-        if (lane == 0) sm90::mbar_arrive_expect_tx(&full[s], 16 * bytes);
-        __syncwarp();
-        if (lane < 16)
-          sm90::bulk_load(bulk_smem + s * kBulkStageBytes + lane * kBulkRowBytes, row + k0, bytes,
-                          &full[s]);
-      }
-    }
-    pdl::wait();  // every thread reaches it (pdl.cuh)
-    return;
-  }
-
-  // The MMA warps: warp w takes the 32-column chunks w·KU … w·KU + KU − 1 of each stage, i.e.
-  // the register kernel's steps 8·chunk + w, in the same order.
-  const int g = lane >> 2, t = lane & 3;
-  const bf16* xrow[NG];
-  bool token_ok[NG];
-#pragma unroll
-  for (int j = 0; j < NG; ++j) {
-    const int m = m0 + j * 8 + g;
-    token_ok[j] = m < a.M;
-    xrow[j] = a.X + static_cast<size_t>(min(m, a.M - 1)) * a.ld_x;
-  }
-  pdl::wait();
-  [[maybe_unused]] float part_ss[kSumsqRegs];
-  if constexpr (P == SkinnyPrologue::rms_sumsq) load_sumsq_parts<MT>(a, m0, part_ss);
-  const auto sync = [] { sm90::named_barrier(1, kSkinnyThreads); };
-
-  int it = 0;
-  bool first = true;
-  for (int tile = blockIdx.y; tile < n_tiles; tile += gridDim.y) {
-    float acc[1][NG][4];
-#pragma unroll
-    for (int j = 0; j < NG; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[0][j][r] = 0.f;
-    for (int c = 0; c < chunks; ++c, ++it) {
-      const int s = it % STAGES;
-      sm90::mbar_wait(&full[s], (it / STAGES) & 1);
-      const unsigned char* stage = bulk_smem + s * kBulkStageBytes;
-#pragma unroll
-      for (int u = 0; u < KU; ++u) {
-        const int col = (warp * KU + u) * 32 + t * 8;
-        const int k = c * kBulkCols + col;
-        const bool ok = k < K;  // K % 8 == 0: a 16-byte piece is wholly inside or outside
-        const uint4 zero = make_uint4(0, 0, 0, 0);
-        const uint4 lo = ok ? *reinterpret_cast<const uint4*>(stage + g * kBulkRowBytes + col * 2)
-                            : zero;  // row g
-        const uint4 hi =
-            ok ? *reinterpret_cast<const uint4*>(stage + (g + 8) * kBulkRowBytes + col * 2)
-               : zero;  // row g + 8
-#pragma unroll
-        for (int j = 0; j < NG; ++j) {
-          const uint4 b = (ok && token_ok[j]) ? load_activations16(xrow[j] + k) : zero;
-          mma_m16n8k16_bf16(acc[0][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-          mma_m16n8k16_bf16(acc[0][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
-        }
-      }
-      __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(&empty[s]);
-    }
-    if constexpr (P == SkinnyPrologue::rms_sumsq) {
-      if (first) finish_inv_rms<MT>(a, m0, part_ss, inv_rms, sync);
-    }
-    first = false;
-    finish_tile<1, NG, P>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss, sync);
-    sync();  // reduce_smem and reg_ss are read before the next tile writes them
-  }
-}
-
-int sm_count() {
-  static const int sms = [] {
-    int device = 0, n = 0;
-    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return sms;
-}
-
-// One token tile (M ≤ 8·NG), one block per SM.
-template <int NG, int STAGES, SkinnyPrologue P>
-void launch_bulk_config(const SkinnyArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = bulk_smem_bytes<NG, STAGES>();
-  auto kernel = skinny_bulk_kernel<NG, STAGES, P>;
-  static const bool sized = [&] {
-    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    return true;
-  }();
-  (void)sized;
-  const int n_tiles = a.swiglu ? (a.N / 2 + 7) / 8 : (a.N + 15) / 16;
-  const dim3 grid(1, std::min(n_tiles, sm_count()));
-  RIDGE_GEMM_CUDA_CHECK(
-      pdl::launch(a.pdl_launch, kernel, grid, dim3(kBulkThreads), smem, stream, a));
-}
-
-// RIDGE_SKINNY_STREAM=registers|bulk|bulk6 picks the weight stream of SkinnyStream::automatic.
-SkinnyStream default_stream() {
-  static const SkinnyStream s = [] {
-    const char* v = std::getenv("RIDGE_SKINNY_STREAM");
-    const std::string name = v ? v : "";
-    if (name == "bulk") return SkinnyStream::bulk;
-    if (name == "bulk6") return SkinnyStream::bulk6;
-    return SkinnyStream::registers;
-  }();
-  return s;
-}
-
-// The bulk stream's configurations, for one token tile of up to 16 tokens; false: none applies.
-template <SkinnyPrologue P>
-bool launch_bulk(const SkinnyArgs& a, cudaStream_t stream) {
-  const SkinnyStream s = a.weights == SkinnyStream::automatic ? default_stream() : a.weights;
-  if (s == SkinnyStream::registers || a.M > 16) return false;
-  if (s == SkinnyStream::bulk6)
-    a.M <= 8 ? launch_bulk_config<1, 6, P>(a, stream) : launch_bulk_config<2, 6, P>(a, stream);
-  else
-    a.M <= 8 ? launch_bulk_config<1, 3, P>(a, stream) : launch_bulk_config<2, 3, P>(a, stream);
-  return true;
-}
-
 template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P>
 void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   constexpr int MT = 8 * NG;
@@ -617,7 +423,6 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
 template <SkinnyPrologue P>
 void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
   static_assert(skinny_sumsq_rows == 16, "the prologue configurations have one 16-row tile per warp");
-  if (launch_bulk<P>(a, stream)) return;
   if (a.M <= 8)
     launch_skinny_config<1, 1, 4, 2, P>(a, stream);
   else
@@ -636,7 +441,6 @@ void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t st
     case SkinnyPrologue::none: break;
   }
   constexpr auto kNone = SkinnyPrologue::none;
-  if (launch_bulk<kNone>(a, stream)) return;
   if (tokens_per_block == 16) {
     launch_skinny_config<2, 1, 4, 2, kNone>(a, stream);
     return;
