@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_device.h"
+#include "gemv_layout_probe.h"
 #include "ridge/core/error.h"
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/cublaslt_gemm.h"
@@ -614,7 +615,7 @@ int main(int argc, char** argv) {
   std::string op = "gemm", models = "llama2-7b,llama3-8b",
               m_list = "1,8,16,32,64,128,512,2048,8192",
               json_path;
-  std::string custom_shapes;
+  std::string custom_shapes, gemv_probe;
   bool ladder = false, no_shapes = false, once = false;
   int ladder_size = 8192;
   app.add_option("--op", op, "operation (gemm)");
@@ -627,6 +628,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write results as JSON here");
   app.add_option("--shapes", custom_shapes,
                  "comma-separated MxNxK: time cuBLASLt and the sm90 kernel's variants on these");
+  app.add_option("--gemv-probe", gemv_probe,
+                 "comma-separated NxK: the M = 1 GEMV over row-major and tile-packed weights "
+                 "(gemv_layout_probe.cu), and the skinny kernel");
   app.add_option("--rounds", g_rounds,
                  "timing rounds per row (shapes and --shapes): each round times every kernel of "
                  "the row in a rotated order; the median over rounds is kept")
@@ -687,6 +691,35 @@ int main(int argc, char** argv) {
         pos = next + 1;
       }
       out["variants"] = run_variants(shapes, cublas, c, prop.l2CacheSize, s, once);
+    }
+    if (!gemv_probe.empty()) {
+      json rows = json::array();
+      std::printf("\nGEMV layout probe, M = 1 (medians of %d rotated rounds of 20 launches)\n"
+                  "%6s %6s | %10s %7s %6s | %10s %7s %6s | %10s | %s\n",
+                  std::max(g_rounds, 5), "N", "K", "row_us", "TB/s", "%read", "packed_us", "TB/s",
+                  "%read", "skinny_us", "check");
+      for (size_t pos = 0; pos < gemv_probe.size();) {
+        size_t next = gemv_probe.find(',', pos);
+        if (next == std::string::npos) next = gemv_probe.size();
+        const std::string one = gemv_probe.substr(pos, next - pos);
+        int N = 0, K = 0;
+        RIDGE_CHECK(std::sscanf(one.c_str(), "%dx%d", &N, &K) == 2 && N > 0 && K > 0,
+                    "--gemv-probe: '{}' is not NxK", one);
+        const auto r = ridge::bench::gemv_layout_probe(N, K, std::max(g_rounds, 5), s);
+        const double row_tb = r.weight_bytes / (r.row_major_us * 1e-6) / 1e12;
+        const double packed_tb = r.weight_bytes / (r.packed_us * 1e-6) / 1e12;
+        std::printf("%6d %6d | %10.2f %7.2f %6.1f | %10.2f %7.2f %6.1f | %10.2f | %s (layouts "
+                    "bitwise %s, vs skinny %.2g)\n",
+                    N, K, r.row_major_us, row_tb, 100 * row_tb / c.read_tbps, r.packed_us,
+                    packed_tb, 100 * packed_tb / c.read_tbps, r.skinny_us, r.ok ? "ok" : "FAILED",
+                    r.bitwise_equal ? "equal" : "DIFFER", r.rel_vs_skinny);
+        rows.push_back({{"N", N}, {"K", K}, {"weight_bytes", r.weight_bytes},
+                        {"row_major_us", r.row_major_us}, {"packed_us", r.packed_us},
+                        {"skinny_us", r.skinny_us}, {"bitwise_equal", r.bitwise_equal},
+                        {"rel_vs_skinny", r.rel_vs_skinny}, {"ok", r.ok}});
+        pos = next + 1;
+      }
+      out["gemv_probe"] = rows;
     }
     if (!no_shapes) {
       std::vector<std::string> model_list;
