@@ -39,8 +39,9 @@ TEST(Execution, EagerQueueFinishTime) {
 }
 
 TEST(Execution, FusionsReadAsTheBackendReadsItsFuseList) {
-  // BackendOptions::fuse (CLI --fuse LIST): a comma list of norm, silu, rope_kv; "none" and
-  // empty items add nothing. The backend's default is all three, and so is Fusions{}.
+  // BackendOptions::fuse (CLI --fuse LIST): a comma list of norm, silu, rope_kv, swiglu_gemm;
+  // "none" and empty items add nothing. One reader (backend::parse_fuse_list) serves the CUDA
+  // backend and this model. The backend's default is the first three, and so is Fusions{}.
   EXPECT_EQ(Fusions{}, Fusions::parse(backend::BackendOptions{}.fuse));
   EXPECT_EQ(Fusions{}, Fusions::all());
   EXPECT_EQ(Fusions::parse("none"), Fusions::none());  // --no-fusion
@@ -52,6 +53,7 @@ TEST(Execution, FusionsReadAsTheBackendReadsItsFuseList) {
   EXPECT_EQ(Fusions::parse("norm,,silu"), (Fusions{true, true, false}));  // nor does ""
   EXPECT_THROW(Fusions::parse("rope"), Error);
   EXPECT_THROW(Fusions::parse("Norm"), Error);
+  EXPECT_THROW(backend::parse_fuse_list("norm,swiglu"), Error);
   // describe() writes the list back in the order norm, silu, rope_kv.
   EXPECT_EQ(Fusions::all().describe(), "norm,silu,rope_kv");
   EXPECT_EQ(Fusions::none().describe(), "none");

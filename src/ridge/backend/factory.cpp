@@ -5,6 +5,29 @@
 
 namespace ridge::backend {
 
+FuseList parse_fuse_list(std::string_view list) {
+  FuseList f;
+  for (size_t at = 0; at <= list.size();) {
+    size_t end = list.find(',', at);
+    if (end == std::string_view::npos) end = list.size();
+    const std::string_view item = list.substr(at, end - at);
+    if (item == "norm")
+      f.norm = true;
+    else if (item == "silu")
+      f.silu = true;
+    else if (item == "rope_kv")
+      f.rope_kv = true;
+    else if (item == "swiglu_gemm")
+      f.swiglu_gemm = true;
+    else if (!item.empty() && item != "none")
+      fail("--fuse: unknown fusion '{}' (expected a comma list of norm, silu, rope_kv, "
+           "swiglu_gemm, or none)",
+           item);
+    at = end + 1;
+  }
+  return f;
+}
+
 #if RIDGE_BACKEND_HAS_CUDA
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);  // backend/cuda
 bool cuda_device_present(std::string* why);

@@ -31,6 +31,15 @@ struct BackendOptions {
   bool pdl = true;
 };
 
+// A `fuse` list (BackendOptions::fuse, CLI --fuse) read item by item: "norm", "silu", "rope_kv",
+// "swiglu_gemm" (opt-in: SiLU·mul in the sm90 GEMM's epilogue for prefill chunks of 1024+
+// tokens); "none" and empty items add nothing. Throws ridge::Error naming any other item. The one
+// reader of the list: the CUDA backend and the cost model (perf::Fusions) both use it.
+struct FuseList {
+  bool norm = false, silu = false, rope_kv = false, swiglu_gemm = false;
+};
+FuseList parse_fuse_list(std::string_view list);
+
 // "auto" | "cpu" | "cuda". "cuda" without a usable GPU throws ridge::Error saying why.
 std::unique_ptr<Backend> make_backend(std::string_view device, const BackendOptions& options = {});
 // True when a CUDA device can be used (the build has CUDA and the runtime finds a GPU).

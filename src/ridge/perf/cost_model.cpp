@@ -1,5 +1,7 @@
 #include "ridge/perf/cost_model.h"
 
+#include "ridge/backend/factory.h"
+
 #include <cstdint>
 #include <algorithm>
 #include <cmath>
@@ -275,26 +277,8 @@ Launch launch_named(std::string_view name) {
 }
 
 Fusions Fusions::parse(std::string_view list) {
-  Fusions f = none();
-  for (size_t at = 0; at <= list.size();) {
-    size_t end = list.find(',', at);
-    if (end == std::string_view::npos) end = list.size();
-    const std::string_view item = list.substr(at, end - at);
-    if (item == "norm")
-      f.norm = true;
-    else if (item == "silu")
-      f.silu = true;
-    else if (item == "rope_kv")
-      f.rope_kv = true;
-    else if (item == "swiglu_gemm")
-      f.swiglu_gemm = true;
-    else if (!item.empty() && item != "none")
-      fail("--fuse: unknown fusion '{}' (expected a comma list of norm, silu, rope_kv, "
-           "swiglu_gemm, or none)",
-           item);
-    at = end + 1;
-  }
-  return f;
+  const backend::FuseList l = backend::parse_fuse_list(list);
+  return {l.norm, l.silu, l.rope_kv, l.swiglu_gemm};
 }
 
 std::string Fusions::describe() const {

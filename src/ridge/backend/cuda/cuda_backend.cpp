@@ -108,24 +108,11 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
   matmul_ = std::make_unique<cuda::LtMatmul>(lt_->get());
   kernels::init_paged_attention();
   kernels::pdl::set_enabled(options_.pdl);
-  for (size_t at = 0; at <= options_.fuse.size();) {
-    size_t end = options_.fuse.find(',', at);
-    if (end == std::string::npos) end = options_.fuse.size();
-    const std::string item = options_.fuse.substr(at, end - at);
-    if (item == "norm")
-      fuse_norm_ = true;
-    else if (item == "silu")
-      fuse_silu_ = true;
-    else if (item == "rope_kv")
-      fuse_rope_kv_ = true;
-    else if (item == "swiglu_gemm")
-      fuse_swiglu_gemm_ = true;
-    else if (!item.empty() && item != "none")
-      fail("--fuse: unknown fusion '{}' (expected a comma list of norm, silu, rope_kv, "
-           "swiglu_gemm, or none)",
-           item);
-    at = end + 1;
-  }
+  const FuseList fuse = parse_fuse_list(options_.fuse);
+  fuse_norm_ = fuse.norm;
+  fuse_silu_ = fuse.silu;
+  fuse_rope_kv_ = fuse.rope_kv;
+  fuse_swiglu_gemm_ = fuse.swiglu_gemm;
   workspace_for(stream_->get());
 }
 

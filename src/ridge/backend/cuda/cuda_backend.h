@@ -147,7 +147,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   BackendOptions options_;
   bool fuse_norm_ = false, fuse_silu_ = false, fuse_rope_kv_ = false;  // options_.fuse
-  bool fuse_swiglu_gemm_ = false;  // options_.fuse "swiglu_gemm" (opt-in, not yet measured)
+  bool fuse_swiglu_gemm_ = false;  // options_.fuse "swiglu_gemm" (opt-in; run 12: within noise)
   int sm_count_ = 0;
   std::string name_;
   std::unique_ptr<cuda::OwnedStream> stream_;
