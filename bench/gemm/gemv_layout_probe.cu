@@ -22,6 +22,7 @@
 #include "gemv_layout_probe.h"
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
+#include "ridge/kernels/cuda/gemm/stream_load.cuh"
 
 namespace ridge::bench {
 namespace {
@@ -30,14 +31,6 @@ constexpr int kRows = 16;     // rows per tile
 constexpr int kCols = 128;    // columns per warp step (256 bytes of a row)
 constexpr int kWarps = 8;
 constexpr int kLoads = kRows * kCols * 2 / 512;  // 16-byte loads per lane per step: 8
-
-__device__ __forceinline__ uint4 load_stream16(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ float dot8(uint4 w, uint4 x) {
   const uint32_t a[4] = {w.x, w.y, w.z, w.w}, b[4] = {x.x, x.y, x.z, x.w};
@@ -72,12 +65,12 @@ __global__ void __launch_bounds__(32 * kWarps) probe_gemv(const bf16* __restrict
     uint4 cur[kLoads], nxt[kLoads];
     if (warp < steps)
 #pragma unroll
-      for (int i = 0; i < kLoads; ++i) cur[i] = load_stream16(step_address<PACKED>(W, K, tile, warp, i, lane));
+      for (int i = 0; i < kLoads; ++i) cur[i] = ridge::kernels::load_weights16(step_address<PACKED>(W, K, tile, warp, i, lane));
     for (int s = warp; s < steps; s += kWarps) {
       if (s + kWarps < steps)
 #pragma unroll
         for (int i = 0; i < kLoads; ++i)
-          nxt[i] = load_stream16(step_address<PACKED>(W, K, tile, s + kWarps, i, lane));
+          nxt[i] = ridge::kernels::load_weights16(step_address<PACKED>(W, K, tile, s + kWarps, i, lane));
       const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + s * kCols + 8 * (lane & 15)));
 #pragma unroll
       for (int i = 0; i < kLoads; ++i) acc[i] += dot8(cur[i], xv);

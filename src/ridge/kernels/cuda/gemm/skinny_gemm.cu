@@ -43,6 +43,7 @@
 
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
+#include "ridge/kernels/cuda/gemm/stream_load.cuh"
 #include "ridge/kernels/cuda/pdl.cuh"
 
 namespace ridge::kernels {
@@ -62,16 +63,6 @@ bool skinny_persistent() {
   return on;
 }
 constexpr int kSkinnyThreads = 32 * kSkinnyWarps;
-
-// Streamed weights: no L1 allocation (read once), 256-byte L2 prefetch (a warp reads 128-256
-// contiguous bytes of each row per step).
-__device__ __forceinline__ uint4 load_weights16(const bf16* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 // Activations are re-read by every row tile: keep them cacheable in L1.
 __device__ __forceinline__ uint4 load_activations16(const bf16* p) {
