@@ -85,7 +85,6 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, ui
 }
 
 // ---- the rms_sumsq sums and the tile's epilogue ----------------------------------------------
-// `sync` is a barrier over the kSkinnyThreads threads that run the MMAs.
 constexpr int kSumsqRegs = 8;
 
 // rms_sumsq: the partial sums of squares of the block's token rows, written by the previous
@@ -104,10 +103,10 @@ __device__ __forceinline__ void load_sumsq_parts(const SkinnyArgs& a, int m0,
   }
 }
 
-template <int MT, typename Sync>
+template <int MT>
 __device__ __forceinline__ void finish_inv_rms(const SkinnyArgs& a, int m0,
                                                const float (&part_ss)[kSumsqRegs],
-                                               float* inv_rms, Sync sync) {
+                                               float* inv_rms) {
   constexpr int SLICES = kSkinnyThreads / MT;
   __shared__ float slice_ss[SLICES][MT];
   const int tm = int(threadIdx.x) % MT, slice = int(threadIdx.x) / MT;
@@ -118,7 +117,7 @@ __device__ __forceinline__ void finish_inv_rms(const SkinnyArgs& a, int m0,
     for (int p = slice + kSumsqRegs * SLICES; p < a.sumsq_parts; p += SLICES)
       total += a.sumsq_in[size_t(p) * a.M + m0 + tm];
   slice_ss[slice][tm] = total;
-  sync();
+  __syncthreads();
   if (threadIdx.x < MT) {
     float sum = 0.0f;
 #pragma unroll
@@ -130,10 +129,10 @@ __device__ __forceinline__ void finish_inv_rms(const SkinnyArgs& a, int m0,
 // The end of a row tile: the warps' partial sums (each warp a slice of K) are reduced through
 // shared memory in a fixed order and stored with the epilogue `a` asks for. The caller
 // synchronizes before the next tile writes reduce_smem and reg_ss again.
-template <int RT, int NG, SkinnyPrologue P, typename Sync>
+template <int RT, int NG, SkinnyPrologue P>
 __device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&acc)[RT][NG][4],
                                             int tile, int m0, float* reduce_smem,
-                                            const float* inv_rms, float (*reg_ss)[4], Sync sync) {
+                                            const float* inv_rms, float (*reg_ss)[4]) {
   constexpr int kRegs = RT * NG * 4;
   constexpr int MT = 8 * NG;
   const int M = a.M, N = a.N, F = N / 2;
@@ -146,7 +145,7 @@ __device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&a
 #pragma unroll
       for (int r = 0; r < 4; ++r)
         reduce_smem[(warp * kRegs + (rt * NG + j) * 4 + r) * 32 + lane] = acc[rt][j][r];
-  sync();
+  __syncthreads();
 
   if (a.swiglu) {
     // Registers r < 2 of the C fragment hold gate rows, r + 2 the up rows of the same outputs:
@@ -212,7 +211,7 @@ __device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&a
     }
   }
   if (want_ss) {
-    sync();
+    __syncthreads();
     // Token tm = j·8 + 2q + b of the block: registers (rt·NG + j)·4 + b (rows g) and + 2
     // (rows g + 8) of every row tile rt, lane group q; summed in this fixed order.
     if (threadIdx.x < MT) {
@@ -366,11 +365,10 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     }
 
     if constexpr (P == SkinnyPrologue::rms_sumsq) {
-      if (first) finish_inv_rms<MT>(a, m0, part_ss, inv_rms, [] { __syncthreads(); });
+      if (first) finish_inv_rms<MT>(a, m0, part_ss, inv_rms);
     }
     first = false;
-    finish_tile<RT, NG, P>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss,
-                           [] { __syncthreads(); });
+    finish_tile<RT, NG, P>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss);
     if (!has_next) break;
     __syncthreads();  // reduce_smem and reg_ss are read before the next tile writes them
     tile = next_tile;
