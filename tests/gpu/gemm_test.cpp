@@ -330,6 +330,111 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
   }
 }
 
+// Early weights (SkinnyArgs::stage_steps): steps of each warp's first row tile copied to shared
+// memory before the PDL wait must give the unstaged kernel's bits (same MMAs, same order) and
+// match the fp64 reference: every step staged, fewer staged than a warp has, more asked than
+// exist, K tails, several tokens, and the epilogues. Out-of-range requests are refused.
+TEST(GemmSkinny, EarlyWeightsMatchUnstaged) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  using ridge::kernels::SkinnyArgs;
+  using ridge::kernels::SkinnyPrologue;
+  enum class Kind { plain, residual_sumsq, swiglu, f32 };
+  struct Case {
+    Kind kind;
+    int M, N, K, stage;
+  };
+  const Case cases[] = {{Kind::plain, 1, 4104, 4096, 3},       {Kind::plain, 2, 4104, 4096, 6},
+                        {Kind::residual_sumsq, 8, 264, 3000, 2}, {Kind::swiglu, 1, 4112, 1032, 1},
+                        {Kind::f32, 3, 264, 11008, 2}};
+  uint32_t seed = 900;
+  for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
+    const Case& c = cases[ci];
+    SCOPED_TRACE(::testing::Message() << "kind " << int(c.kind) << " M=" << c.M << " N=" << c.N
+                                      << " K=" << c.K << " stage=" << c.stage);
+    const int M = c.M, N = c.N, K = c.K;
+    const bool swiglu = c.kind == Kind::swiglu, f32 = c.kind == Kind::f32;
+    const bool res = c.kind == Kind::residual_sumsq;
+    const int out_n = swiglu ? N / 2 : N;
+    const size_t ny = size_t(M) * out_n, y_bytes = ny * (f32 ? 4 : 2);
+    std::mt19937 rng(seed++);
+    auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
+    auto hR = random_bf16(ny, rng, 4.f);
+    DeviceBuffer<bf16> X(hX.size()), W(hW.size());
+    DeviceBuffer<unsigned char> Y(y_bytes);
+    DeviceBuffer<float> S(size_t(ridge::kernels::skinny_sumsq_parts(N)) * M);
+    ASSERT_TRUE(X.ptr && W.ptr && Y.ptr && S.ptr);
+    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+
+    const auto xw = reference(hX, hW, nullptr, M, N, K);
+    std::vector<double> ref(ny);
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < out_n; ++n) {
+        double v = xw[size_t(m) * N + n];
+        if (swiglu) v = v / (1 + std::exp(-v)) * xw[size_t(m) * N + out_n + n];
+        if (res) v += __bfloat162float(hR[size_t(m) * N + n]);
+        ref[size_t(m) * out_n + n] = v;
+      }
+
+    std::vector<std::vector<unsigned char>> outs;
+    std::vector<std::vector<float>> sums;
+    for (const int stage : {0, c.stage}) {
+      SCOPED_TRACE(::testing::Message() << "stage_steps " << stage);
+      SkinnyArgs a;
+      a.X = X.ptr, a.ld_x = K, a.W = W.ptr, a.Y = Y.ptr, a.M = M, a.N = N, a.K = K;
+      a.y_f32 = f32;
+      a.swiglu = swiglu;
+      a.stage_steps = stage;
+      // The residual in place (Y += X·Wᵀ, as the decode step's o and down projections).
+      if (res) a.residual = reinterpret_cast<const bf16*>(Y.ptr), a.sumsq_out = S.ptr;
+      if (res)
+        CUDA_OK(cudaMemcpy(Y.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
+      else
+        CUDA_OK(cudaMemset(Y.ptr, 0xFF, y_bytes));
+      CUDA_OK(cudaMemset(S.ptr, 0xFF, S.count * 4));
+      ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      outs.emplace_back(y_bytes);
+      CUDA_OK(cudaMemcpy(outs.back().data(), Y.ptr, y_bytes, cudaMemcpyDeviceToHost));
+      std::vector<bf16> as_bf16(ny);
+      if (f32) {
+        const float* y = reinterpret_cast<const float*>(outs.back().data());
+        for (size_t i = 0; i < ny; ++i) as_bf16[i] = __float2bfloat16(y[i]);
+      } else {
+        std::memcpy(as_bf16.data(), outs.back().data(), ny * 2);
+      }
+      const Result r = compare(as_bf16, ref);
+      EXPECT_EQ(r.non_finite, 0u) << "unwritten or non-finite outputs";
+      EXPECT_LT(r.rel_err, kTolerance) << "vs fp64 reference";
+      sums.emplace_back(S.count);
+      CUDA_OK(cudaMemcpy(sums.back().data(), S.ptr, S.count * 4, cudaMemcpyDeviceToHost));
+    }
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), y_bytes), 0)
+        << "staged outputs differ in their bits from the unstaged ones";
+    if (res)
+      EXPECT_EQ(std::memcmp(sums[0].data(), sums[1].data(), sums[0].size() * 4), 0)
+          << "staged sums of squares differ";
+  }
+
+  // Refused before launching: too many steps, a prologue, more than 8 tokens.
+  DeviceBuffer<bf16> X(16 * 64), W(64 * 64), Y(16 * 64);
+  DeviceBuffer<float> Sin(16 * 4);
+  ASSERT_TRUE(X.ptr && W.ptr && Y.ptr && Sin.ptr);
+  SkinnyArgs a;
+  a.X = X.ptr, a.ld_x = 64, a.W = W.ptr, a.Y = Y.ptr, a.M = 1, a.N = 64, a.K = 64;
+  a.stage_steps = ridge::kernels::skinny_max_stage_steps + 1;
+  EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, nullptr),
+               ridge::Error);
+  a.stage_steps = 1;
+  a.sumsq_in = Sin.ptr, a.sumsq_parts = ridge::kernels::skinny_sumsq_parts(64), a.eps = 1e-5f;
+  EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::rms_sumsq, nullptr),
+               ridge::Error);
+  a.sumsq_in = nullptr, a.sumsq_parts = 0, a.M = 9;
+  EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, nullptr),
+               ridge::Error);
+}
+
 TEST(GemmSm90, MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";

@@ -117,6 +117,9 @@ struct MatmulFusion {
   static constexpr int kSumsqTags = 2;
   int record_sumsq = 0;
   int norm_sumsq = 0;
+  // Hint: the op before this call on the stream is latency-bound and leaves the memory system
+  // mostly idle (decode attention), so a backend may start reading w before that op ends.
+  bool early_weights = false;
 };
 
 // One row of Backend::sample: engine::SamplingParams plus the row's place in its sequence.

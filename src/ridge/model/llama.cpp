@@ -333,6 +333,7 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
     backend::MatmulFusion attn_out;
     attn_out.accumulate = true;
     attn_out.record_sumsq = 1;
+    attn_out.early_weights = true;  // wo streams while attention waits on its KV round trips
     be.matmul_fused(stream, attn, l.w.wo, attn_out, h, x);  // x += attn · woᵀ
     backend::MatmulFusion mlp_in;
     mlp_in.norm_weight = l.ffn_norm_folded ? &ones_ : &l.w.ffn_norm;

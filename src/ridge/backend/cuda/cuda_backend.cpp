@@ -58,6 +58,19 @@ int attention_decode_stages() {
   return stages;
 }
 
+// MatmulFusion::early_weights at up to kFusedMaxTokens tokens: RIDGE_EARLY_WEIGHTS=-1 launches
+// the GEMV plainly (as the other fused GEMVs), 0 with PDL and its first step of loads before the
+// wait, n = 1..6 also n more steps per warp staged in shared memory (A/B runs; default 3).
+int early_weight_steps() {
+  static const int steps = [] {
+    const char* v = std::getenv("RIDGE_EARLY_WEIGHTS");
+    if (!v || !*v) return 3;
+    const int n = std::atoi(v);
+    return std::clamp(n, -1, kernels::skinny_max_stage_steps);
+  }();
+  return steps;
+}
+
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;    // cuBLASLt's advice for Hopper
 constexpr size_t kAttentionWorkspaceBytes = size_t(64) << 20; // split-KV partials
 constexpr size_t kSplitCounterBytes = size_t(1) << 20;        // 262144 (sequence, KV head) tickets
@@ -545,8 +558,13 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   a.swiglu = swiglu;
   // Plainly launched: measured on the H200 (docs/KERNELS.md, "Run 8"), a GEMV allowed to start
   // early behind another large GEMV (the fused decode chain is GEMV after GEMV) cost ~23 us per
-  // such pair at batch 1, against 1.6% gained over the unfused chain without it.
-  a.pdl_launch = false;
+  // such pair at batch 1, against 1.6% gained over the unfused chain without it. Behind a
+  // latency-bound kernel (f.early_weights: decode attention) it starts early and stages weights.
+  const int early = f.early_weights && prologue == kernels::SkinnyPrologue::none
+                        ? early_weight_steps()
+                        : -1;
+  a.pdl_launch = early >= 0;
+  a.stage_steps = std::max(early, 0);
   a.M = int(T), a.N = int(N), a.K = int(K);
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};

@@ -70,6 +70,11 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
   RIDGE_CHECK(a.sumsq_out == nullptr || (!a.y_f32 && a.M <= skinny_prologue_max_tokens),
               "{}: sumsq_out needs a bf16 output and at most {} tokens (M = {})", what,
               skinny_prologue_max_tokens, a.M);
+  RIDGE_CHECK(a.stage_steps >= 0 && a.stage_steps <= skinny_max_stage_steps &&
+                  (a.stage_steps == 0 || (prologue == SkinnyPrologue::none && a.M <= 8)),
+              "{}: stage_steps {} must be 0..{}, and above 0 only with the plain prologue and at "
+              "most 8 tokens (M = {})",
+              what, a.stage_steps, skinny_max_stage_steps, a.M);
   detail::launch_skinny(a, prologue, stream);
 }
 

@@ -73,8 +73,15 @@ struct SkinnyArgs {
   // kernel before it runs. false: it starts after that kernel ends (its own dependents may still
   // start early). Measured: a skinny GEMV right after another large GEMV starts better without.
   bool pdl_launch = true;
+  // Early weights: with pdl_launch, this many further steps (of the 8 each warp takes of the
+  // block's first row tile, after the one loaded into registers) are copied into shared memory
+  // (cp.async, 32 KB per step and block) before pdl::wait(), so that a block resident while a
+  // latency-bound kernel runs (decode attention) streams most of its tile meanwhile. 0: none.
+  // Up to skinny_max_stage_steps, with the plain prologue and at most 8 tokens.
+  int stage_steps = 0;
   int M = 0, N = 0, K = 0;
 };
+constexpr int skinny_max_stage_steps = 6;
 constexpr int skinny_prologue_max_tokens = 16;
 constexpr int skinny_sumsq_rows = 16;  // output columns per partial sum of sumsq_out
 constexpr int skinny_sumsq_parts(int N) { return (N + skinny_sumsq_rows - 1) / skinny_sumsq_rows; }

@@ -69,6 +69,16 @@ __device__ __forceinline__ uint4 load_activations16(const bf16* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
+// Early weights (SkinnyArgs::stage_steps): 16 bytes global -> shared without registers, L1
+// bypassed, the same 256-byte L2 prefetch as load_weights16. Each thread later reads back only
+// what it copied itself, so cp.async.wait_all is the only ordering needed (no barrier).
+__device__ __forceinline__ void stage_weights16(uint4* dst, const void* src) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void stage_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void stage_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
          (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
@@ -239,6 +249,11 @@ __device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&a
 // the previous kernel runs starts streaming early. (An L2 bulk prefetch of the first 4-16 KB of
 // each of the block's rows before the wait measured slower, in the decode step and alone:
 // docs/KERNELS.md.)
+// Early weights (a.stage_steps > 0; only the one-token-group, one-row-tile, plain-prologue
+// configuration compiles them): before the wait, each warp also copies steps warp + 8i
+// (i = 1..stage_steps) of its first row tile into shared memory, laid out [i][warp][slot][lane]
+// so that a warp's 16-byte reads are contiguous; the loop reads those steps from there (same
+// values, same MMAs, same order: bitwise the unstaged result).
 template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P>
 __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     skinny_gemm_kernel(const SkinnyArgs a) {
@@ -248,7 +263,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   // Walking several row tiles is compiled for the configurations of up to 16 tokens (decode at
   // small batch; the larger ones have no registers to spare for the next tile's row pointers).
   constexpr bool kPersist = skinny_persists(NG);
-  extern __shared__ float reduce_smem[];  // [warp][RT·NG·4 registers][32 lanes]
+  extern __shared__ __align__(16) float reduce_smem[];  // [warp][RT·NG·4 registers][32 lanes]
   __shared__ float inv_rms[MT];           // rms_sumsq prologue: 1 / rms of each token row
   __shared__ float reg_ss[kRegs][4];      // sumsq_out: see the epilogue
 
@@ -313,6 +328,31 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   // Weights do not depend on the previous kernel: start streaming them before waiting for it.
   pdl::launch_dependents();
   if (warp < steps) load_step(cur, wrow, warp);
+  constexpr bool kCanStage = NG == 1 && RT == 1 && P == SkinnyPrologue::none;
+  constexpr int kSlots = RT * 2 * KU;  // 16-byte loads per thread and step
+  [[maybe_unused]] uint4* const stage =
+      reinterpret_cast<uint4*>(reduce_smem + kSkinnyWarps * kRegs * 32);
+  [[maybe_unused]] const int stage_steps = kCanStage ? a.stage_steps : 0;
+  // Shared-memory slot of load (rt, h, c) of this thread in the warp's staged step i (from 1).
+  [[maybe_unused]] auto staged = [&](int i, int rt, int h, int c) {
+    return stage + (((i - 1) * kSkinnyWarps + warp) * kSlots + (rt * 2 + h) * KU + c) * 32 + lane;
+  };
+  if constexpr (kCanStage) {
+    for (int i = 1; i <= stage_steps; ++i) {
+      const int s = warp + i * kSkinnyWarps;
+      if (s >= steps) break;  // warp-uniform
+#pragma unroll
+      for (int c = 0; c < KU; ++c) {
+        const int k = s * KSTEP + 32 * c;
+        if (k + t * 8 < K)
+#pragma unroll
+          for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) stage_weights16(staged(i, rt, h, c), wrow[rt][h] + k);
+      }
+    }
+    stage_commit();
+  }
   pdl::wait();
 
   [[maybe_unused]] float part_ss[kSumsqRegs];
@@ -335,10 +375,17 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     // cur holds step `warp` of this tile (when warp < steps); the step after a warp's last one
     // of this tile is step `warp` of the next tile.
     for (int s = warp; s < steps; s += kSkinnyWarps) {
-      if (s + kSkinnyWarps < steps)
-        load_step(nxt, wrow, s + kSkinnyWarps);
-      else if (has_next)
-        load_step(nxt, wnext, warp);
+      // The warp's next step of this tile is in shared memory (early weights): read it after
+      // this step's MMAs instead of loading it now.
+      const int next_i = (s - warp) / kSkinnyWarps + 1;
+      const bool next_staged =
+          kCanStage && first && next_i <= stage_steps && s + kSkinnyWarps < steps;
+      if (!next_staged) {
+        if (s + kSkinnyWarps < steps)
+          load_step(nxt, wrow, s + kSkinnyWarps);
+        else if (has_next)
+          load_step(nxt, wnext, warp);
+      }
 #pragma unroll
       for (int c = 0; c < KU; ++c) {
         const int k = s * KSTEP + 32 * c;
@@ -354,6 +401,21 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
             mma_m16n8k16_bf16(acc[rt][j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
             mma_m16n8k16_bf16(acc[rt][j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
           }
+        }
+      }
+      if constexpr (kCanStage) {
+        if (next_staged) {
+          if (next_i == 1) stage_wait_all();
+#pragma unroll
+          for (int c = 0; c < KU; ++c) {
+            const bool ok = (s + kSkinnyWarps) * KSTEP + 32 * c + t * 8 < K;
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+                cur[rt][h][c] = ok ? *staged(next_i, rt, h, c) : make_uint4(0, 0, 0, 0);
+          }
+          continue;
         }
       }
 #pragma unroll
@@ -382,11 +444,19 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
 template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P>
 void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   constexpr int MT = 8 * NG;
-  const size_t smem = sizeof(float) * kSkinnyWarps * RT * NG * 4 * 32;
+  const size_t base_smem = sizeof(float) * kSkinnyWarps * RT * NG * 4 * 32;
+  // Early weights: compiled for the one-token-group, one-row-tile, plain-prologue configuration
+  // (the kernel ignores stage_steps elsewhere, and so does the launch).
+  const int stage_steps = NG == 1 && RT == 1 && P == SkinnyPrologue::none ? a.stage_steps : 0;
+  const size_t smem =
+      base_smem + size_t(stage_steps) * kSkinnyThreads * RT * 2 * KU * sizeof(uint4);
   auto kernel = skinny_gemm_kernel<NG, RT, KU, MIN_BLOCKS, P>;
-  if (smem > 48 * 1024)
+  static size_t smem_opted_in = 48 * 1024;  // per configuration; launches come from one thread
+  if (smem > smem_opted_in) {
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    smem_opted_in = smem;
+  }
   const int rows = a.swiglu ? a.N / 2 : a.N, tile = a.swiglu ? 8 * RT : 16 * RT;
   const int n_tiles = (rows + tile - 1) / tile;
   const int token_tiles = (a.M + MT - 1) / MT;
@@ -396,13 +466,15 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
     int device = 0, sms = 0, per_sm = 0;
     RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
     RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    RIDGE_GEMM_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSkinnyThreads, smem));
+    RIDGE_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+                                                                        kSkinnyThreads, base_smem));
     return std::max(1, sms * per_sm);
   }();
-  const int grid_y = skinny_persists(NG) && token_tiles == 1 && skinny_persistent()
-                         ? std::min(n_tiles, resident)
-                         : n_tiles;
+  // Staged launches take one block per row tile (each stages the first tile it takes).
+  const int grid_y =
+      skinny_persists(NG) && token_tiles == 1 && skinny_persistent() && stage_steps == 0
+          ? std::min(n_tiles, resident)
+          : n_tiles;
   const dim3 grid(token_tiles, grid_y);
   RIDGE_GEMM_CUDA_CHECK(
       pdl::launch(a.pdl_launch, kernel, grid, dim3(kSkinnyThreads), smem, stream, a));
