@@ -186,6 +186,8 @@ struct Variant {
   int stages = 0;
   bool one_wave = false;  // target 1 block: no planned split
   int block_rows = 0;     // the general kernel's rows per block (0: automatic, 64, 128)
+  int min_split = 0;      // PagedAttentionArgs::min_split_positions
+  bool counters = false;  // split counters given: the decode kernel merges its splits itself
   std::string name() const {
     std::string s = path == kn::AttentionPath::general  ? "general"
                     : path == kn::AttentionPath::decode ? "decode"
@@ -194,6 +196,8 @@ struct Variant {
     if (block_rows) s += fmt::format("/rows{}", block_rows);
     s += fixed_splits ? fmt::format(" fixed={}", fixed_splits)
                       : (one_wave ? " planned(1 block)" : " planned");
+    if (min_split) s += fmt::format(" min_split={}", min_split);
+    if (counters) s += " in-kernel merge";
     return s;
   }
 };
@@ -230,6 +234,7 @@ kn::PagedAttentionArgs args_for(const Pools& p, Dev& d, const Batch& b, const Va
   a.decode_stages = v.stages;
   a.general_block_rows = v.block_rows;
   a.fixed_splits = v.fixed_splits;
+  a.min_split_positions = v.min_split;
   a.max_q_len = b.max_q_len;
   if (!v.fixed_splits) {  // graph mode gets no host data at all
     a.host_cu_seqlens_q = b.cu.data();
@@ -245,15 +250,31 @@ void check(const std::string& what, Dev& d, const Batch& b) {
 
 // Plans and runs one variant on a fresh stream, workspace poisoned; returns the plan.
 kn::PagedAttentionPlan run_variant(const Pools& p, Dev& d, const Batch& b, const Variant& v) {
-  const kn::PagedAttentionArgs a = args_for(p, d, b, v);
+  kn::PagedAttentionArgs a = args_for(p, d, b, v);
   const kn::PagedAttentionPlan plan =
       kn::plan_paged_attention(a, v.one_wave ? 1 : 4 * sm_count(), kWorkspaceBytes);
   cudaStream_t st = nullptr;
   EXPECT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
   EXPECT_EQ(cudaMemsetAsync(d.ws.data(), 0xff, std::max<size_t>(plan.workspace_bytes, 16), st),
             cudaSuccess);  // NaN partials: a split that is not written poisons the output
+  const size_t n_counters = size_t(d.S) * size_t(p.nkv);
+  int* counters = nullptr;
+  if (v.counters) {
+    EXPECT_EQ(cudaMalloc(&counters, n_counters * sizeof(int)), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(counters, 0, n_counters * sizeof(int), st), cudaSuccess);
+    a.split_counters = counters;
+    a.split_counters_len = int64_t(n_counters);
+  }
   kn::paged_attention_bf16(a, plan, d.ws.data(), st);
   EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  if (counters) {  // the contract: every call leaves them zero for the next one
+    std::vector<int> left(n_counters, -1);
+    EXPECT_EQ(cudaMemcpy(left.data(), counters, n_counters * sizeof(int), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0), int64_t(n_counters))
+        << b.label << ": split tickets left non-zero";
+    EXPECT_EQ(cudaFree(counters), cudaSuccess);
+  }
   EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
   return plan;
 }
@@ -284,6 +305,13 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
     vs.push_back({kn::AttentionPath::decode, 1, 0, false});
     vs.push_back({kn::AttentionPath::decode, 3, 0, false});
     vs.push_back({kn::AttentionPath::decode, graph, 0, false});
+    // The in-kernel merge (what the CUDA backend runs), and splits of at least 256 or 1024
+    // positions: contexts that fit split 0 are written by it alone, the others merged.
+    vs.push_back({kn::AttentionPath::decode, graph, 0, false, 0, 0, true});
+    vs.push_back({kn::AttentionPath::decode, graph, 0, false, 0, 256, true});
+    vs.push_back({kn::AttentionPath::decode, graph, 0, false, 0, 1024, true});
+    vs.push_back({kn::AttentionPath::decode, 0, 0, false, 0, 256, true});
+    vs.push_back({kn::AttentionPath::general, 7, 0, false, 0, 128, false});
     // Mostly empty splits, where 64 of them fit the workspace (a larger request is refused: the
     // refusal itself is checked in AttentionKernelRefusals).
     if (kn::paged_attention_split_bytes(b.S * int64_t(b.max_q_len), int(p.nkv * p.group),

@@ -71,6 +71,16 @@ int early_weight_steps() {
   return steps;
 }
 
+// RIDGE_ATTN_MIN_SPLIT=positions: PagedAttentionArgs::min_split_positions in graph replays (A/B
+// runs; 0 or unset: an even share of the fixed splits).
+int attention_min_split() {
+  static const int positions = [] {
+    const char* v = std::getenv("RIDGE_ATTN_MIN_SPLIT");
+    return v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return positions;
+}
+
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;    // cuBLASLt's advice for Hopper
 constexpr size_t kAttentionWorkspaceBytes = size_t(64) << 20; // split-KV partials
 constexpr size_t kSplitCounterBytes = size_t(1) << 20;        // 262144 (sequence, KV head) tickets
@@ -714,6 +724,7 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.host_context_lens = meta.host_context_lens;
   a.general_block_rows = attention_block_rows();
   a.early_kv = attention_early_kv();
+  a.min_split_positions = attention_min_split();
   if (attention_decode_stages()) a.decode_stages = attention_decode_stages();
   cudaStream_t stream = stream_of(s);
   Workspace& ws = workspace_for(stream);

@@ -234,10 +234,11 @@ __device__ __forceinline__ uint32_t lds32(const uint16_t* p) {
 }
 
 // Positions per split of a sequence in fixed-split mode: whole 64-position tiles, as even as
-// possible (the last splits may be empty).
-__host__ __device__ __forceinline__ int fixed_chunk(int ctx, int splits) {
+// possible, and at least min_chunk (a multiple of 64, or 0) so that a short context takes fewer of
+// the splits (the last splits may be empty).
+__host__ __device__ __forceinline__ int fixed_chunk(int ctx, int splits, int min_chunk) {
   const int tiles = (ctx + kBN - 1) / kBN;
-  return (tiles + splits - 1) / splits * kBN;
+  return max((tiles + splits - 1) / splits * kBN, min_chunk);
 }
 
 struct KernelArgs {
@@ -260,7 +261,8 @@ struct KernelArgs {
   int nh;
   int group;
   int num_splits;
-  int kv_chunk;      // 0: fixed_chunk(ctx, num_splits) per sequence
+  int kv_chunk;      // 0: fixed_chunk(ctx, num_splits, min_chunk) per sequence
+  int min_chunk;     // fixed-split mode: PagedAttentionArgs::min_split_positions in whole tiles
   int64_t ws_rows;   // num_tokens * nh: rows of one split in the workspace
   float* ws_o;       // [splits, ws_rows, HD]
   float* ws_ml;      // [splits, ws_rows, 2]
@@ -310,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
   if (row0 >= rows_total) return;
   const int rows_here = min(BM, rows_total - row0);
 
-  const int chunk = a.kv_chunk > 0 ? a.kv_chunk : fixed_chunk(ctx, a.num_splits);
+  const int chunk = a.kv_chunk > 0 ? a.kv_chunk : fixed_chunk(ctx, a.num_splits, a.min_chunk);
   const int kv_begin = split * chunk;
   const int last_pos = ctx - q_len + (row0 + rows_here - 1) / a.group;
   const int kv_end = min(min(ctx, kv_begin + chunk), last_pos + 1);
@@ -662,7 +664,15 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     return;
   }
 
-  const int chunk = a.kv_chunk > 0 ? a.kv_chunk : fixed_chunk(ctx, a.num_splits);
+  const int chunk = a.kv_chunk > 0 ? a.kv_chunk : fixed_chunk(ctx, a.num_splits, a.min_chunk);
+  // With the in-kernel merge, a context that lies wholly in split 0 needs no merge: split 0
+  // writes the output as an unsplit launch does and the other splits leave (no partials, no
+  // tickets: the counters stay zero). Every block of the (sequence, head) sees the same ctx.
+  const bool sole = a.counters != nullptr && a.num_splits > 1 && ctx <= chunk;
+  if (sole && split > 0) {
+    pdl::wait();
+    return;
+  }
   const int kv_begin = split * chunk;
   // The last row's position is ctx - 1 (rows == q_len * group), so the causal limit is ctx.
   const int kv_end = min(ctx, kv_begin + chunk);
@@ -983,7 +993,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
     const int64_t token = q_start + r / a.group;
     const int head = kvh * a.group + r % a.group;
-    if (a.num_splits == 1) {
+    if (a.num_splits == 1 || sole) {
       *reinterpret_cast<uint32_t*>(a.out + token * a.ld_out + int64_t(head) * HD + d) =
           pack_bf16(acc.x * inv, acc.y * inv);
     } else {
@@ -994,7 +1004,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
       if (d == 0) *reinterpret_cast<float2*>(a.ws_ml + ws_row * 2) = make_float2(row_m[r], L);
     }
   }
-  if (a.num_splits == 1 || a.counters == nullptr) return;
+  if (a.num_splits == 1 || a.counters == nullptr || sole) return;
 
   // In-kernel merge of the splits: the last block of this (sequence, KV head) to finish takes a
   // ticket equal to num_splits - 1 and merges every split's partial rows, exactly as
@@ -1336,6 +1346,8 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   const size_t per_split = paged_attention_split_bytes(p.num_tokens, a.num_q_heads, a.head_dim);
   if (per_split > 0) splits = int(std::min<size_t>(size_t(splits), workspace_capacity / per_split));
   splits = std::max(splits, 1);
+  const int min_tiles = (std::max(a.min_split_positions, 0) + kBN - 1) / kBN;
+  if (min_tiles > 1) splits = std::max(1, std::min(splits, max_tiles / min_tiles));
   p.kv_chunk = ((max_tiles + splits - 1) / splits) * kBN;
   p.num_splits = (std::max(max_ctx, 1) + p.kv_chunk - 1) / p.kv_chunk;
   p.workspace_bytes = p.num_splits > 1 ? per_split * p.num_splits : 0;
@@ -1370,6 +1382,7 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.group = a.num_q_heads / a.num_kv_heads;
   k.num_splits = p.num_splits;
   k.kv_chunk = p.kv_chunk;
+  k.min_chunk = (std::max(a.min_split_positions, 0) + kBN - 1) / kBN * kBN;
   k.ws_rows = p.num_tokens * a.num_q_heads;
   k.ws_o = p.num_splits > 1 ? static_cast<float*>(workspace) : nullptr;
   k.ws_ml = k.ws_o ? k.ws_o + size_t(p.num_splits) * k.ws_rows * a.head_dim : nullptr;

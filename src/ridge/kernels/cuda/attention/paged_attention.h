@@ -89,6 +89,10 @@ struct PagedAttentionArgs {
   // tokens before its programmatic-dependent-launch wait (they were written by earlier steps;
   // the step's metadata by a copy before its first kernel). false: everything after the wait.
   bool early_kv = true;
+  // Fixed-split mode (graph replays, whose split count is set for the bucket's longest context):
+  // each split covers at least this many positions (rounded up to whole 64-position tiles), so a
+  // short context takes fewer blocks' worth of splits and the rest are empty. 0: an even share.
+  int min_split_positions = 0;
   // Zero-initialized device ints (at least num_seqs * num_kv_heads of them), left zero by every
   // call: with them, a split decode-kernel launch merges its splits itself (the last block of
   // each (sequence, KV head) to finish, by an atomic ticket) and no combine kernel runs. Null, or
