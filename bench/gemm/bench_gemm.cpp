@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_device.h"
+#include "decode_chain.h"
 #include "gemv_layout_probe.h"
 #include "ridge/core/error.h"
 #include "ridge/kernels/cuda/gemm/check.h"
@@ -616,6 +617,8 @@ int main(int argc, char** argv) {
               m_list = "1,8,16,32,64,128,512,2048,8192",
               json_path;
   std::string custom_shapes, gemv_probe;
+  int chain_layers = 0;
+  double chain_gap_us = 9.0;
   bool ladder = false, no_shapes = false, once = false;
   int ladder_size = 8192;
   app.add_option("--op", op, "operation (gemm)");
@@ -631,6 +634,14 @@ int main(int argc, char** argv) {
   app.add_option("--gemv-probe", gemv_probe,
                  "comma-separated NxK: the M = 1 GEMV over row-major and tile-packed weights "
                  "(gemv_layout_probe.cu), and the skinny kernel");
+  app.add_option("--decode-chain", chain_layers,
+                 "LAYERS: a Llama-2-7B-shaped batch-1 decode made of the fused skinny GEMVs alone "
+                 "(decode_chain.cu), one CUDA graph per PDL variant, against the bandwidth")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--chain-gap-us", chain_gap_us,
+                 "with --decode-chain: a latency-bound stand-in for RoPE + attention before o, "
+                 "this long (0: none)")
+      ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--rounds", g_rounds,
                  "timing rounds per row (shapes and --shapes): each round times every kernel of "
                  "the row in a rotated order; the median over rounds is kept")
@@ -720,6 +731,30 @@ int main(int argc, char** argv) {
         pos = next + 1;
       }
       out["gemv_probe"] = rows;
+    }
+    if (chain_layers > 0) {
+      const auto rows = ridge::bench::decode_chain(chain_layers, 4096, 11008, chain_gap_us,
+                                                   std::max(g_rounds, 9), s);
+      std::printf("\nDecode GEMV chain, M = 1, %d Llama-2-7B layers (medians of %d graph "
+                  "replays; %% of the read-only and copy ceilings above)\n"
+                  "%-12s | %10s | %7s %6s %6s | %10s | %s\n",
+                  chain_layers, std::max(g_rounds, 9), "variant", "us", "TB/s", "%read", "%copy",
+                  "vs plain", "what");
+      double plain_us = 0;
+      json jrows = json::array();
+      for (const auto& r : rows) {
+        if (r.name == "plain") plain_us = r.us;
+        const double tb = r.weight_bytes > 0 ? r.weight_bytes / (r.us * 1e-6) / 1e12 : 0;
+        char vs[32] = "";
+        if (plain_us > 0 && r.name != "plain" && r.name.rfind("alone", 0) != 0 &&
+            r.name != "gaps alone")
+          std::snprintf(vs, sizeof vs, "%+.1f us", r.us - plain_us);
+        std::printf("%-12s | %10.1f | %7.2f %6.1f %6.1f | %10s | %s\n", r.name.c_str(), r.us, tb,
+                    100 * tb / c.read_tbps, 100 * tb / c.copy_tbps, vs, r.what.c_str());
+        jrows.push_back({{"name", r.name}, {"what", r.what}, {"us", r.us},
+                         {"weight_bytes", r.weight_bytes}, {"tbps", tb}});
+      }
+      out["decode_chain"] = {{"layers", chain_layers}, {"gap_us", chain_gap_us}, {"rows", jrows}};
     }
     if (!no_shapes) {
       std::vector<std::string> model_list;

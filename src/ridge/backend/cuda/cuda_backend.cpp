@@ -71,12 +71,13 @@ int early_weight_steps() {
   return steps;
 }
 
-// RIDGE_ATTN_MIN_SPLIT=positions: PagedAttentionArgs::min_split_positions in graph replays (A/B
-// runs; 0 or unset: an even share of the fixed splits).
+// PagedAttentionArgs::min_split_positions: 256 (H200, run 13: batch 1 at 2048 positions 4.466 ms
+// a step against 4.618 with an even share of the 17 graph splits, i.e. 8 splits of 256; at 128-256
+// positions 3.974 against 3.966, noise). RIDGE_ATTN_MIN_SPLIT=positions for A/B runs (0: even).
 int attention_min_split() {
   static const int positions = [] {
     const char* v = std::getenv("RIDGE_ATTN_MIN_SPLIT");
-    return v ? std::max(0, std::atoi(v)) : 0;
+    return v && *v ? std::max(0, std::atoi(v)) : 256;
   }();
   return positions;
 }

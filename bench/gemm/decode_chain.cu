@@ -1,0 +1,243 @@
+// The decode GEMV chain (ridge-bench-gemm --decode-chain): how close does a batch-1 decode step
+// made of the skinny GEMVs alone come to its weight bytes over the bandwidth, and what do the
+// kernel boundaries and programmatic dependent launch (PDL) cost between them? The engine's step
+// (ridge bench model) mixes the GEMVs with norms, RoPE, attention and sampling, so its time
+// cannot separate a GEMV's ramp and tail from the small ops; this chain can.
+//
+// Per layer, as the engine's fused decode chain runs them (CudaBackend::run_fused):
+//   q|k|v    X = x, RMSNorm prologue from the sums of squares the previous down left (rms_sumsq)
+//   [gap]    optional: a stand-in for RoPE + attention that waits gap_us and reads nothing
+//   o        X = the first `hidden` columns of q|k|v, x += product, sums of squares recorded
+//   gate|up  X = x, RMSNorm prologue from o's sums, SwiGLU epilogue -> mlp
+//   down     X = mlp, x += product, sums of squares recorded
+// Every layer has its own weights (13 GB for 32 Llama-2-7B layers: no L2 reuse across layers).
+// Variants differ only in which GEMVs are launched with PDL and whether o stages weights
+// (SkinnyArgs::stage_steps), so each variant's chain is the same work; each is captured as one
+// CUDA graph and replayed. The outputs are not checked here (the kernel tests do that); the
+// values stay bounded (weights scaled by 1/sqrt(K), a normalized input each layer).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench_device.h"
+#include "decode_chain.h"
+#include "ridge/kernels/cuda/gemm/check.h"
+#include "ridge/kernels/cuda/gemm/gemm.h"
+#include "ridge/kernels/cuda/pdl.cuh"
+
+#define CK(call) RIDGE_GEMM_CUDA_CHECK(call)
+
+namespace ridge::bench {
+namespace {
+
+namespace kn = ridge::kernels;
+
+// A latency-bound stand-in: launched with PDL like the engine's small ops (trigger, wait), then
+// waits `ns` on the global timer. No memory traffic.
+__global__ void gap_kernel(unsigned long long ns) {
+  kn::pdl::begin();
+  unsigned long long t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+__global__ void fill_positive(float* p, size_t n, float v) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = v;
+}
+
+struct Buffer {
+  void* ptr = nullptr;
+  explicit Buffer(size_t bytes) { CK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  ~Buffer() { cudaFree(ptr); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+};
+
+struct Edge {  // how one GEMV of the layer is launched
+  bool pdl = false;
+  int stage = 0;
+};
+struct Variant {
+  const char* name;
+  const char* what;
+  Edge qkv, o, gate_up, down;
+  bool gap;  // with the gap kernel (when gap_us > 0)
+};
+
+class ScopedPdl {  // the benchmark's main turns PDL off for single-kernel timing
+ public:
+  ScopedPdl() : previous_(kn::pdl::enabled()) { kn::pdl::set_enabled(true); }
+  ~ScopedPdl() { kn::pdl::set_enabled(previous_); }
+  ScopedPdl(const ScopedPdl&) = delete;
+  ScopedPdl& operator=(const ScopedPdl&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace
+
+std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediate, double gap_us,
+                                         int rounds, cudaStream_t s) {
+  const ScopedPdl pdl_on;
+  const int H = hidden, I = intermediate, L = layers;
+  const size_t per_layer = size_t(3 * H) * H + size_t(H) * H + size_t(2 * I) * H + size_t(H) * I;
+  Buffer weights(per_layer * L * sizeof(bf16));
+  Buffer x(size_t(H) * 2), qkv(size_t(3 * H) * 2), mlp(size_t(I) * 2);
+  const int ss_h = kn::skinny_sumsq_parts(H);
+  Buffer ss_o(size_t(ss_h) * 4), ss_down(size_t(ss_h) * 4);
+  fill_random_bf16(x.as<bf16>(), size_t(H), 7, 1.0f, s);
+  fill_positive<<<(ss_h + 255) / 256, 256, 0, s>>>(ss_down.as<float>(), size_t(ss_h), 1.0f);
+  CK(cudaGetLastError());
+  struct LayerW {
+    const bf16 *qkv, *o, *gate_up, *down;
+  };
+  std::vector<LayerW> lw(static_cast<size_t>(L));
+  {
+    bf16* next = weights.as<bf16>();
+    uint64_t seed = 100;
+    // The next n weights, uniform in ±1/sqrt(k).
+    const auto take = [&](size_t n, int k) {
+      bf16* p = next;
+      fill_random_bf16(p, n, seed++, 1.0f / std::sqrt(float(k)), s);
+      next += n;
+      return p;
+    };
+    for (LayerW& w : lw) {
+      w.qkv = take(size_t(3 * H) * H, H);
+      w.o = take(size_t(H) * H, H);
+      w.gate_up = take(size_t(2 * I) * H, H);
+      w.down = take(size_t(H) * I, I);
+    }
+  }
+  CK(cudaStreamSynchronize(s));
+
+  const auto run_layer_gemv = [&](int which, int l, const Edge& e) {
+    kn::SkinnyArgs a;
+    a.M = 1;
+    a.pdl_launch = e.pdl;
+    a.stage_steps = e.stage;
+    kn::SkinnyPrologue pro = kn::SkinnyPrologue::none;
+    const LayerW& w = lw[size_t(l)];
+    switch (which) {
+      case 0:  // q|k|v
+        a.X = x.as<bf16>(), a.ld_x = H, a.W = w.qkv, a.Y = qkv.ptr, a.N = 3 * H, a.K = H;
+        a.sumsq_in = ss_down.as<float>(), a.sumsq_parts = ss_h, a.eps = 1e-5f;
+        pro = kn::SkinnyPrologue::rms_sumsq;
+        break;
+      case 1:  // o
+        a.X = qkv.as<bf16>(), a.ld_x = 3 * H, a.W = w.o, a.Y = x.ptr, a.N = H, a.K = H;
+        a.residual = x.as<bf16>(), a.sumsq_out = ss_o.as<float>();
+        break;
+      case 2:  // gate|up + SwiGLU
+        a.X = x.as<bf16>(), a.ld_x = H, a.W = w.gate_up, a.Y = mlp.ptr, a.N = 2 * I, a.K = H;
+        a.sumsq_in = ss_o.as<float>(), a.sumsq_parts = ss_h, a.eps = 1e-5f, a.swiglu = true;
+        pro = kn::SkinnyPrologue::rms_sumsq;
+        break;
+      default:  // down
+        a.X = mlp.as<bf16>(), a.ld_x = I, a.W = w.down, a.Y = x.ptr, a.N = H, a.K = I;
+        a.residual = x.as<bf16>(), a.sumsq_out = ss_down.as<float>();
+        break;
+    }
+    kn::gemm_bf16_skinny_fused(a, pro, s);
+  };
+  const double gap_ns = std::max(gap_us, 0.0) * 1000.0;
+  const auto gap = [&]() {
+    CK(kn::pdl::launch(true, gap_kernel, dim3(32), dim3(128), 0, s,
+                       static_cast<unsigned long long>(gap_ns)));
+  };
+
+  // Times one replay of whatever `record` captures (median over rounds; one warm-up replay).
+  const auto time_graph = [&](const auto& record) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    record();
+    CK(cudaStreamEndCapture(s, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<double> us;
+    for (int r = 0; r <= rounds; ++r) {
+      CK(cudaEventRecord(a, s));
+      CK(cudaGraphLaunch(exec, s));
+      CK(cudaEventRecord(b, s));
+      CK(cudaEventSynchronize(b));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      if (r > 0) us.push_back(1000.0 * ms);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  };
+
+  std::vector<DecodeChainRow> rows;
+  const double layer_bytes = double(per_layer) * 2;
+  // Each GEMV kind alone: its 32 layers' launches back to back, plainly (ramp and tail each).
+  const char* kinds[] = {"q|k|v", "o", "gate|up", "down"};
+  const size_t kind_elems[] = {size_t(3 * H) * H, size_t(H) * H, size_t(2 * I) * H,
+                               size_t(H) * I};
+  for (int k = 0; k < 4; ++k) {
+    const double us = time_graph([&] {
+      for (int l = 0; l < L; ++l) run_layer_gemv(k, l, Edge{});
+    });
+    rows.push_back({std::string("alone ") + kinds[k], "that GEMV of every layer, plain launches",
+                    us, double(kind_elems[k]) * 2 * L});
+  }
+  const Edge plain{}, pdl{true, 0}, ew3{true, 3};
+  const Variant variants[] = {
+      {"plain", "every GEMV launched plainly (a full barrier before each)", plain, plain, plain,
+       plain, false},
+      {"pdl-all", "every GEMV with PDL", pdl, pdl, pdl, pdl, false},
+      {"pdl-qkv", "PDL on q|k|v only", pdl, plain, plain, plain, false},
+      {"pdl-o", "PDL on o only", plain, pdl, plain, plain, false},
+      {"pdl-gate_up", "PDL on gate|up only", plain, plain, pdl, plain, false},
+      {"pdl-down", "PDL on down only", plain, plain, plain, pdl, false},
+      {"ew3-o", "o with PDL and 3 staged steps", plain, ew3, plain, plain, false},
+      {"gap plain", "gap before o; plain GEMVs", plain, plain, plain, plain, true},
+      {"gap pdl-o", "gap before o; o with PDL", plain, pdl, plain, plain, true},
+      {"gap ew3-o", "gap before o; o with PDL and 3 staged steps (the engine's)", plain, ew3,
+       plain, plain, true},
+      {"gap ew1-o", "gap before o; o with PDL and 1 staged step", plain, Edge{true, 1}, plain,
+       plain, true},
+  };
+  for (const Variant& v : variants) {
+    if (v.gap && gap_ns <= 0) continue;
+    const double us = time_graph([&] {
+      for (int l = 0; l < L; ++l) {
+        run_layer_gemv(0, l, v.qkv);
+        if (v.gap) gap();
+        run_layer_gemv(1, l, v.o);
+        run_layer_gemv(2, l, v.gate_up);
+        run_layer_gemv(3, l, v.down);
+      }
+    });
+    rows.push_back({v.name, v.what, us, layer_bytes * L});
+  }
+  if (gap_ns > 0) {  // the gaps alone: what the GEMVs could hide
+    const double us = time_graph([&] {
+      for (int l = 0; l < L; ++l) gap();
+    });
+    rows.push_back({"gaps alone", "the gap kernel once per layer", us, 0});
+  }
+  CK(cudaStreamSynchronize(s));
+  return rows;
+}
+
+}  // namespace ridge::bench
