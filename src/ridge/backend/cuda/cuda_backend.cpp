@@ -82,6 +82,16 @@ int attention_min_split() {
   return positions;
 }
 
+// RIDGE_FUSED_PDL=1 launches every fused skinny GEMV with PDL (A/B runs; run 8 measured a
+// penalty in the engine that the GEMV chain of ridge-bench-gemm --decode-chain does not show).
+bool fused_gemv_pdl() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_FUSED_PDL");
+    return v && std::string_view(v) == "1";
+  }();
+  return on;
+}
+
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;    // cuBLASLt's advice for Hopper
 constexpr size_t kAttentionWorkspaceBytes = size_t(64) << 20; // split-KV partials
 constexpr size_t kSplitCounterBytes = size_t(1) << 20;        // 262144 (sequence, KV head) tickets
@@ -574,7 +584,7 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   const int early = f.early_weights && prologue == kernels::SkinnyPrologue::none
                         ? early_weight_steps()
                         : -1;
-  a.pdl_launch = early >= 0;
+  a.pdl_launch = early >= 0 || fused_gemv_pdl();
   a.stage_steps = std::max(early, 0);
   a.M = int(T), a.N = int(N), a.K = int(K);
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
