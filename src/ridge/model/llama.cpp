@@ -268,6 +268,7 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
                             std::span<backend::KvLayer> kv) {
   const ModelConfig& c = config();
   backend::Backend& be = backend_;
+  be.begin_forward(T);
   const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn;
   const DType act = be.activation_dtype();
   const Device dev = be.device();

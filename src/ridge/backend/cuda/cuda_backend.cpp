@@ -58,17 +58,30 @@ int attention_decode_stages() {
   return stages;
 }
 
-// MatmulFusion::early_weights at up to kFusedMaxTokens tokens: RIDGE_EARLY_WEIGHTS=-1 launches
-// the GEMV plainly (as the other fused GEMVs), 0 with PDL and its first step of loads before the
-// wait, n = 1..6 also n more steps per warp staged in shared memory (A/B runs; default 3).
-int early_weight_steps() {
-  static const int steps = [] {
+// MatmulFusion::early_weights at up to kFusedMaxTokens tokens: how many steps per warp the o
+// projection stages in shared memory while decode attention runs (SkinnyArgs::stage_steps).
+// In the decode chain (one carveout of 100 KB) 1, so that two GEMV blocks fit beside nothing
+// else; without it 3 (a block then streams its whole 4096-wide tile early). H200, run 13: the
+// batch-1 step 3.944 ms (chain, 1) / 3.955 (chain, 0); 3.97-3.99 (no chain, 3) against 4.03
+// (no chain, plain). RIDGE_EARLY_WEIGHTS=-1 (plain launch), 0 (PDL only) or 1..6 for A/B runs.
+int early_weight_steps(bool decode_chain) {
+  static const int forced = [] {
     const char* v = std::getenv("RIDGE_EARLY_WEIGHTS");
-    if (!v || !*v) return 3;
-    const int n = std::atoi(v);
-    return std::clamp(n, -1, kernels::skinny_max_stage_steps);
+    if (!v || !*v) return -2;
+    return std::clamp(std::atoi(v), -1, kernels::skinny_max_stage_steps);
   }();
-  return steps;
+  return forced != -2 ? forced : decode_chain ? 1 : 3;
+}
+
+// The decode chain's carveout: RIDGE_DECODE_CARVEOUT=0..100, or -1 for none (the chain then
+// launches its GEMVs plainly, as before run 13); A/B runs.
+int decode_carveout(int fallback) {
+  static const int percent = [fallback] {
+    const char* v = std::getenv("RIDGE_DECODE_CARVEOUT");
+    if (!v || !*v) return fallback;
+    return std::clamp(std::atoi(v), -1, 100);
+  }();
+  return percent;
 }
 
 // PagedAttentionArgs::min_split_positions: 256 (H200, run 13: batch 1 at 2048 positions 4.466 ms
@@ -80,16 +93,6 @@ int attention_min_split() {
     return v && *v ? std::max(0, std::atoi(v)) : 256;
   }();
   return positions;
-}
-
-// RIDGE_FUSED_PDL=1 launches every fused skinny GEMV with PDL (A/B runs; run 8 measured a
-// penalty in the engine that the GEMV chain of ridge-bench-gemm --decode-chain does not show).
-bool fused_gemv_pdl() {
-  static const bool on = [] {
-    const char* v = std::getenv("RIDGE_FUSED_PDL");
-    return v && std::string_view(v) == "1";
-  }();
-  return on;
 }
 
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;    // cuBLASLt's advice for Hopper
@@ -335,6 +338,12 @@ std::unique_ptr<Graph> CudaBackend::capture(const Stream& s,
   return std::make_unique<CudaGraph>(exec, stream_->get());
 }
 
+void CudaBackend::begin_forward(int64_t tokens) {
+  const int carveout = decode_carveout(kDecodeCarveout);
+  decode_chain_ = tokens >= 1 && tokens <= kFusedMaxTokens && carveout >= 0 && options_.pdl;
+  kernels::pdl::set_launch_carveout(decode_chain_ ? carveout : -1);
+}
+
 void CudaBackend::embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) {
   expect_2d(out, DType::bf16, "embedding", "out");
   expect_2d(table, DType::bf16, "embedding", "table");
@@ -577,14 +586,15 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   if (record)
     a.sumsq_out = static_cast<float*>(ws.sumsq.data()) + (f.record_sumsq - 1) * kSumsqFloats;
   a.swiglu = swiglu;
-  // Plainly launched: measured on the H200 (docs/KERNELS.md, "Run 8"), a GEMV allowed to start
-  // early behind another large GEMV (the fused decode chain is GEMV after GEMV) cost ~23 us per
-  // such pair at batch 1, against 1.6% gained over the unfused chain without it. Behind a
-  // latency-bound kernel (f.early_weights: decode attention) it starts early and stages weights.
+  // With PDL in the decode chain (begin_forward: one carveout for every kernel). Outside it,
+  // plainly: a GEMV launched early beside a kernel of another carveout (decode attention's)
+  // starts on SMs with that kernel's small L1 and streams ~20 % slower, ~23 us per GEMV at batch 1
+  // (docs/KERNELS.md, runs 8 and 13). Behind a latency-bound kernel (f.early_weights: decode
+  // attention) it also stages weights before its wait.
   const int early = f.early_weights && prologue == kernels::SkinnyPrologue::none
-                        ? early_weight_steps()
+                        ? early_weight_steps(decode_chain_)
                         : -1;
-  a.pdl_launch = early >= 0 || fused_gemv_pdl();
+  a.pdl_launch = early >= 0 || decode_chain_;
   a.stage_steps = std::max(early, 0);
   a.M = int(T), a.N = int(N), a.K = int(K);
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);

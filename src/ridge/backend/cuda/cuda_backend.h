@@ -50,6 +50,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Graph> capture(const Stream& s,
                                  const std::function<void(const Stream&)>& body) override;
 
+  // Up to kFusedMaxTokens rows (the fused decode chain): every kernel launched through pdl::launch
+  // asks for one shared-memory carveout (kDecodeCarveout), and the fused GEMVs start early with
+  // PDL; above, the driver's carveouts and plain GEMV launches.
+  void begin_forward(int64_t tokens) override;
   void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) override;
   void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
                Tensor& out) override;
@@ -147,6 +151,14 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   BackendOptions options_;
   bool fuse_norm_ = false, fuse_silu_ = false, fuse_rope_kv_ = false;  // options_.fuse
+  // begin_forward: this pass is the small-batch decode chain (one carveout, PDL GEMVs).
+  bool decode_chain_ = false;
+  // The decode chain's carveout, in percent of 228 KB: 44 -> 100 KB of shared memory (one
+  // 74 KB decode-attention block, two GEMV blocks with one staged step each) and 156 KB of L1,
+  // which the GEMVs' register loads need (H200, run 13, ridge-bench-gemm --decode-chain: the GEMV
+  // chain 2 % slower than with the driver's carveout, 18 % slower at 100 %, and with PDL 5 %
+  // faster; the engine's batch-1 step 3.944 ms against 3.997 with plain GEMV launches).
+  static constexpr int kDecodeCarveout = 44;
   bool fuse_swiglu_gemm_ = false;  // options_.fuse "swiglu_gemm" (opt-in; run 12: within noise)
   int sm_count_ = 0;
   std::string name_;

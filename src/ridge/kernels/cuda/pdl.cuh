@@ -24,9 +24,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <mutex>
-#include <unordered_set>
 #include <utility>
 
 #include "ridge/kernels/cuda/pdl.h"
@@ -52,49 +49,30 @@ __device__ __forceinline__ void begin() {
   wait();
 }
 
-// The shared-memory carveout every kernel launched through launch() asks for, in percent of the
-// SM's unified L1/shared storage: RIDGE_SMEM_CARVEOUT=0..100 (or "max"); unset or -1 leaves the
-// driver's per-kernel choice. Kernels whose carveouts differ cannot share an SM, so on the decode
-// chain (small-shared-memory GEMVs and norms beside attention and staged GEMVs with ~100 KB) a
-// block launched early may find no SM it can start on until one drains.
-inline int carveout_percent() {
-  static const int percent = [] {
-    const char* v = std::getenv("RIDGE_SMEM_CARVEOUT");
-    if (!v || !*v) return -1;
-    if (v[0] == 'm') return 100;
-    const int p = std::atoi(v);
-    return p >= 0 && p <= 100 ? p : -1;
-  }();
-  return percent;
-}
-// Sets the carveout on each kernel once (before its first launch or capture).
-inline void apply_carveout(const void* kernel) {
-  const int percent = carveout_percent();
-  if (percent < 0) return;
-  static std::mutex m;
-  static std::unordered_set<const void*> done;
-  const std::lock_guard<std::mutex> lock(m);
-  if (done.insert(kernel).second)
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
-}
-
 // Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization
 // when `programmatic` and enabled(); plainly otherwise (it then starts after the kernel before it
-// ends). Returns the launch's error (the caller checks it as after <<<>>>).
+// ends); with this thread's launch_carveout() when set (pdl.h). Returns the launch's error (the
+// caller checks it as after <<<>>>).
 template <typename... Params, typename... Args>
 cudaError_t launch(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
                    size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (programmatic && enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (const int percent = launch_carveout(); percent >= 0) {
+    attr[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+    attr[n++].val.sharedMemCarveout = static_cast<unsigned>(percent);
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attr;
-  config.numAttrs = programmatic && enabled() ? 1 : 0;
-  apply_carveout(reinterpret_cast<const void*>(kernel));
+  config.numAttrs = n;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 
