@@ -60,10 +60,10 @@ int attention_decode_stages() {
 
 // MatmulFusion::early_weights at up to kFusedMaxTokens tokens: how many steps per warp the o
 // projection stages in shared memory while decode attention runs (SkinnyArgs::stage_steps).
-// In the decode chain (one carveout of 100 KB) 1, so that two GEMV blocks fit beside nothing
-// else; without it 3 (a block then streams its whole 4096-wide tile early). H200, run 13: the
-// batch-1 step 3.944 ms (chain, 1) / 3.955 (chain, 0); 3.97-3.99 (no chain, 3) against 4.03
-// (no chain, plain). RIDGE_EARLY_WEIGHTS=-1 (plain launch), 0 (PDL only) or 1..6 for A/B runs.
+// In the decode chain (one carveout of 132 KB) 1, so that two GEMV blocks fit beside an attention
+// block; without it 3 (a block then streams its whole 4096-wide tile early). H200, run 13: the
+// batch-1 step 3.944-3.948 ms (chain, 1) / 3.955 (chain at 44 %, 0); 3.97-3.99 (no chain, 3)
+// against 4.03 (no chain, plain). RIDGE_EARLY_WEIGHTS=-1 (plain launch), 0 (PDL only) or 1..6 for A/B runs.
 int early_weight_steps(bool decode_chain) {
   static const int forced = [] {
     const char* v = std::getenv("RIDGE_EARLY_WEIGHTS");

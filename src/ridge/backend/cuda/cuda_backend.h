@@ -153,12 +153,13 @@ class CudaBackend final : public Backend {
   bool fuse_norm_ = false, fuse_silu_ = false, fuse_rope_kv_ = false;  // options_.fuse
   // begin_forward: this pass is the small-batch decode chain (one carveout, PDL GEMVs).
   bool decode_chain_ = false;
-  // The decode chain's carveout, in percent of 228 KB: 44 -> 100 KB of shared memory (one
-  // 74 KB decode-attention block, two GEMV blocks with one staged step each) and 156 KB of L1,
-  // which the GEMVs' register loads need (H200, run 13, ridge-bench-gemm --decode-chain: the GEMV
-  // chain 2 % slower than with the driver's carveout, 18 % slower at 100 %, and with PDL 5 %
-  // faster; the engine's batch-1 step 3.944 ms against 3.997 with plain GEMV launches).
-  static constexpr int kDecodeCarveout = 44;
+  // The decode chain's carveout, in percent of 228 KB: 58 -> 132 KB of shared memory (one
+  // decode-attention block with a 2- or 3-stage ring, 74 or 106 KB; two GEMV blocks with one
+  // staged step each) and 124 KB of L1, which the GEMVs' register loads need. H200, run 13,
+  // ridge-bench-gemm --decode-chain: the GEMV chain with plain launches 3736 us at 58 %, 3774 at
+  // 44 %, 3702 with the driver's carveouts, 4001 at 72 %, 4388 at 100 %; with PDL 3575 at 58 %.
+  // The engine's batch-1 step: 3.948 ms at 58 %, 3.944 at 44 %, 3.997 with plain GEMVs.
+  static constexpr int kDecodeCarveout = 58;
   bool fuse_swiglu_gemm_ = false;  // options_.fuse "swiglu_gemm" (opt-in; run 12: within noise)
   int sm_count_ = 0;
   std::string name_;
