@@ -71,7 +71,9 @@ struct SkinnyArgs {
   bool swiglu = false;         // epilogue: Y [M, N / 2] = silu(gate) · up
   // Launched with programmatic stream serialization (pdl.cuh), i.e. allowed to start while the
   // kernel before it runs. false: it starts after that kernel ends (its own dependents may still
-  // start early). Measured: a skinny GEMV right after another large GEMV starts better without.
+  // start early). With PDL, give the kernels around it one shared-memory carveout
+  // (pdl::set_launch_carveout): a block started early on an SM left in another kernel's split
+  // (decode attention's) streams ~20 % slower for lack of L1 (docs/KERNELS.md, run 13).
   bool pdl_launch = true;
   // Early weights: with pdl_launch, this many further steps (of the 8 each warp takes of the
   // block's first row tile, after the one loaded into registers) are copied into shared memory
