@@ -205,10 +205,14 @@ class Backend {
     return nullptr;
   }
 
-  // Called by a model before the ops of one forward pass over `tokens` rows, eager or being
-  // captured: a backend may choose launch settings for the pass (the CUDA backend's small-batch
-  // decode chain). The settings hold until the next call.
-  virtual void begin_forward(int64_t tokens) { (void)tokens; }
+  // Called by a model before the ops of one forward pass over `tokens` rows whose sequences reach
+  // at most `max_context` positions (a captured graph's capacity), eager or being captured: a
+  // backend may choose launch settings for the pass (the CUDA backend's small-batch decode
+  // chain). The settings hold until the next call.
+  virtual void begin_forward(int64_t tokens, int64_t max_context) {
+    (void)tokens;
+    (void)max_context;
+  }
   virtual void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) = 0;
   virtual void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
                        Tensor& out) = 0;

@@ -268,7 +268,6 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
                             std::span<backend::KvLayer> kv) {
   const ModelConfig& c = config();
   backend::Backend& be = backend_;
-  be.begin_forward(T);
   const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn;
   const DType act = be.activation_dtype();
   const Device dev = be.device();
@@ -279,6 +278,7 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
   meta.context_lens = i32(pk.ctx, S);
   meta.block_tables = i32(pk.tables, S * meta.max_blocks_per_seq);
   Tensor rows = i32(pk.rows, R);
+  be.begin_forward(T, meta.max_context_len);
 
   // Activations: one buffer per role (sized by reserve(); grown when a step is larger).
   const size_t esz = ridge::row_bytes(act, 1);

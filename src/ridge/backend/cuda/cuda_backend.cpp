@@ -338,9 +338,11 @@ std::unique_ptr<Graph> CudaBackend::capture(const Stream& s,
   return std::make_unique<CudaGraph>(exec, stream_->get());
 }
 
-void CudaBackend::begin_forward(int64_t tokens) {
+void CudaBackend::begin_forward(int64_t tokens, int64_t max_context) {
   const int carveout = decode_carveout(kDecodeCarveout);
-  decode_chain_ = tokens >= 1 && tokens <= kFusedMaxTokens && carveout >= 0 && options_.pdl;
+  decode_chain_ = tokens >= 1 && tokens <= kFusedMaxTokens &&
+                  tokens * std::max<int64_t>(max_context, 1) <= kDecodeChainPositions &&
+                  carveout >= 0 && options_.pdl;
   kernels::pdl::set_launch_carveout(decode_chain_ ? carveout : -1);
 }
 

@@ -50,10 +50,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Graph> capture(const Stream& s,
                                  const std::function<void(const Stream&)>& body) override;
 
-  // Up to kFusedMaxTokens rows (the fused decode chain): every kernel launched through pdl::launch
-  // asks for one shared-memory carveout (kDecodeCarveout), and the fused GEMVs start early with
-  // PDL; above, the driver's carveouts and plain GEMV launches.
-  void begin_forward(int64_t tokens) override;
+  // The decode chain, up to kFusedMaxTokens rows and kDecodeChainPositions in all: every kernel
+  // launched through pdl::launch asks for one shared-memory carveout (kDecodeCarveout), and the
+  // fused GEMVs start early with PDL; otherwise the driver's carveouts and plain GEMV launches.
+  void begin_forward(int64_t tokens, int64_t max_context) override;
   void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) override;
   void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
                Tensor& out) override;
@@ -160,6 +160,11 @@ class CudaBackend final : public Backend {
   // 44 %, 3702 with the driver's carveouts, 4001 at 72 %, 4388 at 100 %; with PDL 3575 at 58 %.
   // The engine's batch-1 step: 3.948 ms at 58 %, 3.944 at 44 %, 3.997 with plain GEMVs.
   static constexpr int kDecodeCarveout = 58;
+  // The carveout leaves decode attention one block per SM (two or three without it), so the
+  // chain applies while tokens × context is at most this: the attention's (sequence, head,
+  // 256-position split) blocks then fit one wave on 132 SMs. H200, run 13 (d6): batch 1 at 256
+  // positions 3.934 ms with the chain against 3.998 without; at 2048 positions 4.686 against 4.490.
+  static constexpr int64_t kDecodeChainPositions = 1024;
   bool fuse_swiglu_gemm_ = false;  // options_.fuse "swiglu_gemm" (opt-in; run 12: within noise)
   int sm_count_ = 0;
   std::string name_;
