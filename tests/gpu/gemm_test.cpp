@@ -100,6 +100,18 @@ Result compare(const std::vector<bf16>& out, const std::vector<double>& ref) {
 }
 
 // fp64 reference of Y = X·Wᵀ (+ residual) on the bf16-rounded inputs.
+// A skinny-kernel output as downloaded (bf16, or f32 when y_f32) as n bf16 values.
+std::vector<bf16> output_as_bf16(const std::vector<unsigned char>& bytes, size_t n, bool f32) {
+  std::vector<bf16> v(n);
+  if (f32) {
+    const float* y = reinterpret_cast<const float*>(bytes.data());
+    for (size_t i = 0; i < n; ++i) v[i] = __float2bfloat16(y[i]);
+  } else {
+    std::memcpy(v.data(), bytes.data(), n * 2);
+  }
+  return v;
+}
+
 std::vector<double> reference(const std::vector<bf16>& X, const std::vector<bf16>& W,
                               const std::vector<bf16>* R, int M, int N, int K) {
   std::vector<double> Wd(W.size());
@@ -295,13 +307,7 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
       CUDA_OK(cudaDeviceSynchronize());
       outs.emplace_back(y_bytes);
       CUDA_OK(cudaMemcpy(outs.back().data(), Y.ptr, y_bytes, cudaMemcpyDeviceToHost));
-      std::vector<bf16> as_bf16(ny);
-      if (f32) {
-        const float* y = reinterpret_cast<const float*>(outs.back().data());
-        for (size_t i = 0; i < ny; ++i) as_bf16[i] = __float2bfloat16(y[i]);
-      } else {
-        std::memcpy(as_bf16.data(), outs.back().data(), ny * 2);
-      }
+      const std::vector<bf16> as_bf16 = output_as_bf16(outs.back(), ny, f32);
       const Result r = compare(as_bf16, ref);
       EXPECT_EQ(r.non_finite, 0u) << "unwritten or non-finite outputs";
       EXPECT_LT(r.rel_err, kTolerance) << "vs fp64 reference";
@@ -324,9 +330,10 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
     }
     EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), y_bytes), 0)
         << "second run: outputs differ in their bits";
-    if (!sums.empty())
+    if (!sums.empty()) {
       EXPECT_EQ(std::memcmp(sums[0].data(), sums[1].data(), sums[0].size() * 4), 0)
           << "second run: sums of squares differ";
+    }
   }
 }
 
@@ -397,13 +404,7 @@ TEST(GemmSkinny, EarlyWeightsMatchUnstaged) {
       CUDA_OK(cudaDeviceSynchronize());
       outs.emplace_back(y_bytes);
       CUDA_OK(cudaMemcpy(outs.back().data(), Y.ptr, y_bytes, cudaMemcpyDeviceToHost));
-      std::vector<bf16> as_bf16(ny);
-      if (f32) {
-        const float* y = reinterpret_cast<const float*>(outs.back().data());
-        for (size_t i = 0; i < ny; ++i) as_bf16[i] = __float2bfloat16(y[i]);
-      } else {
-        std::memcpy(as_bf16.data(), outs.back().data(), ny * 2);
-      }
+      const std::vector<bf16> as_bf16 = output_as_bf16(outs.back(), ny, f32);
       const Result r = compare(as_bf16, ref);
       EXPECT_EQ(r.non_finite, 0u) << "unwritten or non-finite outputs";
       EXPECT_LT(r.rel_err, kTolerance) << "vs fp64 reference";
@@ -412,9 +413,10 @@ TEST(GemmSkinny, EarlyWeightsMatchUnstaged) {
     }
     EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), y_bytes), 0)
         << "staged outputs differ in their bits from the unstaged ones";
-    if (res)
+    if (res) {
       EXPECT_EQ(std::memcmp(sums[0].data(), sums[1].data(), sums[0].size() * 4), 0)
           << "staged sums of squares differ";
+    }
   }
 
   // Refused before launching: too many steps, a prologue, more than 8 tokens.
