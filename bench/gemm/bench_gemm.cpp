@@ -296,7 +296,10 @@ const std::vector<Layer>& all_layers() {
       {"llama3-8b", "gate_up", 28672, 4096}, {"llama3-8b", "down", 4096, 14336},
       // Long weight streams (512 MiB, ~0.12 ms at M = 1): the kernels' steady-state bandwidth,
       // without the ramp and tail that cost the 10-50 us decode projections their last 10-20%.
-      {"stream", "wide", 65536, 4096},    {"stream", "deep", 4096, 65536}};
+      {"stream", "wide", 65536, 4096},    {"stream", "deep", 4096, 65536},
+      // Narrow weights (few 16-row tiles, long K): where the skinny kernel's split-K applies
+      // (SkinnyArgs::split_k; the alt column "split" is its automatic choice).
+      {"narrow", "kv1024", 1024, 4096},   {"narrow", "n512", 512, 8192}};
   return layers;
 }
 
@@ -322,6 +325,12 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
     ridge::kernels::detail::launch_skinny(a, ridge::kernels::SkinnyPrologue::none, st, 16);
   };
+  const Gemm split = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::SkinnyArgs a;
+    a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
+    a.split_k = 0;  // automatic
+    ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
+  };
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s %6s | %s\n", "model",
               "layer", "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw",
               "%read", "%peak", "alt (us)");
@@ -334,7 +343,10 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       const double bytes = 2.0 * (double(M) * L.K + double(L.N) * L.K + double(M) * L.N);
       // The other kernel family, where it is a candidate: guides the dispatch (and the tuner).
       std::vector<Entry> entries = {{&ref, true}, {&ours}};
-      if (M > 32 && M <= 512) {
+      const bool narrow_split = L.model == "narrow" && M <= 16;
+      if (narrow_split) {
+        entries.push_back({&split});
+      } else if (M > 32 && M <= 512) {
         entries.push_back({&skinny});
       } else if (M >= 16 && M <= 32) {
         entries.push_back({&sm90});
@@ -354,7 +366,9 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt_text += (alt_text.empty() ? "" : " ") + std::string(label) +
                     (ma.ok ? " " + std::to_string(ma.us).substr(0, 7) : " FAIL");
       };
-      if (M > 32 && M <= 512) {
+      if (narrow_split) {
+        alt(m[2], "alt_split", "split");
+      } else if (M > 32 && M <= 512) {
         alt(m[2], "alt_skinny", "skinny");
       } else if (M >= 16 && M <= 32) {
         alt(m[2], "alt_sm90", "sm90");
@@ -623,7 +637,8 @@ int main(int argc, char** argv) {
   int ladder_size = 8192;
   app.add_option("--op", op, "operation (gemm)");
   app.add_option("--models", models,
-                 "comma-separated: llama2-7b, llama3-8b, stream (two 512 MiB weight streams)");
+                 "comma-separated: llama2-7b, llama3-8b, stream (two 512 MiB weight streams), "
+                 "narrow (few row tiles, long K: the skinny kernel's split-K)");
   app.add_option("--m", m_list, "comma-separated token counts M");
   app.add_flag("--ladder", ladder, "run the kernel ladder at M=N=K=--ladder-size");
   app.add_option("--ladder-size", ladder_size, "ladder problem size");

@@ -220,7 +220,8 @@ TEST(GemmSkinny, MatchesReference) {
 }
 
 // The skinny kernel with every prologue and epilogue (gemm_bf16_skinny_fused), on shapes with
-// partial row tiles, K tails and more row tiles than resident blocks: each against the fp64
+// partial row tiles, K tails and more row tiles than resident blocks, and split-K over clusters
+// of 2, 3, 4 and 8 CTAs and the automatic choice on narrow shapes: each against the fp64
 // reference, the sums of squares against those of the stored rows, and a second run bitwise equal.
 TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
   SKIP_WITHOUT_GPU();
@@ -231,19 +232,25 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
   struct Case {
     Kind kind;
     int M, N, K;
+    int split_k = 1;
   };
   const Case cases[] = {
       {Kind::plain, 1, 4104, 3000},    {Kind::plain, 9, 264, 520},
       {Kind::residual, 16, 4104, 1032}, {Kind::f32, 3, 264, 3000},
       {Kind::swiglu, 1, 4112, 3000},   {Kind::swiglu, 13, 528, 1032},
       {Kind::sumsq_out, 8, 4104, 1032}, {Kind::rms_sumsq, 1, 4104, 3000},
-      {Kind::rms_sumsq, 16, 264, 4096}};
+      {Kind::rms_sumsq, 16, 264, 4096},
+      // Split-K: narrow N (36 or fewer row tiles), K tails, every epilogue.
+      {Kind::plain, 1, 576, 1536, 4},  {Kind::residual, 8, 264, 4096, 8},
+      {Kind::sumsq_out, 5, 576, 3000, 2}, {Kind::rms_sumsq, 16, 264, 4096, 0},
+      {Kind::swiglu, 3, 1056, 3000, 4}, {Kind::f32, 1, 576, 2048, 3},
+      {Kind::rms_sumsq, 1, 576, 11008, 0}};
   const char* kind_names[] = {"plain", "residual", "f32", "swiglu", "sumsq_out", "rms_sumsq"};
   uint32_t seed = 300;
   for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
     const Case& c = cases[ci];
     SCOPED_TRACE(::testing::Message() << kind_names[int(c.kind)] << " M=" << c.M << " N=" << c.N
-                                      << " K=" << c.K);
+                                      << " K=" << c.K << " split_k=" << c.split_k);
     const int M = c.M, N = c.N, K = c.K;
     const bool swiglu = c.kind == Kind::swiglu, f32 = c.kind == Kind::f32;
     const int out_n = swiglu ? N / 2 : N;
@@ -296,6 +303,7 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
       a.X = X.ptr, a.ld_x = K, a.W = W.ptr, a.Y = Y.ptr, a.M = M, a.N = N, a.K = K;
       a.y_f32 = f32;
       a.swiglu = swiglu;
+      a.split_k = c.split_k;
       if (c.kind == Kind::residual) a.residual = R.ptr;
       if (c.kind == Kind::sumsq_out) a.sumsq_out = S_out.ptr;
       if (c.kind == Kind::rms_sumsq) a.sumsq_in = S_in.ptr, a.sumsq_parts = parts_in, a.eps = 1e-5f;
@@ -419,6 +427,22 @@ TEST(GemmSkinny, EarlyWeightsMatchUnstaged) {
     }
   }
 
+  // Refused before launching: split-K out of range, past 16 tokens, or with staged steps.
+  {
+    DeviceBuffer<bf16> X(17 * 64), W(64 * 64), Y(17 * 64);
+    ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
+    SkinnyArgs a;
+    a.X = X.ptr, a.ld_x = 64, a.W = W.ptr, a.Y = Y.ptr, a.M = 1, a.N = 64, a.K = 64;
+    a.split_k = ridge::kernels::skinny_max_split_k + 1;
+    EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, nullptr),
+                 ridge::Error);
+    a.split_k = 2, a.M = 17;
+    EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, nullptr),
+                 ridge::Error);
+    a.M = 1, a.stage_steps = 1;
+    EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, nullptr),
+                 ridge::Error);
+  }
   // Refused before launching: too many steps, a prologue, more than 8 tokens.
   DeviceBuffer<bf16> X(16 * 64), W(64 * 64), Y(16 * 64);
   DeviceBuffer<float> Sin(16 * 4);

@@ -53,11 +53,18 @@ __device__ __forceinline__ void begin() {
 // when `programmatic` and enabled(); plainly otherwise (it then starts after the kernel before it
 // ends); with this thread's launch_carveout() when set (pdl.h). Returns the launch's error (the
 // caller checks it as after <<<>>>).
+// cluster_z > 1: thread-block clusters of 1 × 1 × cluster_z CTAs (grid.z a multiple of it).
 template <typename... Params, typename... Args>
-cudaError_t launch(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
-                   size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr[2];
+cudaError_t launch(bool programmatic, unsigned cluster_z, void (*kernel)(Params...), dim3 grid,
+                   dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[3];
   unsigned n = 0;
+  if (cluster_z > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = 1;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = cluster_z;
+  }
   if (programmatic && enabled()) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n++].val.programmaticStreamSerializationAllowed = 1;
@@ -74,6 +81,11 @@ cudaError_t launch(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3
   config.attrs = attr;
   config.numAttrs = n;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+template <typename... Params, typename... Args>
+cudaError_t launch(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
+                   size_t smem, cudaStream_t stream, Args&&... args) {
+  return launch(programmatic, 1u, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // The decode chain's launch: with programmatic stream serialization when enabled().

@@ -82,8 +82,16 @@ struct SkinnyArgs {
   // Up to skinny_max_stage_steps, with the plain prologue and at most 8 tokens.
   int stage_steps = 0;
   int M = 0, N = 0, K = 0;
+  // Split-K where the row tiles do not fill the SMs (small N): a cluster of split_k CTAs per row
+  // tile, each a slice of K, reduced in rank order through distributed shared memory by rank 0,
+  // which alone runs the epilogue (deterministic; the sums differ in order from the unsplit
+  // kernel's). 1: off (the default until measured), 0: automatic (doubled from 1 while the CTAs
+  // would fill at most half of the resident slots and each keeps 8 steps of K; up to 8),
+  // 2..8: forced. Up to 16 tokens; not with stage_steps.
+  int split_k = 1;
 };
 constexpr int skinny_max_stage_steps = 6;
+constexpr int skinny_max_split_k = 8;
 constexpr int skinny_prologue_max_tokens = 16;
 constexpr int skinny_sumsq_rows = 16;  // output columns per partial sum of sumsq_out
 constexpr int skinny_sumsq_parts(int N) { return (N + skinny_sumsq_rows - 1) / skinny_sumsq_rows; }

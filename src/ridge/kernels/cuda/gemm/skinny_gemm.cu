@@ -34,6 +34,7 @@
 // reduction; silu(g)·u costs one exp per output. (SwiGLU as a prologue of the down projection
 // lost: every block of it recomputed the whole row, bound by the special-function units;
 // docs/KERNELS.md.)
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -139,10 +140,16 @@ __device__ __forceinline__ void finish_inv_rms(const SkinnyArgs& a, int m0,
 // The end of a row tile: the warps' partial sums (each warp a slice of K) are reduced through
 // shared memory in a fixed order and stored with the epilogue `a` asks for. The caller
 // synchronizes before the next tile writes reduce_smem and reg_ss again.
-template <int RT, int NG, SkinnyPrologue P>
-__device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&acc)[RT][NG][4],
+// SPLIT (split-K over a cluster of gridDim.z CTAs, each a slice of K): every CTA reduces its
+// warps into split_part (its shared memory), and after a cluster barrier rank 0 adds the other
+// ranks' parts in rank order (distributed shared memory) and runs the epilogue alone; a second
+// barrier keeps the other CTAs, and so their shared memory, alive until rank 0 has read it.
+// Returns false on the CTAs that stored nothing.
+template <int RT, int NG, SkinnyPrologue P, bool SPLIT>
+__device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&acc)[RT][NG][4],
                                             int tile, int m0, float* reduce_smem,
-                                            const float* inv_rms, float (*reg_ss)[4]) {
+                                            const float* inv_rms, float (*reg_ss)[4],
+                                            [[maybe_unused]] float* split_part) {
   constexpr int kRegs = RT * NG * 4;
   constexpr int MT = 8 * NG;
   const int M = a.M, N = a.N, F = N / 2;
@@ -156,6 +163,40 @@ __device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&a
       for (int r = 0; r < 4; ++r)
         reduce_smem[(warp * kRegs + (rt * NG + j) * 4 + r) * 32 + lane] = acc[rt][j][r];
   __syncthreads();
+  // Element e = register · 32 + lane of the C fragment, summed over the 8 warps in order (and,
+  // split, over the cluster's ranks in order, into reduce_smem[e]).
+  if constexpr (SPLIT) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    for (int e = threadIdx.x; e < kRegs * 32; e += kSkinnyThreads) {
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kSkinnyWarps; ++w) sum += reduce_smem[w * kRegs * 32 + e];
+      split_part[e] = sum;
+    }
+    cluster.sync();
+    const unsigned ranks = cluster.num_blocks();
+    const bool leader = cluster.block_rank() == 0;
+    if (leader) {
+      for (int e = threadIdx.x; e < kRegs * 32; e += kSkinnyThreads) {
+        float sum = split_part[e];
+        for (unsigned r = 1; r < ranks; ++r) sum += cluster.map_shared_rank(split_part, r)[e];
+        reduce_smem[e] = sum;
+      }
+    }
+    cluster.sync();
+    if (!leader) return false;
+  }
+  auto reduced = [&](int e) {
+    if constexpr (SPLIT) {
+      return reduce_smem[e];
+    } else {
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kSkinnyWarps; ++w) sum += reduce_smem[w * kRegs * 32 + e];
+      return sum;
+    }
+  };
 
   if (a.swiglu) {
     // Registers r < 2 of the C fragment hold gate rows, r + 2 the up rows of the same outputs:
@@ -164,12 +205,7 @@ __device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&a
     for (int e = threadIdx.x; e < kRegs * 16; e += kSkinnyThreads) {
       const int pair = e >> 5, ln = e & 31;
       const int reg = (pair >> 1) * 4 + (pair & 1);
-      float sg = 0.f, su = 0.f;
-#pragma unroll
-      for (int w = 0; w < kSkinnyWarps; ++w) {
-        sg += reduce_smem[(w * kRegs + reg) * 32 + ln];
-        su += reduce_smem[(w * kRegs + reg + 2) * 32 + ln];
-      }
+      float sg = reduced(reg * 32 + ln), su = reduced((reg + 2) * 32 + ln);
       const int rt = reg / (NG * 4), j = (reg >> 2) % NG;
       const int f = (tile * RT + rt) * 8 + (ln >> 2);
       const int m = m0 + j * 8 + (ln & 3) * 2 + (reg & 1);
@@ -181,16 +217,14 @@ __device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&a
             __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
       }
     }
-    return;
+    return true;
   }
   // sumsq_out: per register of the C fragment, the squares of the stored values summed over
   // the 8 rows (lanes with the same lane & 3) of each of the 4 token pairs.
   const bool want_ss = a.sumsq_out != nullptr;  // uniform
   const int n0 = tile * 16 * RT;
   for (int e = threadIdx.x; e < kRegs * 32; e += kSkinnyThreads) {
-    float sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < kSkinnyWarps; ++w) sum += reduce_smem[w * kRegs * 32 + e];
+    float sum = reduced(e);
     const int reg = e >> 5;
     const int ln = e & 31;
     const int rt = reg / (NG * 4);
@@ -234,6 +268,7 @@ __device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&a
       if (m0 + tm < M) a.sumsq_out[size_t(tile) * M + m0 + tm] = total;
     }
   }
+  return true;
 }
 
 // NG: token groups of 8 (MT = 8·NG tokens per block); RT: 16-row weight tiles per warp;
@@ -254,7 +289,10 @@ __device__ __forceinline__ void finish_tile(const SkinnyArgs& a, const float (&a
 // (i = 1..stage_steps) of its first row tile into shared memory, laid out [i][warp][slot][lane]
 // so that a warp's 16-byte reads are contiguous; the loop reads those steps from there (same
 // values, same MMAs, same order: bitwise the unstaged result).
-template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P>
+// SPLIT: split-K over a cluster of gridDim.z CTAs (cluster dims 1 × 1 × gridDim.z): rank r takes
+// the steps [r·steps/S, (r+1)·steps/S) of every row tile and finish_tile reduces the ranks; one
+// block per row tile (no persistence) and no staging.
+template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P, bool SPLIT = false>
 __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     skinny_gemm_kernel(const SkinnyArgs a) {
   constexpr int MT = 8 * NG;
@@ -262,7 +300,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   constexpr int kRegs = RT * NG * 4;
   // Walking several row tiles is compiled for the configurations of up to 16 tokens (decode at
   // small batch; the larger ones have no registers to spare for the next tile's row pointers).
-  constexpr bool kPersist = skinny_persists(NG);
+  constexpr bool kPersist = skinny_persists(NG) && !SPLIT;
   extern __shared__ __align__(16) float reduce_smem[];  // [warp][RT·NG·4 registers][32 lanes]
   __shared__ float inv_rms[MT];           // rms_sumsq prologue: 1 / rms of each token row
   __shared__ float reg_ss[kRegs][4];      // sumsq_out: see the epilogue
@@ -300,7 +338,11 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   const bf16* wnext[RT][2];
   set_rows(wrow, tile);
 
-  const int steps = (K + KSTEP - 1) / KSTEP;
+  // This CTA's steps [s_begin, steps) of KSTEP columns (a slice of them when SPLIT).
+  const int all_steps = (K + KSTEP - 1) / KSTEP;
+  const int rank = SPLIT ? int(blockIdx.z) : 0, ranks = SPLIT ? int(gridDim.z) : 1;
+  const int s_begin = SPLIT ? rank * all_steps / ranks : 0;
+  const int steps = SPLIT ? (rank + 1) * all_steps / ranks : all_steps;
   uint4 cur[RT][2][KU];
   uint4 nxt[RT][2][KU];
   auto load_step = [&](uint4 (&dst)[RT][2][KU], const bf16* (&wr)[RT][2], int s) {
@@ -327,8 +369,8 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   }
   // Weights do not depend on the previous kernel: start streaming them before waiting for it.
   pdl::launch_dependents();
-  if (warp < steps) load_step(cur, wrow, warp);
-  constexpr bool kCanStage = NG == 1 && RT == 1 && P == SkinnyPrologue::none;
+  if (s_begin + warp < steps) load_step(cur, wrow, s_begin + warp);
+  constexpr bool kCanStage = NG == 1 && RT == 1 && P == SkinnyPrologue::none && !SPLIT;
   constexpr int kSlots = RT * 2 * KU;  // 16-byte loads per thread and step
   [[maybe_unused]] uint4* const stage =
       reinterpret_cast<uint4*>(reduce_smem + kSkinnyWarps * kRegs * 32);
@@ -374,7 +416,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
 
     // cur holds step `warp` of this tile (when warp < steps); the step after a warp's last one
     // of this tile is step `warp` of the next tile.
-    for (int s = warp; s < steps; s += kSkinnyWarps) {
+    for (int s = s_begin + warp; s < steps; s += kSkinnyWarps) {
       // The warp's next step of this tile is in shared memory (early weights): read it after
       // this step's MMAs instead of loading it now.
       const int next_i = (s - warp) / kSkinnyWarps + 1;
@@ -430,7 +472,14 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       if (first) finish_inv_rms<MT>(a, m0, part_ss, inv_rms);
     }
     first = false;
-    finish_tile<RT, NG, P>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss);
+    if constexpr (SPLIT) {
+      // One row tile per CTA: the split part sits after the warps' partials.
+      finish_tile<RT, NG, P, true>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss,
+                                   reduce_smem + kSkinnyWarps * kRegs * 32);
+      break;
+    } else {
+      finish_tile<RT, NG, P, false>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss, nullptr);
+    }
     if (!has_next) break;
     __syncthreads();  // reduce_smem and reg_ss are read before the next tile writes them
     tile = next_tile;
@@ -475,6 +524,27 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
       skinny_persists(NG) && token_tiles == 1 && skinny_persistent() && stage_steps == 0
           ? std::min(n_tiles, resident)
           : n_tiles;
+  // Split-K (compiled for up to 16 tokens with one row tile per warp, SkinnyArgs::split_k).
+  if constexpr (NG <= 2 && RT == 1) {
+    const int all_steps = (a.K + 32 * KU - 1) / (32 * KU);
+    int split = a.split_k;
+    if (split == 0) {  // automatic
+      const int blocks = token_tiles * n_tiles;
+      split = 1;
+      while (split < skinny_max_split_k && blocks * split * 4 <= resident &&
+             all_steps >= 2 * split * kSkinnyWarps)
+        split *= 2;
+    }
+    split = std::min(split, all_steps);  // every rank at least one step
+    if (split > 1) {
+      auto split_kernel = skinny_gemm_kernel<NG, RT, KU, MIN_BLOCKS, P, true>;
+      const size_t split_smem = base_smem + sizeof(float) * RT * NG * 4 * 32;
+      RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, unsigned(split), split_kernel,
+                                        dim3(token_tiles, n_tiles, split), dim3(kSkinnyThreads),
+                                        split_smem, stream, a));
+      return;
+    }
+  }
   const dim3 grid(token_tiles, grid_y);
   RIDGE_GEMM_CUDA_CHECK(
       pdl::launch(a.pdl_launch, kernel, grid, dim3(kSkinnyThreads), smem, stream, a));
