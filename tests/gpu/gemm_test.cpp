@@ -100,18 +100,6 @@ Result compare(const std::vector<bf16>& out, const std::vector<double>& ref) {
 }
 
 // fp64 reference of Y = X·Wᵀ (+ residual) on the bf16-rounded inputs.
-// A skinny-kernel output as downloaded (bf16, or f32 when y_f32) as n bf16 values.
-std::vector<bf16> output_as_bf16(const std::vector<unsigned char>& bytes, size_t n, bool f32) {
-  std::vector<bf16> v(n);
-  if (f32) {
-    const float* y = reinterpret_cast<const float*>(bytes.data());
-    for (size_t i = 0; i < n; ++i) v[i] = __float2bfloat16(y[i]);
-  } else {
-    std::memcpy(v.data(), bytes.data(), n * 2);
-  }
-  return v;
-}
-
 std::vector<double> reference(const std::vector<bf16>& X, const std::vector<bf16>& W,
                               const std::vector<bf16>* R, int M, int N, int K) {
   std::vector<double> Wd(W.size());
@@ -219,6 +207,27 @@ TEST(GemmSkinny, MatchesReference) {
     check_problem(Kernel::kSkinny, problems[i], seed++);
 }
 
+// Downloads a skinny-kernel output Y (n values, bf16 or f32 when y_f32) into `raw` and checks it
+// against the fp64 reference: all written and finite, relative error within kTolerance. Returns
+// the values as bf16.
+std::vector<bf16> download_and_check(const void* Y, size_t n, bool f32,
+                                     const std::vector<double>& ref,
+                                     std::vector<unsigned char>& raw) {
+  raw.resize(n * (f32 ? 4 : 2));
+  std::vector<bf16> v(n);
+  EXPECT_EQ(cudaMemcpy(raw.data(), Y, raw.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  if (f32) {
+    const float* y = reinterpret_cast<const float*>(raw.data());
+    for (size_t i = 0; i < n; ++i) v[i] = __float2bfloat16(y[i]);
+  } else {
+    std::memcpy(v.data(), raw.data(), n * 2);
+  }
+  const Result r = compare(v, ref);
+  EXPECT_EQ(r.non_finite, 0u) << "unwritten or non-finite outputs";
+  EXPECT_LT(r.rel_err, kTolerance) << "vs fp64 reference";
+  return v;
+}
+
 // The skinny kernel with every prologue and epilogue (gemm_bf16_skinny_fused), on shapes with
 // partial row tiles, K tails and more row tiles than resident blocks, and split-K over clusters
 // of 2, 3, 4 and 8 CTAs and the automatic choice on narrow shapes: each against the fp64
@@ -313,12 +322,8 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
           a, c.kind == Kind::rms_sumsq ? SkinnyPrologue::rms_sumsq : SkinnyPrologue::none,
           nullptr);
       CUDA_OK(cudaDeviceSynchronize());
-      outs.emplace_back(y_bytes);
-      CUDA_OK(cudaMemcpy(outs.back().data(), Y.ptr, y_bytes, cudaMemcpyDeviceToHost));
-      const std::vector<bf16> as_bf16 = output_as_bf16(outs.back(), ny, f32);
-      const Result r = compare(as_bf16, ref);
-      EXPECT_EQ(r.non_finite, 0u) << "unwritten or non-finite outputs";
-      EXPECT_LT(r.rel_err, kTolerance) << "vs fp64 reference";
+      outs.emplace_back();
+      const std::vector<bf16> as_bf16 = download_and_check(Y.ptr, ny, f32, ref, outs.back());
       if (c.kind == Kind::sumsq_out) {
         // Each part: the squares of the 16 stored bf16 outputs of its columns, per token.
         sums.emplace_back(S_out.count);
@@ -410,12 +415,8 @@ TEST(GemmSkinny, EarlyWeightsMatchUnstaged) {
       CUDA_OK(cudaMemset(S.ptr, 0xFF, S.count * 4));
       ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, nullptr);
       CUDA_OK(cudaDeviceSynchronize());
-      outs.emplace_back(y_bytes);
-      CUDA_OK(cudaMemcpy(outs.back().data(), Y.ptr, y_bytes, cudaMemcpyDeviceToHost));
-      const std::vector<bf16> as_bf16 = output_as_bf16(outs.back(), ny, f32);
-      const Result r = compare(as_bf16, ref);
-      EXPECT_EQ(r.non_finite, 0u) << "unwritten or non-finite outputs";
-      EXPECT_LT(r.rel_err, kTolerance) << "vs fp64 reference";
+      outs.emplace_back();
+      download_and_check(Y.ptr, ny, f32, ref, outs.back());
       sums.emplace_back(S.count);
       CUDA_OK(cudaMemcpy(sums.back().data(), S.ptr, S.count * 4, cudaMemcpyDeviceToHost));
     }
