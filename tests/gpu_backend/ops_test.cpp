@@ -9,6 +9,8 @@
 
 #include "harness.h"
 #include "ridge/backend/cpu/quant.h"
+#include "ridge/backend/cuda/cuda_matmul.h"
+#include "ridge/backend/cuda/cuda_resources.h"
 #include "ridge/backend/factory.h"
 #include "ridge/core/error.h"
 
@@ -189,6 +191,46 @@ TEST_F(GpuBackend, MatmulShapes) {
   run_matmul(3, 1001, 64, DType::bf16, false, true, 0, 0);          // odd vocab logits, f32
   run_matmul(130, 384, 256, DType::f32, true, false, 7, 3);         // odd stride and offset
   run_matmul(17, 49152, 64, DType::bf16, false, true, 0, 0);        // wide logits
+}
+
+// Every algorithm cuBLASLt's heuristic offers for an operand set (the tuner's candidates under
+// RIDGE_CUBLAS_ALGOS) against the CPU reference, outputs poisoned before each: decode, a chunk of
+// odd size, a strided column slice.
+TEST_F(GpuBackend, MatmulCublasAlgorithms) {
+  using ridge::backend::cuda::LtMatmul;
+  ridge::backend::cuda::CublasLtHandle handle;
+  LtMatmul lt(handle.get());
+  constexpr size_t kWorkspace = size_t(32) << 20;
+  Buffer ws = cuda().allocate(kWorkspace);
+  struct Shape {
+    int64_t T, N, K, ld_extra;
+  };
+  for (const Shape& sh : {Shape{1, 4096, 4096, 0}, Shape{19, 1000, 576, 0}, Shape{300, 384, 1024, 0},
+                          Shape{8, 512, 256, 512}}) {
+    const auto [T, N, K, extra] = sh;
+    std::vector<float> x = random_bf16(size_t(T * K)), w = random_bf16(size_t(N * K), 0.1f);
+    std::vector<float> ref(size_t(T * N));
+    Tensor ref_t = host_f32(ref, T, N), x_t = host_f32(x, T, K), w_t = host_f32(w, N, K);
+    cpu().matmul({}, x_t, w_t, nullptr, ref_t);
+    DeviceMatrix xd = device_bf16(T, K, x), wd = device_bf16(N, K, w);
+    const auto* xp = static_cast<const uint16_t*>(xd.view.data);
+    const auto* wp = static_cast<const uint16_t*>(wd.view.data);
+    DeviceMatrix probe = device_bf16(T, N, {}, N + extra, 0);
+    const int n = lt.algorithms(xp, K, wp, T, N, K, probe.view.data, DType::bf16, N + extra,
+                                kWorkspace);
+    EXPECT_GE(n, 1);
+    EXPECT_LE(n, LtMatmul::kMaxAlgos);
+    for (int a = 0; a < n; ++a) {
+      DeviceMatrix out = device_bf16(T, N, {}, N + extra, 0);  // poisoned
+      lt.run(xp, K, wp, T, N, K, out.view.data, DType::bf16, N + extra, ws.data(), kWorkspace,
+             nullptr, false, a);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::string what = fmt::format("T={} N={} K={} ld+{} algorithm {} of {}", T, N, K,
+                                           extra, a + 1, n);
+      expect_close("matmul (cuBLASLt)", what, download_view(out), ref, 1e-2);
+      expect_untouched_outside("matmul (cuBLASLt)", out);
+    }
+  }
 }
 
 TEST_F(GpuBackend, Rope) {

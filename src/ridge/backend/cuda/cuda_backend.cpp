@@ -424,10 +424,13 @@ void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, 
                               static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
                               residual);
       return;
-    case GemmKernel::cublas: {
+    case GemmKernel::cublas:
+    case GemmKernel::cublas_2:
+    case GemmKernel::cublas_3:
+    case GemmKernel::cublas_4: {
       Workspace& ws = workspace_for(stream);
       matmul_->run(bf16(x), x.stride[0], bf16(w), T, N, K, out.data, out.dtype, out.stride[0],
-                   ws.cublas.data(), ws.cublas.size(), stream, accumulate);
+                   ws.cublas.data(), ws.cublas.size(), stream, accumulate, cublas_algo(kernel));
       return;
     }
   }
@@ -608,8 +611,23 @@ const char* CudaBackend::gemm_name(GemmKernel k) {
     case GemmKernel::skinny: return "ridge_skinny";
     case GemmKernel::sm90: return "ridge_sm90";
     case GemmKernel::cublas: return "cublaslt";
+    case GemmKernel::cublas_2: return "cublaslt_2";
+    case GemmKernel::cublas_3: return "cublaslt_3";
+    case GemmKernel::cublas_4: return "cublaslt_4";
   }
   return "?";
+}
+
+int CudaBackend::cublas_algo(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::cublas: return 0;
+    case GemmKernel::cublas_2: return 1;
+    case GemmKernel::cublas_3: return 2;
+    case GemmKernel::cublas_4: return 3;
+    case GemmKernel::skinny:
+    case GemmKernel::sm90: return -1;
+  }
+  return -1;
 }
 
 void CudaBackend::prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) {

@@ -84,9 +84,15 @@ class CudaBackend final : public Backend {
   // Graphs captured so far (tests and benchmarks).
   int graphs_captured() const { return graphs_captured_; }
 
-  // The matmul kernels behind matmul(): cuBLASLt, or ridge's own (kernels/cuda/gemm).
-  enum class GemmKernel : uint8_t { cublas, skinny, sm90 };
+  // The matmul kernels behind matmul(): cuBLASLt (its heuristic's first algorithm, or with
+  // RIDGE_CUBLAS_ALGOS=2..4 its second to fourth as tuner candidates too), or ridge's own
+  // (kernels/cuda/gemm).
+  enum class GemmKernel : uint8_t { cublas, skinny, sm90, cublas_2, cublas_3, cublas_4 };
   static const char* gemm_name(GemmKernel k);
+  // Which of cuBLASLt's heuristic algorithms k runs (0 its first), or -1 for ridge's kernels.
+  static int cublas_algo(GemmKernel k);
+  // The kernel gemm_name() calls `name` (cublas for a name this build does not know).
+  static GemmKernel kernel_named(const std::string& name);
   // The kernel matmul() runs for T tokens against a [N, K] weight (when ridge's kernels apply:
   // bf16 out, dense rows, 16-byte aligned).
   GemmKernel choose_gemm(int64_t T, int64_t N, int64_t K) const;

@@ -1,7 +1,8 @@
 #include "ridge/backend/cuda/cuda_matmul.h"
 
-#include <cstdint>
+#include <algorithm>
 #include <bit>
+#include <cstdint>
 
 #include "ridge/backend/cuda/cuda_resources.h"
 #include "ridge/core/error.h"
@@ -22,7 +23,8 @@ uint32_t alignment_of(const void* p) {
 struct LtMatmul::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulAlgo_t algos[kMaxAlgos]{};
+  int found = 0;
   ~Plan() {
     if (d) cublasLtMatrixLayoutDestroy(d);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -69,33 +71,50 @@ LtMatmul::Plan& LtMatmul::plan_for(const Key& key, size_t workspace_bytes) {
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
   RIDGE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kMaxAlgos]{};
   int found = 0;
   RIDGE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p->op, p->a, p->b, p->d, p->d, pref,
-                                                    1, &result, &found));
+                                                    kMaxAlgos, results, &found));
   if (found == 0)
     fail("cuBLASLt has no algorithm for bf16 matmul T={} N={} K={} (ld_x {}, ld_out {}, {} out)",
          T, N, K, ld_x, ld_out, out_f32 ? "f32" : "bf16");
-  p->algo = result.algo;
+  p->found = std::min(found, kMaxAlgos);
+  for (int i = 0; i < p->found; ++i) p->algos[i] = results[i].algo;
   return *plans_.emplace(key, std::move(p)).first->second;
+}
+
+LtMatmul::Key LtMatmul::key_for(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T,
+                                int64_t N, int64_t K, const void* out, DType out_dtype,
+                                int64_t ld_out, size_t workspace_bytes) {
+  const int align_bits = int(alignment_of(w) | (alignment_of(x) << 9) | (alignment_of(out) << 18));
+  return Key{T, N, K, ld_x, ld_out, out_dtype == DType::f32 ? 1 : 0, align_bits, workspace_bytes};
+}
+
+int LtMatmul::algorithms(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N,
+                         int64_t K, const void* out, DType out_dtype, int64_t ld_out,
+                         size_t workspace_bytes) {
+  if (T <= 0) return 1;
+  std::lock_guard lock(mutex_);
+  return plan_for(key_for(x, ld_x, w, T, N, K, out, out_dtype, ld_out, workspace_bytes),
+                  workspace_bytes)
+      .found;
 }
 
 void LtMatmul::run(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N,
                    int64_t K, void* out, DType out_dtype, int64_t ld_out, void* workspace,
-                   size_t workspace_bytes, cudaStream_t stream, bool accumulate) {
+                   size_t workspace_bytes, cudaStream_t stream, bool accumulate, int algo) {
   RIDGE_CHECK(out_dtype == DType::bf16 || out_dtype == DType::f32,
               "matmul: output must be bf16 or f32, got {}", dtype_name(out_dtype));
   RIDGE_CHECK(T >= 0 && N >= 1 && K >= 1 && ld_x >= K && ld_out >= N,
               "matmul: T={} N={} K={} with ld_x {} and ld_out {}", T, N, K, ld_x, ld_out);
   if (T == 0) return;
-  const int align_bits = int(alignment_of(w) | (alignment_of(x) << 9) | (alignment_of(out) << 18));
-  const Key key{T, N, K, ld_x, ld_out, out_dtype == DType::f32 ? 1 : 0, align_bits,
-                workspace_bytes};
   std::lock_guard lock(mutex_);
-  Plan& p = plan_for(key, workspace_bytes);
+  Plan& p = plan_for(key_for(x, ld_x, w, T, N, K, out, out_dtype, ld_out, workspace_bytes),
+                     workspace_bytes);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const cublasLtMatmulAlgo_t& chosen = p.algos[algo >= 0 && algo < p.found ? algo : 0];
   RIDGE_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.d, out,
-                                    p.d, &p.algo, workspace, workspace_bytes, stream));
+                                    p.d, &chosen, workspace, workspace_bytes, stream));
 }
 
 }  // namespace ridge::backend::cuda

@@ -6,8 +6,8 @@
 // row-major with row stride ld_out (a column slice of a wider buffer is fine). In cuBLASLt's
 // column-major terms: D (N x T, ld ld_out) = op_T(W: K x N, ld K) · X (K x T, ld ld_x).
 //
-// Plans (descriptors + chosen algorithm) are cached per (T, N, K, strides, output dtype, pointer
-// alignment); the cache is cleared when it grows past a bound. The cuBLASLt workspace is passed
+// Plans (descriptors + the heuristic's first kMaxAlgos algorithms) are cached per (T, N, K,
+// strides, output dtype, pointer alignment); the cache is cleared when it grows past a bound. The cuBLASLt workspace is passed
 // in by the caller (one per stream).
 #pragma once
 
@@ -31,13 +31,24 @@ class LtMatmul {
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
 
+  // accumulate: out += x·wᵀ (beta 1). algo: which of the heuristic's algorithms for these
+  // operands (0 its first; one past those it offers runs the first).
   void run(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N, int64_t K,
            void* out, DType out_dtype, int64_t ld_out, void* workspace, size_t workspace_bytes,
-           cudaStream_t stream, bool accumulate = false);  // accumulate: out += x·wᵀ (beta 1)
+           cudaStream_t stream, bool accumulate = false, int algo = 0);
+
+  // The algorithms the heuristic offers for these operands (1 to kMaxAlgos), as run() sees them.
+  static constexpr int kMaxAlgos = 4;
+  int algorithms(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N,
+                 int64_t K, const void* out, DType out_dtype, int64_t ld_out,
+                 size_t workspace_bytes);
 
  private:
   struct Plan;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, size_t>;
+  static Key key_for(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N,
+                     int64_t K, const void* out, DType out_dtype, int64_t ld_out,
+                     size_t workspace_bytes);
   Plan& plan_for(const Key& key, size_t workspace_bytes);
 
   cublasLtHandle_t handle_;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <tuple>
@@ -59,6 +60,15 @@ struct Events {
 
 }  // namespace
 
+// The kernel a tuner candidate or cached winner names (cuBLASLt's first algorithm for a name
+// this build does not know).
+CudaBackend::GemmKernel CudaBackend::kernel_named(const std::string& name) {
+  for (GemmKernel k : {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90,
+                       GemmKernel::cublas_2, GemmKernel::cublas_3, GemmKernel::cublas_4})
+    if (name == gemm_name(k)) return k;
+  return GemmKernel::cublas;
+}
+
 namespace {
 const char* const kGemmKernelVersion = "gemm-4";  // bump when a GEMM kernel's speed changes
 // gemm-4: the sm90 kernel splits thin last waves into 128-wide tiles (gate|up at M = 2048 ~5%
@@ -67,6 +77,19 @@ const char* const kGemmKernelVersion = "gemm-4";  // bump when a GEMM kernel's s
 // M >= 512), so its choices against cuBLASLt are measured again.
 // gemm-2: the skinny kernel's 17-64-token configurations changed and candidates are timed with
 // PDL off; choices cached under gemm-1 no longer match the key, so the tuner measures again.
+}  // namespace
+
+namespace {
+// RIDGE_CUBLAS_ALGOS=1..4: how many of cuBLASLt's heuristic algorithms per shape and token bucket
+// the tuner times (default 1: its first only, as before run 13; more is not yet measured). The
+// choices of each setting are cached apart (the build cache key's kernel version).
+int cublas_candidates() {
+  static const int n = [] {
+    const char* v = std::getenv("RIDGE_CUBLAS_ALGOS");
+    return v && *v ? std::clamp(std::atoi(v), 1, 4) : 1;
+  }();
+  return n;
+}
 }  // namespace
 
 tune::DeviceKey CudaBackend::device_key() const {
@@ -78,6 +101,7 @@ tune::DeviceKey CudaBackend::device_key() const {
   RIDGE_CHECK_CUDA(cudaDriverGetVersion(&k.driver_version));
   RIDGE_CHECK_CUDA(cudaRuntimeGetVersion(&k.cuda_runtime_version));
   k.kernel_version = kGemmKernelVersion;
+  if (cublas_candidates() > 1) k.kernel_version += fmt::format("+lt{}", cublas_candidates());
   return k;
 }
 
@@ -113,6 +137,18 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
     const int rotations =
         int(std::clamp<size_t>((2 * size_t(l2_bytes)) / (w_elems * 2) + 1, 1, 8));
     std::vector<cuda::DeviceMemory> w;  // filled at the first miss of this shape
+    const auto ensure_buffers = [&] {
+      if (!x.data()) {
+        x = cuda::DeviceMemory(size_t(top_bucket * max_k) * 2);
+        out = cuda::DeviceMemory(size_t(top_bucket * max_n) * 2);
+        fill_random(x.data(), size_t(top_bucket * max_k), 1.0f, rng, stream);
+      }
+      if (w.empty())
+        for (int r = 0; r < rotations; ++r) {
+          w.emplace_back(w_elems * 2);
+          fill_random(w.back().data(), w_elems, 0.02f, rng, stream);
+        }
+    };
     for (int64_t T = 1; T <= top_bucket; T *= 2) {
       const GemmKey key{T, sh.n, sh.k};
       {
@@ -122,20 +158,24 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
       std::vector<tune::Candidate> candidates{{gemm_name(GemmKernel::cublas), "cuBLASLt heuristic #1"}};
       if (T <= 64) candidates.push_back({gemm_name(GemmKernel::skinny), "mma.sync weight stream"});
       if (T >= 16) candidates.push_back({gemm_name(GemmKernel::sm90), "TMA + wgmma, persistent"});
+      if (cublas_candidates() > 1) {
+        // cuBLASLt's further algorithms for the operands the measurement uses (the heuristic
+        // may offer fewer than asked).
+        ensure_buffers();
+        Workspace& ws = workspace_for(stream);
+        const int offered = std::min(
+            cublas_candidates(),
+            matmul_->algorithms(static_cast<const uint16_t*>(x.data()), sh.k,
+                                static_cast<const uint16_t*>(w[0].data()), T, sh.n, sh.k,
+                                out.data(), DType::bf16, sh.n, ws.cublas.size()));
+        const GemmKernel more[] = {GemmKernel::cublas_2, GemmKernel::cublas_3,
+                                   GemmKernel::cublas_4};
+        for (int i = 1; i < offered; ++i)
+          candidates.push_back({gemm_name(more[i - 1]), fmt::format("cuBLASLt heuristic #{}", i + 1)});
+      }
       auto measure = [&](const tune::Candidate& c) -> double {
-        if (!x.data()) {
-          x = cuda::DeviceMemory(size_t(top_bucket * max_k) * 2);
-          out = cuda::DeviceMemory(size_t(top_bucket * max_n) * 2);
-          fill_random(x.data(), size_t(top_bucket * max_k), 1.0f, rng, stream);
-        }
-        if (w.empty())
-          for (int r = 0; r < rotations; ++r) {
-            w.emplace_back(w_elems * 2);
-            fill_random(w.back().data(), w_elems, 0.02f, rng, stream);
-          }
-        const GemmKernel kernel = c.name == gemm_name(GemmKernel::skinny) ? GemmKernel::skinny
-                                  : c.name == gemm_name(GemmKernel::sm90) ? GemmKernel::sm90
-                                                                          : GemmKernel::cublas;
+        ensure_buffers();
+        const GemmKernel kernel = kernel_named(c.name);
         const Tensor xt(x.data(), DType::bf16, {T, sh.k}, Device::cuda);
         Tensor ot(out.data(), DType::bf16, {T, sh.n}, Device::cuda);
         constexpr int kReps = 20;
@@ -160,11 +200,7 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
       const tune::TuneResult r = tuner_->pick(
           "gemm", tune::gemm_problem_key(T, sh.n, sh.k, "bf16.bf16"), candidates, measure);
       (void)cudaGetLastError();
-      GemmKernel best = GemmKernel::cublas;
-      if (r.ok()) {
-        for (GemmKernel k : {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90})
-          if (r.winner == gemm_name(k)) best = k;
-      }
+      const GemmKernel best = r.ok() ? kernel_named(r.winner) : GemmKernel::cublas;
       std::lock_guard lock(gemm_mutex_);
       gemm_choice_[key] = best;
       if (r.measured) {
