@@ -298,7 +298,8 @@ const std::vector<Layer>& all_layers() {
       // without the ramp and tail that cost the 10-50 us decode projections their last 10-20%.
       {"stream", "wide", 65536, 4096},    {"stream", "deep", 4096, 65536},
       // Narrow weights (few 16-row tiles, long K): where the skinny kernel's split-K applies
-      // (SkinnyArgs::split_k; the alt column "split" is its automatic choice).
+      // (SkinnyArgs::split_k; the alt column "split" is its automatic choice, split2/split4 fixed
+      // clusters, at up to 16 tokens on every shape).
       {"narrow", "kv1024", 1024, 4096},   {"narrow", "n512", 512, 8192}};
   return layers;
 }
@@ -325,12 +326,16 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
     ridge::kernels::detail::launch_skinny(a, ridge::kernels::SkinnyPrologue::none, st, 16);
   };
-  const Gemm split = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
-    ridge::kernels::SkinnyArgs a;
-    a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
-    a.split_k = 0;  // automatic
-    ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
+  // Split-K at a fixed cluster size (0: the automatic choice).
+  auto split_k = [](int split) -> Gemm {
+    return [split](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+      ridge::kernels::SkinnyArgs a;
+      a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
+      a.split_k = split;
+      ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
+    };
   };
+  const Gemm split = split_k(0), split2 = split_k(2), split4 = split_k(4);
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s %6s | %s\n", "model",
               "layer", "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw",
               "%read", "%peak", "alt (us)");
@@ -343,9 +348,12 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       const double bytes = 2.0 * (double(M) * L.K + double(L.N) * L.K + double(M) * L.N);
       // The other kernel family, where it is a candidate: guides the dispatch (and the tuner).
       std::vector<Entry> entries = {{&ref, true}, {&ours}};
-      const bool narrow_split = L.model == "narrow" && M <= 16;
-      if (narrow_split) {
+      // Split-K (up to 16 tokens): the automatic choice and clusters of 2 and 4 on every shape.
+      const bool try_split = M <= 16;
+      if (try_split) {
         entries.push_back({&split});
+        entries.push_back({&split2});
+        entries.push_back({&split4});
       } else if (M > 32 && M <= 512) {
         entries.push_back({&skinny});
       } else if (M >= 16 && M <= 32) {
@@ -366,8 +374,10 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt_text += (alt_text.empty() ? "" : " ") + std::string(label) +
                     (ma.ok ? " " + std::to_string(ma.us).substr(0, 7) : " FAIL");
       };
-      if (narrow_split) {
+      if (try_split) {
         alt(m[2], "alt_split", "split");
+        alt(m[3], "alt_split2", "split2");
+        alt(m[4], "alt_split4", "split4");
       } else if (M > 32 && M <= 512) {
         alt(m[2], "alt_skinny", "skinny");
       } else if (M >= 16 && M <= 32) {

@@ -256,8 +256,11 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
       {Kind::rms_sumsq, 1, 576, 11008, 0}};
   const char* kind_names[] = {"plain", "residual", "f32", "swiglu", "sumsq_out", "rms_sumsq"};
   uint32_t seed = 300;
-  for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
+  // Under compute-sanitizer: the first few cases and two split-K ones (distributed shared memory).
+  const bool small = std::getenv("RIDGE_GEMM_TEST_SMALL") != nullptr;
+  for (size_t ci = 0; ci < std::size(cases); ++ci) {
     const Case& c = cases[ci];
+    if (small && ci >= problem_limit(std::size(cases)) && ci != 9 && ci != 12) continue;
     SCOPED_TRACE(::testing::Message() << kind_names[int(c.kind)] << " M=" << c.M << " N=" << c.N
                                       << " K=" << c.K << " split_k=" << c.split_k);
     const int M = c.M, N = c.N, K = c.K;
