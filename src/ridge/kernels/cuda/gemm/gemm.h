@@ -89,6 +89,10 @@ struct SkinnyArgs {
   // would fill at most half of the resident slots and each keeps 8 steps of K; up to 8),
   // 2..8: forced. Up to 16 tokens; not with stage_steps.
   int split_k = 1;
+  // Experiment (run 14): how the activations are read. 0: __ldg (cached in L1); 1: L1
+  // evict_last (kept over the streamed weights); 2: the warp's next step prefetched into L1
+  // during this one; 3: both.
+  int x_mode = 0;
 };
 constexpr int skinny_max_stage_steps = 6;
 constexpr int skinny_max_split_k = 8;
