@@ -76,8 +76,8 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
               "most 8 tokens (M = {})",
               what, a.stage_steps, skinny_max_stage_steps, a.M);
   RIDGE_CHECK(a.split_k >= 0 && a.split_k <= skinny_max_split_k &&
-                  (a.split_k == 1 || (a.M <= 16 && a.stage_steps == 0)),
-              "{}: split_k {} must be 0..{}, and other than 1 only with at most 16 tokens (M = {}) "
+                  (a.split_k <= 1 || (a.M <= 16 && a.stage_steps == 0)),
+              "{}: split_k {} must be 0..{}, and above 1 only with at most 16 tokens (M = {}) "
               "and no staged steps",
               what, a.split_k, skinny_max_split_k, a.M);
   detail::launch_skinny(a, prologue, stream);

@@ -552,10 +552,10 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   if constexpr (NG <= 2 && RT == 1) {
     const int all_steps = (a.K + 32 * KU - 1) / (32 * KU);
     int split = a.split_k;
-    if (split == 0) {  // automatic
+    if (split == 0) {  // automatic (never with staged steps, which need the unsplit kernel)
       const int blocks = token_tiles * n_tiles;
       split = 1;
-      while (split < skinny_max_split_k && blocks * split * 4 <= resident &&
+      while (stage_steps == 0 && split < skinny_max_split_k && blocks * split * 4 <= resident &&
              all_steps >= 2 * split * kSkinnyWarps)
         split *= 2;
     }
