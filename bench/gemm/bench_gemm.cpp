@@ -315,11 +315,17 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
   const Gemm skinny = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
     ridge::kernels::gemm_bf16_skinny(X, W, Y, M, N, K, st);
   };
-
+  const Gemm sm90 = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::gemm_bf16_sm90(X, W, Y, M, N, K, st);
+  };
   const Gemm ref = [&](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
     cublas.run(X, W, Y, M, N, K, st);
   };
-
+  const Gemm skinny16 = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::SkinnyArgs a;
+    a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
+    ridge::kernels::detail::launch_skinny(a, ridge::kernels::SkinnyPrologue::none, st, 16);
+  };
   // Split-K at a fixed cluster size (0: the automatic choice).
   auto split_k = [](int split) -> Gemm {
     return [split](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
@@ -330,16 +336,6 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     };
   };
   const Gemm split = split_k(0), split2 = split_k(2), split4 = split_k(4);
-  // The activations' read mode (SkinnyArgs::x_mode), at 9-32 tokens.
-  auto x_mode = [](int mode) -> Gemm {
-    return [mode](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
-      ridge::kernels::SkinnyArgs a;
-      a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
-      a.x_mode = mode;
-      ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
-    };
-  };
-  const Gemm xkeep = x_mode(1), xpre = x_mode(2), xboth = x_mode(3);
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s %6s | %s\n", "model",
               "layer", "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw",
               "%read", "%peak", "alt (us)");
@@ -353,18 +349,16 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       // The other kernel family, where it is a candidate: guides the dispatch (and the tuner).
       std::vector<Entry> entries = {{&ref, true}, {&ours}};
       // Split-K (up to 16 tokens): the automatic choice and clusters of 2 and 4 on every shape.
-      const bool try_split = M <= 8;
-      const bool try_x = M > 8 && M <= 32;
+      const bool try_split = M <= 16;
       if (try_split) {
         entries.push_back({&split});
         entries.push_back({&split2});
         entries.push_back({&split4});
-      } else if (try_x) {
-        entries.push_back({&xkeep});
-        entries.push_back({&xpre});
-        entries.push_back({&xboth});
       } else if (M > 32 && M <= 512) {
         entries.push_back({&skinny});
+      } else if (M >= 16 && M <= 32) {
+        entries.push_back({&sm90});
+        entries.push_back({&skinny16});
       }
       const std::vector<Measured> m = check_then_time(p, entries, s, rng);
       const Measured& mr = m[0];
@@ -384,12 +378,11 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt(m[2], "alt_split", "split");
         alt(m[3], "alt_split2", "split2");
         alt(m[4], "alt_split4", "split4");
-      } else if (try_x) {
-        alt(m[2], "alt_xkeep", "xkeep");
-        alt(m[3], "alt_xpre", "xpre");
-        alt(m[4], "alt_xboth", "xboth");
       } else if (M > 32 && M <= 512) {
         alt(m[2], "alt_skinny", "skinny");
+      } else if (M >= 16 && M <= 32) {
+        alt(m[2], "alt_sm90", "sm90");
+        alt(m[3], "alt_skinny16", "skinny16");
       }
       if (mo.ok && mr.ok) row["speedup_vs_cublas"] = mr.us / mo.us;
       rows.push_back(row);

@@ -91,10 +91,6 @@ struct SkinnyArgs {
   // stage_steps). Measured on the H200 (run 14): 512×8192 at M = 1 9.0 → 6.1 µs, 1024×4096
   // 5.9 → 5.8; on the Llama projections the automatic choice is no split (forced 2 or 4 lose).
   int split_k = 0;
-  // Experiment (run 14): how the activations are read. 0: __ldg (cached in L1); 1: L1
-  // evict_last (kept over the streamed weights); 2: the warp's next step prefetched into L1
-  // during this one; 3: both.
-  int x_mode = 0;
 };
 constexpr int skinny_max_stage_steps = 6;
 constexpr int skinny_max_split_k = 8;

@@ -69,16 +69,6 @@ constexpr int kSkinnyThreads = 32 * kSkinnyWarps;
 __device__ __forceinline__ uint4 load_activations16(const bf16* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
-__device__ __forceinline__ uint4 load_activations16_keep(const bf16* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::evict_last.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-}
 
 // Early weights (SkinnyArgs::stage_steps): 16 bytes global -> shared without registers, L1
 // bypassed, the same 256-byte L2 prefetch as load_weights16. Each thread later reads back only
@@ -410,7 +400,6 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   [[maybe_unused]] float part_ss[kSumsqRegs];
   if constexpr (P == SkinnyPrologue::rms_sumsq) load_sumsq_parts<MT>(a, m0, part_ss);
 
-  const bool x_keep = a.x_mode & 1, x_prefetch = a.x_mode & 2;  // uniform
   bool first = true;
   for (;;) {
     const int next_tile = tile + int(gridDim.y);
@@ -439,27 +428,14 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
         else if (has_next)
           load_step(nxt, wnext, warp);
       }
-      if (x_prefetch) {
-        const int sn = s + kSkinnyWarps < steps ? s + kSkinnyWarps : (has_next ? warp : -1);
-        if (sn >= 0)
-#pragma unroll
-          for (int c = 0; c < KU; ++c) {
-            const int k = sn * KSTEP + 32 * c;
-            if (k + t * 8 < K)
-#pragma unroll
-              for (int j = 0; j < NG; ++j)
-                if (token_ok[j]) prefetch_l1(xrow[j] + k);
-          }
-      }
 #pragma unroll
       for (int c = 0; c < KU; ++c) {
         const int k = s * KSTEP + 32 * c;
         const bool k_ok = k + t * 8 < K;
 #pragma unroll
         for (int j = 0; j < NG; ++j) {
-          const uint4 b = !(k_ok && token_ok[j]) ? make_uint4(0, 0, 0, 0)
-                          : x_keep              ? load_activations16_keep(xrow[j] + k)
-                                                : load_activations16(xrow[j] + k);
+          const uint4 b = (k_ok && token_ok[j]) ? load_activations16(xrow[j] + k)
+                                                : make_uint4(0, 0, 0, 0);
 #pragma unroll
           for (int rt = 0; rt < RT; ++rt) {
             const uint4 lo = cur[rt][0][c];  // row g
