@@ -340,7 +340,7 @@ std::unique_ptr<Graph> CudaBackend::capture(const Stream& s,
 
 void CudaBackend::begin_forward(int64_t tokens, int64_t max_context) {
   const int carveout = decode_carveout(kDecodeCarveout);
-  decode_chain_ = tokens >= 1 && tokens <= kFusedMaxTokens &&
+  decode_chain_ = tokens >= 1 && tokens <= kDecodeChainTokens &&
                   tokens * std::max<int64_t>(max_context, 1) <= kDecodeChainPositions &&
                   carveout >= 0 && options_.pdl;
   kernels::pdl::set_launch_carveout(decode_chain_ ? carveout : -1);

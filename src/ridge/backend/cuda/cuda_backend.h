@@ -50,7 +50,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Graph> capture(const Stream& s,
                                  const std::function<void(const Stream&)>& body) override;
 
-  // The decode chain, up to kFusedMaxTokens rows and kDecodeChainPositions in all: every kernel
+  // The decode chain, up to kDecodeChainTokens rows and kDecodeChainPositions in all: every kernel
   // launched through pdl::launch asks for one shared-memory carveout (kDecodeCarveout), and the
   // fused GEMVs start early with PDL; otherwise the driver's carveouts and plain GEMV launches.
   void begin_forward(int64_t tokens, int64_t max_context) override;
@@ -84,8 +84,8 @@ class CudaBackend final : public Backend {
   // Graphs captured so far (tests and benchmarks).
   int graphs_captured() const { return graphs_captured_; }
 
-  // The matmul kernels behind matmul(): cuBLASLt (its heuristic's first algorithm, or with
-  // RIDGE_CUBLAS_ALGOS=2..4 its second to fourth as tuner candidates too), or ridge's own
+  // The matmul kernels behind matmul(): cuBLASLt (its heuristic's first algorithm, and its second
+  // to fourth as tuner candidates too unless RIDGE_CUBLAS_ALGOS says fewer), or ridge's own
   // (kernels/cuda/gemm).
   enum class GemmKernel : uint8_t { cublas, skinny, sm90, cublas_2, cublas_3, cublas_4 };
   static const char* gemm_name(GemmKernel k);
@@ -170,7 +170,11 @@ class CudaBackend final : public Backend {
   // chain applies while tokens × context is at most this: the attention's (sequence, head,
   // 256-position split) blocks then fit one wave on 132 SMs. H200, run 13 (d6): batch 1 at 256
   // positions 3.934 ms with the chain against 3.998 without; at 2048 positions 4.686 against 4.490.
+  // Run 14 (e1): batch 1 at 512-640 positions 4.092 against 4.146, at 896-1024 4.125 against
+  // 4.170; batch 2 (128-256 positions) 4.041 against 4.048; batch 4 4.154 against 4.127. So the
+  // chain stops at 2 tokens.
   static constexpr int64_t kDecodeChainPositions = 1024;
+  static constexpr int64_t kDecodeChainTokens = 2;
   bool fuse_swiglu_gemm_ = false;  // options_.fuse "swiglu_gemm" (opt-in; run 12: within noise)
   int sm_count_ = 0;
   std::string name_;
