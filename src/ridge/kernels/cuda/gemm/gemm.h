@@ -86,7 +86,7 @@ struct SkinnyArgs {
   // tile, each a slice of K, reduced in rank order through distributed shared memory by rank 0,
   // which alone runs the epilogue (deterministic; the sums differ in order from the unsplit
   // kernel's). 0: automatic (the default: doubled from 1 while the CTAs would fill at most a
-  // quarter of the resident slots and each keeps 8 steps of K per warp, up to 8; no split past
+  // quarter of the resident slots and each CTA keeps two steps of K per warp, up to 8; no split past
   // 16 tokens or with stage_steps), 1: off, 2..8: forced (up to 16 tokens, not with
   // stage_steps). Measured on the H200 (run 14): 512×8192 at M = 1 9.0 → 6.1 µs, 1024×4096
   // 5.9 → 5.8; on the Llama projections the automatic choice is no split (forced 2 or 4 lose).
