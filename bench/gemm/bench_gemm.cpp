@@ -336,6 +336,10 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     };
   };
   const Gemm split = split_k(0), split2 = split_k(2), split4 = split_k(4);
+  // The row-warp kernel (17-64 tokens; activations staged once per 128-row block).
+  const Gemm rows_k = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::gemm_bf16_skinny_rows(X, W, Y, M, N, K, st);
+  };
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s %6s | %s\n", "model",
               "layer", "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw",
               "%read", "%peak", "alt (us)");
@@ -356,9 +360,11 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         entries.push_back({&split4});
       } else if (M > 32 && M <= 512) {
         entries.push_back({&skinny});
+        if (M <= 64) entries.push_back({&rows_k});
       } else if (M >= 16 && M <= 32) {
         entries.push_back({&sm90});
         entries.push_back({&skinny16});
+        entries.push_back({&rows_k});
       }
       const std::vector<Measured> m = check_then_time(p, entries, s, rng);
       const Measured& mr = m[0];
@@ -380,9 +386,11 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt(m[4], "alt_split4", "split4");
       } else if (M > 32 && M <= 512) {
         alt(m[2], "alt_skinny", "skinny");
+        if (M <= 64) alt(m[3], "alt_rows", "rows");
       } else if (M >= 16 && M <= 32) {
         alt(m[2], "alt_sm90", "sm90");
         alt(m[3], "alt_skinny16", "skinny16");
+        alt(m[4], "alt_rows", "rows");
       }
       if (mo.ok && mr.ok) row["speedup_vs_cublas"] = mr.us / mo.us;
       rows.push_back(row);

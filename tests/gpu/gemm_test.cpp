@@ -468,6 +468,61 @@ TEST(GemmSkinny, EarlyWeightsMatchUnstaged) {
                ridge::Error);
 }
 
+// The row-warp skinny kernel (gemm_bf16_skinny_rows): 17-64 tokens and more (several token
+// tiles), partial 128-row blocks, K tails (K not a multiple of 128), the residual in place, no
+// split, the automatic split and clusters of 3 and 8 CTAs: each against the fp64 reference
+// (outputs poisoned first), a second run bitwise equal; bad split counts are refused.
+TEST(GemmSkinnyRows, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  struct Case {
+    int M, N, K, split;
+    bool residual;
+  };
+  const Case cases[] = {{32, 4104, 1032, 1, false}, {17, 264, 3000, 0, true},
+                        {24, 1032, 4096, 3, false}, {32, 520, 11008, 8, true},
+                        {33, 4104, 1032, 0, false}, {64, 264, 2056, 1, true},
+                        {70, 1032, 1032, 0, false}, {1, 136, 520, 2, false}};
+  uint32_t seed = 1300;
+  for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
+    const Case& c = cases[ci];
+    SCOPED_TRACE(::testing::Message() << "M=" << c.M << " N=" << c.N << " K=" << c.K
+                                      << " split=" << c.split << " residual=" << c.residual);
+    const int M = c.M, N = c.N, K = c.K;
+    const size_t ny = size_t(M) * N;
+    std::mt19937 rng(seed++);
+    auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
+    auto hR = random_bf16(ny, rng, 4.f);
+    DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y(ny);
+    ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
+    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+    const auto ref = reference(hX, hW, c.residual ? &hR : nullptr, M, N, K);
+    std::vector<std::vector<unsigned char>> outs(2);
+    for (int run = 0; run < 2; ++run) {
+      SCOPED_TRACE(::testing::Message() << "run " << run);
+      if (c.residual) {  // Y += X·Wᵀ in place: the residual starts in Y
+        CUDA_OK(cudaMemcpy(Y.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
+      } else {
+        CUDA_OK(cudaMemset(Y.ptr, 0xFF, ny * 2));
+      }
+      ridge::kernels::gemm_bf16_skinny_rows(X.ptr, W.ptr, Y.ptr, M, N, K, nullptr,
+                                            c.residual ? Y.ptr : nullptr, c.split);
+      CUDA_OK(cudaDeviceSynchronize());
+      download_and_check(Y.ptr, ny, false, ref, outs[run]);
+    }
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), ny * 2), 0)
+        << "second run: outputs differ in their bits";
+  }
+  DeviceBuffer<bf16> X(64), W(64 * 8), Y(64);
+  ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
+  EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_rows(X.ptr, W.ptr, Y.ptr, 1, 8, 64, nullptr,
+                                                     nullptr, ridge::kernels::skinny_max_split_k + 1),
+               ridge::Error);
+  EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_rows(X.ptr, W.ptr, Y.ptr, 1, 8, 60, nullptr),
+               ridge::Error);
+}
+
 TEST(GemmSm90, MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";

@@ -419,6 +419,11 @@ void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, 
                                 static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
                                 residual);
       return;
+    case GemmKernel::skinny_rows:
+      kernels::gemm_bf16_skinny_rows(static_cast<const kb*>(x.data),
+                                     static_cast<const kb*>(w.data), static_cast<kb*>(out.data),
+                                     int(T), int(N), int(K), stream, residual);
+      return;
     case GemmKernel::sm90:
       kernels::gemm_bf16_sm90(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
                               static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
@@ -609,6 +614,7 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
 const char* CudaBackend::gemm_name(GemmKernel k) {
   switch (k) {
     case GemmKernel::skinny: return "ridge_skinny";
+    case GemmKernel::skinny_rows: return "ridge_skinny_rows";
     case GemmKernel::sm90: return "ridge_sm90";
     case GemmKernel::cublas: return "cublaslt";
     case GemmKernel::cublas_2: return "cublaslt_2";
@@ -625,6 +631,7 @@ int CudaBackend::cublas_algo(GemmKernel k) {
     case GemmKernel::cublas_3: return 2;
     case GemmKernel::cublas_4: return 3;
     case GemmKernel::skinny:
+    case GemmKernel::skinny_rows:
     case GemmKernel::sm90: return -1;
   }
   return -1;

@@ -86,8 +86,8 @@ class CudaBackend final : public Backend {
 
   // The matmul kernels behind matmul(): cuBLASLt (its heuristic's first algorithm, and its second
   // to fourth as tuner candidates too unless RIDGE_CUBLAS_ALGOS says fewer), or ridge's own
-  // (kernels/cuda/gemm).
-  enum class GemmKernel : uint8_t { cublas, skinny, sm90, cublas_2, cublas_3, cublas_4 };
+  // (kernels/cuda/gemm: the skinny, row-warp skinny and sm90 kernels).
+  enum class GemmKernel : uint8_t { cublas, skinny, sm90, cublas_2, cublas_3, cublas_4, skinny_rows };
   static const char* gemm_name(GemmKernel k);
   // Which of cuBLASLt's heuristic algorithms k runs (0 its first), or -1 for ridge's kernels.
   static int cublas_algo(GemmKernel k);

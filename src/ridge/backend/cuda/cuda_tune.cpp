@@ -64,13 +64,16 @@ struct Events {
 // this build does not know).
 CudaBackend::GemmKernel CudaBackend::kernel_named(const std::string& name) {
   for (GemmKernel k : {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90,
-                       GemmKernel::cublas_2, GemmKernel::cublas_3, GemmKernel::cublas_4})
+                       GemmKernel::cublas_2, GemmKernel::cublas_3, GemmKernel::cublas_4,
+                       GemmKernel::skinny_rows})
     if (name == gemm_name(k)) return k;
   return GemmKernel::cublas;
 }
 
 namespace {
-const char* const kGemmKernelVersion = "gemm-4";  // bump when a GEMM kernel's speed changes
+const char* const kGemmKernelVersion = "gemm-5";  // bump when a GEMM kernel's speed changes
+// gemm-5: the row-warp skinny kernel is a candidate at 16-64 tokens, the skinny kernel splits K
+// on narrow shapes by default.
 // gemm-4: the sm90 kernel splits thin last waves into 128-wide tiles (gate|up at M = 2048 ~5%
 // faster), so its choices against cuBLASLt are measured again.
 // gemm-3: the sm90 kernel's epilogue goes through shared memory and TMA stores (10-30% faster at
@@ -159,6 +162,8 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
       }
       std::vector<tune::Candidate> candidates{{gemm_name(GemmKernel::cublas), "cuBLASLt heuristic #1"}};
       if (T <= 64) candidates.push_back({gemm_name(GemmKernel::skinny), "mma.sync weight stream"});
+      if (T >= 16 && T <= 64)
+        candidates.push_back({gemm_name(GemmKernel::skinny_rows), "mma.sync, shared activations"});
       if (T >= 16) candidates.push_back({gemm_name(GemmKernel::sm90), "TMA + wgmma, persistent"});
       if (cublas_candidates() > 1) {
         // cuBLASLt's further algorithms for the operands the measurement uses (the heuristic

@@ -49,6 +49,16 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
   detail::launch_skinny(a, SkinnyPrologue::none, stream);
 }
 
+void gemm_bf16_skinny_rows(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
+                           cudaStream_t stream, const bf16* residual, int split_k) {
+  check_common("gemm_bf16_skinny_rows", X, W, Y, residual, M, N, K);
+  check_sm90("gemm_bf16_skinny_rows");
+  RIDGE_CHECK(N <= 65535 * 128, "gemm_bf16_skinny_rows: N = {} is larger than {}", N, 65535 * 128);
+  RIDGE_CHECK(split_k >= 0 && split_k <= skinny_max_split_k,
+              "gemm_bf16_skinny_rows: split_k {} must be 0..{}", split_k, skinny_max_split_k);
+  detail::launch_skinny_rows(X, W, Y, residual, M, N, K, split_k, stream);
+}
+
 void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream) {
   const char* what = "gemm_bf16_skinny_fused";
   check_common(what, a.X, a.W, static_cast<const bf16*>(a.Y), a.residual, a.M, a.N, a.K);

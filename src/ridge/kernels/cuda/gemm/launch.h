@@ -17,6 +17,10 @@ namespace ridge::kernels::detail {
 void launch_skinny(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t stream,
                    int tokens_per_block = 0);
 
+// The row-warp skinny kernel (skinny_rows.cu); split_k 0 = automatic.
+void launch_skinny_rows(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int N,
+                        int K, int split_k, cudaStream_t stream);
+
 // W [N, K] := W · diag(scale), K % 8 == 0, W 16-byte aligned (checked by the caller).
 void launch_scale_columns(bf16* W, int64_t N, int64_t K, const float* scale, cudaStream_t stream);
 
