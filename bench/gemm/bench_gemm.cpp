@@ -358,6 +358,7 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         entries.push_back({&split});
         entries.push_back({&split2});
         entries.push_back({&split4});
+        if (M == 16) entries.push_back({&rows_k});
       } else if (M > 32 && M <= 512) {
         entries.push_back({&skinny});
         if (M <= 64) entries.push_back({&rows_k});
@@ -384,6 +385,7 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt(m[2], "alt_split", "split");
         alt(m[3], "alt_split2", "split2");
         alt(m[4], "alt_split4", "split4");
+        if (M == 16) alt(m[5], "alt_rows", "rows");
       } else if (M > 32 && M <= 512) {
         alt(m[2], "alt_skinny", "skinny");
         if (M <= 64) alt(m[3], "alt_rows", "rows");
