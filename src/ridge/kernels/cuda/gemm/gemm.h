@@ -40,7 +40,7 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // The row-warp skinny kernel for 17-64 tokens (skinny_rows.cu): each of a block's 8 warps owns
 // 16 weight rows over the same K steps, whose activations are staged once per block in shared
 // memory (the skinny kernel re-reads them per 16-row tile). K is split over a cluster of split_k
-// CTAs (0: automatic, enough CTAs to fill the resident slots; 1..8 forced), reduced in rank
+// CTAs (0: automatic, as many as fit in one wave of resident blocks; 1..8 forced), reduced in rank
 // order by rank 0 (deterministic). Any M (tiles of 32 tokens up to 32, else 64); preconditions
 // as gemm_bf16, sm_90. No PDL: it starts after the kernel before it.
 void gemm_bf16_skinny_rows(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,

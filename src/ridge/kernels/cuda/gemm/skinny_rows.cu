@@ -199,9 +199,9 @@ void launch_rows(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
                                                                         ring + part));
     return std::max(1, sms * per_sm);
   }();
-  if (split == 0) {  // automatic: the smallest split that fills the resident slots
+  if (split == 0) {  // automatic: the largest split whose CTAs all fit at once (no tail wave)
     const int blocks = token_tiles * row_blocks;
-    split = std::clamp((resident + blocks - 1) / blocks, 1, skinny_max_split_k);
+    split = std::clamp(resident / blocks, 1, skinny_max_split_k);
   }
   split = std::clamp(std::min(split, all_steps), 1, skinny_max_split_k);
   const size_t smem = ring + (split > 1 ? part : 0);
