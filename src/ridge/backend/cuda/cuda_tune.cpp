@@ -84,10 +84,12 @@ const char* const kGemmKernelVersion = "gemm-5";  // bump when a GEMM kernel's s
 
 namespace {
 // RIDGE_CUBLAS_ALGOS=1..4: how many of cuBLASLt's heuristic algorithms per shape and token bucket
-// the tuner times (default 4; 1: its first only, as before). Measured on the H200 (run 14,
-// Llama-2-7B): decode bs16 4.828 -> 4.704 ms, bs1 and bs64 within 0.3 %; the first start's
-// tuning 3.1 -> 5.9 s (504 candidates instead of 32 for 48 shape buckets), later starts hit the
-// cache. The choices of each setting are cached apart (the build cache key's kernel version).
+// the tuner times (default 4, the autotuner's "cuBLASLt's top heuristics"; 1: its first only).
+// Measured on the H200 (run 14, Llama-2-7B): decode bs16 4.704 ms against 4.828 in one call,
+// 4.827 with them in a later one (the tuner's picks among near-equal candidates vary from run
+// to run); bs1 and bs64 within 0.3 %. The first start's tuning 3.1 -> 5.9 s (504 candidates
+// instead of 32 for 48 shape buckets); later starts hit the cache. The choices of each setting
+// are cached apart (the build cache key's kernel version).
 int cublas_candidates() {
   static const int n = [] {
     const char* v = std::getenv("RIDGE_CUBLAS_ALGOS");
