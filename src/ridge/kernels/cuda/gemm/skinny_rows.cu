@@ -3,9 +3,8 @@
 // (as many bytes from L2 as the weights from DRAM at 32 tokens: 0.75-0.89x cuBLASLt there,
 // run 14). Here the block's 8 warps each own a 16-row tile and walk the same K steps: one copy of
 // each step's activations (MT tokens × 128 columns) is staged in shared memory for all 8 warps
-// by cp.async, in two groups of steps (one filled while the other is read; one barrier per
-// group, the warps free-running within it), so L2 serves the activations once per 128 rows
-// instead of once per 16. The weights stream into registers one step ahead (16-byte loads, L1 bypassed,
+// by cp.async in a ring of kStages steps, so L2 serves the activations once per 128 rows instead
+// of once per 16. The weights stream into registers one step ahead (16-byte loads, L1 bypassed,
 // 256-byte L2 prefetch), as in the skinny kernel.
 // 128 rows per block leave few blocks on narrow N (32 for N = 4096), so K is split over a
 // cluster of up to 8 CTAs (cluster dims 1 × 1 × S): each takes a slice of the steps, and rank 0
@@ -35,9 +34,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRows = kWarps * 16;  // weight rows per block
 constexpr int KU = 4;               // 32-column chunks per step
 constexpr int KSTEP = 32 * KU;      // columns per step
-
-// Steps of activations per barrier (two groups in shared memory: 64 KB at 32 tokens, at 64).
-constexpr int rows_group_steps(int NG) { return NG <= 4 ? 4 : 2; }
+constexpr int kStages = 4;          // activation steps in flight
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -67,10 +64,9 @@ __global__ void __launch_bounds__(kThreads, 2)
                        bf16* Y, const bf16* residual, int M, int N, int K) {
   constexpr int MT = 8 * NG;
   constexpr int kStageVecs = NG * KU * 32;  // uint4 per activation step
-  constexpr int kGroup = rows_group_steps(NG);
   extern __shared__ __align__(16) uint4 smem[];
-  uint4* const xs = smem;                    // [2 · kGroup][NG][KU][32]
-  float* const part = reinterpret_cast<float*>(smem + 2 * kGroup * kStageVecs);  // split only
+  uint4* const xs = smem;                    // [kStages][NG][KU][32]
+  float* const part = reinterpret_cast<float*>(smem + kStages * kStageVecs);  // split only
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -111,17 +107,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint4 cur[2][KU], nxt[2][KU];
   if (s_begin < s_end) load_w(cur, s_begin);
   pdl::wait();
-  // The activations of kGroup steps per ring half, double-buffered: one barrier per group (the
-  // warps run free within a group, each a step of weights ahead).
-  auto stage_group = [&](int grp) {
 #pragma unroll
-    for (int q = 0; q < kGroup; ++q) {
-      const int s = s_begin + grp * kGroup + q;
-      if (s < s_end) stage_x(s, (grp & 1) * kGroup + q);
-    }
+  for (int p = 0; p < kStages - 1; ++p) {
+    if (s_begin + p < s_end) stage_x(s_begin + p, p);
     commit();
-  };
-  stage_group(0);
+  }
 
   float acc[NG][4];
 #pragma unroll
@@ -129,30 +119,26 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int r = 0; r < 4; ++r) acc[j][r] = 0.f;
 
-  const int groups = (s_end - s_begin + kGroup - 1) / kGroup;
-  for (int grp = 0; grp < groups; ++grp) {
-    wait_groups<0>();  // this group's copies (this thread's) have landed
-    __syncthreads();   // everyone's have; and every warp is done with the other half
-    if (grp + 1 < groups) stage_group(grp + 1);
+  for (int s = s_begin; s < s_end; ++s) {
+    const int i = s - s_begin;
+    if (s + 1 < s_end) load_w(nxt, s + 1);
+    wait_groups<kStages - 2>();  // step s's copies (this thread's) have landed
+    __syncthreads();             // everyone's have; and everyone is done with step s - 1's slot
+    if (s + kStages - 1 < s_end) stage_x(s + kStages - 1, (i + kStages - 1) % kStages);
+    commit();
+    const uint4* xst = xs + (i % kStages) * kStageVecs;
 #pragma unroll
-    for (int q = 0; q < kGroup; ++q) {
-      const int s = s_begin + grp * kGroup + q;
-      if (s >= s_end) break;
-      if (s + 1 < s_end) load_w(nxt, s + 1);
-      const uint4* xst = xs + ((grp & 1) * kGroup + q) * kStageVecs;
+    for (int c = 0; c < KU; ++c) {
+      const uint4 lo = cur[0][c], hi = cur[1][c];
 #pragma unroll
-      for (int c = 0; c < KU; ++c) {
-        const uint4 lo = cur[0][c], hi = cur[1][c];
-#pragma unroll
-        for (int j = 0; j < NG; ++j) {
-          const uint4 b = xst[(j * KU + c) * 32 + lane];
-          mma_bf16(acc[j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-          mma_bf16(acc[j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
-        }
+      for (int j = 0; j < NG; ++j) {
+        const uint4 b = xst[(j * KU + c) * 32 + lane];
+        mma_bf16(acc[j], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+        mma_bf16(acc[j], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
       }
-#pragma unroll
-      for (int c = 0; c < KU; ++c) cur[0][c] = nxt[0][c], cur[1][c] = nxt[1][c];
     }
+#pragma unroll
+    for (int c = 0; c < KU; ++c) cur[0][c] = nxt[0][c], cur[1][c] = nxt[1][c];
   }
   wait_groups<0>();  // no copy may land after the block exits
 
@@ -199,7 +185,7 @@ void launch_rows(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
                  int K, int split, cudaStream_t stream) {
   constexpr int MT = 8 * NG;
   auto kernel = skinny_rows_kernel<NG>;
-  const size_t ring = sizeof(uint4) * 2 * rows_group_steps(NG) * NG * KU * 32;
+  const size_t ring = sizeof(uint4) * kStages * NG * KU * 32;
   const size_t part = sizeof(float) * kWarps * NG * 4 * 32;
   const int token_tiles = (M + MT - 1) / MT, row_blocks = (N + kRows - 1) / kRows;
   const int all_steps = (K + KSTEP - 1) / KSTEP;
