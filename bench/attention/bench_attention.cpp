@@ -4,7 +4,7 @@
 // the same run.
 //
 //   ridge-bench-attention [--op attention] [--shapes llama2-7b:16x4096,...] [--block-size 16]
-//                         [--json FILE]
+//                         [--json FILE] [--overlap MxNxK [--overlap-ctas 0,100,...]]
 // Shapes: <model>:<batch>x<context>, model one of llama2-7b (32 KV heads, MHA, hd 128),
 // llama3-8b (8 KV heads, group 4, hd 128), smollm2-360m (5 KV heads, group 3, hd 64). Every
 // sequence of a shape has the same context; pages are shuffled across the pool.
@@ -34,6 +34,7 @@
 #include "bench_attention_device.h"
 #include "ridge/core/error.h"
 #include "ridge/kernels/cuda/attention/paged_attention.h"
+#include "ridge/kernels/cuda/gemm/gemm.h"
 #include "ridge/kernels/cuda/elementwise/check.h"
 
 namespace {
@@ -354,6 +355,118 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
   return rows;
 }
 
+// Overlap (--overlap MxNxK): can decode attention (memory-bound) and a GEMM (compute-bound) run
+// at once? The shape's attention (planned as the backend plans it) on one stream, the sm90 GEMM
+// with its persistent grid capped at each of `ctas` CTAs (0: one per SM) on another: La
+// attention launches and Lg GEMM launches alone, then both streams started together; the
+// overlap gain is (alone + alone) / together. Plain launch loops timed with events.
+json run_overlap(const Shape& sh, int bs, const std::string& gemm_shape,
+                 const std::vector<int>& ctas, int sms, cudaStream_t s) {
+  const Model& m = sh.model;
+  const int nh = m.nkv * m.group, B = sh.batch, ctx = sh.ctx;
+  int GM = 0, GN = 0, GK = 0;
+  RIDGE_CHECK(std::sscanf(gemm_shape.c_str(), "%dx%dx%d", &GM, &GN, &GK) == 3,
+              "--overlap '{}' is not MxNxK", gemm_shape);
+  const int64_t blocks_per_seq = (ctx + bs - 1) / bs, blocks = B * blocks_per_seq + 1;
+  const size_t pool_elems = size_t(blocks) * bs * m.nkv * m.hd;
+  DeviceMemory kp(pool_elems * 2), vp(pool_elems * 2), tab(size_t(B * blocks_per_seq) * 4),
+      cu_d(size_t(B + 1) * 4), lens_d(size_t(B) * 4), q(size_t(B) * nh * m.hd * 2),
+      out(size_t(B) * nh * m.hd * 2), ws(kWorkspaceBytes);
+  dv::fill_random_bf16(kp.as<uint16_t>(), pool_elems, 300, 1.f, s);
+  dv::fill_random_bf16(vp.as<uint16_t>(), pool_elems, 301, 1.f, s);
+  dv::fill_random_bf16(q.as<uint16_t>(), size_t(B) * nh * m.hd, 302, 1.f, s);
+  std::vector<int32_t> table(size_t(B * blocks_per_seq)), cu(size_t(B + 1)), lens(size_t(B), ctx);
+  std::iota(table.begin(), table.end(), 0);
+  std::iota(cu.begin(), cu.end(), 0);
+  CK(cudaMemcpyAsync(tab.ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice, s));
+  CK(cudaMemcpyAsync(cu_d.ptr, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice, s));
+  CK(cudaMemcpyAsync(lens_d.ptr, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, s));
+  DeviceMemory gx(size_t(GM) * GK * 2), gw(size_t(GN) * GK * 2), gy(size_t(GM) * GN * 2);
+  dv::fill_random_bf16(gx.as<uint16_t>(), size_t(GM) * GK, 303, 1.f, s);
+  dv::fill_random_bf16(gw.as<uint16_t>(), size_t(GN) * GK, 304, 0.05f, s);
+  CK(cudaStreamSynchronize(s));
+  kn::PagedAttentionArgs a;
+  a.q = q.as<uint16_t>();
+  a.ld_q = nh * m.hd;
+  a.out = out.as<uint16_t>();
+  a.ld_out = nh * m.hd;
+  a.k_pool = kp.as<uint16_t>();
+  a.v_pool = vp.as<uint16_t>();
+  a.num_blocks = blocks;
+  a.block_size = bs;
+  a.num_kv_heads = m.nkv;
+  a.num_q_heads = nh;
+  a.head_dim = m.hd;
+  a.cu_seqlens_q = cu_d.as<int32_t>();
+  a.context_lens = lens_d.as<int32_t>();
+  a.block_tables = tab.as<int32_t>();
+  a.max_blocks_per_seq = int(blocks_per_seq);
+  a.num_seqs = B;
+  a.scale = 1.0f / std::sqrt(float(m.hd));
+  a.host_cu_seqlens_q = cu.data();
+  a.host_context_lens = lens.data();
+  a.max_q_len = 1;
+  const kn::PagedAttentionPlan plan = kn::plan_paged_attention(a, 4 * sms, kWorkspaceBytes);
+
+  cudaStream_t sg;
+  CK(cudaStreamCreateWithFlags(&sg, cudaStreamNonBlocking));
+  cudaEvent_t start, g_done, end;
+  CK(cudaEventCreate(&start));
+  CK(cudaEventCreate(&g_done));
+  CK(cudaEventCreate(&end));
+  auto attention = [&] { kn::paged_attention_bf16(a, plan, ws.ptr, s); };
+  auto gemm = [&](int max_ctas) {
+    kn::Sm90GemmOptions o;
+    o.max_ctas = max_ctas;
+    kn::gemm_bf16_sm90(gx.as<kn::bf16>(), gw.as<kn::bf16>(), gy.as<kn::bf16>(), GM, GN, GK, sg,
+                       nullptr, o);
+  };
+  // Median of 5 of: La attention launches on s and Lg GEMM launches on sg, started together.
+  auto together = [&](int La, int Lg, int max_ctas) {
+    std::vector<double> t;
+    for (int r = 0; r < 6; ++r) {
+      CK(cudaEventRecord(start, s));
+      CK(cudaStreamWaitEvent(sg, start, 0));
+      for (int i = 0; i < La; ++i) attention();
+      for (int i = 0; i < Lg; ++i) gemm(max_ctas);
+      CK(cudaEventRecord(g_done, sg));
+      CK(cudaStreamWaitEvent(s, g_done, 0));
+      CK(cudaEventRecord(end, s));
+      CK(cudaEventSynchronize(end));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, start, end));
+      if (r > 0) t.push_back(1000.0 * ms);
+    }
+    return median(t);
+  };
+  const int La = 10;
+  const double t_a1 = together(1, 0, 0);
+  const double t_g1 = together(0, 1, 0);
+  const int Lg = std::clamp(int(std::lround(La * t_a1 / std::max(t_g1, 1.0))), 1, 400);
+  std::printf("\noverlap: %s %dx%d attention (%s, %d splits) %d launches, GEMM %dx%dx%d (sm90) %d "
+              "launches\n",
+              m.name.c_str(), B, ctx, plan.decode ? "decode" : "general", plan.num_splits, La, GM,
+              GN, GK, Lg);
+  const double t_a = together(La, 0, 0);
+  json rows = json::array();
+  for (int c : ctas) {
+    const double t_g = together(0, Lg, c), t_ab = together(La, Lg, c);
+    std::printf("  GEMM CTAs %4s: attention alone %9.1f us, GEMM alone %9.1f us, together "
+                "%9.1f us: %.3fx of the sum's speed, %.3f of the longer one\n",
+                c == 0 ? "all" : std::to_string(c).c_str(), t_a, t_g, t_ab, (t_a + t_g) / t_ab,
+                t_ab / std::max(t_a, t_g));
+    rows.push_back({{"model", m.name}, {"batch", B}, {"context", ctx}, {"gemm", gemm_shape},
+                    {"gemm_ctas", c}, {"attention_launches", La}, {"gemm_launches", Lg},
+                    {"attention_alone_us", t_a}, {"gemm_alone_us", t_g}, {"together_us", t_ab},
+                    {"ok", true}});
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(g_done);
+  cudaEventDestroy(end);
+  CK(cudaStreamDestroy(sg));
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -368,6 +481,14 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes, "comma-separated <model>:<batch>x<context>");
   app.add_option("--block-size", block_size, "KV block size (positions per page)");
   app.add_option("--json", json_path, "write results as JSON here");
+  std::string overlap;
+  std::vector<int> overlap_ctas = {0, 116, 100, 88, 66};
+  app.add_option("--overlap", overlap,
+                 "MxNxK: instead of the variants, each shape's attention run at once with this "
+                 "sm90 GEMM on a second stream (can they overlap?)");
+  app.add_option("--overlap-ctas", overlap_ctas,
+                 "the GEMM's persistent grid sizes to try with --overlap (0: one CTA per SM)")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   try {
     RIDGE_CHECK(op == "attention", "--op {}: this binary runs attention", op);
@@ -410,8 +531,11 @@ int main(int argc, char** argv) {
     std::mt19937 rng(12345);
     json rows = json::array();
     for (const Shape& sh : parse_shapes(shapes))
-      for (auto& r :
-           run_shape(sh, block_size, c, size_t(prop.l2CacheSize), prop.multiProcessorCount, s, rng))
+      for (auto& r : overlap.empty()
+                         ? run_shape(sh, block_size, c, size_t(prop.l2CacheSize),
+                                     prop.multiProcessorCount, s, rng)
+                         : run_overlap(sh, block_size, overlap, overlap_ctas,
+                                       prop.multiProcessorCount, s))
         rows.push_back(r);
     out["results"] = rows;
     out["meta"]["gpu_state_after"] = gpu_state();
