@@ -198,6 +198,38 @@ struct Variant {
                      // on bf16 pools holding the same values
 };
 
+// One decode token per sequence over bf16 pools (the caller sets the path, splits and fp8).
+kn::PagedAttentionArgs decode_args(const Model& m, int B, int bs, int64_t blocks,
+                                   int64_t blocks_per_seq, const uint16_t* q, uint16_t* out,
+                                   const uint16_t* k_pool, const uint16_t* v_pool,
+                                   const int32_t* block_tables, const int32_t* cu_d,
+                                   const int32_t* lens_d, const int32_t* host_cu,
+                                   const int32_t* host_lens) {
+  const int nh = m.nkv * m.group;
+  kn::PagedAttentionArgs a;
+  a.q = q;
+  a.ld_q = nh * m.hd;
+  a.out = out;
+  a.ld_out = nh * m.hd;
+  a.k_pool = k_pool;
+  a.v_pool = v_pool;
+  a.num_blocks = blocks;
+  a.block_size = bs;
+  a.num_kv_heads = m.nkv;
+  a.num_q_heads = nh;
+  a.head_dim = m.hd;
+  a.cu_seqlens_q = cu_d;
+  a.context_lens = lens_d;
+  a.block_tables = block_tables;
+  a.max_blocks_per_seq = int(blocks_per_seq);
+  a.num_seqs = B;
+  a.scale = 1.0f / std::sqrt(float(m.hd));
+  a.host_cu_seqlens_q = host_cu;
+  a.host_context_lens = host_lens;
+  a.max_q_len = 1;
+  return a;
+}
+
 json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, cudaStream_t s,
                std::mt19937& rng) {
   const Model& m = sh.model;
@@ -244,32 +276,17 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
   CK(cudaStreamSynchronize(s));
 
   auto args_for = [&](const Variant& v, int set, uint16_t* dst) {
-    kn::PagedAttentionArgs a;
-    a.q = q.as<uint16_t>();
-    a.ld_q = nh * m.hd;
-    a.out = dst;
-    a.ld_out = nh * m.hd;
-    a.k_pool = v.fp8 ? reinterpret_cast<const uint16_t*>(kp8[size_t(set)]->ptr)
-                     : kp[size_t(set)]->as<uint16_t>();
-    a.v_pool = v.fp8 ? reinterpret_cast<const uint16_t*>(vp8[size_t(set)]->ptr)
-                     : vp[size_t(set)]->as<uint16_t>();
+    kn::PagedAttentionArgs a = decode_args(
+        m, B, bs, blocks, blocks_per_seq, q.as<uint16_t>(), dst,
+        v.fp8 ? reinterpret_cast<const uint16_t*>(kp8[size_t(set)]->ptr)
+              : kp[size_t(set)]->as<uint16_t>(),
+        v.fp8 ? reinterpret_cast<const uint16_t*>(vp8[size_t(set)]->ptr)
+              : vp[size_t(set)]->as<uint16_t>(),
+        tabs[size_t(set)]->as<int32_t>(), cu_d.as<int32_t>(), lens_d.as<int32_t>(), cu.data(),
+        lens.data());
     a.kv_fp8 = v.fp8;
-    a.num_blocks = blocks;
-    a.block_size = bs;
-    a.num_kv_heads = m.nkv;
-    a.num_q_heads = nh;
-    a.head_dim = m.hd;
-    a.cu_seqlens_q = cu_d.as<int32_t>();
-    a.context_lens = lens_d.as<int32_t>();
-    a.block_tables = tabs[size_t(set)]->as<int32_t>();
-    a.max_blocks_per_seq = int(blocks_per_seq);
-    a.num_seqs = B;
-    a.scale = 1.0f / std::sqrt(float(m.hd));
-    a.host_cu_seqlens_q = cu.data();
-    a.host_context_lens = lens.data();
     a.path = v.path;
     a.decode_stages = v.stages;
-    a.max_q_len = 1;
     if (v.graph_split) {
       a.fixed_splits =
           kn::graph_attention_splits(B, 1, m.nkv, m.group, m.hd, ctx, sms, kWorkspaceBytes);
@@ -385,27 +402,10 @@ json run_overlap(const Shape& sh, int bs, const std::string& gemm_shape,
   dv::fill_random_bf16(gx.as<uint16_t>(), size_t(GM) * GK, 303, 1.f, s);
   dv::fill_random_bf16(gw.as<uint16_t>(), size_t(GN) * GK, 304, 0.05f, s);
   CK(cudaStreamSynchronize(s));
-  kn::PagedAttentionArgs a;
-  a.q = q.as<uint16_t>();
-  a.ld_q = nh * m.hd;
-  a.out = out.as<uint16_t>();
-  a.ld_out = nh * m.hd;
-  a.k_pool = kp.as<uint16_t>();
-  a.v_pool = vp.as<uint16_t>();
-  a.num_blocks = blocks;
-  a.block_size = bs;
-  a.num_kv_heads = m.nkv;
-  a.num_q_heads = nh;
-  a.head_dim = m.hd;
-  a.cu_seqlens_q = cu_d.as<int32_t>();
-  a.context_lens = lens_d.as<int32_t>();
-  a.block_tables = tab.as<int32_t>();
-  a.max_blocks_per_seq = int(blocks_per_seq);
-  a.num_seqs = B;
-  a.scale = 1.0f / std::sqrt(float(m.hd));
-  a.host_cu_seqlens_q = cu.data();
-  a.host_context_lens = lens.data();
-  a.max_q_len = 1;
+  const kn::PagedAttentionArgs a =
+      decode_args(m, B, bs, blocks, blocks_per_seq, q.as<uint16_t>(), out.as<uint16_t>(),
+                  kp.as<uint16_t>(), vp.as<uint16_t>(), tab.as<int32_t>(), cu_d.as<int32_t>(),
+                  lens_d.as<int32_t>(), cu.data(), lens.data());
   const kn::PagedAttentionPlan plan = kn::plan_paged_attention(a, 4 * sms, kWorkspaceBytes);
 
   cudaStream_t sg;
