@@ -83,11 +83,18 @@ LtMatmul::Plan& LtMatmul::plan_for(const Key& key, size_t workspace_bytes) {
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
+LtMatmul::Key LtMatmul::key_for(uint32_t align_x, uint32_t align_w, uint32_t align_out,
+                                int64_t ld_x, int64_t T, int64_t N, int64_t K, DType out_dtype,
+                                int64_t ld_out, size_t workspace_bytes) {
+  const int align_bits = int(align_w | (align_x << 9) | (align_out << 18));
+  return Key{T, N, K, ld_x, ld_out, out_dtype == DType::f32 ? 1 : 0, align_bits, workspace_bytes};
+}
+
 LtMatmul::Key LtMatmul::key_for(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T,
                                 int64_t N, int64_t K, const void* out, DType out_dtype,
                                 int64_t ld_out, size_t workspace_bytes) {
-  const int align_bits = int(alignment_of(w) | (alignment_of(x) << 9) | (alignment_of(out) << 18));
-  return Key{T, N, K, ld_x, ld_out, out_dtype == DType::f32 ? 1 : 0, align_bits, workspace_bytes};
+  return key_for(alignment_of(x), alignment_of(w), alignment_of(out), ld_x, T, N, K, out_dtype,
+                 ld_out, workspace_bytes);
 }
 
 int LtMatmul::algorithms(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N,
@@ -96,6 +103,15 @@ int LtMatmul::algorithms(const uint16_t* x, int64_t ld_x, const uint16_t* w, int
   if (T <= 0) return 1;
   std::lock_guard lock(mutex_);
   return plan_for(key_for(x, ld_x, w, T, N, K, out, out_dtype, ld_out, workspace_bytes),
+                  workspace_bytes)
+      .found;
+}
+
+int LtMatmul::algorithms_aligned(int64_t ld_x, int64_t T, int64_t N, int64_t K, DType out_dtype,
+                                 int64_t ld_out, size_t workspace_bytes) {
+  if (T <= 0) return 1;
+  std::lock_guard lock(mutex_);
+  return plan_for(key_for(256, 256, 256, ld_x, T, N, K, out_dtype, ld_out, workspace_bytes),
                   workspace_bytes)
       .found;
 }

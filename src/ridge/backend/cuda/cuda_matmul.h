@@ -7,8 +7,8 @@
 // column-major terms: D (N x T, ld ld_out) = op_T(W: K x N, ld K) · X (K x T, ld ld_x).
 //
 // Plans (descriptors + the heuristic's first kMaxAlgos algorithms) are cached per (T, N, K,
-// strides, output dtype, pointer alignment); the cache is cleared when it grows past a bound. The cuBLASLt workspace is passed
-// in by the caller (one per stream).
+// strides, output dtype, pointer alignment); the cache is cleared when it grows past a bound.
+// The cuBLASLt workspace is passed in by the caller (one per stream).
 #pragma once
 
 #include <cstdint>
@@ -42,12 +42,18 @@ class LtMatmul {
   int algorithms(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N,
                  int64_t K, const void* out, DType out_dtype, int64_t ld_out,
                  size_t workspace_bytes);
+  // The same for operands that are all 256-byte aligned (fresh allocations), without them.
+  int algorithms_aligned(int64_t ld_x, int64_t T, int64_t N, int64_t K, DType out_dtype,
+                         int64_t ld_out, size_t workspace_bytes);
 
  private:
   struct Plan;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, size_t>;
   static Key key_for(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N,
                      int64_t K, const void* out, DType out_dtype, int64_t ld_out,
+                     size_t workspace_bytes);
+  static Key key_for(uint32_t align_x, uint32_t align_w, uint32_t align_out, int64_t ld_x,
+                     int64_t T, int64_t N, int64_t K, DType out_dtype, int64_t ld_out,
                      size_t workspace_bytes);
   Plan& plan_for(const Key& key, size_t workspace_bytes);
 

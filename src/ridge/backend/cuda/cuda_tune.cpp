@@ -144,18 +144,6 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
     const int rotations =
         int(std::clamp<size_t>((2 * size_t(l2_bytes)) / (w_elems * 2) + 1, 1, 8));
     std::vector<cuda::DeviceMemory> w;  // filled at the first miss of this shape
-    const auto ensure_buffers = [&] {
-      if (!x.data()) {
-        x = cuda::DeviceMemory(size_t(top_bucket * max_k) * 2);
-        out = cuda::DeviceMemory(size_t(top_bucket * max_n) * 2);
-        fill_random(x.data(), size_t(top_bucket * max_k), 1.0f, rng, stream);
-      }
-      if (w.empty())
-        for (int r = 0; r < rotations; ++r) {
-          w.emplace_back(w_elems * 2);
-          fill_random(w.back().data(), w_elems, 0.02f, rng, stream);
-        }
-    };
     for (int64_t T = 1; T <= top_bucket; T *= 2) {
       const GemmKey key{T, sh.n, sh.k};
       {
@@ -168,22 +156,30 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
         candidates.push_back({gemm_name(GemmKernel::skinny_rows), "mma.sync, shared activations"});
       if (T >= 16) candidates.push_back({gemm_name(GemmKernel::sm90), "TMA + wgmma, persistent"});
       if (cublas_candidates() > 1) {
-        // cuBLASLt's further algorithms for the operands the measurement uses (the heuristic
-        // may offer fewer than asked).
-        ensure_buffers();
+        // cuBLASLt's further algorithms for the operands the measurement uses (fresh, so
+        // 256-byte aligned; the heuristic may offer fewer than asked). A host-side query: a
+        // start that hits the cache allocates nothing.
         Workspace& ws = workspace_for(stream);
-        const int offered = std::min(
-            cublas_candidates(),
-            matmul_->algorithms(static_cast<const uint16_t*>(x.data()), sh.k,
-                                static_cast<const uint16_t*>(w[0].data()), T, sh.n, sh.k,
-                                out.data(), DType::bf16, sh.n, ws.cublas.size()));
+        const int offered =
+            std::min(cublas_candidates(), matmul_->algorithms_aligned(sh.k, T, sh.n, sh.k,
+                                                                      DType::bf16, sh.n,
+                                                                      ws.cublas.size()));
         const GemmKernel more[] = {GemmKernel::cublas_2, GemmKernel::cublas_3,
                                    GemmKernel::cublas_4};
         for (int i = 1; i < offered; ++i)
           candidates.push_back({gemm_name(more[i - 1]), fmt::format("cuBLASLt heuristic #{}", i + 1)});
       }
       auto measure = [&](const tune::Candidate& c) -> double {
-        ensure_buffers();
+        if (!x.data()) {
+          x = cuda::DeviceMemory(size_t(top_bucket * max_k) * 2);
+          out = cuda::DeviceMemory(size_t(top_bucket * max_n) * 2);
+          fill_random(x.data(), size_t(top_bucket * max_k), 1.0f, rng, stream);
+        }
+        if (w.empty())
+          for (int r = 0; r < rotations; ++r) {
+            w.emplace_back(w_elems * 2);
+            fill_random(w.back().data(), w_elems, 0.02f, rng, stream);
+          }
         const GemmKernel kernel = kernel_named(c.name);
         const Tensor xt(x.data(), DType::bf16, {T, sh.k}, Device::cuda);
         Tensor ot(out.data(), DType::bf16, {T, sh.n}, Device::cuda);
