@@ -84,6 +84,9 @@ void add_model_options(CLI::App& app, engine::BundleOptions& o) {
   app.add_flag_callback(
       "--no-pdl", [&o] { o.backend.pdl = false; },
       "GPU: launch each kernel after the previous one ends (no programmatic dependent launch)");
+  app.add_flag_callback(
+      "--no-decode-kernel", [&o] { o.backend.decode_kernel = false; },
+      "GPU: run batch-1 decode steps layer by layer instead of in one persistent kernel");
 }
 
 void resolve_model(engine::BundleOptions& o) {

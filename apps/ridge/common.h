@@ -20,8 +20,8 @@ std::string default_model_path();
 std::string command_line();
 
 // -m/--model, --device, --threads, --ctx-size, --block-size, --kv-dtype, --prefill-chunk,
-// --cache-root, --no-tune, --gemm, --no-cuda-graphs, --fuse, --no-fusion, --no-pdl (the last
-// seven fill options.backend)
+// --cache-root, --no-tune, --gemm, --no-cuda-graphs, --fuse, --no-fusion, --no-pdl,
+// --no-decode-kernel (the last eight fill options.backend)
 void add_model_options(CLI::App& app, engine::BundleOptions& options);
 // Fills model_path with the default when none was given, and checks it exists.
 void resolve_model(engine::BundleOptions& options);

@@ -122,6 +122,31 @@ struct MatmulFusion {
   bool early_weights = false;
 };
 
+// Backend::decode_layers: every layer of a Llama-family model (fused q|k|v and gate|up weights, the
+// RMSNorm weights folded into them, no biases) for one token of one sequence.
+struct DecodeLayersShape {
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0;
+};
+struct DecodeLayer {
+  const Tensor* wqkv = nullptr;       // [(nh + 2 nkv) hd, H], attention norm folded
+  const Tensor* wo = nullptr;         // [H, nh hd]
+  const Tensor* w_gate_up = nullptr;  // [2F, H], ffn norm folded
+  const Tensor* w_down = nullptr;     // [H, F]
+  const KvLayer* kv = nullptr;
+};
+struct DecodeLayersCall {
+  DecodeLayersShape shape;
+  std::span<const DecodeLayer> layers;
+  float eps = 0.0f, scale = 0.0f;
+  Tensor x;  // [1, H] activations: in, the embedding row; out, the last layer's residual
+  Tensor positions, slots, context_lens;  // i32 [1] each (as rope_kv_store and attention take)
+  Tensor block_table;                     // i32 [max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  Tensor inv_freq;  // f32 [hd / 2]
+  void* workspace = nullptr;  // decode_layers_workspace(shape) bytes of device memory
+  size_t workspace_bytes = 0;
+};
+
 // One row of Backend::sample: engine::SamplingParams plus the row's place in its sequence.
 struct SampleRow {
   float temperature = 1.0f;  // 0: greedy
@@ -245,6 +270,20 @@ class Backend {
   virtual void attention(const Stream& s, const Tensor& q, const KvLayer& kv,
                          const AttentionMeta& meta, float scale, Tensor& out) = 0;
   virtual void silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) = 0;
+  // Optional: the device workspace decode_layers needs for this shape, 0 when the backend has no
+  // such kernel or cannot run this shape (the model then never calls decode_layers).
+  virtual size_t decode_layers_workspace(const DecodeLayersShape& shape) const {
+    (void)shape;
+    return 0;
+  }
+  // Optional: every layer for one token of one sequence in one call (a persistent decode
+  // kernel), with the results the per-layer ops would give (x the residual after the last layer,
+  // the token's K and V in every layer's pool). Returns false, doing nothing, when it does not
+  // apply to this call (the model then runs the layers op by op). Enqueued on s; capturable.
+  virtual bool decode_layers(const Stream& s, const DecodeLayersCall& call) {
+    (void)s, (void)call;
+    return false;
+  }
   virtual void gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) = 0;
 
   // Optional: samples one token per row of logits on the device, by engine::Sampler's rules

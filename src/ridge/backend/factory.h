@@ -29,6 +29,9 @@ struct BackendOptions {
   std::string fuse = "norm,silu,rope_kv";
   // Programmatic dependent launch: decode kernels start during the previous kernel's tail.
   bool pdl = true;
+  // Batch-1 decode steps run every layer in one persistent kernel (CUDA, Backend::decode_layers;
+  // needs the "norm" fusion's folded weights), else layer by layer.
+  bool decode_kernel = true;
 };
 
 // A `fuse` list (BackendOptions::fuse, CLI --fuse) read item by item: "norm", "silu", "rope_kv",

@@ -123,6 +123,18 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
     ones_host_.assign(size_t(weights.config().hidden), 1.0f);
     ones_ = be.upload_weight(Tensor(ones_host_.data(), DType::f32, {int64_t(ones_host_.size())}));
   }
+  // The persistent batch-1 decode kernel: fused and folded weights without biases only.
+  {
+    const ModelConfig& c = weights.config();
+    bool ok = !layers_.empty();
+    for (const Layer& d : layers_)
+      ok = ok && d.wqkv.data && !d.bqkv.data && d.w_gate_up.data && d.attn_norm_folded &&
+           d.ffn_norm_folded;
+    if (ok) {
+      backend::DecodeLayersShape sh{c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn};
+      decode_layers_bytes_ = be.decode_layers_workspace(sh);
+    }
+  }
   inv_freq_host_ = rope_inv_freq(weights.config(), weights.rope_freqs);
   inv_freq_ = be.allocate(inv_freq_host_.size() * sizeof(float));
   be.upload({}, inv_freq_.data(), inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float));
@@ -198,6 +210,7 @@ size_t LlamaModel::reserve(int64_t max_tokens, int64_t max_logits, int64_t max_b
   scratch(16, T * size_t(c.ffn) * esz);
   for (size_t slot = 18; slot <= 19; ++slot) scratch(slot, R * size_t(c.hidden) * esz);
   scratch(20, R * size_t(c.vocab) * 4);
+  if (decode_layers_bytes_) scratch(21, decode_layers_bytes_);
   // The padded decode batch lives at stable addresses: a graph's attention metadata points at its
   // host arrays (rewritten every step); growing them moves them, so graphs are captured again.
   {
@@ -304,7 +317,9 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
   auto bias = [](const Tensor& b) { return b.data ? &b : nullptr; };
 
   be.embedding(stream, token_embd_, ids, x);
-  for (int64_t i = 0; i < c.n_layers; ++i) {
+  const bool one_kernel =
+      T == 1 && S == 1 && decode_layers(stream, x, positions, slots, meta, kv, inv_freq);
+  for (int64_t i = 0; i < (one_kernel ? 0 : c.n_layers); ++i) {
     const Layer& l = layers_[size_t(i)];
     // x holds the residual stream; each block's output is added into it by the block's last
     // matmul (accumulate), and each block's input norm runs inside (or, where the backend does
@@ -365,6 +380,36 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
   head_in.norm_weight = &output_norm_;
   head_in.eps = eps;
   be.matmul_fused(stream, xr, output_, head_in, last_normed, logits_dev_);
+}
+
+bool LlamaModel::decode_layers(const backend::Stream& stream, Tensor& x, const Tensor& positions,
+                               const Tensor& slots, const backend::AttentionMeta& meta,
+                               std::span<backend::KvLayer> kv, const Tensor& inv_freq) {
+  if (!decode_layers_bytes_) return false;
+  const ModelConfig& c = config();
+  decode_layers_.resize(size_t(c.n_layers));
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const Layer& l = layers_[size_t(i)];
+    decode_layers_[size_t(i)] = {&l.wqkv, &l.w.wo, &l.w_gate_up, &l.w.w_down, &kv[size_t(i)]};
+  }
+  backend::DecodeLayersCall call;
+  call.shape = {c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn};
+  call.layers = decode_layers_;
+  call.eps = float(c.rms_norm_eps);
+  call.scale = 1.0f / std::sqrt(float(c.head_dim));
+  call.x = x;
+  call.positions = positions;
+  call.slots = slots;
+  call.context_lens = meta.context_lens;
+  call.block_table = meta.block_tables;
+  call.max_blocks_per_seq = meta.max_blocks_per_seq;
+  call.inv_freq = inv_freq;
+  backend::Buffer& ws = scratch(21, decode_layers_bytes_);
+  call.workspace = ws.data();
+  call.workspace_bytes = ws.size();
+  if (!backend_.decode_layers(stream, call)) return false;
+  ++stats_.decode_kernel_passes;
+  return true;
 }
 
 bool LlamaModel::forward_graph(const backend::Stream& stream, const ForwardBatch& batch,

@@ -58,6 +58,9 @@ class LlamaModel {
     int64_t graph_steps = 0;     // steps replayed from a graph
     int64_t eager_steps = 0;     // steps run op by op
     int64_t graphs_captured = 0;
+    // Forward passes whose layers went to one Backend::decode_layers call (eager steps and graph
+    // captures; a replay repeats its capture's choice).
+    int64_t decode_kernel_passes = 0;
   };
   const Stats& stats() const { return stats_; }
   // Decode graphs on or off (on by default when the backend has them).
@@ -90,6 +93,12 @@ class LlamaModel {
   void run_eager(const backend::Stream& stream, const ForwardBatch& batch,
                  std::span<backend::KvLayer> kv);
 
+  // Backend::decode_layers for a batch-1 step into x (after the embedding); false when the
+  // backend or this model cannot (the layers then run op by op).
+  bool decode_layers(const backend::Stream& stream, Tensor& x, const Tensor& positions,
+                     const Tensor& slots, const backend::AttentionMeta& meta,
+                     std::span<backend::KvLayer> kv, const Tensor& inv_freq);
+
   const ModelWeights& weights_;
   backend::Backend& backend_;
   // The weights as the backend uses them (host views on the CPU, device copies on a GPU).
@@ -116,6 +125,9 @@ class LlamaModel {
   bool graphs_supported_ = true;  // false once the backend returned no graph
   ForwardBatch padded_;           // the padded decode batch (reused)
   Stats stats_;
+  // The workspace Backend::decode_layers asks for this model (0: no persistent decode kernel).
+  size_t decode_layers_bytes_ = 0;
+  std::vector<backend::DecodeLayer> decode_layers_;
 };
 
 }  // namespace ridge::model

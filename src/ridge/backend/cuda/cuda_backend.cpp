@@ -9,6 +9,7 @@
 
 #include "ridge/core/error.h"
 #include "ridge/kernels/cuda/attention/paged_attention.h"
+#include "ridge/kernels/cuda/decode/decode_layers.h"
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/elementwise/elementwise.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
@@ -91,6 +92,19 @@ int attention_min_split() {
   static const int positions = [] {
     const char* v = std::getenv("RIDGE_ATTN_MIN_SPLIT");
     return v && *v ? std::max(0, std::atoi(v)) : 256;
+  }();
+  return positions;
+}
+
+// The persistent batch-1 decode kernel (Backend::decode_layers; BackendOptions::decode_kernel,
+// --no-decode-kernel): RIDGE_DECODE_KERNEL=N sets the largest context capacity (block-table width
+// × block size of the step, a graph's capacity) it runs at, 0 never (A/B runs). Default:
+// kDecodeKernelPositions.
+int64_t decode_kernel_positions(int64_t fallback) {
+  static const int64_t positions = [fallback] {
+    const char* v = std::getenv("RIDGE_DECODE_KERNEL");
+    if (!v || !*v) return fallback;
+    return int64_t(std::max(0, std::atoi(v)));
   }();
   return positions;
 }
@@ -836,6 +850,104 @@ void CudaBackend::silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) 
          fmt::format("gate_up {} does not match out {}", gate_up.describe(), out.describe()));
   kernels::silu_mul_bf16(bf16(gate_up), gate_up.stride[0], out.shape[0], F, bf16(out),
                          out.stride[0], stream_of(s));
+}
+
+namespace {
+kernels::DecodeDims decode_dims(const DecodeLayersShape& sh, int block_size, int max_blocks) {
+  kernels::DecodeDims d;
+  d.layers = int(sh.layers);
+  d.hidden = int(sh.hidden);
+  d.heads = int(sh.heads);
+  d.kv_heads = int(sh.kv_heads);
+  d.head_dim = int(sh.head_dim);
+  d.ffn = int(sh.ffn);
+  d.block_size = block_size;
+  d.max_blocks = max_blocks;
+  return d;
+}
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+bool fits_int(const DecodeLayersShape& sh) {
+  const int64_t v[] = {sh.layers, sh.hidden, sh.heads, sh.kv_heads, sh.head_dim, sh.ffn};
+  for (int64_t x : v)
+    if (x <= 0 || x > (int64_t(1) << 24)) return false;
+  return true;
+}
+}  // namespace
+
+size_t CudaBackend::decode_layers_workspace(const DecodeLayersShape& shape) const {
+  if (!options_.decode_kernel || decode_kernel_positions(kDecodeKernelPositions) <= 0 ||
+      !fits_int(shape))
+    return 0;
+  const kernels::DecodeDims d = decode_dims(shape, 16, 1);
+  if (kernels::decode_layers_unsupported(d)[0] != 0) return 0;
+  return kernels::decode_layers_plan(d, sm_count_).bytes;
+}
+
+bool CudaBackend::decode_layers(const Stream& s, const DecodeLayersCall& c) {
+  const DecodeLayersShape& sh = c.shape;
+  if (!options_.decode_kernel || c.layers.empty() || int64_t(c.layers.size()) != sh.layers || !c.layers[0].kv) return false;
+  const KvLayer& kv0 = *c.layers[0].kv;
+  const int64_t block_size = kv0.block_size();
+  const int64_t capacity = block_size * c.max_blocks_per_seq;
+  if (capacity <= 0 || capacity > decode_kernel_positions(kDecodeKernelPositions)) return false;
+  if (!fits_int(sh)) return false;
+  const kernels::DecodeDims d = decode_dims(sh, int(block_size), int(c.max_blocks_per_seq));
+  if (kernels::decode_layers_unsupported(d)[0] != 0) return false;
+  const int64_t H = sh.hidden, F = sh.ffn, hd = sh.head_dim;
+  const int64_t QKV = (sh.heads + 2 * sh.kv_heads) * hd, Q = sh.heads * hd;
+  auto dense = [](const Tensor* w, int64_t n, int64_t k) {
+    return w && w->device == Device::cuda && w->dtype == DType::bf16 && w->ndim == 2 &&
+           w->shape[0] == n && w->shape[1] == k && w->is_contiguous() &&
+           aligned16(w->data);
+  };
+  auto pool = [&](const Tensor& t) {
+    return t.device == Device::cuda && t.dtype == DType::bf16 && t.ndim == 4 &&
+           t.shape[1] == block_size && t.shape[2] == sh.kv_heads && t.shape[3] == hd &&
+           t.is_contiguous() && aligned16(t.data);
+  };
+  for (const DecodeLayer& l : c.layers)
+    if (!dense(l.wqkv, QKV, H) || !dense(l.wo, H, Q) || !dense(l.w_gate_up, 2 * F, H) ||
+        !dense(l.w_down, H, F) || !l.kv || !pool(l.kv->k) || !pool(l.kv->v))
+      return false;
+  const kernels::DecodePlan plan = kernels::decode_layers_plan(d, sm_count_);
+  expect(c.workspace && c.workspace_bytes >= plan.bytes, "decode_layers",
+         fmt::format("workspace of {} bytes, needs {}", c.workspace_bytes, plan.bytes));
+  expect(c.x.device == Device::cuda && c.x.dtype == DType::bf16 && c.x.numel() == H &&
+             aligned16(c.x.data),
+         "decode_layers", fmt::format("x must be {} bf16 device values, got {}", H, c.x.describe()));
+  expect_i32(c.positions, 1, "decode_layers", "positions");
+  expect_i32(c.slots, 1, "decode_layers", "slots");
+  expect_i32(c.context_lens, 1, "decode_layers", "context_lens");
+  expect_i32(c.block_table, c.max_blocks_per_seq, "decode_layers", "block_table");
+  expect(c.inv_freq.device == Device::cuda && c.inv_freq.dtype == DType::f32 &&
+             c.inv_freq.numel() == hd / 2,
+         "decode_layers", fmt::format("inv_freq must be {} f32 device values", hd / 2));
+  // ~8 KB of kernel parameters: built in place, not on the stack of every caller.
+  auto a = std::make_unique<kernels::DecodeLayersArgs>();
+  a->dims = d;
+  a->eps = c.eps;
+  a->scale = c.scale;
+  a->x = static_cast<__nv_bfloat16*>(c.x.data);
+  a->positions = static_cast<const int32_t*>(c.positions.data);
+  a->slots = static_cast<const int32_t*>(c.slots.data);
+  a->context_lens = static_cast<const int32_t*>(c.context_lens.data);
+  a->block_table = static_cast<const int32_t*>(c.block_table.data);
+  a->inv_freq = static_cast<const float*>(c.inv_freq.data);
+  a->workspace = c.workspace;
+  a->workspace_bytes = c.workspace_bytes;
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const DecodeLayer& l = c.layers[i];
+    kernels::DecodeLayerPtrs& p = a->layer[i];
+    p.wqkv = static_cast<const __nv_bfloat16*>(l.wqkv->data);
+    p.wo = static_cast<const __nv_bfloat16*>(l.wo->data);
+    p.wgu = static_cast<const __nv_bfloat16*>(l.w_gate_up->data);
+    p.wdown = static_cast<const __nv_bfloat16*>(l.w_down->data);
+    p.k_pool = static_cast<__nv_bfloat16*>(l.kv->k.data);
+    p.v_pool = static_cast<__nv_bfloat16*>(l.kv->v.data);
+  }
+  kernels::decode_layers(*a, plan, stream_of(s));
+  ++decode_layers_calls_;
+  return true;
 }
 
 void CudaBackend::gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) {

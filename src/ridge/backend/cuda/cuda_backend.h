@@ -79,6 +79,12 @@ class CudaBackend final : public Backend {
                  float scale, Tensor& out) override;
   void silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) override;
   void gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) override;
+  // The persistent batch-1 decode kernel (kernels/cuda/decode): bf16 weights and KV pools, head
+  // dims 64/128/256, a context capacity up to kDecodeKernelPositions (RIDGE_DECODE_KERNEL).
+  size_t decode_layers_workspace(const DecodeLayersShape& shape) const override;
+  bool decode_layers(const Stream& s, const DecodeLayersCall& call) override;
+  // decode_layers calls that ran the kernel (tests and benchmarks).
+  int64_t decode_layers_calls() const { return decode_layers_calls_; }
 
   int sm_count() const { return sm_count_; }
   // Graphs captured so far (tests and benchmarks).
@@ -175,6 +181,10 @@ class CudaBackend final : public Backend {
   // chain stops at 2 tokens.
   static constexpr int64_t kDecodeChainPositions = 1024;
   static constexpr int64_t kDecodeChainTokens = 2;
+  // The persistent decode kernel runs up to this context capacity (positions of the step's
+  // block table): its attention takes up to 32 chunks of a head, each a warp's loop.
+  static constexpr int64_t kDecodeKernelPositions = 2048;
+  int64_t decode_layers_calls_ = 0;
   bool fuse_swiglu_gemm_ = false;  // options_.fuse "swiglu_gemm" (opt-in; run 12: within noise)
   int sm_count_ = 0;
   std::string name_;

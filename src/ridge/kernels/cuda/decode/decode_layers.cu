@@ -1,0 +1,679 @@
+// The persistent batch-1 decode kernel (decode_layers.h says what and why).
+//
+// Work: every phase is a list of units; unit f of the flattened list (all phases of all layers
+// in order) belongs to warp f mod W. A warp takes its units in order; before a unit it waits
+// until the previous phase's counter reaches that phase's unit count, after it adds one to its
+// own phase's counter.
+//
+// The weight ring: each warp owns kRing slots of 8 KB in shared memory. A step is 16 weight rows
+// × 256 columns; lane l copies columns [8l, 8l + 8) of each of the 16 rows (16 cp.async of 16
+// bytes: every instruction reads 512 contiguous bytes of one row) and later reads back exactly
+// what it copied, so cp.async.wait_group is the only ordering (no barrier, no mbarrier). The copy
+// cursor runs kRing - 1 steps ahead of the arithmetic over the warp's GEMV units only: across
+// attention, reductions and phase waits it keeps the next weights in flight.
+//
+// The arithmetic (M = 1): per step, lane l multiplies its 8 columns of the 16 rows by the same 8
+// activations (one 16-byte load from L2) in fp32; the 16 row sums are reduced over the warp at the
+// end of the unit. Activations and partial sums written inside the kernel are read with ld.cg
+// (L2): L1 is not coherent across SMs.
+#include "ridge/kernels/cuda/decode/decode_layers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "ridge/kernels/cuda/elementwise/check.h"
+
+namespace ridge::kernels {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRing = 3;
+constexpr int kRows = 16;        // weight rows per step and per tile
+constexpr int kStepCols = 256;   // columns per step (8 per lane)
+constexpr int kSlotBytes = kRows * kStepCols * 2;
+constexpr int kMaxChunks = 32;   // attention units per head
+constexpr int kPhasesPerLayer = 8;
+constexpr int kResidWidth = 256;  // elements per residual unit (8 per lane)
+
+enum Kind : int { kInit, kQkv, kAttn, kCombine, kO, kResid, kGateUp, kDown };
+
+__device__ __forceinline__ int kind_of(int p) {
+  if (p == 0) return kInit;
+  switch ((p - 1) % kPhasesPerLayer) {
+    case 0: return kQkv;
+    case 1: return kAttn;
+    case 2: return kCombine;
+    case 3: return kO;
+    case 4: return kResid;
+    case 5: return kGateUp;
+    case 6: return kDown;
+    default: return kResid;
+  }
+}
+__device__ __forceinline__ bool is_gemv(int kind) {
+  return kind == kQkv || kind == kO || kind == kGateUp || kind == kDown;
+}
+
+struct Shape {
+  int H, QKV, F, nh, nkv, hd, qdim;
+};
+__device__ __forceinline__ Shape shape_of(const DecodeDims& d) {
+  Shape s;
+  s.H = d.hidden;
+  s.nh = d.heads;
+  s.nkv = d.kv_heads;
+  s.hd = d.head_dim;
+  s.qdim = d.heads * d.head_dim;
+  s.QKV = (d.heads + 2 * d.kv_heads) * d.head_dim;
+  s.F = d.ffn;
+  return s;
+}
+
+__device__ __forceinline__ int unit_count(const Shape& s, const DecodePlan& pl, int kind) {
+  switch (kind) {
+    case kInit:
+    case kResid: return pl.resid_units;
+    case kQkv: return (s.QKV / kRows) * pl.split_qkv;
+    case kAttn: return s.nh * pl.chunks;
+    case kCombine: return s.nh;
+    case kO: return (s.H / kRows) * pl.split_o;
+    case kGateUp: return s.F / kRows;
+    default: return (s.H / kRows) * pl.split_down;
+  }
+}
+
+// One GEMV unit: `groups` blocks of 16 rows (row0, and row0 + goff for the up half of gate|up)
+// over columns [k0, k1) of a row-major [*, K] weight.
+struct Gemv {
+  const bf16* w;
+  int K, row0, goff, groups, k0, k1, split;
+};
+
+__device__ __forceinline__ Gemv gemv_of(const DecodeLayersArgs& a, const DecodePlan& pl,
+                                        const Shape& s, int p, int u) {
+  const DecodeLayerPtrs& L = a.layer[(p - 1) / kPhasesPerLayer];
+  Gemv g{};
+  int splits = 1;
+  switch (kind_of(p)) {
+    case kQkv: g.w = L.wqkv, g.K = s.H, splits = pl.split_qkv; break;
+    case kO: g.w = L.wo, g.K = s.qdim, splits = pl.split_o; break;
+    case kGateUp: g.w = L.wgu, g.K = s.H; break;
+    default: g.w = L.wdown, g.K = s.F, splits = pl.split_down; break;
+  }
+  g.groups = kind_of(p) == kGateUp ? 2 : 1;
+  g.goff = kind_of(p) == kGateUp ? s.F : 0;
+  g.row0 = (u / splits) * kRows;
+  g.split = u % splits;
+  const int chunk = ((g.K + splits - 1) / splits + 7) / 8 * 8;
+  g.k0 = min(g.K, g.split * chunk);
+  g.k1 = min(g.K, g.k0 + chunk);
+  return g;
+}
+__device__ __forceinline__ int steps_of(const Gemv& g) {
+  return g.groups * ((g.k1 - g.k0 + kStepCols - 1) / kStepCols);
+}
+
+// A position in a warp's sequence of units: phase p, unit u of it (flat index f), and for the
+// copy cursor the step t of a GEMV unit.
+struct Cursor {
+  int p, base, f, t, steps;
+  Gemv g;
+};
+
+__device__ __forceinline__ int normalize(Cursor& c, const Shape& s, const DecodePlan& pl) {
+  while (c.p < pl.phases) {
+    const int n = unit_count(s, pl, kind_of(c.p));
+    if (c.f - c.base < n) break;
+    c.base += n;
+    ++c.p;
+  }
+  return c.f - c.base;
+}
+
+// Moves the copy cursor to the first step of the next GEMV unit with steps, at or after c.f.
+__device__ __forceinline__ void seek_gemv(Cursor& c, const DecodeLayersArgs& a,
+                                          const DecodePlan& pl, const Shape& s) {
+  for (;;) {
+    const int u = normalize(c, s, pl);
+    if (c.p >= pl.phases) {
+      c.steps = 0;  // past the end: issue() commits empty groups
+      return;
+    }
+    if (is_gemv(kind_of(c.p))) {
+      c.g = gemv_of(a, pl, s, c.p, u);
+      c.steps = steps_of(c.g);
+      c.t = 0;
+      if (c.steps > 0) return;
+    }
+    c.f += pl.warps;
+  }
+}
+
+__device__ __forceinline__ void advance(Cursor& c, const DecodeLayersArgs& a,
+                                        const DecodePlan& pl, const Shape& s) {
+  if (c.p >= pl.phases) return;
+  if (++c.t < c.steps) return;
+  c.f += pl.warps;
+  seek_gemv(c, a, pl, s);
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+
+// Copies the cursor's step into `slot`: one commit group per call (empty past the end or for a
+// lane whose 8 columns lie past the unit's k1; the arithmetic skips those lanes).
+__device__ __forceinline__ void issue(const Cursor& c, char* slot, int lane) {
+  if (c.steps > 0 && c.t < c.steps) {
+    const int ks = c.t / c.g.groups, grp = c.t % c.g.groups;
+    const int col = c.g.k0 + ks * kStepCols + lane * 8;
+    if (col < c.g.k1) {
+      const bf16* src = c.g.w + size_t(c.g.row0 + grp * c.g.goff) * size_t(c.g.K) + col;
+#pragma unroll
+      for (int j = 0; j < kRows; ++j)
+        cp_async16(slot + (j * 32 + lane) * 16, src + size_t(j) * size_t(c.g.K));
+    }
+  }
+  cp_commit();
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float round_bf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+  return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+}
+__device__ __forceinline__ uint4 ldcg16(const void* p) {
+  return __ldcg(static_cast<const uint4*>(p));
+}
+__device__ __forceinline__ float4 ldcg_f4(const float* p) {
+  return __ldcg(reinterpret_cast<const float4*>(p));
+}
+
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void wait_phase(const int* done, int target) {
+  if (ld_acquire(done) >= target) return;
+  while (ld_acquire(done) < target) __nanosleep(32);
+}
+
+// Every lane's stores of the unit, then one count.
+__device__ __forceinline__ void signal(int* done, int lane) {
+  __threadfence();
+  __syncwarp();
+  if (lane == 0) atomicAdd(done, 1);
+}
+
+struct Work {
+  float* x32;
+  float* ss;
+  float* qkv;
+  float* attn_part;
+  bf16* attn;
+  float* o_part;
+  bf16* act;
+  float* down_part;
+  int* done;
+};
+
+__device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodePlan& pl) {
+  char* w = static_cast<char*>(a.workspace);
+  return Work{reinterpret_cast<float*>(w + pl.x32),       reinterpret_cast<float*>(w + pl.ss),
+              reinterpret_cast<float*>(w + pl.qkv),       reinterpret_cast<float*>(w + pl.attn_part),
+              reinterpret_cast<bf16*>(w + pl.attn),       reinterpret_cast<float*>(w + pl.o_part),
+              reinterpret_cast<bf16*>(w + pl.act),        reinterpret_cast<float*>(w + pl.down_part),
+              reinterpret_cast<int*>(w + pl.done)};
+}
+
+// 1/rms of the residual from the residual units' sums of squares.
+__device__ __forceinline__ float inv_rms(const Work& wk, const DecodePlan& pl, int H, float eps,
+                                         int lane) {
+  float s = 0.0f;
+  for (int i = lane; i < pl.resid_units; i += 32) s += __ldcg(wk.ss + i);
+  s = warp_sum(s);
+  return 1.0f / sqrtf(s / float(H) + eps);
+}
+
+// init (parts == nullptr): x32 = x; residual: x32 += Σ parts. Both write x (bf16) and the unit's
+// sum of squares of the stored bf16 values.
+__device__ void resid_unit(const DecodeLayersArgs& a, const Work& wk, const DecodePlan& pl,
+                           int H, const float* parts, int splits, int u, int lane) {
+  const int i0 = u * kResidWidth + lane * 8;
+  float sq = 0.0f;
+  if (i0 < H) {
+    float v[8];
+    if (!parts) {
+      unpack8(ldcg16(a.x + i0), v);
+    } else {
+      const float4 x0 = ldcg_f4(wk.x32 + i0), x1 = ldcg_f4(wk.x32 + i0 + 4);
+      v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w;
+      v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
+      for (int s = 0; s < splits; ++s) {
+        const float4 p0 = ldcg_f4(parts + size_t(s) * H + i0), p1 = ldcg_f4(parts + size_t(s) * H + i0 + 4);
+        v[0] += p0.x, v[1] += p0.y, v[2] += p0.z, v[3] += p0.w;
+        v[4] += p1.x, v[5] += p1.y, v[6] += p1.z, v[7] += p1.w;
+      }
+    }
+    reinterpret_cast<float4*>(wk.x32 + i0)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(wk.x32 + i0)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    const uint4 packed = pack8(v);
+    *reinterpret_cast<uint4*>(a.x + i0) = packed;
+    float r[8];
+    unpack8(packed, r);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sq += r[e] * r[e];
+  }
+  sq = warp_sum(sq);
+  if (lane == 0) wk.ss[u] = sq;
+}
+
+// 16 rotated values of one head: lane j of a group of G lanes holds dims [16j, 16j + 16); the
+// rotate-half partner of dim d < hd/2 is d + hd/2, held by lane j ^ (G/2).
+__device__ __forceinline__ void rope16(float (&v)[16], int j, int G, int hd, float pos,
+                                       const float* __restrict__ inv_freq) {
+  const bool first = j < G / 2;
+  const int half = hd / 2;
+#pragma unroll
+  for (int e = 0; e < 16; ++e) {
+    const float partner = __shfl_xor_sync(0xffffffffu, v[e], G / 2);
+    const int i = (16 * j + e) % half;
+    float sn, cs;
+    sincosf(pos * __ldg(inv_freq + i), &sn, &cs);
+    v[e] = round_bf16(first ? v[e] * cs - partner * sn : v[e] * cs + partner * sn);
+  }
+}
+
+// 16 values of q (or k, v) for lane j: the sum of the qkv GEMV's K splits, rounded to bf16.
+__device__ __forceinline__ void load_head16(const Work& wk, const DecodePlan& pl, int QKV, int off,
+                                            float (&v)[16]) {
+#pragma unroll
+  for (int e = 0; e < 16; ++e) v[e] = 0.0f;
+  for (int s = 0; s < pl.split_qkv; ++s) {
+    const float* p = wk.qkv + size_t(s) * QKV + off;
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4) {
+      const float4 f = ldcg_f4(p + 4 * q4);
+      v[4 * q4] += f.x, v[4 * q4 + 1] += f.y, v[4 * q4 + 2] += f.z, v[4 * q4 + 3] += f.w;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 16; ++e) v[e] = round_bf16(v[e]);
+}
+
+constexpr int kAttnUnroll = 4;  // passes of positions whose K and V loads are in flight together
+
+// Attention unit (head h, chunk c): positions [c·chunk, min((c+1)·chunk, ctx)). Groups of
+// G = hd/16 lanes take one position each (32/G positions per pass), online softmax per group,
+// merged over the groups at the end. The step's own position (ctx - 1) comes from the qkv
+// output in registers; its chunk's unit for the first query head of each KV head stores it.
+__device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const DecodePlan& pl,
+                          const Shape& s, int layer, int h, int c, int lane) {
+  const int hd = s.hd, G = hd / 16, P = 32 / G;
+  const int group = s.nh / s.nkv, g = h / group;
+  const int ctx = __ldg(a.context_lens), cur = ctx - 1;
+  const int start = c * pl.chunk, end = min(start + pl.chunk, ctx);
+  float* part = wk.attn_part + (size_t(h) * kMaxChunks + c) * size_t(hd + 4);
+  if (start >= end) {
+    if (lane == 0) part[0] = -INFINITY, part[1] = 0.0f;
+    return;
+  }
+  const int pg = lane / G, j = lane % G, d0 = 16 * j;
+  const float pos = float(__ldg(a.positions));
+  float q[16];
+  load_head16(wk, pl, s.QKV, h * hd + d0, q);
+  rope16(q, j, G, hd, pos, a.inv_freq);
+  const bool has_cur = cur >= start && cur < end;
+  float kc[16], vc[16];
+  if (has_cur) {
+    load_head16(wk, pl, s.QKV, s.qdim + g * hd + d0, kc);
+    rope16(kc, j, G, hd, pos, a.inv_freq);
+    load_head16(wk, pl, s.QKV, s.qdim + s.nkv * hd + g * hd + d0, vc);
+    const int slot = __ldg(a.slots);
+    if (h % group == 0 && slot >= 0 && pg == 0) {
+      const DecodeLayerPtrs& L = a.layer[layer];
+      const size_t at = (size_t(slot) * s.nkv + g) * hd + d0;
+      float t[8];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) t[e] = kc[8 * half + e];
+        *reinterpret_cast<uint4*>(L.k_pool + at + 8 * half) = pack8(t);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) t[e] = vc[8 * half + e];
+        *reinterpret_cast<uint4*>(L.v_pool + at + 8 * half) = pack8(t);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 16; ++e) kc[e] = vc[e] = 0.0f;
+  }
+  const DecodeLayerPtrs& L = a.layer[layer];
+  const int bs = a.dims.block_size;
+  float m = -INFINITY, l = 0.0f, acc[16];
+#pragma unroll
+  for (int e = 0; e < 16; ++e) acc[e] = 0.0f;
+  for (int p0 = start; p0 < end; p0 += P * kAttnUnroll) {
+    uint4 kr[kAttnUnroll][2], vr[kAttnUnroll][2];
+#pragma unroll
+    for (int n = 0; n < kAttnUnroll; ++n) {
+      const int p = p0 + n * P + pg;
+      kr[n][0] = kr[n][1] = vr[n][0] = vr[n][1] = make_uint4(0, 0, 0, 0);
+      if (p < end && p != cur) {
+        const int blk = __ldg(a.block_table + p / bs);
+        const size_t at = ((size_t(blk) * bs + p % bs) * s.nkv + g) * hd + d0;
+        kr[n][0] = __ldg(reinterpret_cast<const uint4*>(L.k_pool + at));
+        kr[n][1] = __ldg(reinterpret_cast<const uint4*>(L.k_pool + at + 8));
+        vr[n][0] = __ldg(reinterpret_cast<const uint4*>(L.v_pool + at));
+        vr[n][1] = __ldg(reinterpret_cast<const uint4*>(L.v_pool + at + 8));
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kAttnUnroll; ++n) {
+      const int p = p0 + n * P + pg;
+      float kv[16], vv[16];
+      if (p == cur) {
+#pragma unroll
+        for (int e = 0; e < 16; ++e) kv[e] = kc[e], vv[e] = vc[e];
+      } else {
+        float t0[8], t1[8];
+        unpack8(kr[n][0], t0);
+        unpack8(kr[n][1], t1);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) kv[e] = t0[e], kv[8 + e] = t1[e];
+        unpack8(vr[n][0], t0);
+        unpack8(vr[n][1], t1);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) vv[e] = t0[e], vv[8 + e] = t1[e];
+      }
+      float sc = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) sc += q[e] * kv[e];
+      for (int o = 1; o < G; o <<= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o);
+      if (p < end) {
+        sc *= a.scale;
+        const float mn = fmaxf(m, sc);
+        const float corr = __expf(m - mn), w = __expf(sc - mn);
+        l = l * corr + w;
+#pragma unroll
+        for (int e = 0; e < 16; ++e) acc[e] = acc[e] * corr + w * vv[e];
+        m = mn;
+      }
+    }
+  }
+  // Merge the P groups' states.
+  for (int o = G; o < 32; o <<= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+    const float mn = fmaxf(m, m2);
+    const float w1 = m == -INFINITY ? 0.0f : __expf(m - mn);
+    const float w2 = m2 == -INFINITY ? 0.0f : __expf(m2 - mn);
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      const float a2 = __shfl_xor_sync(0xffffffffu, acc[e], o);
+      acc[e] = acc[e] * w1 + a2 * w2;
+    }
+    l = l * w1 + l2 * w2;
+    m = mn;
+  }
+  if (pg == 0) {
+    float4* out = reinterpret_cast<float4*>(part + 4 + d0);
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4)
+      out[q4] = make_float4(acc[4 * q4], acc[4 * q4 + 1], acc[4 * q4 + 2], acc[4 * q4 + 3]);
+    if (lane == 0) part[0] = m, part[1] = l;
+  }
+}
+
+// Combine unit (head h): the chunks' partials merged; lane l writes dims [l·hd/32, (l+1)·hd/32).
+__device__ void combine_unit(const Work& wk, const DecodePlan& pl, const Shape& s, int h,
+                             int lane) {
+  const int hd = s.hd, per = hd / 32;
+  const float* part = wk.attn_part + size_t(h) * kMaxChunks * size_t(hd + 4);
+  float mx = -INFINITY;
+  for (int c = 0; c < pl.chunks; ++c) {
+    const float* pc = part + size_t(c) * (hd + 4);
+    if (__ldcg(pc + 1) > 0.0f) mx = fmaxf(mx, __ldcg(pc));
+  }
+  float out[8] = {0, 0, 0, 0, 0, 0, 0, 0}, L = 0.0f;
+  for (int c = 0; c < pl.chunks; ++c) {
+    const float* pc = part + size_t(c) * (hd + 4);
+    const float lc = __ldcg(pc + 1);
+    if (!(lc > 0.0f)) continue;
+    const float w = __expf(__ldcg(pc) - mx);
+    L += w * lc;
+    for (int e = 0; e < per; ++e) out[e] += w * __ldcg(pc + 4 + lane * per + e);
+  }
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  for (int e = 0; e < per; ++e)
+    wk.attn[size_t(h) * hd + lane * per + e] = __float2bfloat16_rn(out[e] * inv);
+}
+
+// The arithmetic of one ring step: lane's 8 columns of 16 rows times 8 activations.
+__device__ __forceinline__ void consume(const char* slot, int lane, const float (&xv)[8],
+                                        float (&acc)[kRows]) {
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    const uint4 wv = *reinterpret_cast<const uint4*>(slot + (j * 32 + lane) * 16);
+    float w[8];
+    unpack8(wv, w);
+    float s = acc[j];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s = fmaf(w[e], xv[e], s);
+    acc[j] = s;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_layers_kernel(const __grid_constant__ DecodeLayersArgs a, const DecodePlan pl) {
+  extern __shared__ __align__(128) char smem[];
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int wid = int(blockIdx.x) * kWarps + warp;
+  const Shape s = shape_of(a.dims);
+  const Work wk = work_of(a, pl);
+  char* ring = smem + size_t(warp) * kRing * kSlotBytes;
+
+  // The copy cursor: kRing - 1 steps ahead before any arithmetic.
+  Cursor pf{0, 0, wid, 0, 0, Gemv{}};
+  seek_gemv(pf, a, pl, s);
+  int issued = 0, consumed = 0;
+#pragma unroll
+  for (int i = 0; i < kRing - 1; ++i) {
+    issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
+    ++issued;
+    advance(pf, a, pl, s);
+  }
+
+  Cursor cc{0, 0, wid, 0, 0, Gemv{}};
+  for (;; cc.f += pl.warps) {
+    const int u = normalize(cc, s, pl);
+    if (cc.p >= pl.phases) break;
+    const int p = cc.p, kind = kind_of(p), layer = (p - 1) / kPhasesPerLayer;
+    if (p > 0) wait_phase(wk.done + p - 1, unit_count(s, pl, kind_of(p - 1)));
+    switch (kind) {
+      case kInit: resid_unit(a, wk, pl, s.H, nullptr, 0, u, lane); break;
+      case kResid: {
+        const bool after_o = (p - 1) % kPhasesPerLayer == 4;
+        resid_unit(a, wk, pl, s.H, after_o ? wk.o_part : wk.down_part,
+                   after_o ? pl.split_o : pl.split_down, u, lane);
+        break;
+      }
+      case kAttn: attn_unit(a, wk, pl, s, layer, u / pl.chunks, u % pl.chunks, lane); break;
+      case kCombine: combine_unit(wk, pl, s, u, lane); break;
+      default: {  // the GEMVs
+        const Gemv g = gemv_of(a, pl, s, p, u);
+        const int steps = steps_of(g);
+        const bf16* xin = kind == kO ? wk.attn : kind == kDown ? wk.act : a.x;
+        const float scale = (kind == kQkv || kind == kGateUp) ? inv_rms(wk, pl, s.H, a.eps, lane)
+                                                              : 1.0f;
+        float acc0[kRows], acc1[kRows];
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) acc0[j] = acc1[j] = 0.0f;
+        float xv[8];
+        for (int t = 0; t < steps; ++t) {
+          issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
+          ++issued;
+          advance(pf, a, pl, s);
+          const int ks = t / g.groups, grp = t % g.groups;
+          const int col = g.k0 + ks * kStepCols + lane * 8;
+          if (grp == 0 && col < g.k1) unpack8(ldcg16(xin + col), xv);
+          asm volatile("cp.async.wait_group %0;" ::"n"(kRing - 1) : "memory");
+          const char* slot = ring + (consumed % kRing) * kSlotBytes;
+          ++consumed;
+          if (col < g.k1) {
+            if (grp == 0) consume(slot, lane, xv, acc0);
+            else consume(slot, lane, xv, acc1);
+          }
+        }
+        float r0 = 0.0f, r1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) {
+          const float t0 = warp_sum(acc0[j]);
+          if (lane == j) r0 = t0;
+        }
+        if (g.groups == 2) {
+#pragma unroll
+          for (int j = 0; j < kRows; ++j) {
+            const float t1 = warp_sum(acc1[j]);
+            if (lane == j) r1 = t1;
+          }
+        }
+        if (lane < kRows) {
+          const int row = g.row0 + lane;
+          if (kind == kQkv) {
+            wk.qkv[size_t(g.split) * s.QKV + row] = r0 * scale;
+          } else if (kind == kO) {
+            wk.o_part[size_t(g.split) * s.H + row] = r0;
+          } else if (kind == kDown) {
+            wk.down_part[size_t(g.split) * s.H + row] = r0;
+          } else {
+            const float gt = r0 * scale, up = r1 * scale;
+            wk.act[row] = __float2bfloat16_rn(gt / (1.0f + __expf(-gt)) * up);
+          }
+        }
+        break;
+      }
+    }
+    signal(wk.done + p, lane);
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
+
+const char* decode_layers_unsupported(const DecodeDims& d) {
+  if (d.layers < 1 || d.layers > kDecodeMaxLayers) return "layer count outside 1..160";
+  if (d.head_dim != 64 && d.head_dim != 128 && d.head_dim != 256) return "head_dim not 64/128/256";
+  if (d.heads < 1 || d.kv_heads < 1 || d.heads % d.kv_heads) return "heads not a multiple of KV heads";
+  const int qkv = (d.heads + 2 * d.kv_heads) * d.head_dim;
+  if (d.hidden % kRows || qkv % kRows || d.ffn % kRows) return "a projection's rows not a multiple of 16";
+  if (d.hidden % 8 || d.ffn % 8) return "hidden or ffn not a multiple of 8";
+  if (d.block_size < 1 || d.max_blocks < 1) return "no KV blocks";
+  if (int64_t(d.block_size) * d.max_blocks > int64_t(kMaxChunks) * 1024)
+    return "context capacity above 32768 positions";
+  return "";
+}
+
+DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
+  DecodePlan p;
+  p.warps = sm_count * kWarps;
+  p.ring = kRing;
+  // K splits: enough units for every warp where the row tiles alone are few, at least 64 columns
+  // a split, at most 8 splits.
+  auto split = [&](int tiles, int K) {
+    int s = std::max(1, p.warps / std::max(tiles, 1));
+    s = std::min({s, 8, std::max(1, K / 64)});
+    return s;
+  };
+  const int qkv = (d.heads + 2 * d.kv_heads) * d.head_dim;
+  p.split_qkv = split(qkv / kRows, d.hidden);
+  p.split_o = split(d.hidden / kRows, d.heads * d.head_dim);
+  p.split_down = split(d.hidden / kRows, d.ffn);
+  const int capacity = d.block_size * d.max_blocks;
+  p.chunks = std::min(kMaxChunks, std::max(1, (capacity + 31) / 32));
+  p.chunk = ((capacity + p.chunks - 1) / p.chunks + 31) / 32 * 32;
+  p.chunks = (capacity + p.chunk - 1) / p.chunk;
+  p.resid_units = (d.hidden + kResidWidth - 1) / kResidWidth;
+  p.phases = 1 + kPhasesPerLayer * d.layers;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t here = at;
+    at += align256(bytes);
+    return here;
+  };
+  p.x32 = take(size_t(d.hidden) * 4);
+  p.ss = take(size_t(p.resid_units) * 4);
+  p.qkv = take(size_t(p.split_qkv) * qkv * 4);
+  p.attn_part = take(size_t(d.heads) * kMaxChunks * (d.head_dim + 4) * 4);
+  p.attn = take(size_t(d.heads) * d.head_dim * 2);
+  p.o_part = take(size_t(p.split_o) * d.hidden * 4);
+  p.act = take(size_t(d.ffn) * 2);
+  p.down_part = take(size_t(p.split_down) * d.hidden * 4);
+  p.done = take(size_t(p.phases) * 4);
+  p.bytes = at;
+  return p;
+}
+
+void decode_layers(const DecodeLayersArgs& a, const DecodePlan& plan, cudaStream_t stream) {
+  const char* why = decode_layers_unsupported(a.dims);
+  RIDGE_KERNEL_EXPECT(why[0] == 0, "decode_layers", std::string(why));
+  RIDGE_KERNEL_EXPECT(a.workspace && a.workspace_bytes >= plan.bytes, "decode_layers",
+                      "workspace of " + std::to_string(a.workspace_bytes) + " bytes, needs " +
+                          std::to_string(plan.bytes));
+  RIDGE_KERNEL_EXPECT(plan.phases == 1 + kPhasesPerLayer * a.dims.layers && plan.warps > 0,
+                      "decode_layers", "a plan made for other dimensions");
+  const int capacity = a.dims.block_size * a.dims.max_blocks;
+  RIDGE_KERNEL_EXPECT(plan.chunk * plan.chunks >= capacity && plan.chunks <= kMaxChunks,
+                      "decode_layers", "a plan made for a smaller context capacity");
+  constexpr size_t smem = size_t(kWarps) * kRing * kSlotBytes;
+  static const bool configured = [] {
+    RIDGE_CHECK_CUDA(cudaFuncSetAttribute(decode_layers_kernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    return true;
+  }();
+  (void)configured;
+  RIDGE_CHECK_CUDA(cudaMemsetAsync(static_cast<char*>(a.workspace) + plan.done, 0,
+                                   size_t(plan.phases) * 4, stream));
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(plan.warps / kWarps));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  RIDGE_CHECK_CUDA(cudaLaunchKernelEx(&config, decode_layers_kernel, a, plan));
+}
+
+}  // namespace ridge::kernels
