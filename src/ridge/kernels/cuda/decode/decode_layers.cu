@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "ridge/kernels/cuda/elementwise/check.h"
@@ -221,17 +223,31 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
   return v;
 }
 
-__device__ __forceinline__ void wait_phase(const int* done, int target) {
-  if (ld_acquire(done) >= target) return;
-  while (ld_acquire(done) < target) __nanosleep(32);
+// One lane polls (acquire at GPU scope, backing off), then the warp barrier orders the other
+// lanes' reads after it: 32 times fewer loads on the counter's line than every lane polling.
+__device__ __forceinline__ void wait_phase(const int* done, int target, int lane) {
+  if (lane == 0 && ld_acquire(done) < target) {
+    unsigned ns = 32;
+    while (ld_acquire(done) < target) {
+      __nanosleep(ns);
+      ns = min(ns * 2, 256u);
+    }
+  }
+  __syncwarp();
 }
 
-// Every lane's stores of the unit, then one count.
+// Every lane's stores of the unit, then one count: the warp barrier orders them before lane 0's
+// fence and add (the pattern of a cooperative grid sync, per warp).
 __device__ __forceinline__ void signal(int* done, int lane) {
-  __threadfence();
   __syncwarp();
-  if (lane == 0) atomicAdd(done, 1);
+  if (lane == 0) {
+    __threadfence();
+    atomicAdd(done, 1);
+  }
 }
+
+// Phase counters 128 bytes apart: a counter being polled and added to shares its line with none.
+constexpr int kDoneStride = 32;
 
 struct Work {
   float* x32;
@@ -516,7 +532,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int u = normalize(cc, s, pl);
     if (cc.p >= pl.phases) break;
     const int p = cc.p, kind = kind_of(p), layer = (p - 1) / kPhasesPerLayer;
-    if (p > 0) wait_phase(wk.done + p - 1, unit_count(s, pl, kind_of(p - 1)));
+    // Waits for the previous phase: GEMV units first put one more step of weights in flight.
+    auto wait_previous = [&] {
+      if (p > 0 && !pl.no_wait)
+        wait_phase(wk.done + size_t(p - 1) * kDoneStride, unit_count(s, pl, kind_of(p - 1)), lane);
+    };
+    if (!is_gemv(kind)) wait_previous();
     switch (kind) {
       case kInit: resid_unit(a, wk, pl, s.H, nullptr, 0, u, lane); break;
       case kResid: {
@@ -530,6 +551,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       default: {  // the GEMVs
         const Gemv g = gemv_of(a, pl, s, p, u);
         const int steps = steps_of(g);
+        if (steps > 0) {  // the copy of step kRing - 1 ahead, then the wait
+          issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
+          ++issued;
+          advance(pf, a, pl, s);
+        }
+        wait_previous();
         const bf16* xin = kind == kO ? wk.attn : kind == kDown ? wk.act : a.x;
         const float scale = (kind == kQkv || kind == kGateUp) ? inv_rms(wk, pl, s.H, a.eps, lane)
                                                               : 1.0f;
@@ -538,9 +565,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int j = 0; j < kRows; ++j) acc0[j] = acc1[j] = 0.0f;
         float xv[8];
         for (int t = 0; t < steps; ++t) {
-          issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
-          ++issued;
-          advance(pf, a, pl, s);
+          if (t > 0) {
+            issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
+            ++issued;
+            advance(pf, a, pl, s);
+          }
           const int ks = t / g.groups, grp = t % g.groups;
           const int col = g.k0 + ks * kStepCols + lane * 8;
           if (grp == 0 && col < g.k1) unpack8(ldcg16(xin + col), xv);
@@ -581,7 +610,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         break;
       }
     }
-    signal(wk.done + p, lane);
+    signal(wk.done + size_t(p) * kDoneStride, lane);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
@@ -618,8 +647,29 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   p.split_qkv = split(qkv / kRows, d.hidden);
   p.split_o = split(d.hidden / kRows, d.heads * d.head_dim);
   p.split_down = split(d.hidden / kRows, d.ffn);
+  // A/B knobs for the GPU machine: RIDGE_DECODE_SPLITS=q,o,d (K splits, 1..8 each),
+  // RIDGE_DECODE_CHUNK=positions (the least per attention unit, a multiple of 32),
+  // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results).
+  static const char* splits_env = std::getenv("RIDGE_DECODE_SPLITS");
+  if (splits_env) {
+    int q = 0, o = 0, dn = 0;
+    if (std::sscanf(splits_env, "%d,%d,%d", &q, &o, &dn) == 3) {
+      p.split_qkv = std::clamp(q, 1, 8);
+      p.split_o = std::clamp(o, 1, 8);
+      p.split_down = std::clamp(dn, 1, 8);
+    }
+  }
+  static const int min_chunk = [] {
+    const char* v = std::getenv("RIDGE_DECODE_CHUNK");
+    return v ? std::clamp((std::atoi(v) + 31) / 32 * 32, 32, 4096) : 32;
+  }();
+  static const bool no_wait = [] {
+    const char* v = std::getenv("RIDGE_DECODE_NO_WAIT");
+    return v && v[0] == '1';
+  }();
+  p.no_wait = no_wait ? 1 : 0;
   const int capacity = d.block_size * d.max_blocks;
-  p.chunks = std::min(kMaxChunks, std::max(1, (capacity + 31) / 32));
+  p.chunks = std::min(kMaxChunks, std::max(1, (capacity + min_chunk - 1) / min_chunk));
   p.chunk = ((capacity + p.chunks - 1) / p.chunks + 31) / 32 * 32;
   p.chunks = (capacity + p.chunk - 1) / p.chunk;
   p.resid_units = (d.hidden + kResidWidth - 1) / kResidWidth;
@@ -638,7 +688,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   p.o_part = take(size_t(p.split_o) * d.hidden * 4);
   p.act = take(size_t(d.ffn) * 2);
   p.down_part = take(size_t(p.split_down) * d.hidden * 4);
-  p.done = take(size_t(p.phases) * 4);
+  p.done = take(size_t(p.phases) * kDoneStride * 4);
   p.bytes = at;
   return p;
 }
@@ -662,7 +712,7 @@ void decode_layers(const DecodeLayersArgs& a, const DecodePlan& plan, cudaStream
   }();
   (void)configured;
   RIDGE_CHECK_CUDA(cudaMemsetAsync(static_cast<char*>(a.workspace) + plan.done, 0,
-                                   size_t(plan.phases) * 4, stream));
+                                   size_t(plan.phases) * kDoneStride * 4, stream));
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;

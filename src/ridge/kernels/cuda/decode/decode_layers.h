@@ -67,6 +67,9 @@ struct DecodePlan {
   int chunk = 0, chunks = 0;  // positions per attention unit; units per head
   int resid_units = 0;        // 256 elements each
   int phases = 0;
+  // Timing only (RIDGE_DECODE_NO_WAIT=1 in decode_layers_plan): no unit waits for the previous
+  // phase, so the results are wrong; the step then shows the kernel's bare weight stream.
+  int no_wait = 0;
   // workspace offsets in bytes
   size_t x32 = 0, ss = 0, qkv = 0, attn_part = 0, attn = 0, o_part = 0, act = 0, down_part = 0,
          done = 0, bytes = 0;
