@@ -38,22 +38,19 @@ constexpr int kRows = 16;        // weight rows per step and per tile
 constexpr int kStepCols = 256;   // columns per step (8 per lane)
 constexpr int kSlotBytes = kRows * kStepCols * 2;
 constexpr int kMaxChunks = 32;   // attention units per head
-constexpr int kPhasesPerLayer = 8;
-constexpr int kResidWidth = 256;  // elements per residual unit (8 per lane)
+constexpr int kPhasesPerLayer = 5;
+constexpr int kResidWidth = 256;  // elements per init unit (8 per lane)
 
-enum Kind : int { kInit, kQkv, kAttn, kCombine, kO, kResid, kGateUp, kDown };
+enum Kind : int { kInit, kQkv, kAttn, kO, kGateUp, kDown };
 
 __device__ __forceinline__ int kind_of(int p) {
   if (p == 0) return kInit;
   switch ((p - 1) % kPhasesPerLayer) {
     case 0: return kQkv;
     case 1: return kAttn;
-    case 2: return kCombine;
-    case 3: return kO;
-    case 4: return kResid;
-    case 5: return kGateUp;
-    case 6: return kDown;
-    default: return kResid;
+    case 2: return kO;
+    case 3: return kGateUp;
+    default: return kDown;
   }
 }
 __device__ __forceinline__ bool is_gemv(int kind) {
@@ -63,6 +60,9 @@ __device__ __forceinline__ bool is_gemv(int kind) {
 struct Shape {
   int H, QKV, F, nh, nkv, hd, qdim;
 };
+// Tickets per layer: nh heads (attention chunks), H/16 o tiles, H/16 down tiles.
+struct Shape;
+__device__ __forceinline__ int ticket_stride(const Shape& s);
 __device__ __forceinline__ Shape shape_of(const DecodeDims& d) {
   Shape s;
   s.H = d.hidden;
@@ -75,13 +75,13 @@ __device__ __forceinline__ Shape shape_of(const DecodeDims& d) {
   return s;
 }
 
+__device__ __forceinline__ int ticket_stride(const Shape& s) { return s.nh + 2 * (s.H / kRows); }
+
 __device__ __forceinline__ int unit_count(const Shape& s, const DecodePlan& pl, int kind) {
   switch (kind) {
-    case kInit:
-    case kResid: return pl.resid_units;
+    case kInit: return pl.resid_units;
     case kQkv: return (s.QKV / kRows) * pl.split_qkv;
     case kAttn: return s.nh * pl.chunks;
-    case kCombine: return s.nh;
     case kO: return (s.H / kRows) * pl.split_o;
     case kGateUp: return s.F / kRows;
     default: return (s.H / kRows) * pl.split_down;
@@ -259,6 +259,7 @@ struct Work {
   bf16* act;
   float* down_part;
   int* done;
+  int* tickets;  // per layer: [nh] heads, [H/16] o tiles, [H/16] down tiles
 };
 
 __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodePlan& pl) {
@@ -267,49 +268,67 @@ __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodeP
               reinterpret_cast<float*>(w + pl.qkv),       reinterpret_cast<float*>(w + pl.attn_part),
               reinterpret_cast<bf16*>(w + pl.attn),       reinterpret_cast<float*>(w + pl.o_part),
               reinterpret_cast<bf16*>(w + pl.act),        reinterpret_cast<float*>(w + pl.down_part),
-              reinterpret_cast<int*>(w + pl.done)};
+              reinterpret_cast<int*>(w + pl.done),       reinterpret_cast<int*>(w + pl.tickets)};
 }
 
 // 1/rms of the residual from the residual units' sums of squares.
 __device__ __forceinline__ float inv_rms(const Work& wk, const DecodePlan& pl, int H, float eps,
                                          int lane) {
   float s = 0.0f;
-  for (int i = lane; i < pl.resid_units; i += 32) s += __ldcg(wk.ss + i);
+  for (int i = lane; i < H / kRows; i += 32) s += __ldcg(wk.ss + i);
   s = warp_sum(s);
   return 1.0f / sqrtf(s / float(H) + eps);
 }
 
-// init (parts == nullptr): x32 = x; residual: x32 += Σ parts. Both write x (bf16) and the unit's
-// sum of squares of the stored bf16 values.
-__device__ void resid_unit(const DecodeLayersArgs& a, const Work& wk, const DecodePlan& pl,
-                           int H, const float* parts, int splits, int u, int lane) {
+// init: x32 = x (the embedding row) and the sums of squares of x per 16-row tile.
+__device__ void init_unit(const DecodeLayersArgs& a, const Work& wk, int H, int u, int lane) {
   const int i0 = u * kResidWidth + lane * 8;
   float sq = 0.0f;
   if (i0 < H) {
     float v[8];
-    if (!parts) {
-      unpack8(ldcg16(a.x + i0), v);
-    } else {
-      const float4 x0 = ldcg_f4(wk.x32 + i0), x1 = ldcg_f4(wk.x32 + i0 + 4);
-      v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w;
-      v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
-      for (int s = 0; s < splits; ++s) {
-        const float4 p0 = ldcg_f4(parts + size_t(s) * H + i0), p1 = ldcg_f4(parts + size_t(s) * H + i0 + 4);
-        v[0] += p0.x, v[1] += p0.y, v[2] += p0.z, v[3] += p0.w;
-        v[4] += p1.x, v[5] += p1.y, v[6] += p1.z, v[7] += p1.w;
-      }
-    }
+    unpack8(ldcg16(a.x + i0), v);
     reinterpret_cast<float4*>(wk.x32 + i0)[0] = make_float4(v[0], v[1], v[2], v[3]);
     reinterpret_cast<float4*>(wk.x32 + i0)[1] = make_float4(v[4], v[5], v[6], v[7]);
-    const uint4 packed = pack8(v);
-    *reinterpret_cast<uint4*>(a.x + i0) = packed;
-    float r[8];
-    unpack8(packed, r);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) sq += r[e] * r[e];
+    for (int e = 0; e < 8; ++e) sq += v[e] * v[e];
+  }
+  sq += __shfl_xor_sync(0xffffffffu, sq, 1);  // lanes 2k, 2k+1: one 16-row tile
+  if (i0 < H && (lane & 1) == 0) wk.ss[i0 / kRows] = sq;
+}
+
+// The residual add of one 16-row tile once every K split of it is in parts: lane r < 16 adds
+// row row0 + r (splits in order: deterministic), stores x32 and x (bf16), and the tile's sum of
+// squares of the stored bf16 values goes to ss (for the next norm).
+__device__ void resid_tile(const DecodeLayersArgs& a, const Work& wk, int H, const float* parts,
+                           int splits, int row0, int lane) {
+  float sq = 0.0f;
+  if (lane < kRows) {
+    const int row = row0 + lane;
+    float v = __ldcg(wk.x32 + row);
+    for (int sp = 0; sp < splits; ++sp) v += __ldcg(parts + size_t(sp) * H + row);
+    wk.x32[row] = v;
+    const bf16 b = __float2bfloat16_rn(v);
+    a.x[row] = b;
+    const float r = __bfloat162float(b);
+    sq = r * r;
   }
   sq = warp_sum(sq);
-  if (lane == 0) wk.ss[u] = sq;
+  if (lane == 0) wk.ss[row0 / kRows] = sq;
+}
+
+// A ticket among `n` units (one lane adds after a fence; every lane gets the count before its
+// own add). The unit that draws n - 1 is the last: it fences again before reading the others'.
+__device__ __forceinline__ bool last_of(int* ticket, int n, int lane) {
+  __syncwarp();
+  int t = 0;
+  if (lane == 0) {
+    __threadfence();
+    t = atomicAdd(ticket, 1);
+  }
+  t = __shfl_sync(0xffffffffu, t, 0);
+  if (t != n - 1) return false;
+  __threadfence();
+  return true;
 }
 
 // 16 rotated values of one head: lane j of a group of G lanes holds dims [16j, 16j + 16); the
@@ -345,6 +364,30 @@ __device__ __forceinline__ void load_head16(const Work& wk, const DecodePlan& pl
   for (int e = 0; e < 16; ++e) v[e] = round_bf16(v[e]);
 }
 
+// Combine unit (head h): the chunks' partials merged; lane l writes dims [l·hd/32, (l+1)·hd/32).
+__device__ void combine_unit(const Work& wk, const DecodePlan& pl, const Shape& s, int h,
+                             int lane) {
+  const int hd = s.hd, per = hd / 32;
+  const float* part = wk.attn_part + size_t(h) * kMaxChunks * size_t(hd + 4);
+  float mx = -INFINITY;
+  for (int c = 0; c < pl.chunks; ++c) {
+    const float* pc = part + size_t(c) * (hd + 4);
+    if (__ldcg(pc + 1) > 0.0f) mx = fmaxf(mx, __ldcg(pc));
+  }
+  float out[8] = {0, 0, 0, 0, 0, 0, 0, 0}, L = 0.0f;
+  for (int c = 0; c < pl.chunks; ++c) {
+    const float* pc = part + size_t(c) * (hd + 4);
+    const float lc = __ldcg(pc + 1);
+    if (!(lc > 0.0f)) continue;
+    const float w = __expf(__ldcg(pc) - mx);
+    L += w * lc;
+    for (int e = 0; e < per; ++e) out[e] += w * __ldcg(pc + 4 + lane * per + e);
+  }
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  for (int e = 0; e < per; ++e)
+    wk.attn[size_t(h) * hd + lane * per + e] = __float2bfloat16_rn(out[e] * inv);
+}
+
 constexpr int kAttnUnroll = 4;  // passes of positions whose K and V loads are in flight together
 
 // Attention unit (head h, chunk c): positions [c·chunk, min((c+1)·chunk, ctx)). Groups of
@@ -360,6 +403,8 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
   float* part = wk.attn_part + (size_t(h) * kMaxChunks + c) * size_t(hd + 4);
   if (start >= end) {
     if (lane == 0) part[0] = -INFINITY, part[1] = 0.0f;
+    if (last_of(wk.tickets + size_t(layer) * ticket_stride(s) + h, pl.chunks, lane))
+      combine_unit(wk, pl, s, h, lane);
     return;
   }
   const int pg = lane / G, j = lane % G, d0 = 16 * j;
@@ -466,30 +511,8 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
       out[q4] = make_float4(acc[4 * q4], acc[4 * q4 + 1], acc[4 * q4 + 2], acc[4 * q4 + 3]);
     if (lane == 0) part[0] = m, part[1] = l;
   }
-}
-
-// Combine unit (head h): the chunks' partials merged; lane l writes dims [l·hd/32, (l+1)·hd/32).
-__device__ void combine_unit(const Work& wk, const DecodePlan& pl, const Shape& s, int h,
-                             int lane) {
-  const int hd = s.hd, per = hd / 32;
-  const float* part = wk.attn_part + size_t(h) * kMaxChunks * size_t(hd + 4);
-  float mx = -INFINITY;
-  for (int c = 0; c < pl.chunks; ++c) {
-    const float* pc = part + size_t(c) * (hd + 4);
-    if (__ldcg(pc + 1) > 0.0f) mx = fmaxf(mx, __ldcg(pc));
-  }
-  float out[8] = {0, 0, 0, 0, 0, 0, 0, 0}, L = 0.0f;
-  for (int c = 0; c < pl.chunks; ++c) {
-    const float* pc = part + size_t(c) * (hd + 4);
-    const float lc = __ldcg(pc + 1);
-    if (!(lc > 0.0f)) continue;
-    const float w = __expf(__ldcg(pc) - mx);
-    L += w * lc;
-    for (int e = 0; e < per; ++e) out[e] += w * __ldcg(pc + 4 + lane * per + e);
-  }
-  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-  for (int e = 0; e < per; ++e)
-    wk.attn[size_t(h) * hd + lane * per + e] = __float2bfloat16_rn(out[e] * inv);
+  if (last_of(wk.tickets + size_t(layer) * ticket_stride(s) + h, pl.chunks, lane))
+    combine_unit(wk, pl, s, h, lane);
 }
 
 // The arithmetic of one ring step: lane's 8 columns of 16 rows times 8 activations.
@@ -539,15 +562,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     if (!is_gemv(kind)) wait_previous();
     switch (kind) {
-      case kInit: resid_unit(a, wk, pl, s.H, nullptr, 0, u, lane); break;
-      case kResid: {
-        const bool after_o = (p - 1) % kPhasesPerLayer == 4;
-        resid_unit(a, wk, pl, s.H, after_o ? wk.o_part : wk.down_part,
-                   after_o ? pl.split_o : pl.split_down, u, lane);
-        break;
-      }
+      case kInit: init_unit(a, wk, s.H, u, lane); break;
       case kAttn: attn_unit(a, wk, pl, s, layer, u / pl.chunks, u % pl.chunks, lane); break;
-      case kCombine: combine_unit(wk, pl, s, u, lane); break;
       default: {  // the GEMVs
         const Gemv g = gemv_of(a, pl, s, p, u);
         const int steps = steps_of(g);
@@ -606,6 +622,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             const float gt = r0 * scale, up = r1 * scale;
             wk.act[row] = __float2bfloat16_rn(gt / (1.0f + __expf(-gt)) * up);
           }
+        }
+        if (kind == kO || kind == kDown) {  // the last split of the tile adds the residual
+          const int splits = kind == kO ? pl.split_o : pl.split_down;
+          const float* parts = kind == kO ? wk.o_part : wk.down_part;
+          int* ticket = wk.tickets + size_t(layer) * ticket_stride(s) + s.nh +
+                        (kind == kDown ? s.H / kRows : 0) + g.row0 / kRows;
+          if (splits == 1) __syncwarp();
+          if (splits == 1 || last_of(ticket, splits, lane))
+            resid_tile(a, wk, s.H, parts, splits, g.row0, lane);
         }
         break;
       }
@@ -681,7 +706,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
     return here;
   };
   p.x32 = take(size_t(d.hidden) * 4);
-  p.ss = take(size_t(p.resid_units) * 4);
+  p.ss = take(size_t(d.hidden / kRows) * 4);
   p.qkv = take(size_t(p.split_qkv) * qkv * 4);
   p.attn_part = take(size_t(d.heads) * kMaxChunks * (d.head_dim + 4) * 4);
   p.attn = take(size_t(d.heads) * d.head_dim * 2);
@@ -689,6 +714,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   p.act = take(size_t(d.ffn) * 2);
   p.down_part = take(size_t(p.split_down) * d.hidden * 4);
   p.done = take(size_t(p.phases) * kDoneStride * 4);
+  p.tickets = take(size_t(d.layers) * (d.heads + 2 * (d.hidden / kRows)) * 4);
   p.bytes = at;
   return p;
 }
@@ -711,8 +737,9 @@ void decode_layers(const DecodeLayersArgs& a, const DecodePlan& plan, cudaStream
     return true;
   }();
   (void)configured;
+  // The phase counters and the tickets (contiguous, at the end): zero at every launch.
   RIDGE_CHECK_CUDA(cudaMemsetAsync(static_cast<char*>(a.workspace) + plan.done, 0,
-                                   size_t(plan.phases) * kDoneStride * 4, stream));
+                                   plan.bytes - plan.done, stream));
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;

@@ -12,16 +12,16 @@
 //
 // Phases (units of one phase depend on the previous phase having completed; a per-phase counter
 // in global memory, release/acquire at GPU scope):
-//   init                   x32 = x (the embedding), sums of squares of x
+//   init                   x32 = x (the embedding), sums of squares of x per 16-row tile
 //   per layer: qkv         part = (x · Wqkvᵀ) / rms(x)            16-row tiles × K splits
 //              attention   (head, chunk of positions): RoPE of q and the new k, the new k and v to
-//                          the paged cache, flash-decoding partials (max, sum, unnormalized acc)
-//              combine     per head: the partials merged -> attn (bf16)
-//              o           part = attn · Woᵀ                       16-row tiles × K splits
-//              residual    x32 += Σ parts; x (bf16) and its sums of squares
+//                          the paged cache, flash-decoding partials (max, sum, unnormalized acc);
+//                          the head's last unit (a ticket) merges them -> attn (bf16)
+//              o           part = attn · Woᵀ                       16-row tiles × K splits; the
+//                          tile's last split (a ticket) adds the residual: x32 += Σ parts, x
+//                          (bf16) and the tile's sum of squares
 //              gate|up     act = silu(g) · u, [g; u] = (x · Wguᵀ) / rms(x)   16 outputs per unit
-//              down        part = act · Wdownᵀ                     16-row tiles × K splits
-//              residual    as above
+//              down        part = act · Wdownᵀ, the residual as for o
 // The norm weights must be folded into Wqkv and Wgu (Backend::fold_norm_weight): the norm is then
 // a per-token scale of the product. The residual stream is kept in fp32 inside the kernel; the
 // GEMV inputs are its bf16 rounding (as the layer-by-layer path stores them); q, k and v are
@@ -65,14 +65,14 @@ struct DecodePlan {
   int ring = 0;   // ring slots of 8 KB per warp
   int split_qkv = 1, split_o = 1, split_down = 1;
   int chunk = 0, chunks = 0;  // positions per attention unit; units per head
-  int resid_units = 0;        // 256 elements each
+  int resid_units = 0;        // init units, 256 elements each
   int phases = 0;
   // Timing only (RIDGE_DECODE_NO_WAIT=1 in decode_layers_plan): no unit waits for the previous
   // phase, so the results are wrong; the step then shows the kernel's bare weight stream.
   int no_wait = 0;
   // workspace offsets in bytes
   size_t x32 = 0, ss = 0, qkv = 0, attn_part = 0, attn = 0, o_part = 0, act = 0, down_part = 0,
-         done = 0, bytes = 0;
+         done = 0, tickets = 0, bytes = 0;
 };
 
 struct DecodeLayersArgs {
