@@ -223,12 +223,57 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
   return v;
 }
 
-// One lane polls (acquire at GPU scope, backing off), then the warp barrier orders the other
-// lanes' reads after it: 32 times fewer loads on the counter's line than every lane polling.
-__device__ __forceinline__ void wait_phase(const int* done, int target, int lane) {
-  if (lane == 0 && ld_acquire(done) < target) {
+// Phase counters 128 bytes apart: a counter being polled and added to shares its line with none.
+constexpr int kDoneStride = 32;
+
+// Waiting for phase q: one warp per block polls the global counter (acquire at GPU scope, backing
+// off), the block's other waiting warps read a shared mark of the last phase known complete. The
+// poller publishes with a release at block scope, readers acquire at block scope, so the
+// counter's acquire orders their later reads too (causality is transitive). So 132 pollers, not
+// 1056, load the counter's L2 line (a hot line slows every request to its L2 slice). Phases
+// complete in order, so a mark >= q covers q.
+struct BlockWait {
+  int* seen;    // shared: the last phase known complete (-1 at start)
+  int* poller;  // shared: 1 while a warp of the block polls
+};
+__device__ __forceinline__ int ld_acquire_cta(const int* p) {
+  int v;
+  asm volatile("ld.acquire.cta.shared.b32 %0, [%1];"
+               : "=r"(v)
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p)))
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_cta(int* p, int v) {
+  asm volatile("st.release.cta.shared.b32 [%0], %1;" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(p))),
+               "r"(v)
+               : "memory");
+}
+// The poller walks the phases forward from the mark, raising it as each completes, until its own
+// phase q is covered: a warp of the block that waits for an earlier phase is released as soon as
+// that one completes (a poller waiting on q alone could hold back the warp whose unit q needs).
+__device__ __forceinline__ void wait_phase(const BlockWait& bw, const int* done, const Shape& s,
+                                           const DecodePlan& pl, int q, int lane) {
+  if (lane == 0) {
     unsigned ns = 32;
-    while (ld_acquire(done) < target) {
+    while (ld_acquire_cta(bw.seen) < q) {
+      if (atomicCAS(bw.poller, 0, 1) == 0) {
+        int k = ld_acquire_cta(bw.seen);
+        while (k < q) {
+          const int next = k + 1;
+          if (ld_acquire(done + size_t(next) * kDoneStride) >= unit_count(s, pl, kind_of(next))) {
+            k = next;
+            st_release_cta(bw.seen, k);  // only the token's holder writes the mark
+            ns = 32;
+          } else {
+            __nanosleep(ns);
+            ns = min(ns * 2, 256u);
+          }
+        }
+        atomicExch(bw.poller, 0);
+        break;
+      }
       __nanosleep(ns);
       ns = min(ns * 2, 256u);
     }
@@ -246,8 +291,6 @@ __device__ __forceinline__ void signal(int* done, int lane) {
   }
 }
 
-// Phase counters 128 bytes apart: a counter being polled and added to shares its line with none.
-constexpr int kDoneStride = 32;
 
 struct Work {
   float* x32;
@@ -538,6 +581,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Shape s = shape_of(a.dims);
   const Work wk = work_of(a, pl);
   char* ring = smem + size_t(warp) * kRing * kSlotBytes;
+  __shared__ int seen_phase, poller_flag;
+  if (threadIdx.x == 0) seen_phase = -1, poller_flag = 0;
+  __syncthreads();
+  const BlockWait bw{&seen_phase, &poller_flag};
 
   // The copy cursor: kRing - 1 steps ahead before any arithmetic.
   Cursor pf{0, 0, wid, 0, 0, Gemv{}};
@@ -558,7 +605,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Waits for the previous phase: GEMV units first put one more step of weights in flight.
     auto wait_previous = [&] {
       if (p > 0 && !pl.no_wait)
-        wait_phase(wk.done + size_t(p - 1) * kDoneStride, unit_count(s, pl, kind_of(p - 1)), lane);
+        wait_phase(bw, wk.done, s, pl, p - 1, lane);
     };
     if (!is_gemv(kind)) wait_previous();
     switch (kind) {
