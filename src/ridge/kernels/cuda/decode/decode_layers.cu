@@ -268,14 +268,14 @@ __device__ __forceinline__ void wait_phase(const BlockWait& bw, const int* done,
             ns = 32;
           } else {
             __nanosleep(ns);
-            ns = min(ns * 2, 256u);
+            ns = min(ns * 2, 128u);
           }
         }
         atomicExch(bw.poller, 0);
         break;
       }
       __nanosleep(ns);
-      ns = min(ns * 2, 256u);
+      ns = min(ns * 2, 128u);
     }
   }
   __syncwarp();
@@ -558,6 +558,46 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
     combine_unit(wk, pl, s, h, lane);
 }
 
+// The 16 row sums of a unit over the warp as a reduce-scatter (16 shuffles, 5 dependent rounds,
+// instead of 16 full reductions): after the rounds over lane bits 4..1 each lane holds one row's
+// sum over its lane pair, the final round adds the pair; lanes 2i and 2i + 1 then hold row
+// reduced_row(2i).
+template <int N>
+__device__ __forceinline__ void reduce_round(float (&v)[kRows], int lane) {
+  constexpr int o = N;  // rounds of 16, 8, 4, 2 values over lane bits 4, 3, 2, 1
+  const bool upper = (lane & o) != 0;
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    const float send = upper ? v[i] : v[i + N / 2];
+    const float keep = upper ? v[i + N / 2] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+  }
+}
+__device__ __forceinline__ float reduce_rows(float (&v)[kRows], int lane) {
+  reduce_round<16>(v, lane);
+  reduce_round<8>(v, lane);
+  reduce_round<4>(v, lane);
+  reduce_round<2>(v, lane);
+  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+}
+// Lane bit 4 chose the row's bit 3 (upper half kept), bit 3 its bit 2, bit 2 its bit 1, bit 1 its
+// bit 0.
+__device__ __forceinline__ int reduced_row(int lane) {
+  return ((lane >> 4) & 1) * 8 + ((lane >> 3) & 1) * 4 + ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1);
+}
+
+// L2 prefetch of steps [t0, t1) of a unit, for a warp about to wait: per 16-row block, one bulk
+// prefetch of the rows' contiguous columns (lane r < 16 takes row r of each group).
+__device__ __forceinline__ void prefetch_l2(const Gemv& g, int t0, int t1, int lane) {
+  const int ks0 = t0 / g.groups, ks1 = (t1 + g.groups - 1) / g.groups;
+  const int c0 = g.k0 + ks0 * kStepCols, c1 = min(g.k1, g.k0 + ks1 * kStepCols);
+  if (c1 <= c0 || lane >= kRows * g.groups) return;
+  const int grp = lane / kRows, r = lane % kRows;
+  const bf16* src = g.w + size_t(g.row0 + grp * g.goff + r) * size_t(g.K) + c0;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"((c1 - c0) * 2)
+               : "memory");
+}
+
 // The arithmetic of one ring step: lane's 8 columns of 16 rows times 8 activations.
 __device__ __forceinline__ void consume(const char* slot, int lane, const float (&xv)[8],
                                         float (&acc)[kRows]) {
@@ -619,6 +659,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           ++issued;
           advance(pf, a, pl, s);
         }
+        // About to wait: this unit's steps past the ring go to L2 meanwhile, so that DRAM keeps
+        // streaming while every ring is full.
+        if (p > 0 && pl.l2_steps > 0 && steps > kRing && !pl.no_wait) {
+          int ahead = 0;
+          if (lane == 0) ahead = ld_acquire_cta(bw.seen) < p - 1;
+          if (__shfl_sync(0xffffffffu, ahead, 0))
+            prefetch_l2(g, kRing, min(steps, kRing + pl.l2_steps), lane);
+        }
         wait_previous();
         const bf16* xin = kind == kO ? wk.attn : kind == kDown ? wk.act : a.x;
         const float scale = (kind == kQkv || kind == kGateUp) ? inv_rms(wk, pl, s.H, a.eps, lane)
@@ -644,21 +692,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             else consume(slot, lane, xv, acc1);
           }
         }
-        float r0 = 0.0f, r1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kRows; ++j) {
-          const float t0 = warp_sum(acc0[j]);
-          if (lane == j) r0 = t0;
-        }
-        if (g.groups == 2) {
-#pragma unroll
-          for (int j = 0; j < kRows; ++j) {
-            const float t1 = warp_sum(acc1[j]);
-            if (lane == j) r1 = t1;
-          }
-        }
-        if (lane < kRows) {
-          const int row = g.row0 + lane;
+        const float r0 = reduce_rows(acc0, lane);
+        const float r1 = g.groups == 2 ? reduce_rows(acc1, lane) : 0.0f;
+        if ((lane & 1) == 0) {
+          const int row = g.row0 + reduced_row(lane);
           if (kind == kQkv) {
             wk.qkv[size_t(g.split) * s.QKV + row] = r0 * scale;
           } else if (kind == kO) {
@@ -721,6 +758,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   p.split_down = split(d.hidden / kRows, d.ffn);
   // A/B knobs for the GPU machine: RIDGE_DECODE_SPLITS=q,o,d (K splits, 1..8 each),
   // RIDGE_DECODE_CHUNK=positions (the least per attention unit, a multiple of 32),
+  // RIDGE_DECODE_L2_STEPS=n (steps a waiting warp prefetches to L2, 0 none),
   // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results).
   static const char* splits_env = std::getenv("RIDGE_DECODE_SPLITS");
   if (splits_env) {
@@ -735,6 +773,11 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
     const char* v = std::getenv("RIDGE_DECODE_CHUNK");
     return v ? std::clamp((std::atoi(v) + 31) / 32 * 32, 32, 4096) : 32;
   }();
+  static const int l2_steps = [] {
+    const char* v = std::getenv("RIDGE_DECODE_L2_STEPS");
+    return v ? std::clamp(std::atoi(v), 0, 64) : 4;
+  }();
+  p.l2_steps = l2_steps;
   static const bool no_wait = [] {
     const char* v = std::getenv("RIDGE_DECODE_NO_WAIT");
     return v && v[0] == '1';

@@ -70,6 +70,8 @@ struct DecodePlan {
   // Timing only (RIDGE_DECODE_NO_WAIT=1 in decode_layers_plan): no unit waits for the previous
   // phase, so the results are wrong; the step then shows the kernel's bare weight stream.
   int no_wait = 0;
+  // Steps of its unit past the ring that a warp about to wait prefetches into L2.
+  int l2_steps = 0;
   // workspace offsets in bytes
   size_t x32 = 0, ss = 0, qkv = 0, attn_part = 0, attn = 0, o_part = 0, act = 0, down_part = 0,
          done = 0, tickets = 0, bytes = 0;
