@@ -678,7 +678,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         float acc0[kRows], acc1[kRows];
 #pragma unroll
         for (int j = 0; j < kRows; ++j) acc0[j] = acc1[j] = 0.0f;
+        // Activations one k-step ahead in registers (an L2 round trip each): the load for step
+        // ks + 1 is in flight while step ks is consumed.
         float xv[8];
+        uint4 xnext = make_uint4(0, 0, 0, 0);
+        if (steps > 0 && g.k0 + lane * 8 < g.k1) xnext = ldcg16(xin + g.k0 + lane * 8);
         for (int t = 0; t < steps; ++t) {
           if (t > 0) {
             issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
@@ -687,7 +691,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           const int ks = t / g.groups, grp = t % g.groups;
           const int col = g.k0 + ks * kStepCols + lane * 8;
-          if (grp == 0 && col < g.k1) unpack8(ldcg16(xin + col), xv);
+          if (grp == 0) {
+            unpack8(xnext, xv);
+            const int ncol = col + kStepCols;
+            if (ncol < g.k1) xnext = ldcg16(xin + ncol);
+          }
           asm volatile("cp.async.wait_group %0;" ::"n"(kRing - 1) : "memory");
           const char* slot = ring + (consumed % kRing) * kSlotBytes;
           ++consumed;
