@@ -237,19 +237,16 @@ struct BlockWait {
   int* seen;    // shared: the last phase known complete (-1 at start)
   int* poller;  // shared: 1 while a warp of the block polls
 };
-__device__ __forceinline__ int ld_acquire_cta(const int* p) {
-  int v;
-  asm volatile("ld.acquire.cta.shared.b32 %0, [%1];"
-               : "=r"(v)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p)))
-               : "memory");
+// The mark is read and written with shared-memory atomics and block-scope fences (an acquire and
+// a release at block scope), so compute-sanitizer's racecheck sees the synchronization too.
+__device__ __forceinline__ int ld_acquire_cta(int* p) {
+  const int v = atomicAdd(p, 0);
+  __threadfence_block();
   return v;
 }
 __device__ __forceinline__ void st_release_cta(int* p, int v) {
-  asm volatile("st.release.cta.shared.b32 [%0], %1;" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(p))),
-               "r"(v)
-               : "memory");
+  __threadfence_block();
+  atomicExch(p, v);
 }
 // The poller walks the phases forward from the mark, raising it as each completes, until its own
 // phase q is covered: a warp of the block that waits for an earlier phase is released as soon as
