@@ -238,22 +238,20 @@ void run_case(const model::ModelWeights& w, const std::string& name, int prompt_
 
 class DecodeLayers : public GpuBackend {};
 
-TEST_F(DecodeLayers, RandomMhaHeadDim128) {
+void run_random(const Shape& s, int prompt_len, int steps) {
   log::set_level(log::Level::warn);
-  const Shape s{"mha-hd128", 512, 4, 4, 128, 1376, 3, 320, false};
   TempDir dir;
   write_random_model(dir, s);
   auto w = model::ModelWeights::load(dir.path().string());
-  run_case(*w, s.name, 37, 40);
+  run_case(*w, s.name, prompt_len, steps);
+}
+
+TEST_F(DecodeLayers, RandomMhaHeadDim128) {
+  run_random({"mha-hd128", 512, 4, 4, 128, 1376, 3, 320, false}, 37, 40);
 }
 
 TEST_F(DecodeLayers, RandomGqaHeadDim64Llama3Rope) {
-  log::set_level(log::Level::warn);
-  const Shape s{"gqa-hd64-llama3", 384, 6, 2, 64, 1040, 2, 300, true};
-  TempDir dir;
-  write_random_model(dir, s);
-  auto w = model::ModelWeights::load(dir.path().string());
-  run_case(*w, s.name, 250, 24);
+  run_random({"gqa-hd64-llama3", 384, 6, 2, 64, 1040, 2, 300, true}, 250, 24);
 }
 
 TEST_F(DecodeLayers, DefaultModel) {

@@ -30,8 +30,9 @@ struct BackendOptions {
   // Programmatic dependent launch: decode kernels start during the previous kernel's tail.
   bool pdl = true;
   // Batch-1 decode steps run every layer in one persistent kernel (CUDA, Backend::decode_layers;
-  // needs the "norm" fusion's folded weights), else layer by layer.
-  bool decode_kernel = true;
+  // needs the "norm" fusion's folded weights), else layer by layer. Opt-in: on the H200 it is
+  // slower than the layer-by-layer chain so far (docs/KERNELS.md, "Run 15").
+  bool decode_kernel = false;
 };
 
 // A `fuse` list (BackendOptions::fuse, CLI --fuse) read item by item: "norm", "silu", "rope_kv",

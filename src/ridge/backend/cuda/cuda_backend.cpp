@@ -97,7 +97,7 @@ int attention_min_split() {
 }
 
 // The persistent batch-1 decode kernel (Backend::decode_layers; BackendOptions::decode_kernel,
-// --no-decode-kernel): RIDGE_DECODE_KERNEL=N sets the largest context capacity (block-table width
+// --decode-kernel, opt-in): RIDGE_DECODE_KERNEL=N sets the largest context capacity (block-table width
 // × block size of the step, a graph's capacity) it runs at, 0 never (A/B runs). Default:
 // kDecodeKernelPositions.
 int64_t decode_kernel_positions(int64_t fallback) {

@@ -79,8 +79,9 @@ class CudaBackend final : public Backend {
                  float scale, Tensor& out) override;
   void silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) override;
   void gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) override;
-  // The persistent batch-1 decode kernel (kernels/cuda/decode): bf16 weights and KV pools, head
-  // dims 64/128/256, a context capacity up to kDecodeKernelPositions (RIDGE_DECODE_KERNEL).
+  // The persistent batch-1 decode kernel (kernels/cuda/decode; BackendOptions::decode_kernel,
+  // opt-in): bf16 weights and KV pools, head dims 64/128/256, a context capacity up to
+  // kDecodeKernelPositions (RIDGE_DECODE_KERNEL).
   size_t decode_layers_workspace(const DecodeLayersShape& shape) const override;
   bool decode_layers(const Stream& s, const DecodeLayersCall& call) override;
   // decode_layers calls that ran the kernel (tests and benchmarks).
