@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "ridge/core/error.h"
+#include "ridge/core/log.h"
 #include "ridge/kernels/cuda/attention/paged_attention.h"
 #include "ridge/kernels/cuda/decode/decode_layers.h"
 #include "ridge/kernels/cuda/elementwise/check.h"
@@ -168,6 +169,7 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
 }
 
 CudaBackend::~CudaBackend() {
+  log_decode_trace();
   // Work still queued may use the weights and workspaces freed below.
   if (stream_) (void)cudaStreamSynchronize(stream_->get());
   (void)cudaDeviceSynchronize();
@@ -947,7 +949,57 @@ bool CudaBackend::decode_layers(const Stream& s, const DecodeLayersCall& c) {
   }
   kernels::decode_layers(*a, plan, stream_of(s));
   ++decode_layers_calls_;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  RIDGE_CHECK_CUDA(cudaStreamIsCapturing(stream_of(s), &capturing));
+  if (plan.trace_on && capturing == cudaStreamCaptureStatusNone)
+    add_decode_trace(kernels::decode_layers_trace(*a, plan, stream_of(s)), sh);
   return true;
+}
+
+// RIDGE_DECODE_TRACE=1 (eager steps only, e.g. with --no-cuda-graphs): per kind of phase, the mean
+// over layers and steps of its span (its last unit's end after the previous phase's), of the
+// wait from the previous phase's end to its first unit's release, and of the spread of its
+// units' releases; logged when the backend goes away.
+void CudaBackend::add_decode_trace(const std::vector<uint64_t>& t, const DecodeLayersShape& sh) {
+  constexpr int kKinds = 5;
+  if (t.size() < size_t(4 * (1 + kKinds * sh.layers))) return;
+  if (decode_trace_.empty()) decode_trace_.assign(kKinds * 3 + 1, 0.0);
+  auto at = [&](int64_t p, int i) { return double(t[size_t(p * 4 + i)]); };
+  for (int64_t l = 0; l < sh.layers; ++l)
+    for (int k = 0; k < kKinds; ++k) {
+      const int64_t p = 1 + l * kKinds + k;
+      decode_trace_[size_t(k * 3 + 0)] += at(p, 3) - at(p - 1, 3);
+      decode_trace_[size_t(k * 3 + 1)] += at(p, 2) - at(p - 1, 3);
+      decode_trace_[size_t(k * 3 + 2)] += at(p, 1) - at(p, 2);
+    }
+  const int64_t last = sh.layers * kKinds;
+  decode_trace_[kKinds * 3] += at(last, 3) - at(0, 0);
+  ++decode_trace_steps_;
+  decode_trace_layers_ = sh.layers;
+  const int64_t H = sh.hidden, F = sh.ffn, hd = sh.head_dim;
+  decode_trace_bytes_ = {double((sh.heads + 2 * sh.kv_heads) * hd * H * 2), 0.0,
+                         double(H * sh.heads * hd * 2), double(2 * F * H * 2), double(H * F * 2)};
+}
+
+void CudaBackend::log_decode_trace() const {
+  if (decode_trace_steps_ == 0) return;
+  const double n = double(decode_trace_steps_ * decode_trace_layers_);
+  static const char* kinds[] = {"q|k|v", "attention", "o", "gate|up", "down"};
+  std::string text = fmt::format("decode kernel trace over {} steps: kernel {:.1f} us a step; per "
+                                 "layer (us): ",
+                                 decode_trace_steps_,
+                                 decode_trace_[15] / double(decode_trace_steps_) / 1e3);
+  for (int k = 0; k < 5; ++k) {
+    const double span = decode_trace_[size_t(k * 3)] / n / 1e3;
+    text += fmt::format("{}{} span {:.2f} (first release {:.2f} after the previous phase, releases "
+                        "spread {:.2f}",
+                        k ? "; " : "", kinds[k], span, decode_trace_[size_t(k * 3 + 1)] / n / 1e3,
+                        decode_trace_[size_t(k * 3 + 2)] / n / 1e3);
+    if (decode_trace_bytes_[size_t(k)] > 0)
+      text += fmt::format(", {:.2f} TB/s", decode_trace_bytes_[size_t(k)] / (span * 1e6));
+    text += ")";
+  }
+  log::info("{}", text);
 }
 
 void CudaBackend::gather_rows(const Stream& s, const Tensor& x, const Tensor& rows, Tensor& out) {

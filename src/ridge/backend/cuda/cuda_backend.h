@@ -186,6 +186,11 @@ class CudaBackend final : public Backend {
   // block table): its attention takes up to 32 chunks of a head, each a warp's loop.
   static constexpr int64_t kDecodeKernelPositions = 2048;
   int64_t decode_layers_calls_ = 0;
+  // RIDGE_DECODE_TRACE=1: the decode kernel's phase stamps, summed per kind (cuda_backend.cpp).
+  void add_decode_trace(const std::vector<uint64_t>& stamps, const DecodeLayersShape& shape);
+  void log_decode_trace() const;
+  std::vector<double> decode_trace_, decode_trace_bytes_;
+  int64_t decode_trace_steps_ = 0, decode_trace_layers_ = 0;
   bool fuse_swiglu_gemm_ = false;  // options_.fuse "swiglu_gemm" (opt-in; run 12: within noise)
   int sm_count_ = 0;
   std::string name_;

@@ -218,6 +218,12 @@ __device__ __forceinline__ float4 ldcg_f4(const float* p) {
   return __ldcg(reinterpret_cast<const float4*>(p));
 }
 
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 __device__ __forceinline__ int ld_acquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -301,6 +307,7 @@ struct Work {
   float* down_part;
   int* done;
   int* tickets;  // per layer: [nh] heads, [H/16] o tiles, [H/16] down tiles
+  unsigned long long* trace;  // [phases][4] (DecodePlan::trace_on)
 };
 
 __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodePlan& pl) {
@@ -309,7 +316,8 @@ __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodeP
               reinterpret_cast<float*>(w + pl.qkv),       reinterpret_cast<float*>(w + pl.attn_part),
               reinterpret_cast<bf16*>(w + pl.attn),       reinterpret_cast<float*>(w + pl.o_part),
               reinterpret_cast<bf16*>(w + pl.act),        reinterpret_cast<float*>(w + pl.down_part),
-              reinterpret_cast<int*>(w + pl.done),       reinterpret_cast<int*>(w + pl.tickets)};
+              reinterpret_cast<int*>(w + pl.done),       reinterpret_cast<int*>(w + pl.tickets),
+              reinterpret_cast<unsigned long long*>(w + pl.trace)};
 }
 
 // 1/rms of the residual from the residual units' sums of squares.
@@ -644,9 +652,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (cc.p >= pl.phases) break;
     const int p = cc.p, kind = kind_of(p), layer = (p - 1) / kPhasesPerLayer;
     // Waits for the previous phase: GEMV units first put one more step of weights in flight.
+    unsigned long long t_arrive = 0, t_release = 0;
     auto wait_previous = [&] {
+      if (pl.trace_on) t_arrive = now_ns();
       if (p > 0 && !pl.no_wait)
         wait_phase(bw, wk.done, s, pl, p - 1, lane);
+      if (pl.trace_on) t_release = now_ns();
     };
     if (!is_gemv(kind)) wait_previous();
     switch (kind) {
@@ -729,6 +740,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     signal(wk.done + size_t(p) * kDoneStride, lane);
+    if (pl.trace_on && lane == 0) {
+      unsigned long long* tr = wk.trace + size_t(p) * 4;
+      atomicMax(tr + 0, ~t_arrive);
+      atomicMax(tr + 1, t_release);
+      atomicMax(tr + 2, ~t_release);
+      atomicMax(tr + 3, now_ns());
+    }
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
@@ -787,6 +805,11 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
     return v ? std::clamp(std::atoi(v), 0, 64) : 0;  // run 15 (a3): 4 steps lost 4 %, 8 10 %
   }();
   p.l2_steps = l2_steps;
+  static const bool trace = [] {
+    const char* v = std::getenv("RIDGE_DECODE_TRACE");
+    return v && v[0] == '1';
+  }();
+  p.trace_on = trace ? 1 : 0;
   static const bool no_wait = [] {
     const char* v = std::getenv("RIDGE_DECODE_NO_WAIT");
     return v && v[0] == '1';
@@ -814,8 +837,20 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   p.down_part = take(size_t(p.split_down) * d.hidden * 4);
   p.done = take(size_t(p.phases) * kDoneStride * 4);
   p.tickets = take(size_t(d.layers) * (d.heads + 2 * (d.hidden / kRows)) * 4);
+  p.trace = take(size_t(p.phases) * 4 * 8);
   p.bytes = at;
   return p;
+}
+
+std::vector<uint64_t> decode_layers_trace(const DecodeLayersArgs& a, const DecodePlan& plan,
+                                          cudaStream_t stream) {
+  if (!plan.trace_on) return {};
+  std::vector<uint64_t> t(size_t(plan.phases) * 4);
+  RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
+  RIDGE_CHECK_CUDA(cudaMemcpy(t.data(), static_cast<const char*>(a.workspace) + plan.trace,
+                              t.size() * 8, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < t.size(); i += 4) t[i] = ~t[i], t[i + 2] = ~t[i + 2];
+  return t;
 }
 
 void decode_layers(const DecodeLayersArgs& a, const DecodePlan& plan, cudaStream_t stream) {

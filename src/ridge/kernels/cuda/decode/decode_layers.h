@@ -37,6 +37,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace ridge::kernels {
 
@@ -72,9 +73,14 @@ struct DecodePlan {
   int no_wait = 0;
   // Steps of its unit past the ring that a warp about to wait prefetches into L2.
   int l2_steps = 0;
+  // RIDGE_DECODE_TRACE=1: per phase, four globaltimer stamps (ns) at `trace` in the workspace:
+  // [0] ~(first unit's arrival at its wait), [1] last unit's release, [2] ~(first release),
+  // [3] last unit's end ("~t": stored complemented so that atomicMax over zeroed memory keeps
+  // the minimum). Read back with decode_layers_trace().
+  int trace_on = 0;
   // workspace offsets in bytes
   size_t x32 = 0, ss = 0, qkv = 0, attn_part = 0, attn = 0, o_part = 0, act = 0, down_part = 0,
-         done = 0, tickets = 0, bytes = 0;
+         done = 0, tickets = 0, trace = 0, bytes = 0;
 };
 
 struct DecodeLayersArgs {
@@ -96,6 +102,11 @@ struct DecodeLayersArgs {
 const char* decode_layers_unsupported(const DecodeDims& d);
 // The plan for these dimensions on `sm_count` SMs (the workspace size is plan.bytes).
 DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count);
+// The trace of the last launch on `stream` (plan.trace_on): waits for the stream, copies the
+// stamps and returns them per phase as {first arrival, last release, first release, last end} in
+// ns, or empty when tracing is off.
+std::vector<uint64_t> decode_layers_trace(const DecodeLayersArgs& a, const DecodePlan& plan,
+                                          cudaStream_t stream);
 // Resets the phase counters and launches the kernel on `stream` (capturable in a CUDA graph).
 // Throws ridge::Error on unsupported dimensions, a small workspace or a failed launch.
 void decode_layers(const DecodeLayersArgs& a, const DecodePlan& plan, cudaStream_t stream);
