@@ -3,8 +3,10 @@
 // Work: every phase is a list of units; unit f of the flattened list (all phases of all layers
 // in order) belongs to warp f mod W, warps numbered across the blocks first (warp w of block b is
 // w · blocks + b). A warp takes its units in order; before a unit it waits
-// until the previous phase's counter reaches that phase's unit count, after it adds one to its
-// own phase's counter.
+// until the previous phase's counter reaches that phase's unit count (one poller per block reads
+// the counters: wait_phase), after it adds one to its own phase's counter. Tickets let the last
+// unit of a head merge its attention partials, and the last K split of a row tile add the
+// residual, without phases of their own.
 //
 // The weight ring: each warp owns kRing slots of 8 KB in shared memory. A step is 16 weight rows
 // × 256 columns; lane l copies columns [8l, 8l + 8) of each of the 16 rows (16 cp.async of 16
@@ -14,8 +16,8 @@
 // attention, reductions and phase waits it keeps the next weights in flight.
 //
 // The arithmetic (M = 1): per step, lane l multiplies its 8 columns of the 16 rows by the same 8
-// activations (one 16-byte load from L2) in fp32; the 16 row sums are reduced over the warp at the
-// end of the unit. Activations and partial sums written inside the kernel are read with ld.cg
+// activations (one 16-byte load from L2, issued a step ahead) in fp32; the 16 row sums are
+// reduced over the warp at the end of the unit (a reduce-scatter). Activations and partial sums written inside the kernel are read with ld.cg
 // (L2): L1 is not coherent across SMs.
 #include "ridge/kernels/cuda/decode/decode_layers.h"
 
