@@ -130,10 +130,8 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
     for (const Layer& d : layers_)
       ok = ok && d.wqkv.data && !d.bqkv.data && d.w_gate_up.data && d.attn_norm_folded &&
            d.ffn_norm_folded;
-    if (ok) {
-      backend::DecodeLayersShape sh{c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn};
-      decode_layers_bytes_ = be.decode_layers_workspace(sh);
-    }
+    decode_shape_ = {c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn};
+    if (ok) decode_layers_bytes_ = be.decode_layers_workspace(decode_shape_);
   }
   inv_freq_host_ = rope_inv_freq(weights.config(), weights.rope_freqs);
   inv_freq_ = be.allocate(inv_freq_host_.size() * sizeof(float));
@@ -393,7 +391,7 @@ bool LlamaModel::decode_layers(const backend::Stream& stream, Tensor& x, const T
     decode_layers_[size_t(i)] = {&l.wqkv, &l.w.wo, &l.w_gate_up, &l.w.w_down, &kv[size_t(i)]};
   }
   backend::DecodeLayersCall call;
-  call.shape = {c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn};
+  call.shape = decode_shape_;
   call.layers = decode_layers_;
   call.eps = float(c.rms_norm_eps);
   call.scale = 1.0f / std::sqrt(float(c.head_dim));

@@ -127,6 +127,7 @@ class LlamaModel {
   Stats stats_;
   // The workspace Backend::decode_layers asks for this model (0: no persistent decode kernel).
   size_t decode_layers_bytes_ = 0;
+  backend::DecodeLayersShape decode_shape_;
   std::vector<backend::DecodeLayer> decode_layers_;
 };
 
