@@ -207,11 +207,12 @@ void run_case(const model::ModelWeights& w, const std::string& name, int prompt_
     EXPECT_LE(err_ker[size_t(i)], 1.5 * worst_ops + 2e-3)
         << "step " << i << ": kernel " << err_ker[size_t(i)] << " vs layer-by-layer "
         << err_ops[size_t(i)] << " (relative logits error against fp32)";
-  fmt::print("{}: relative logits error vs fp32, kernel max {:.4f} mean {:.4f}; layer by layer max "
-             "{:.4f} mean {:.4f}; {} near-ties of {}\n",
-             name, *std::max_element(err_ker.begin(), err_ker.end()),
-             std::accumulate(err_ker.begin(), err_ker.end(), 0.0) / steps, worst_ops,
-             std::accumulate(err_ops.begin(), err_ops.end(), 0.0) / steps, near_ties, steps);
+  fmt::print(
+      "{}: relative logits error vs fp32, kernel max {:.4f} mean {:.4f}; layer by layer max "
+      "{:.4f} mean {:.4f}; {} near-ties of {}\n",
+      name, *std::max_element(err_ker.begin(), err_ker.end()),
+      std::accumulate(err_ker.begin(), err_ker.end(), 0.0) / steps, worst_ops,
+      std::accumulate(err_ops.begin(), err_ops.end(), 0.0) / steps, near_ties, steps);
 
   // The K and V rows the decode steps stored, every layer: kernel against layer by layer.
   const int64_t row = c.n_kv_heads * c.head_dim;
@@ -255,7 +256,8 @@ TEST_F(DecodeLayers, RandomGqaHeadDim64Llama3Rope) {
 }
 
 TEST_F(DecodeLayers, DefaultModel) {
-  const std::string path = std::string(RIDGE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path =
+      std::string(RIDGE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "default model not installed";
   log::set_level(log::Level::warn);
   auto w = model::ModelWeights::load(path);

@@ -115,7 +115,8 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
   // squares (MatmulFusion::norm_sumsq), so it stays a kernel with its own weight.
   bool folded = false;
   for (Layer& d : layers_) {
-    if (d.wqkv.data && !d.bqkv.data) d.attn_norm_folded = be.fold_norm_weight(d.wqkv, d.w.attn_norm);
+    if (d.wqkv.data && !d.bqkv.data)
+      d.attn_norm_folded = be.fold_norm_weight(d.wqkv, d.w.attn_norm);
     if (d.w_gate_up.data) d.ffn_norm_folded = be.fold_norm_weight(d.w_gate_up, d.w.ffn_norm);
     folded = folded || d.attn_norm_folded || d.ffn_norm_folded;
   }

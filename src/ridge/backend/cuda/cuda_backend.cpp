@@ -145,6 +145,9 @@ void expect_vector(const Tensor& t, int64_t n, const char* op, const char* name)
 
 uint16_t* bf16(const Tensor& t) { return static_cast<uint16_t*>(t.data); }
 
+// 16-byte aligned: what the vectorized kernels (skinny GEMM, decode kernel) need of a pointer.
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 }  // namespace
 
 CudaBackend::CudaBackend(int device, const BackendOptions& options)
@@ -295,7 +298,7 @@ Tensor CudaBackend::upload_weight_rows(std::span<const Tensor> parts) {
 bool CudaBackend::fold_norm_weight(Tensor& w, const Tensor& norm_weight) {
   if (!fuse_norm_ || options_.gemm == "cublas") return false;
   if (!(w.device == Device::cuda && w.dtype == DType::bf16 && w.ndim == 2 && w.is_contiguous() &&
-        w.shape[1] % 8 == 0 && (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0 &&
+        w.shape[1] % 8 == 0 && aligned16(w.data) &&
         norm_weight.device == Device::cuda && norm_weight.dtype == DType::f32 &&
         norm_weight.numel() == w.shape[1]))
     return false;
@@ -399,10 +402,10 @@ void CudaBackend::add_rmsnorm(const Stream& s, Tensor& residual, const Tensor& x
 }
 
 bool CudaBackend::ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const {
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
   const int64_t K = x.shape[1], N = w.shape[0];
   return out.dtype == DType::bf16 && x.stride[0] == K && out.stride[0] == N && K % 8 == 0 &&
-         N % 8 == 0 && N <= 65535 * 16 && aligned(x.data) && aligned(w.data) && aligned(out.data);
+         N % 8 == 0 && N <= 65535 * 16 && aligned16(x.data) && aligned16(w.data) &&
+         aligned16(out.data);
 }
 
 CudaBackend::GemmKernel CudaBackend::choose_gemm(int64_t T, int64_t N, int64_t K) const {
@@ -517,17 +520,16 @@ void CudaBackend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& 
   // The SwiGLU epilogue (--fuse silu): the skinny kernel at up to kFusedMaxTokens, else composed.
   // (A norm prologue that cannot fuse writes the backend's scratch, aligned like x.)
   const int64_t K = w.shape[1];
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
   const bool fused = fuse_silu_ && options_.gemm != "cublas" && T <= kFusedMaxTokens &&
                      N % 16 == 0 && N <= 65535 * 16 && K % 8 == 0 && x.stride[0] % 8 == 0 &&
-                     aligned(x.data) && aligned(w.data) && aligned(out.data) &&
+                     aligned16(x.data) && aligned16(w.data) && aligned16(out.data) &&
                      out.stride[0] == N / 2;
   // --fuse swiglu_gemm: at prefill sizes, the sm90 GEMM with its SwiGLU epilogue (no [T, 2F]
   // product written and read back); the norm prologue, if any, as the composed path runs it.
   const Tensor& gemm_in = f.norm_weight ? scratch : x;
   if (!fused && fuse_swiglu_gemm_ && options_.gemm != "cublas" && T >= kSwigluGemmMinTokens &&
-      (N / 2) % 128 == 0 && K % 8 == 0 && gemm_in.stride[0] == K && aligned(gemm_in.data) &&
-      aligned(w.data) && aligned(out.data) && out.stride[0] == N / 2 &&
+      (N / 2) % 128 == 0 && K % 8 == 0 && gemm_in.stride[0] == K && aligned16(gemm_in.data) &&
+      aligned16(w.data) && aligned16(out.data) && out.stride[0] == N / 2 &&
       (!f.norm_weight || (scratch.dtype == DType::bf16 && scratch.shape == x.shape))) {
     if (f.norm_weight) rmsnorm(s, x, *f.norm_weight, f.eps, scratch);
     using kb = __nv_bfloat16;
@@ -560,13 +562,12 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   // A tag asked to record is dropped first: it is set again only if this call records.
   if (f.record_sumsq) ws.sumsq_records[f.record_sumsq - 1] = Record{};
   if (T == 0) return;
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
   // Whether the skinny kernel's prologues and epilogues can run with `in` as X (with swiglu the
   // caller checked out).
   const auto skinny_ok = [&](const Tensor& in) {
     return options_.gemm != "cublas" && T <= kFusedMaxTokens &&
            (swiglu || out.stride[0] == N) && K % 8 == 0 && N % 8 == 0 && N <= 65535 * 16 &&
-           in.stride[0] % 8 == 0 && aligned(in.data) && aligned(w.data) && aligned(out.data) &&
+           in.stride[0] % 8 == 0 && aligned16(in.data) && aligned16(w.data) && aligned16(out.data) &&
            !(f.accumulate && out.dtype != DType::bf16);
   };
   const Tensor* in = &x;
@@ -867,7 +868,6 @@ kernels::DecodeDims decode_dims(const DecodeLayersShape& sh, int block_size, int
   d.max_blocks = max_blocks;
   return d;
 }
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 bool fits_int(const DecodeLayersShape& sh) {
   const int64_t v[] = {sh.layers, sh.hidden, sh.heads, sh.kv_heads, sh.head_dim, sh.ffn};
   for (int64_t x : v)
@@ -887,7 +887,9 @@ size_t CudaBackend::decode_layers_workspace(const DecodeLayersShape& shape) cons
 
 bool CudaBackend::decode_layers(const Stream& s, const DecodeLayersCall& c) {
   const DecodeLayersShape& sh = c.shape;
-  if (!options_.decode_kernel || c.layers.empty() || int64_t(c.layers.size()) != sh.layers || !c.layers[0].kv) return false;
+  if (!options_.decode_kernel || c.layers.empty() || int64_t(c.layers.size()) != sh.layers ||
+      !c.layers[0].kv)
+    return false;
   const KvLayer& kv0 = *c.layers[0].kv;
   const int64_t block_size = kv0.block_size();
   const int64_t capacity = block_size * c.max_blocks_per_seq;
@@ -899,8 +901,7 @@ bool CudaBackend::decode_layers(const Stream& s, const DecodeLayersCall& c) {
   const int64_t QKV = (sh.heads + 2 * sh.kv_heads) * hd, Q = sh.heads * hd;
   auto dense = [](const Tensor* w, int64_t n, int64_t k) {
     return w && w->device == Device::cuda && w->dtype == DType::bf16 && w->ndim == 2 &&
-           w->shape[0] == n && w->shape[1] == k && w->is_contiguous() &&
-           aligned16(w->data);
+           w->shape[0] == n && w->shape[1] == k && w->is_contiguous() && aligned16(w->data);
   };
   auto pool = [&](const Tensor& t) {
     return t.device == Device::cuda && t.dtype == DType::bf16 && t.ndim == 4 &&
@@ -916,7 +917,8 @@ bool CudaBackend::decode_layers(const Stream& s, const DecodeLayersCall& c) {
          fmt::format("workspace of {} bytes, needs {}", c.workspace_bytes, plan.bytes));
   expect(c.x.device == Device::cuda && c.x.dtype == DType::bf16 && c.x.numel() == H &&
              aligned16(c.x.data),
-         "decode_layers", fmt::format("x must be {} bf16 device values, got {}", H, c.x.describe()));
+         "decode_layers",
+         fmt::format("x must be {} bf16 device values, got {}", H, c.x.describe()));
   expect_i32(c.positions, 1, "decode_layers", "positions");
   expect_i32(c.slots, 1, "decode_layers", "slots");
   expect_i32(c.context_lens, 1, "decode_layers", "context_lens");

@@ -17,8 +17,8 @@
 //
 // The arithmetic (M = 1): per step, lane l multiplies its 8 columns of the 16 rows by the same 8
 // activations (one 16-byte load from L2, issued a step ahead) in fp32; the 16 row sums are
-// reduced over the warp at the end of the unit (a reduce-scatter). Activations and partial sums written inside the kernel are read with ld.cg
-// (L2): L1 is not coherent across SMs.
+// reduced over the warp at the end of the unit (a reduce-scatter). Activations and partial sums
+// written inside the kernel are read with ld.cg (L2): L1 is not coherent across SMs.
 #include "ridge/kernels/cuda/decode/decode_layers.h"
 
 #include <algorithm>
@@ -37,10 +37,10 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRing = 3;
-constexpr int kRows = 16;        // weight rows per step and per tile
-constexpr int kStepCols = 256;   // columns per step (8 per lane)
+constexpr int kRows = 16;       // weight rows per step and per tile
+constexpr int kStepCols = 256;  // columns per step (8 per lane)
 constexpr int kSlotBytes = kRows * kStepCols * 2;
-constexpr int kMaxChunks = 32;   // attention units per head
+constexpr int kMaxChunks = 32;  // attention units per head
 constexpr int kPhasesPerLayer = 5;
 constexpr int kResidWidth = 256;  // elements per init unit (8 per lane)
 
@@ -49,11 +49,16 @@ enum Kind : int { kInit, kQkv, kAttn, kO, kGateUp, kDown };
 __device__ __forceinline__ int kind_of(int p) {
   if (p == 0) return kInit;
   switch ((p - 1) % kPhasesPerLayer) {
-    case 0: return kQkv;
-    case 1: return kAttn;
-    case 2: return kO;
-    case 3: return kGateUp;
-    default: return kDown;
+    case 0:
+      return kQkv;
+    case 1:
+      return kAttn;
+    case 2:
+      return kO;
+    case 3:
+      return kGateUp;
+    default:
+      return kDown;
   }
 }
 __device__ __forceinline__ bool is_gemv(int kind) {
@@ -78,16 +83,24 @@ __device__ __forceinline__ Shape shape_of(const DecodeDims& d) {
   return s;
 }
 
-__device__ __forceinline__ int ticket_stride(const Shape& s) { return s.nh + 2 * (s.H / kRows); }
+__device__ __forceinline__ int ticket_stride(const Shape& s) {
+  return s.nh + 2 * (s.H / kRows);
+}
 
 __device__ __forceinline__ int unit_count(const Shape& s, const DecodePlan& pl, int kind) {
   switch (kind) {
-    case kInit: return pl.resid_units;
-    case kQkv: return (s.QKV / kRows) * pl.split_qkv;
-    case kAttn: return s.nh * pl.chunks;
-    case kO: return (s.H / kRows) * pl.split_o;
-    case kGateUp: return s.F / kRows;
-    default: return (s.H / kRows) * pl.split_down;
+    case kInit:
+      return pl.resid_units;
+    case kQkv:
+      return (s.QKV / kRows) * pl.split_qkv;
+    case kAttn:
+      return s.nh * pl.chunks;
+    case kO:
+      return (s.H / kRows) * pl.split_o;
+    case kGateUp:
+      return s.F / kRows;
+    default:
+      return (s.H / kRows) * pl.split_down;
   }
 }
 
@@ -104,10 +117,18 @@ __device__ __forceinline__ Gemv gemv_of(const DecodeLayersArgs& a, const DecodeP
   Gemv g{};
   int splits = 1;
   switch (kind_of(p)) {
-    case kQkv: g.w = L.wqkv, g.K = s.H, splits = pl.split_qkv; break;
-    case kO: g.w = L.wo, g.K = s.qdim, splits = pl.split_o; break;
-    case kGateUp: g.w = L.wgu, g.K = s.H; break;
-    default: g.w = L.wdown, g.K = s.F, splits = pl.split_down; break;
+    case kQkv:
+      g.w = L.wqkv, g.K = s.H, splits = pl.split_qkv;
+      break;
+    case kO:
+      g.w = L.wo, g.K = s.qdim, splits = pl.split_o;
+      break;
+    case kGateUp:
+      g.w = L.wgu, g.K = s.H;
+      break;
+    default:
+      g.w = L.wdown, g.K = s.F, splits = pl.split_down;
+      break;
   }
   g.groups = kind_of(p) == kGateUp ? 2 : 1;
   g.goff = kind_of(p) == kGateUp ? s.F : 0;
@@ -158,8 +179,8 @@ __device__ __forceinline__ void seek_gemv(Cursor& c, const DecodeLayersArgs& a,
   }
 }
 
-__device__ __forceinline__ void advance(Cursor& c, const DecodeLayersArgs& a,
-                                        const DecodePlan& pl, const Shape& s) {
+__device__ __forceinline__ void advance(Cursor& c, const DecodeLayersArgs& a, const DecodePlan& pl,
+                                        const Shape& s) {
   if (c.p >= pl.phases) return;
   if (++c.t < c.steps) return;
   c.f += pl.warps;
@@ -170,8 +191,9 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
+__device__ __forceinline__ void cp_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
 
 // Copies the cursor's step into `slot`: one commit group per call (empty past the end or for a
 // lane whose 8 columns lie past the unit's k1; the arithmetic skips those lanes).
@@ -297,7 +319,6 @@ __device__ __forceinline__ void signal(int* done, int lane) {
   }
 }
 
-
 struct Work {
   float* x32;
   float* ss;
@@ -308,17 +329,22 @@ struct Work {
   bf16* act;
   float* down_part;
   int* done;
-  int* tickets;  // per layer: [nh] heads, [H/16] o tiles, [H/16] down tiles
+  int* tickets;               // per layer: [nh] heads, [H/16] o tiles, [H/16] down tiles
   unsigned long long* trace;  // [phases][4] (DecodePlan::trace_on)
 };
 
 __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodePlan& pl) {
   char* w = static_cast<char*>(a.workspace);
-  return Work{reinterpret_cast<float*>(w + pl.x32),       reinterpret_cast<float*>(w + pl.ss),
-              reinterpret_cast<float*>(w + pl.qkv),       reinterpret_cast<float*>(w + pl.attn_part),
-              reinterpret_cast<bf16*>(w + pl.attn),       reinterpret_cast<float*>(w + pl.o_part),
-              reinterpret_cast<bf16*>(w + pl.act),        reinterpret_cast<float*>(w + pl.down_part),
-              reinterpret_cast<int*>(w + pl.done),       reinterpret_cast<int*>(w + pl.tickets),
+  return Work{reinterpret_cast<float*>(w + pl.x32),
+              reinterpret_cast<float*>(w + pl.ss),
+              reinterpret_cast<float*>(w + pl.qkv),
+              reinterpret_cast<float*>(w + pl.attn_part),
+              reinterpret_cast<bf16*>(w + pl.attn),
+              reinterpret_cast<float*>(w + pl.o_part),
+              reinterpret_cast<bf16*>(w + pl.act),
+              reinterpret_cast<float*>(w + pl.down_part),
+              reinterpret_cast<int*>(w + pl.done),
+              reinterpret_cast<int*>(w + pl.tickets),
               reinterpret_cast<unsigned long long*>(w + pl.trace)};
 }
 
@@ -657,14 +683,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned long long t_arrive = 0, t_release = 0;
     auto wait_previous = [&] {
       if (pl.trace_on) t_arrive = now_ns();
-      if (p > 0 && !pl.no_wait)
-        wait_phase(bw, wk.done, s, pl, p - 1, lane);
+      if (p > 0 && !pl.no_wait) wait_phase(bw, wk.done, s, pl, p - 1, lane);
       if (pl.trace_on) t_release = now_ns();
     };
     if (!is_gemv(kind)) wait_previous();
     switch (kind) {
-      case kInit: init_unit(a, wk, s.H, u, lane); break;
-      case kAttn: attn_unit(a, wk, pl, s, layer, u / pl.chunks, u % pl.chunks, lane); break;
+      case kInit:
+        init_unit(a, wk, s.H, u, lane);
+        break;
+      case kAttn:
+        attn_unit(a, wk, pl, s, layer, u / pl.chunks, u % pl.chunks, lane);
+        break;
       default: {  // the GEMVs
         const Gemv g = gemv_of(a, pl, s, p, u);
         const int steps = steps_of(g);
@@ -683,8 +712,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         wait_previous();
         const bf16* xin = kind == kO ? wk.attn : kind == kDown ? wk.act : a.x;
-        const float scale = (kind == kQkv || kind == kGateUp) ? inv_rms(wk, pl, s.H, a.eps, lane)
-                                                              : 1.0f;
+        const float scale =
+            (kind == kQkv || kind == kGateUp) ? inv_rms(wk, pl, s.H, a.eps, lane) : 1.0f;
         float acc0[kRows], acc1[kRows];
 #pragma unroll
         for (int j = 0; j < kRows; ++j) acc0[j] = acc1[j] = 0.0f;
@@ -710,8 +739,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           const char* slot = ring + (consumed % kRing) * kSlotBytes;
           ++consumed;
           if (col < g.k1) {
-            if (grp == 0) consume(slot, lane, xv, acc0);
-            else consume(slot, lane, xv, acc1);
+            if (grp == 0)
+              consume(slot, lane, xv, acc0);
+            else
+              consume(slot, lane, xv, acc1);
           }
         }
         const float r0 = reduce_rows(acc0, lane);
@@ -753,16 +784,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+size_t align256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
 
 }  // namespace
 
 const char* decode_layers_unsupported(const DecodeDims& d) {
   if (d.layers < 1 || d.layers > kDecodeMaxLayers) return "layer count outside 1..160";
   if (d.head_dim != 64 && d.head_dim != 128 && d.head_dim != 256) return "head_dim not 64/128/256";
-  if (d.heads < 1 || d.kv_heads < 1 || d.heads % d.kv_heads) return "heads not a multiple of KV heads";
+  if (d.heads < 1 || d.kv_heads < 1 || d.heads % d.kv_heads)
+    return "heads not a multiple of KV heads";
   const int qkv = (d.heads + 2 * d.kv_heads) * d.head_dim;
-  if (d.hidden % kRows || qkv % kRows || d.ffn % kRows) return "a projection's rows not a multiple of 16";
+  if (d.hidden % kRows || qkv % kRows || d.ffn % kRows)
+    return "a projection's rows not a multiple of 16";
   if (d.hidden % 8 || d.ffn % 8) return "hidden or ffn not a multiple of 8";
   if (d.block_size < 1 || d.max_blocks < 1) return "no KV blocks";
   if (int64_t(d.block_size) * d.max_blocks > int64_t(kMaxChunks) * 1024)
@@ -773,7 +808,6 @@ const char* decode_layers_unsupported(const DecodeDims& d) {
 DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   DecodePlan p;
   p.warps = sm_count * kWarps;
-  p.ring = kRing;
   // K splits: enough units for every warp where the row tiles alone are few, at least 64 columns
   // a split, at most 8 splits.
   auto split = [&](int tiles, int K) {

@@ -45,11 +45,11 @@ constexpr int kDecodeMaxLayers = 160;
 
 // One layer's operands (device pointers).
 struct DecodeLayerPtrs {
-  const __nv_bfloat16* wqkv = nullptr;  // [(nh + 2 nkv) hd, H], attention norm folded
-  const __nv_bfloat16* wo = nullptr;    // [H, nh hd]
-  const __nv_bfloat16* wgu = nullptr;   // [2F, H]: gate rows, then up rows; ffn norm folded
-  const __nv_bfloat16* wdown = nullptr; // [H, F]
-  __nv_bfloat16* k_pool = nullptr;      // [blocks, block_size, nkv, hd] (NHD pages)
+  const __nv_bfloat16* wqkv = nullptr;   // [(nh + 2 nkv) hd, H], attention norm folded
+  const __nv_bfloat16* wo = nullptr;     // [H, nh hd]
+  const __nv_bfloat16* wgu = nullptr;    // [2F, H]: gate rows, then up rows; ffn norm folded
+  const __nv_bfloat16* wdown = nullptr;  // [H, F]
+  __nv_bfloat16* k_pool = nullptr;       // [blocks, block_size, nkv, hd] (NHD pages)
   __nv_bfloat16* v_pool = nullptr;
 };
 
@@ -63,7 +63,6 @@ struct DecodeDims {
 // give every warp work, positions per attention unit, and the workspace layout.
 struct DecodePlan {
   int warps = 0;  // warps in the grid
-  int ring = 0;   // ring slots of 8 KB per warp
   int split_qkv = 1, split_o = 1, split_down = 1;
   int chunk = 0, chunks = 0;  // positions per attention unit; units per head
   int resid_units = 0;        // init units, 256 elements each
@@ -85,11 +84,11 @@ struct DecodePlan {
 
 struct DecodeLayersArgs {
   DecodeDims dims;
-  float eps = 0.0f;    // RMSNorm epsilon
-  float scale = 0.0f;  // attention scale (1/sqrt(hd))
-  __nv_bfloat16* x = nullptr;           // [H]: in, the embedding row; out, the last residual
-  const int32_t* positions = nullptr;   // [1]: the token's RoPE position
-  const int32_t* slots = nullptr;       // [1]: its KV slot (block * block_size + offset; < 0: none)
+  float eps = 0.0f;                    // RMSNorm epsilon
+  float scale = 0.0f;                  // attention scale (1/sqrt(hd))
+  __nv_bfloat16* x = nullptr;          // [H]: in, the embedding row; out, the last residual
+  const int32_t* positions = nullptr;  // [1]: the token's RoPE position
+  const int32_t* slots = nullptr;      // [1]: its KV slot (block * block_size + offset; < 0: none)
   const int32_t* context_lens = nullptr;  // [1]: positions in the cache after this step
   const int32_t* block_table = nullptr;   // [max_blocks]
   const float* inv_freq = nullptr;        // [hd / 2]
