@@ -330,7 +330,8 @@ struct Work {
   float* down_part;
   int* done;
   int* tickets;               // per layer: [nh] heads, [H/16] o tiles, [H/16] down tiles
-  unsigned long long* trace;  // [phases][4] (DecodePlan::trace_on)
+  unsigned long long* trace;       // [phases][4] (DecodePlan::trace_on)
+  unsigned long long* unit_trace;  // [units][3]
 };
 
 __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodePlan& pl) {
@@ -345,7 +346,8 @@ __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodeP
               reinterpret_cast<float*>(w + pl.down_part),
               reinterpret_cast<int*>(w + pl.done),
               reinterpret_cast<int*>(w + pl.tickets),
-              reinterpret_cast<unsigned long long*>(w + pl.trace)};
+              reinterpret_cast<unsigned long long*>(w + pl.trace),
+              reinterpret_cast<unsigned long long*>(w + pl.unit_trace)};
 }
 
 // 1/rms of the residual from the residual units' sums of squares.
@@ -778,7 +780,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       atomicMax(tr + 0, ~t_arrive);
       atomicMax(tr + 1, t_release);
       atomicMax(tr + 2, ~t_release);
-      atomicMax(tr + 3, now_ns());
+      const unsigned long long t_end = now_ns();
+      atomicMax(tr + 3, t_end);
+      unsigned long long* ut = wk.unit_trace + size_t(cc.f) * 3;
+      ut[0] = t_arrive, ut[1] = t_release, ut[2] = t_end;
     }
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
@@ -874,6 +879,10 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   p.done = take(size_t(p.phases) * kDoneStride * 4);
   p.tickets = take(size_t(d.layers) * (d.heads + 2 * (d.hidden / kRows)) * 4);
   p.trace = take(size_t(p.phases) * 4 * 8);
+  const int qkv_rows = qkv / kRows, h_rows = d.hidden / kRows;
+  p.units = p.resid_units + d.layers * (qkv_rows * p.split_qkv + d.heads * p.chunks +
+                                        h_rows * p.split_o + d.ffn / kRows + h_rows * p.split_down);
+  p.unit_trace = take(p.trace_on ? size_t(p.units) * 3 * 8 : 0);
   p.bytes = at;
   return p;
 }
@@ -886,6 +895,35 @@ std::vector<uint64_t> decode_layers_trace(const DecodeLayersArgs& a, const Decod
   RIDGE_CHECK_CUDA(cudaMemcpy(t.data(), static_cast<const char*>(a.workspace) + plan.trace,
                               t.size() * 8, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < t.size(); i += 4) t[i] = ~t[i], t[i + 2] = ~t[i + 2];
+  static const char* file = std::getenv("RIDGE_DECODE_TRACE_FILE");
+  static int launches = 0, dumps = 0;
+  if (file && launches++ % 16 == 8 && dumps < 12) {
+    ++dumps;
+    std::vector<uint64_t> u(size_t(plan.units) * 3);
+    RIDGE_CHECK_CUDA(cudaMemcpy(u.data(), static_cast<const char*>(a.workspace) + plan.unit_trace,
+                                u.size() * 8, cudaMemcpyDeviceToHost));
+    // Header: magic, warps, layers, then units per kind (init, qkv, attention, o, gate|up, down).
+    const Shape s = [&] {
+      Shape r{};
+      r.H = a.dims.hidden, r.nh = a.dims.heads, r.nkv = a.dims.kv_heads, r.hd = a.dims.head_dim;
+      r.QKV = (r.nh + 2 * r.nkv) * r.hd, r.F = a.dims.ffn, r.qdim = r.nh * r.hd;
+      return r;
+    }();
+    const int64_t head[9] = {0x52445452,
+                             plan.warps,
+                             a.dims.layers,
+                             plan.resid_units,
+                             int64_t(s.QKV / kRows) * plan.split_qkv,
+                             int64_t(s.nh) * plan.chunks,
+                             int64_t(s.H / kRows) * plan.split_o,
+                             s.F / kRows,
+                             int64_t(s.H / kRows) * plan.split_down};
+    if (FILE* f = std::fopen(file, "ab")) {
+      std::fwrite(head, sizeof head, 1, f);
+      std::fwrite(u.data(), 8, u.size(), f);
+      std::fclose(f);
+    }
+  }
   return t;
 }
 

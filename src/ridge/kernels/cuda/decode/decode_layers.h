@@ -75,11 +75,13 @@ struct DecodePlan {
   // RIDGE_DECODE_TRACE=1: per phase, four globaltimer stamps (ns) at `trace` in the workspace:
   // [0] ~(first unit's arrival at its wait), [1] last unit's release, [2] ~(first release),
   // [3] last unit's end ("~t": stored complemented so that atomicMax over zeroed memory keeps
-  // the minimum). Read back with decode_layers_trace().
+  // the minimum). Read back with decode_layers_trace(). Also per unit (flat index f, `units` in
+  // all) three stamps at `unit_trace`: arrival at its wait, release, end.
   int trace_on = 0;
+  int units = 0;
   // workspace offsets in bytes
   size_t x32 = 0, ss = 0, qkv = 0, attn_part = 0, attn = 0, o_part = 0, act = 0, down_part = 0,
-         done = 0, tickets = 0, trace = 0, bytes = 0;
+         done = 0, tickets = 0, trace = 0, unit_trace = 0, bytes = 0;
 };
 
 struct DecodeLayersArgs {
@@ -103,7 +105,9 @@ const char* decode_layers_unsupported(const DecodeDims& d);
 DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count);
 // The trace of the last launch on `stream` (plan.trace_on): waits for the stream, copies the
 // stamps and returns them per phase as {first arrival, last release, first release, last end} in
-// ns, or empty when tracing is off.
+// ns, or empty when tracing is off. With RIDGE_DECODE_TRACE_FILE=path it also appends every
+// 16th launch's per-unit stamps to that file (12 launches at most; scripts/device/decode-trace.py
+// reads them).
 std::vector<uint64_t> decode_layers_trace(const DecodeLayersArgs& a, const DecodePlan& plan,
                                           cudaStream_t stream);
 // Resets the phase counters and launches the kernel on `stream` (capturable in a CUDA graph).
