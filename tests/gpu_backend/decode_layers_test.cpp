@@ -255,6 +255,12 @@ TEST_F(DecodeLayers, RandomGqaHeadDim64Llama3Rope) {
   run_random({"gqa-hd64-llama3", 384, 6, 2, 64, 1040, 2, 300, true}, 250, 24);
 }
 
+// A context long enough that every attention unit of a head takes part with more than the least
+// positions (1,200+ positions over 32 units of 64) and the merge reads 19+ partials.
+TEST_F(DecodeLayers, RandomGqaLongContext) {
+  run_random({"gqa-hd64-long", 384, 6, 2, 64, 1040, 2, 300, true}, 1203, 6);
+}
+
 TEST_F(DecodeLayers, DefaultModel) {
   const std::string path =
       std::string(RIDGE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";

@@ -353,8 +353,19 @@ __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodeP
 // 1/rms of the residual from the residual units' sums of squares.
 __device__ __forceinline__ float inv_rms(const Work& wk, const DecodePlan& pl, int H, float eps,
                                          int lane) {
+  // Eight independent loads a pass (a loop of dependent adds would wait for each L2 round trip).
+  const int n = H / kRows;
   float s = 0.0f;
-  for (int i = lane; i < H / kRows; i += 32) s += __ldcg(wk.ss + i);
+  for (int i0 = 0; i0 < n; i0 += 32 * 8) {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int i = i0 + 32 * j + lane;
+      v[j] = i < n ? __ldcg(wk.ss + i) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += v[j];
+  }
   s = warp_sum(s);
   return 1.0f / sqrtf(s / float(H) + eps);
 }
@@ -383,8 +394,11 @@ __device__ void resid_tile(const DecodeLayersArgs& a, const Work& wk, int H, con
   float sq = 0.0f;
   if (lane < kRows) {
     const int row = row0 + lane;
-    float v = __ldcg(wk.x32 + row);
-    for (int sp = 0; sp < splits; ++sp) v += __ldcg(parts + size_t(sp) * H + row);
+    float v = __ldcg(wk.x32 + row), pv[8];
+#pragma unroll
+    for (int sp = 0; sp < 8; ++sp) pv[sp] = sp < splits ? __ldcg(parts + size_t(sp) * H + row) : 0.0f;
+#pragma unroll
+    for (int sp = 0; sp < 8; ++sp) v += pv[sp];  // splits in order: deterministic
     wk.x32[row] = v;
     const bf16 b = __float2bfloat16_rn(v);
     a.x[row] = b;
@@ -443,28 +457,51 @@ __device__ __forceinline__ void load_head16(const Work& wk, const DecodePlan& pl
   for (int e = 0; e < 16; ++e) v[e] = round_bf16(v[e]);
 }
 
-// Combine unit (head h): the chunks' partials merged; lane l writes dims [l·hd/32, (l+1)·hd/32).
-__device__ void combine_unit(const Work& wk, const DecodePlan& pl, const Shape& s, int h,
-                             int lane) {
+// Combine unit (head h): the `active` chunks' partials merged; lane l writes dims
+// [l·hd/32, (l+1)·hd/32). Every load is independent of the others, so they overlap: lane c reads
+// chunk c's (max, sum), the weights go round the warp, and the accumulators are read four chunks
+// at a time (run 16: a loop of dependent L2 round trips over 32 chunks took ~25 us a layer).
+__device__ void combine_unit(const Work& wk, const Shape& s, int h, int active, int lane) {
   const int hd = s.hd, per = hd / 32;
   const float* part = wk.attn_part + size_t(h) * kMaxChunks * size_t(hd + 4);
-  float mx = -INFINITY;
-  for (int c = 0; c < pl.chunks; ++c) {
-    const float* pc = part + size_t(c) * (hd + 4);
-    if (__ldcg(pc + 1) > 0.0f) mx = fmaxf(mx, __ldcg(pc));
+  float mc = -INFINITY, lc = 0.0f;
+  if (lane < active) {
+    const float2 ml = __ldcg(reinterpret_cast<const float2*>(part + size_t(lane) * (hd + 4)));
+    mc = ml.x, lc = ml.y;
   }
-  float out[8] = {0, 0, 0, 0, 0, 0, 0, 0}, L = 0.0f;
-  for (int c = 0; c < pl.chunks; ++c) {
-    const float* pc = part + size_t(c) * (hd + 4);
-    const float lc = __ldcg(pc + 1);
-    if (!(lc > 0.0f)) continue;
-    const float w = __expf(__ldcg(pc) - mx);
-    L += w * lc;
-    for (int e = 0; e < per; ++e) out[e] += w * __ldcg(pc + 4 + lane * per + e);
+  float mx = lc > 0.0f ? mc : -INFINITY;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float wc = lc > 0.0f ? __expf(mc - mx) : 0.0f;
+  const float L = warp_sum(wc * lc);
+  float out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int c0 = 0; c0 < active; c0 += 4) {
+    float v[4][8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float* pc = part + size_t(min(c0 + i, active - 1)) * (hd + 4) + 4 + lane * per;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[i][e] = e < per ? __ldcg(pc + e) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float w = __shfl_sync(0xffffffffu, wc, min(c0 + i, 31));
+      if (c0 + i < active) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) out[e] += w * v[i][e];
+      }
+    }
   }
   const float inv = L > 0.0f ? 1.0f / L : 0.0f;
   for (int e = 0; e < per; ++e)
     wk.attn[size_t(h) * hd + lane * per + e] = __float2bfloat16_rn(out[e] * inv);
+}
+
+// Positions per attention unit for a context of ctx positions: spread over the plan's chunks,
+// at least pl.chunk (a multiple of 32), so that short contexts use few units with little
+// merging and long ones every chunk.
+__device__ __forceinline__ int runtime_chunk(const DecodePlan& pl, int ctx) {
+  return max(pl.chunk, ((ctx + pl.chunks - 1) / pl.chunks + 31) / 32 * 32);
 }
 
 constexpr int kAttnUnroll = 4;  // passes of positions whose K and V loads are in flight together
@@ -478,14 +515,10 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
   const int hd = s.hd, G = hd / 16, P = 32 / G;
   const int group = s.nh / s.nkv, g = h / group;
   const int ctx = __ldg(a.context_lens), cur = ctx - 1;
-  const int start = c * pl.chunk, end = min(start + pl.chunk, ctx);
+  const int chunk = runtime_chunk(pl, ctx), active = (ctx + chunk - 1) / chunk;
+  const int start = c * chunk, end = min(start + chunk, ctx);
   float* part = wk.attn_part + (size_t(h) * kMaxChunks + c) * size_t(hd + 4);
-  if (start >= end) {
-    if (lane == 0) part[0] = -INFINITY, part[1] = 0.0f;
-    if (last_of(wk.tickets + size_t(layer) * ticket_stride(s) + h, pl.chunks, lane))
-      combine_unit(wk, pl, s, h, lane);
-    return;
-  }
+  if (start >= end) return;  // past the context: not one of the head's `active` units
   const int pg = lane / G, j = lane % G, d0 = 16 * j;
   const float pos = float(__ldg(a.positions));
   float q[16];
@@ -590,8 +623,8 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
       out[q4] = make_float4(acc[4 * q4], acc[4 * q4 + 1], acc[4 * q4 + 2], acc[4 * q4 + 3]);
     if (lane == 0) part[0] = m, part[1] = l;
   }
-  if (last_of(wk.tickets + size_t(layer) * ticket_stride(s) + h, pl.chunks, lane))
-    combine_unit(wk, pl, s, h, lane);
+  if (last_of(wk.tickets + size_t(layer) * ticket_stride(s) + h, active, lane))
+    combine_unit(wk, s, h, active, lane);
 }
 
 // The 16 row sums of a unit over the warp as a reduce-scatter (16 shuffles, 5 dependent rounds,
@@ -857,9 +890,8 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   }();
   p.no_wait = no_wait ? 1 : 0;
   const int capacity = d.block_size * d.max_blocks;
+  p.chunk = min_chunk;
   p.chunks = std::min(kMaxChunks, std::max(1, (capacity + min_chunk - 1) / min_chunk));
-  p.chunk = ((capacity + p.chunks - 1) / p.chunks + 31) / 32 * 32;
-  p.chunks = (capacity + p.chunk - 1) / p.chunk;
   p.resid_units = (d.hidden + kResidWidth - 1) / kResidWidth;
   p.phases = 1 + kPhasesPerLayer * d.layers;
   size_t at = 0;
@@ -882,7 +914,10 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   const int qkv_rows = qkv / kRows, h_rows = d.hidden / kRows;
   p.units = p.resid_units + d.layers * (qkv_rows * p.split_qkv + d.heads * p.chunks +
                                         h_rows * p.split_o + d.ffn / kRows + h_rows * p.split_down);
-  p.unit_trace = take(p.trace_on ? size_t(p.units) * 3 * 8 : 0);
+  // Sized for kMaxChunks attention units a head, as the rest of the workspace: the bytes do not
+  // depend on the context capacity.
+  const int64_t max_units = p.units + int64_t(d.layers) * d.heads * (kMaxChunks - p.chunks);
+  p.unit_trace = take(p.trace_on ? size_t(max_units) * 3 * 8 : 0);
   p.bytes = at;
   return p;
 }
@@ -935,9 +970,9 @@ void decode_layers(const DecodeLayersArgs& a, const DecodePlan& plan, cudaStream
                           std::to_string(plan.bytes));
   RIDGE_KERNEL_EXPECT(plan.phases == 1 + kPhasesPerLayer * a.dims.layers && plan.warps > 0,
                       "decode_layers", "a plan made for other dimensions");
-  const int capacity = a.dims.block_size * a.dims.max_blocks;
-  RIDGE_KERNEL_EXPECT(plan.chunk * plan.chunks >= capacity && plan.chunks <= kMaxChunks,
-                      "decode_layers", "a plan made for a smaller context capacity");
+  RIDGE_KERNEL_EXPECT(plan.chunk >= 32 && plan.chunk % 32 == 0 && plan.chunks >= 1 &&
+                          plan.chunks <= kMaxChunks,
+                      "decode_layers", "a plan with bad attention chunks");
   constexpr size_t smem = size_t(kWarps) * kRing * kSlotBytes;
   static const bool configured = [] {
     RIDGE_CHECK_CUDA(cudaFuncSetAttribute(decode_layers_kernel,

@@ -64,7 +64,10 @@ struct DecodeDims {
 struct DecodePlan {
   int warps = 0;  // warps in the grid
   int split_qkv = 1, split_o = 1, split_down = 1;
-  int chunk = 0, chunks = 0;  // positions per attention unit; units per head
+  // Attention units per head, and the least positions per unit (a multiple of 32): a step with
+  // ctx positions spreads them over the units, max(chunk, ctx / chunks rounded up to 32) each,
+  // and only the units that get positions take part.
+  int chunk = 0, chunks = 0;
   int resid_units = 0;        // init units, 256 elements each
   int phases = 0;
   // Timing only (RIDGE_DECODE_NO_WAIT=1 in decode_layers_plan): no unit waits for the previous
