@@ -36,7 +36,7 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kRing = 3;
+constexpr int kRing = 3;  // the waits on the ring (cp.async.wait_group 0..2) assume 3
 constexpr int kRows = 16;       // weight rows per step and per tile
 constexpr int kStepCols = 256;  // columns per step (8 per lane)
 constexpr int kSlotBytes = kRows * kStepCols * 2;
@@ -254,6 +254,11 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
   return v;
 }
 
+// Per-unit trace stamps: arrival at the wait, release, two marks inside the unit (GEMV: the first
+// step's weights ready, the last step consumed; attention: q loaded and rotated, the partials
+// written), end after the signal.
+constexpr int kUnitStamps = 5;
+
 // Phase counters 128 bytes apart: a counter being polled and added to shares its line with none.
 constexpr int kDoneStride = 32;
 
@@ -331,7 +336,7 @@ struct Work {
   int* done;
   int* tickets;               // per layer: [nh] heads, [H/16] o tiles, [H/16] down tiles
   unsigned long long* trace;       // [phases][4] (DecodePlan::trace_on)
-  unsigned long long* unit_trace;  // [units][3]
+  unsigned long long* unit_trace;  // [units][kUnitStamps]
 };
 
 __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodePlan& pl) {
@@ -511,7 +516,8 @@ constexpr int kAttnUnroll = 4;  // passes of positions whose K and V loads are i
 // merged over the groups at the end. The step's own position (ctx - 1) comes from the qkv
 // output in registers; its chunk's unit for the first query head of each KV head stores it.
 __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const DecodePlan& pl,
-                          const Shape& s, int layer, int h, int c, int lane) {
+                          const Shape& s, int layer, int h, int c, int lane,
+                          unsigned long long (&mid)[2]) {
   const int hd = s.hd, G = hd / 16, P = 32 / G;
   const int group = s.nh / s.nkv, g = h / group;
   const int ctx = __ldg(a.context_lens), cur = ctx - 1;
@@ -524,6 +530,7 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
   float q[16];
   load_head16(wk, pl, s.QKV, h * hd + d0, q);
   rope16(q, j, G, hd, pos, a.inv_freq);
+  if (pl.trace_on) mid[0] = now_ns();
   const bool has_cur = cur >= start && cur < end;
   float kc[16], vc[16];
   if (has_cur) {
@@ -623,6 +630,7 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
       out[q4] = make_float4(acc[4 * q4], acc[4 * q4 + 1], acc[4 * q4 + 2], acc[4 * q4 + 3]);
     if (lane == 0) part[0] = m, part[1] = l;
   }
+  if (pl.trace_on) mid[1] = now_ns();
   if (last_of(wk.tickets + size_t(layer) * ticket_stride(s) + h, active, lane))
     combine_unit(wk, s, h, active, lane);
 }
@@ -698,16 +706,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const BlockWait bw{&seen_phase, &poller_flag};
 
-  // The copy cursor: kRing - 1 steps ahead before any arithmetic.
+  // The copy cursor fills every free slot of the ring (issued - consumed < kRing), except that it
+  // does not enter a later phase of a kind in pl.cold (A/B: such a phase starts with an empty ring
+  // and the phases before it run without its copies queued ahead of their loads).
   Cursor pf{0, 0, wid, 0, 0, Gemv{}};
   seek_gemv(pf, a, pl, s);
   int issued = 0, consumed = 0;
-#pragma unroll
-  for (int i = 0; i < kRing - 1; ++i) {
-    issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
-    ++issued;
-    advance(pf, a, pl, s);
-  }
+  auto fill = [&](int p_now) {
+    while (issued - consumed < kRing && pf.p < pl.phases &&
+           !(pf.p > p_now && ((pl.cold >> kind_of(pf.p)) & 1))) {
+      issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
+      ++issued;
+      advance(pf, a, pl, s);
+    }
+  };
+  fill(0);
 
   Cursor cc{0, 0, wid, 0, 0, Gemv{}};
   for (;; cc.f += pl.warps) {
@@ -715,7 +728,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (cc.p >= pl.phases) break;
     const int p = cc.p, kind = kind_of(p), layer = (p - 1) / kPhasesPerLayer;
     // Waits for the previous phase: GEMV units first put one more step of weights in flight.
-    unsigned long long t_arrive = 0, t_release = 0;
+    unsigned long long t_arrive = 0, t_release = 0, t_mid[2] = {0, 0};
     auto wait_previous = [&] {
       if (pl.trace_on) t_arrive = now_ns();
       if (p > 0 && !pl.no_wait) wait_phase(bw, wk.done, s, pl, p - 1, lane);
@@ -727,16 +740,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         init_unit(a, wk, s.H, u, lane);
         break;
       case kAttn:
-        attn_unit(a, wk, pl, s, layer, u / pl.chunks, u % pl.chunks, lane);
+        attn_unit(a, wk, pl, s, layer, u / pl.chunks, u % pl.chunks, lane, t_mid);
         break;
       default: {  // the GEMVs
         const Gemv g = gemv_of(a, pl, s, p, u);
         const int steps = steps_of(g);
-        if (steps > 0) {  // the copy of step kRing - 1 ahead, then the wait
-          issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
-          ++issued;
-          advance(pf, a, pl, s);
-        }
+        fill(p);  // the ring full, then the wait
         // About to wait: this unit's steps past the ring go to L2 meanwhile, so that DRAM keeps
         // streaming while every ring is full.
         if (p > 0 && pl.l2_steps > 0 && steps > kRing && !pl.no_wait) {
@@ -758,11 +767,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint4 xnext = make_uint4(0, 0, 0, 0);
         if (steps > 0 && g.k0 + lane * 8 < g.k1) xnext = ldcg16(xin + g.k0 + lane * 8);
         for (int t = 0; t < steps; ++t) {
-          if (t > 0) {
-            issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
-            ++issued;
-            advance(pf, a, pl, s);
-          }
+          fill(p);
           const int ks = t / g.groups, grp = t % g.groups;
           const int col = g.k0 + ks * kStepCols + lane * 8;
           if (grp == 0) {
@@ -770,7 +775,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int ncol = col + kStepCols;
             if (ncol < g.k1) xnext = ldcg16(xin + ncol);
           }
-          asm volatile("cp.async.wait_group %0;" ::"n"(kRing - 1) : "memory");
+          // This step's group complete: at most `newer` groups committed after it still pending.
+          const int newer = issued - consumed - 1;
+          if (newer >= 2)
+            asm volatile("cp.async.wait_group 2;" ::: "memory");
+          else if (newer == 1)
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
+          else
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+          if (pl.trace_on && t == 0) t_mid[0] = now_ns();
           const char* slot = ring + (consumed % kRing) * kSlotBytes;
           ++consumed;
           if (col < g.k1) {
@@ -780,6 +793,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               consume(slot, lane, xv, acc1);
           }
         }
+        if (pl.trace_on) t_mid[1] = now_ns();
         const float r0 = reduce_rows(acc0, lane);
         const float r1 = g.groups == 2 ? reduce_rows(acc1, lane) : 0.0f;
         if ((lane & 1) == 0) {
@@ -815,8 +829,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       atomicMax(tr + 2, ~t_release);
       const unsigned long long t_end = now_ns();
       atomicMax(tr + 3, t_end);
-      unsigned long long* ut = wk.unit_trace + size_t(cc.f) * 3;
-      ut[0] = t_arrive, ut[1] = t_release, ut[2] = t_end;
+      unsigned long long* ut = wk.unit_trace + size_t(cc.f) * kUnitStamps;
+      ut[0] = t_arrive, ut[1] = t_release, ut[2] = t_mid[0], ut[3] = t_mid[1], ut[4] = t_end;
     }
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
@@ -860,7 +874,8 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   // A/B knobs for the GPU machine: RIDGE_DECODE_SPLITS=q,o,d (K splits, 1..8 each),
   // RIDGE_DECODE_CHUNK=positions (the least per attention unit, a multiple of 32),
   // RIDGE_DECODE_L2_STEPS=n (steps a waiting warp prefetches to L2, 0 none),
-  // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results).
+  // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results), RIDGE_DECODE_COLD=digits (kinds of
+  // phase the copy cursor does not enter early: 1 q|k|v, 3 o, 4 gate|up, 5 down).
   static const char* splits_env = std::getenv("RIDGE_DECODE_SPLITS");
   if (splits_env) {
     int q = 0, o = 0, dn = 0;
@@ -879,6 +894,14 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
     return v ? std::clamp(std::atoi(v), 0, 64) : 0;  // run 15 (a3): 4 steps lost 4 %, 8 10 %
   }();
   p.l2_steps = l2_steps;
+  static const int cold = [] {
+    const char* v = std::getenv("RIDGE_DECODE_COLD");  // kinds: 1 q|k|v, 3 o, 4 gate|up, 5 down
+    int mask = 0;
+    for (const char* c = v ? v : ""; *c; ++c)
+      if (*c >= '1' && *c <= '5') mask |= 1 << (*c - '0');
+    return mask;
+  }();
+  p.cold = cold;
   static const bool trace = [] {
     const char* v = std::getenv("RIDGE_DECODE_TRACE");
     return v && v[0] == '1';
@@ -917,7 +940,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   // Sized for kMaxChunks attention units a head, as the rest of the workspace: the bytes do not
   // depend on the context capacity.
   const int64_t max_units = p.units + int64_t(d.layers) * d.heads * (kMaxChunks - p.chunks);
-  p.unit_trace = take(p.trace_on ? size_t(max_units) * 3 * 8 : 0);
+  p.unit_trace = take(p.trace_on ? size_t(max_units) * kUnitStamps * 8 : 0);
   p.bytes = at;
   return p;
 }
@@ -932,9 +955,9 @@ std::vector<uint64_t> decode_layers_trace(const DecodeLayersArgs& a, const Decod
   for (size_t i = 0; i < t.size(); i += 4) t[i] = ~t[i], t[i + 2] = ~t[i + 2];
   static const char* file = std::getenv("RIDGE_DECODE_TRACE_FILE");
   static int launches = 0, dumps = 0;
-  if (file && launches++ % 16 == 8 && dumps < 12) {
+  if (file && launches++ % 16 == 8 && dumps < 4) {
     ++dumps;
-    std::vector<uint64_t> u(size_t(plan.units) * 3);
+    std::vector<uint64_t> u(size_t(plan.units) * kUnitStamps);
     RIDGE_CHECK_CUDA(cudaMemcpy(u.data(), static_cast<const char*>(a.workspace) + plan.unit_trace,
                                 u.size() * 8, cudaMemcpyDeviceToHost));
     // Header: magic, warps, layers, then units per kind (init, qkv, attention, o, gate|up, down).

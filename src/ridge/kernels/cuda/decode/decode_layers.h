@@ -75,11 +75,14 @@ struct DecodePlan {
   int no_wait = 0;
   // Steps of its unit past the ring that a warp about to wait prefetches into L2.
   int l2_steps = 0;
+  // Bit k set: the copy cursor enters a phase of kind k (1 q|k|v, 3 o, 4 gate|up, 5 down) only
+  // once the arithmetic is in it (A/B: no copies queued ahead of the previous phases' loads).
+  int cold = 0;
   // RIDGE_DECODE_TRACE=1: per phase, four globaltimer stamps (ns) at `trace` in the workspace:
   // [0] ~(first unit's arrival at its wait), [1] last unit's release, [2] ~(first release),
   // [3] last unit's end ("~t": stored complemented so that atomicMax over zeroed memory keeps
   // the minimum). Read back with decode_layers_trace(). Also per unit (flat index f, `units` in
-  // all) three stamps at `unit_trace`: arrival at its wait, release, end.
+  // all) five stamps at `unit_trace`: arrival at its wait, release, two marks inside, end.
   int trace_on = 0;
   int units = 0;
   // workspace offsets in bytes
@@ -109,7 +112,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count);
 // The trace of the last launch on `stream` (plan.trace_on): waits for the stream, copies the
 // stamps and returns them per phase as {first arrival, last release, first release, last end} in
 // ns, or empty when tracing is off. With RIDGE_DECODE_TRACE_FILE=path it also appends every
-// 16th launch's per-unit stamps to that file (12 launches at most; scripts/device/decode-trace.py
+// 16th launch's per-unit stamps to that file (4 launches at most; scripts/device/decode-trace.py
 // reads them).
 std::vector<uint64_t> decode_layers_trace(const DecodeLayersArgs& a, const DecodePlan& plan,
                                           cudaStream_t stream);
