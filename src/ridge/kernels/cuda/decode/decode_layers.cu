@@ -333,6 +333,7 @@ struct Work {
   float* o_part;
   bf16* act;
   float* down_part;
+  float2* rope;  // [hd / 2]: (cos, sin) of the step's position times each frequency
   int* done;
   int* tickets;               // per layer: [nh] heads, [H/16] o tiles, [H/16] down tiles
   unsigned long long* trace;       // [phases][4] (DecodePlan::trace_on)
@@ -349,6 +350,7 @@ __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodeP
               reinterpret_cast<float*>(w + pl.o_part),
               reinterpret_cast<bf16*>(w + pl.act),
               reinterpret_cast<float*>(w + pl.down_part),
+              reinterpret_cast<float2*>(w + pl.rope),
               reinterpret_cast<int*>(w + pl.done),
               reinterpret_cast<int*>(w + pl.tickets),
               reinterpret_cast<unsigned long long*>(w + pl.trace),
@@ -362,21 +364,30 @@ __device__ __forceinline__ float inv_rms(const Work& wk, const DecodePlan& pl, i
   const int n = H / kRows;
   float s = 0.0f;
   for (int i0 = 0; i0 < n; i0 += 32 * 8) {
-    float v[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int i = i0 + 32 * j + lane;
-      v[j] = i < n ? __ldcg(wk.ss + i) : 0.0f;
+      s += i < n ? __ldcg(wk.ss + i) : 0.0f;
     }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s += v[j];
   }
   s = warp_sum(s);
   return 1.0f / sqrtf(s / float(H) + eps);
 }
 
-// init: x32 = x (the embedding row) and the sums of squares of x per 16-row tile.
-__device__ void init_unit(const DecodeLayersArgs& a, const Work& wk, int H, int u, int lane) {
+// init: x32 = x (the embedding row) and the sums of squares of x per 16-row tile; unit 0 also the
+// RoPE table of the step's position (every layer and head uses the same angles: computed once, the
+// attention code stays small; run 16: sincosf inlined 32 times made it ~50 KB of instructions that
+// missed the instruction cache at every layer).
+__device__ void init_unit(const DecodeLayersArgs& a, const Work& wk, int H, int hd, int u,
+                          int lane) {
+  if (u == 0) {
+    const float pos = float(__ldg(a.positions));
+    for (int i = lane; i < hd / 2; i += 32) {
+      float sn, cs;
+      sincosf(pos * __ldg(a.inv_freq + i), &sn, &cs);
+      wk.rope[i] = make_float2(cs, sn);
+    }
+  }
   const int i0 = u * kResidWidth + lane * 8;
   float sq = 0.0f;
   if (i0 < H) {
@@ -399,11 +410,10 @@ __device__ void resid_tile(const DecodeLayersArgs& a, const Work& wk, int H, con
   float sq = 0.0f;
   if (lane < kRows) {
     const int row = row0 + lane;
-    float v = __ldcg(wk.x32 + row), pv[8];
+    float v = __ldcg(wk.x32 + row);
 #pragma unroll
-    for (int sp = 0; sp < 8; ++sp) pv[sp] = sp < splits ? __ldcg(parts + size_t(sp) * H + row) : 0.0f;
-#pragma unroll
-    for (int sp = 0; sp < 8; ++sp) v += pv[sp];  // splits in order: deterministic
+    for (int sp = 0; sp < 8; ++sp)  // splits in order: deterministic
+      v += sp < splits ? __ldcg(parts + size_t(sp) * H + row) : 0.0f;
     wk.x32[row] = v;
     const bf16 b = __float2bfloat16_rn(v);
     a.x[row] = b;
@@ -431,17 +441,22 @@ __device__ __forceinline__ bool last_of(int* ticket, int n, int lane) {
 
 // 16 rotated values of one head: lane j of a group of G lanes holds dims [16j, 16j + 16); the
 // rotate-half partner of dim d < hd/2 is d + hd/2, held by lane j ^ (G/2).
-__device__ __forceinline__ void rope16(float (&v)[16], int j, int G, int hd, float pos,
-                                       const float* __restrict__ inv_freq) {
+// cs: the 16 (cos, sin) pairs of dims [16j, 16j + 16) mod hd/2, from the step's table.
+__device__ __forceinline__ void rope16(float (&v)[16], int j, int G, const float2 (&cs)[16]) {
   const bool first = j < G / 2;
-  const int half = hd / 2;
 #pragma unroll
   for (int e = 0; e < 16; ++e) {
     const float partner = __shfl_xor_sync(0xffffffffu, v[e], G / 2);
-    const int i = (16 * j + e) % half;
-    float sn, cs;
-    sincosf(pos * __ldg(inv_freq + i), &sn, &cs);
-    v[e] = round_bf16(first ? v[e] * cs - partner * sn : v[e] * cs + partner * sn);
+    const float c = cs[e].x, sn = cs[e].y;
+    v[e] = round_bf16(first ? v[e] * c - partner * sn : v[e] * c + partner * sn);
+  }
+}
+__device__ __forceinline__ void load_rope16(const Work& wk, int j, int hd, float2 (&cs)[16]) {
+  const float4* t = reinterpret_cast<const float4*>(wk.rope + (16 * j) % (hd / 2));
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float4 f = __ldcg(t + e);
+    cs[2 * e] = make_float2(f.x, f.y), cs[2 * e + 1] = make_float2(f.z, f.w);
   }
 }
 
@@ -498,8 +513,9 @@ __device__ void combine_unit(const Work& wk, const Shape& s, int h, int active, 
     }
   }
   const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-  for (int e = 0; e < per; ++e)
-    wk.attn[size_t(h) * hd + lane * per + e] = __float2bfloat16_rn(out[e] * inv);
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    if (e < per) wk.attn[size_t(h) * hd + lane * per + e] = __float2bfloat16_rn(out[e] * inv);
 }
 
 // Positions per attention unit for a context of ctx positions: spread over the plan's chunks,
@@ -526,16 +542,17 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
   float* part = wk.attn_part + (size_t(h) * kMaxChunks + c) * size_t(hd + 4);
   if (start >= end) return;  // past the context: not one of the head's `active` units
   const int pg = lane / G, j = lane % G, d0 = 16 * j;
-  const float pos = float(__ldg(a.positions));
   float q[16];
+  float2 cs[16];
   load_head16(wk, pl, s.QKV, h * hd + d0, q);
-  rope16(q, j, G, hd, pos, a.inv_freq);
+  load_rope16(wk, j, hd, cs);
+  rope16(q, j, G, cs);
   if (pl.trace_on) mid[0] = now_ns();
   const bool has_cur = cur >= start && cur < end;
   float kc[16], vc[16];
   if (has_cur) {
     load_head16(wk, pl, s.QKV, s.qdim + g * hd + d0, kc);
-    rope16(kc, j, G, hd, pos, a.inv_freq);
+    rope16(kc, j, G, cs);
     load_head16(wk, pl, s.QKV, s.qdim + s.nkv * hd + g * hd + d0, vc);
     const int slot = __ldg(a.slots);
     if (h % group == 0 && slot >= 0 && pg == 0) {
@@ -737,7 +754,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (!is_gemv(kind)) wait_previous();
     switch (kind) {
       case kInit:
-        init_unit(a, wk, s.H, u, lane);
+        init_unit(a, wk, s.H, s.hd, u, lane);
         break;
       case kAttn:
         attn_unit(a, wk, pl, s, layer, u / pl.chunks, u % pl.chunks, lane, t_mid);
@@ -761,19 +778,23 @@ __global__ void __launch_bounds__(kThreads, 1)
         float acc0[kRows], acc1[kRows];
 #pragma unroll
         for (int j = 0; j < kRows; ++j) acc0[j] = acc1[j] = 0.0f;
-        // Activations one k-step ahead in registers (an L2 round trip each): the load for step
-        // ks + 1 is in flight while step ks is consumed.
+        // Activations two k-steps ahead in registers (an L2 round trip each): the loads for
+        // steps ks + 1 and ks + 2 are in flight while step ks is consumed (run 16: with one, a
+        // 4-step o unit took ~4 L2 round trips under load, 7 us, with its weights in the ring).
         float xv[8];
-        uint4 xnext = make_uint4(0, 0, 0, 0);
+        uint4 xnext = make_uint4(0, 0, 0, 0), xnext2 = make_uint4(0, 0, 0, 0);
         if (steps > 0 && g.k0 + lane * 8 < g.k1) xnext = ldcg16(xin + g.k0 + lane * 8);
+        if (steps > 0 && g.k0 + kStepCols + lane * 8 < g.k1)
+          xnext2 = ldcg16(xin + g.k0 + kStepCols + lane * 8);
         for (int t = 0; t < steps; ++t) {
           fill(p);
           const int ks = t / g.groups, grp = t % g.groups;
           const int col = g.k0 + ks * kStepCols + lane * 8;
           if (grp == 0) {
             unpack8(xnext, xv);
-            const int ncol = col + kStepCols;
-            if (ncol < g.k1) xnext = ldcg16(xin + ncol);
+            xnext = xnext2;
+            const int ncol = col + 2 * kStepCols;
+            if (ncol < g.k1) xnext2 = ldcg16(xin + ncol);
           }
           // This step's group complete: at most `newer` groups committed after it still pending.
           const int newer = issued - consumed - 1;
@@ -928,6 +949,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   p.qkv = take(size_t(p.split_qkv) * qkv * 4);
   p.attn_part = take(size_t(d.heads) * kMaxChunks * (d.head_dim + 4) * 4);
   p.attn = take(size_t(d.heads) * d.head_dim * 2);
+  p.rope = take(size_t(d.head_dim / 2) * 8);
   p.o_part = take(size_t(p.split_o) * d.hidden * 4);
   p.act = take(size_t(d.ffn) * 2);
   p.down_part = take(size_t(p.split_down) * d.hidden * 4);

@@ -86,7 +86,8 @@ struct DecodePlan {
   int trace_on = 0;
   int units = 0;
   // workspace offsets in bytes
-  size_t x32 = 0, ss = 0, qkv = 0, attn_part = 0, attn = 0, o_part = 0, act = 0, down_part = 0,
+  size_t x32 = 0, ss = 0, qkv = 0, attn_part = 0, attn = 0, rope = 0, o_part = 0, act = 0,
+         down_part = 0,
          done = 0, tickets = 0, trace = 0, unit_trace = 0, bytes = 0;
 };
 
