@@ -314,12 +314,21 @@ __device__ __forceinline__ void wait_phase(const BlockWait& bw, const int* done,
   __syncwarp();
 }
 
+// A GPU-scope fence: __threadfence() (fence.sc.gpu: MEMBAR.SC.GPU) or, with pl.fence (A/B),
+// fence.acq_rel.gpu (MEMBAR.ALL.GPU), which is all a release or an acquire needs.
+__device__ __forceinline__ void gpu_fence(const DecodePlan& pl) {
+  if (pl.fence)
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  else
+    __threadfence();
+}
+
 // Every lane's stores of the unit, then one count: the warp barrier orders them before lane 0's
 // fence and add (the pattern of a cooperative grid sync, per warp).
-__device__ __forceinline__ void signal(int* done, int lane) {
+__device__ __forceinline__ void signal(const DecodePlan& pl, int* done, int lane) {
   __syncwarp();
   if (lane == 0) {
-    __threadfence();
+    gpu_fence(pl);
     atomicAdd(done, 1);
   }
 }
@@ -426,16 +435,16 @@ __device__ void resid_tile(const DecodeLayersArgs& a, const Work& wk, int H, con
 
 // A ticket among `n` units (one lane adds after a fence; every lane gets the count before its
 // own add). The unit that draws n - 1 is the last: it fences again before reading the others'.
-__device__ __forceinline__ bool last_of(int* ticket, int n, int lane) {
+__device__ __forceinline__ bool last_of(const DecodePlan& pl, int* ticket, int n, int lane) {
   __syncwarp();
   int t = 0;
   if (lane == 0) {
-    __threadfence();
+    gpu_fence(pl);
     t = atomicAdd(ticket, 1);
   }
   t = __shfl_sync(0xffffffffu, t, 0);
   if (t != n - 1) return false;
-  __threadfence();
+  gpu_fence(pl);
   return true;
 }
 
@@ -523,6 +532,29 @@ __device__ void combine_unit(const Work& wk, const Shape& s, int h, int active, 
 // merging and long ones every chunk.
 __device__ __forceinline__ int runtime_chunk(const DecodePlan& pl, int ctx) {
   return max(pl.chunk, ((ctx + pl.chunks - 1) / pl.chunks + 31) / 32 * 32);
+}
+
+// An attention unit's cached K and V rows prefetched into L2 while its warp waits for q|k|v (the
+// positions before the step's own do not depend on it): the first query head of each KV head
+// does it, one position a lane, one bulk prefetch per row.
+__device__ void prefetch_kv(const DecodeLayersArgs& a, const DecodePlan& pl, const Shape& s,
+                            int layer, int h, int c, int lane) {
+  const int group = s.nh / s.nkv;
+  if (h % group) return;
+  const int g = h / group, hd = s.hd, bs = a.dims.block_size;
+  const int ctx = __ldg(a.context_lens), cur = ctx - 1;
+  const int chunk = runtime_chunk(pl, ctx);
+  const int start = c * chunk, end = min(start + chunk, ctx);
+  const DecodeLayerPtrs& L = a.layer[layer];
+  for (int p = start + lane; p < end; p += 32) {
+    if (p == cur) continue;
+    const int blk = __ldg(a.block_table + p / bs);
+    const size_t at = ((size_t(blk) * bs + p % bs) * s.nkv + g) * hd;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(L.k_pool + at), "r"(hd * 2)
+                 : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(L.v_pool + at), "r"(hd * 2)
+                 : "memory");
+  }
 }
 
 constexpr int kAttnUnroll = 4;  // passes of positions whose K and V loads are in flight together
@@ -648,7 +680,7 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
     if (lane == 0) part[0] = m, part[1] = l;
   }
   if (pl.trace_on) mid[1] = now_ns();
-  if (last_of(wk.tickets + size_t(layer) * ticket_stride(s) + h, active, lane))
+  if (last_of(pl, wk.tickets + size_t(layer) * ticket_stride(s) + h, active, lane))
     combine_unit(wk, s, h, active, lane);
 }
 
@@ -751,6 +783,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (p > 0 && !pl.no_wait) wait_phase(bw, wk.done, s, pl, p - 1, lane);
       if (pl.trace_on) t_release = now_ns();
     };
+    if (kind == kAttn && pl.kv_prefetch)
+      prefetch_kv(a, pl, s, layer, u / pl.chunks, u % pl.chunks, lane);
     if (!is_gemv(kind)) wait_previous();
     switch (kind) {
       case kInit:
@@ -836,13 +870,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           int* ticket = wk.tickets + size_t(layer) * ticket_stride(s) + s.nh +
                         (kind == kDown ? s.H / kRows : 0) + g.row0 / kRows;
           if (splits == 1) __syncwarp();
-          if (splits == 1 || last_of(ticket, splits, lane))
+          if (splits == 1 || last_of(pl, ticket, splits, lane))
             resid_tile(a, wk, s.H, parts, splits, g.row0, lane);
         }
         break;
       }
     }
-    signal(wk.done + size_t(p) * kDoneStride, lane);
+    signal(pl, wk.done + size_t(p) * kDoneStride, lane);
     if (pl.trace_on && lane == 0) {
       unsigned long long* tr = wk.trace + size_t(p) * 4;
       atomicMax(tr + 0, ~t_arrive);
@@ -896,7 +930,9 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   // RIDGE_DECODE_CHUNK=positions (the least per attention unit, a multiple of 32),
   // RIDGE_DECODE_L2_STEPS=n (steps a waiting warp prefetches to L2, 0 none),
   // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results), RIDGE_DECODE_COLD=digits (kinds of
-  // phase the copy cursor does not enter early: 1 q|k|v, 3 o, 4 gate|up, 5 down).
+  // phase the copy cursor does not enter early: 1 q|k|v, 3 o, 4 gate|up, 5 down),
+  // RIDGE_DECODE_FENCE=acqrel (fence.acq_rel.gpu instead of __threadfence),
+  // RIDGE_DECODE_KV_PREFETCH=0 (no L2 prefetch of the cached K/V before the attention waits).
   static const char* splits_env = std::getenv("RIDGE_DECODE_SPLITS");
   if (splits_env) {
     int q = 0, o = 0, dn = 0;
@@ -923,6 +959,16 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
     return mask;
   }();
   p.cold = cold;
+  static const int fence = [] {
+    const char* v = std::getenv("RIDGE_DECODE_FENCE");
+    return v && std::string(v) == "acqrel" ? 1 : 0;
+  }();
+  p.fence = fence;
+  static const int kv_prefetch = [] {
+    const char* v = std::getenv("RIDGE_DECODE_KV_PREFETCH");
+    return v && v[0] == '0' ? 0 : 1;
+  }();
+  p.kv_prefetch = kv_prefetch;
   static const bool trace = [] {
     const char* v = std::getenv("RIDGE_DECODE_TRACE");
     return v && v[0] == '1';

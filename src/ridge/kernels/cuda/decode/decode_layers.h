@@ -78,6 +78,8 @@ struct DecodePlan {
   // Bit k set: the copy cursor enters a phase of kind k (1 q|k|v, 3 o, 4 gate|up, 5 down) only
   // once the arithmetic is in it (A/B: no copies queued ahead of the previous phases' loads).
   int cold = 0;
+  int fence = 0;        // 1: fence.acq_rel.gpu for releases and acquires, 0: __threadfence()
+  int kv_prefetch = 1;  // attention units prefetch their cached K/V into L2 before waiting
   // RIDGE_DECODE_TRACE=1: per phase, four globaltimer stamps (ns) at `trace` in the workspace:
   // [0] ~(first unit's arrival at its wait), [1] last unit's release, [2] ~(first release),
   // [3] last unit's end ("~t": stored complemented so that atomicMax over zeroed memory keeps
