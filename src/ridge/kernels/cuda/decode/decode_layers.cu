@@ -42,10 +42,6 @@ constexpr int kStepCols = 256;  // columns per step (8 per lane)
 constexpr int kSlotBytes = kRows * kStepCols * 2;
 constexpr int kMaxChunks = 32;  // attention units per head
 constexpr int kPhasesPerLayer = 5;
-// Phase counters (done, claims) 128 bytes apart: a counter being polled and added to shares its
-// line with none.
-constexpr int kDoneStride = 32;
-constexpr int kQueue = 4;  // GEMV units a warp's copy cursor may hold ahead of its arithmetic
 constexpr int kResidWidth = 256;  // elements per init unit (8 per lane)
 
 enum Kind : int { kInit, kQkv, kAttn, kO, kGateUp, kDown };
@@ -72,8 +68,7 @@ __device__ __forceinline__ bool is_gemv(int kind) {
 struct Shape {
   int H, QKV, F, nh, nkv, hd, qdim;
 };
-// Tickets per layer: nh heads (attention chunks), H/16 o tiles, H/16 down tiles, F/16 gate|up
-// tiles.
+// Tickets per layer: nh heads (attention chunks), H/16 o tiles, H/16 down tiles.
 struct Shape;
 __device__ __forceinline__ int ticket_stride(const Shape& s);
 __device__ __forceinline__ Shape shape_of(const DecodeDims& d) {
@@ -89,7 +84,7 @@ __device__ __forceinline__ Shape shape_of(const DecodeDims& d) {
 }
 
 __device__ __forceinline__ int ticket_stride(const Shape& s) {
-  return s.nh + 2 * (s.H / kRows) + s.F / kRows;
+  return s.nh + 2 * (s.H / kRows);
 }
 
 __device__ __forceinline__ int unit_count(const Shape& s, const DecodePlan& pl, int kind) {
@@ -103,22 +98,10 @@ __device__ __forceinline__ int unit_count(const Shape& s, const DecodePlan& pl, 
     case kO:
       return (s.H / kRows) * pl.split_o;
     case kGateUp:
-      return (s.F / kRows) * pl.split_gu;
+      return s.F / kRows;
     default:
       return (s.H / kRows) * pl.split_down;
   }
-}
-
-// The flat index of phase p's first unit (the trace's numbering).
-__device__ __forceinline__ int phase_base(const Shape& s, const DecodePlan& pl, int p) {
-  if (p == 0) return 0;
-  int per_layer = 0, before = 0;
-  for (int k = kQkv; k <= kDown; ++k) {
-    const int n = unit_count(s, pl, k);
-    if (k < kind_of(p)) before += n;
-    per_layer += n;
-  }
-  return pl.resid_units + ((p - 1) / kPhasesPerLayer) * per_layer + before;
 }
 
 // One GEMV unit: `groups` blocks of 16 rows (row0, and row0 + goff for the up half of gate|up)
@@ -141,7 +124,7 @@ __device__ __forceinline__ Gemv gemv_of(const DecodeLayersArgs& a, const DecodeP
       g.w = L.wo, g.K = s.qdim, splits = pl.split_o;
       break;
     case kGateUp:
-      g.w = L.wgu, g.K = s.H, splits = pl.split_gu;
+      g.w = L.wgu, g.K = s.H;
       break;
     default:
       g.w = L.wdown, g.K = s.F, splits = pl.split_down;
@@ -160,17 +143,14 @@ __device__ __forceinline__ int steps_of(const Gemv& g) {
   return g.groups * ((g.k1 - g.k0 + kStepCols - 1) / kStepCols);
 }
 
-// The copy cursor: the GEMV unit whose weights it is copying (phase p, unit u; p >= phases past
-// the last) and its next step t. Statically (pl.dynamic 0) a warp's units are the flat indices f
-// = wid, wid + W, ...; dynamically it claims the next unit of the earliest GEMV phase with
-// unclaimed units from that phase's counter.
-struct Copy {
-  int p, u, t, steps, f, base;
+// A position in a warp's sequence of units: phase p, unit u of it (flat index f), and for the
+// copy cursor the step t of a GEMV unit.
+struct Cursor {
+  int p, base, f, t, steps;
   Gemv g;
 };
 
-// Static: the unit of flat index c.f as (c.p, u), walking c.p and c.base forward.
-__device__ __forceinline__ int normalize(Copy& c, const Shape& s, const DecodePlan& pl) {
+__device__ __forceinline__ int normalize(Cursor& c, const Shape& s, const DecodePlan& pl) {
   while (c.p < pl.phases) {
     const int n = unit_count(s, pl, kind_of(c.p));
     if (c.f - c.base < n) break;
@@ -180,37 +160,31 @@ __device__ __forceinline__ int normalize(Copy& c, const Shape& s, const DecodePl
   return c.f - c.base;
 }
 
-// One lane claims, the warp gets the unit.
-__device__ __forceinline__ int claim(int* counter, int lane) {
-  int u = 0;
-  if (lane == 0) u = atomicAdd(counter, 1);
-  return __shfl_sync(0xffffffffu, u, 0);
+// Moves the copy cursor to the first step of the next GEMV unit with steps, at or after c.f.
+__device__ __forceinline__ void seek_gemv(Cursor& c, const DecodeLayersArgs& a,
+                                          const DecodePlan& pl, const Shape& s) {
+  for (;;) {
+    const int u = normalize(c, s, pl);
+    if (c.p >= pl.phases) {
+      c.steps = 0;  // past the end: issue() commits empty groups
+      return;
+    }
+    if (is_gemv(kind_of(c.p))) {
+      c.g = gemv_of(a, pl, s, c.p, u);
+      c.steps = steps_of(c.g);
+      c.t = 0;
+      if (c.steps > 0) return;
+    }
+    c.f += pl.warps;
+  }
 }
 
-// Moves the copy cursor to its next GEMV unit (c.p >= phases when there is none).
-__device__ __forceinline__ void next_unit(Copy& c, const DecodeLayersArgs& a, const DecodePlan& pl,
-                                          const Shape& s, int* claims, int lane) {
-  if (pl.dynamic) {
-    for (; c.p < pl.phases; ++c.p) {
-      if (!is_gemv(kind_of(c.p))) continue;
-      const int u = claim(claims + size_t(c.p) * kDoneStride, lane);
-      if (u < unit_count(s, pl, kind_of(c.p))) {
-        c.u = u;
-        break;
-      }
-    }
-  } else {
-    for (c.f += pl.warps;; c.f += pl.warps) {
-      c.u = normalize(c, s, pl);
-      if (c.p >= pl.phases || is_gemv(kind_of(c.p))) break;
-    }
-  }
-  c.t = 0;
-  c.steps = 0;
-  if (c.p < pl.phases) {
-    c.g = gemv_of(a, pl, s, c.p, c.u);
-    c.steps = steps_of(c.g);
-  }
+__device__ __forceinline__ void advance(Cursor& c, const DecodeLayersArgs& a, const DecodePlan& pl,
+                                        const Shape& s) {
+  if (c.p >= pl.phases) return;
+  if (++c.t < c.steps) return;
+  c.f += pl.warps;
+  seek_gemv(c, a, pl, s);
 }
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
@@ -223,8 +197,8 @@ __device__ __forceinline__ void cp_commit() {
 
 // Copies the cursor's step into `slot`: one commit group per call (empty past the end or for a
 // lane whose 8 columns lie past the unit's k1; the arithmetic skips those lanes).
-__device__ __forceinline__ void issue(const Copy& c, char* slot, int lane) {
-  {
+__device__ __forceinline__ void issue(const Cursor& c, char* slot, int lane) {
+  if (c.steps > 0 && c.t < c.steps) {
     const int ks = c.t / c.g.groups, grp = c.t % c.g.groups;
     const int col = c.g.k0 + ks * kStepCols + lane * 8;
     if (col < c.g.k1) {
@@ -285,6 +259,8 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
 // written), end after the signal.
 constexpr int kUnitStamps = 5;
 
+// Phase counters 128 bytes apart: a counter being polled and added to shares its line with none.
+constexpr int kDoneStride = 32;
 
 // Waiting for phase q: one warp per block polls the global counter (acquire at GPU scope, backing
 // off), the block's other waiting warps read a shared mark of the last phase known complete. The
@@ -338,21 +314,12 @@ __device__ __forceinline__ void wait_phase(const BlockWait& bw, const int* done,
   __syncwarp();
 }
 
-// A GPU-scope fence: __threadfence() (fence.sc.gpu: MEMBAR.SC.GPU) or, with pl.fence (A/B),
-// fence.acq_rel.gpu (MEMBAR.ALL.GPU), which is all a release or an acquire needs.
-__device__ __forceinline__ void gpu_fence(const DecodePlan& pl) {
-  if (pl.fence)
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-  else
-    __threadfence();
-}
-
 // Every lane's stores of the unit, then one count: the warp barrier orders them before lane 0's
 // fence and add (the pattern of a cooperative grid sync, per warp).
-__device__ __forceinline__ void signal(const DecodePlan& pl, int* done, int lane) {
+__device__ __forceinline__ void signal(int* done, int lane) {
   __syncwarp();
   if (lane == 0) {
-    gpu_fence(pl);
+    __threadfence();
     atomicAdd(done, 1);
   }
 }
@@ -366,10 +333,8 @@ struct Work {
   float* o_part;
   bf16* act;
   float* down_part;
-  float* gu_part;  // [split_gu][2F]: gate rows, then up rows (split_gu > 1)
   float2* rope;  // [hd / 2]: (cos, sin) of the step's position times each frequency
   int* done;
-  int* claims;                // per phase: units taken (pl.dynamic)
   int* tickets;               // per layer: [nh] heads, [H/16] o tiles, [H/16] down tiles
   unsigned long long* trace;       // [phases][4] (DecodePlan::trace_on)
   unsigned long long* unit_trace;  // [units][kUnitStamps]
@@ -385,10 +350,8 @@ __device__ __forceinline__ Work work_of(const DecodeLayersArgs& a, const DecodeP
               reinterpret_cast<float*>(w + pl.o_part),
               reinterpret_cast<bf16*>(w + pl.act),
               reinterpret_cast<float*>(w + pl.down_part),
-              reinterpret_cast<float*>(w + pl.gu_part),
               reinterpret_cast<float2*>(w + pl.rope),
               reinterpret_cast<int*>(w + pl.done),
-              reinterpret_cast<int*>(w + pl.claims),
               reinterpret_cast<int*>(w + pl.tickets),
               reinterpret_cast<unsigned long long*>(w + pl.trace),
               reinterpret_cast<unsigned long long*>(w + pl.unit_trace)};
@@ -461,38 +424,18 @@ __device__ void resid_tile(const DecodeLayersArgs& a, const Work& wk, int H, con
   if (lane == 0) wk.ss[row0 / kRows] = sq;
 }
 
-__device__ __forceinline__ bf16 swiglu(float gate, float up) {
-  return __float2bfloat16_rn(gate / (1.0f + __expf(-gate)) * up);
-}
-
-// SwiGLU of one 16-row tile of gate|up once every K split of it is in gu_part: lane r < 16 sums
-// row row0 + r of the gate and the up halves (splits in order: deterministic).
-__device__ void swiglu_tile(const Work& wk, int F, int splits, int row0, float scale, int lane) {
-  if (lane < kRows) {
-    const int row = row0 + lane;
-    float gate = 0.0f, up = 0.0f;
-#pragma unroll
-    for (int sp = 0; sp < 8; ++sp) {
-      const float* part = wk.gu_part + size_t(sp) * 2 * F;
-      gate += sp < splits ? __ldcg(part + row) : 0.0f;
-      up += sp < splits ? __ldcg(part + F + row) : 0.0f;
-    }
-    wk.act[row] = swiglu(gate * scale, up * scale);
-  }
-}
-
 // A ticket among `n` units (one lane adds after a fence; every lane gets the count before its
 // own add). The unit that draws n - 1 is the last: it fences again before reading the others'.
-__device__ __forceinline__ bool last_of(const DecodePlan& pl, int* ticket, int n, int lane) {
+__device__ __forceinline__ bool last_of(int* ticket, int n, int lane) {
   __syncwarp();
   int t = 0;
   if (lane == 0) {
-    gpu_fence(pl);
+    __threadfence();
     t = atomicAdd(ticket, 1);
   }
   t = __shfl_sync(0xffffffffu, t, 0);
   if (t != n - 1) return false;
-  gpu_fence(pl);
+  __threadfence();
   return true;
 }
 
@@ -580,29 +523,6 @@ __device__ void combine_unit(const Work& wk, const Shape& s, int h, int active, 
 // merging and long ones every chunk.
 __device__ __forceinline__ int runtime_chunk(const DecodePlan& pl, int ctx) {
   return max(pl.chunk, ((ctx + pl.chunks - 1) / pl.chunks + 31) / 32 * 32);
-}
-
-// An attention unit's cached K and V rows prefetched into L2 while its warp waits for q|k|v (the
-// positions before the step's own do not depend on it): the first query head of each KV head
-// does it, one position a lane, one bulk prefetch per row.
-__device__ void prefetch_kv(const DecodeLayersArgs& a, const DecodePlan& pl, const Shape& s,
-                            int layer, int h, int c, int lane) {
-  const int group = s.nh / s.nkv;
-  if (h % group) return;
-  const int g = h / group, hd = s.hd, bs = a.dims.block_size;
-  const int ctx = __ldg(a.context_lens), cur = ctx - 1;
-  const int chunk = runtime_chunk(pl, ctx);
-  const int start = c * chunk, end = min(start + chunk, ctx);
-  const DecodeLayerPtrs& L = a.layer[layer];
-  for (int p = start + lane; p < end; p += 32) {
-    if (p == cur) continue;
-    const int blk = __ldg(a.block_table + p / bs);
-    const size_t at = ((size_t(blk) * bs + p % bs) * s.nkv + g) * hd;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(L.k_pool + at), "r"(hd * 2)
-                 : "memory");
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(L.v_pool + at), "r"(hd * 2)
-                 : "memory");
-  }
 }
 
 constexpr int kAttnUnroll = 4;  // passes of positions whose K and V loads are in flight together
@@ -728,7 +648,7 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
     if (lane == 0) part[0] = m, part[1] = l;
   }
   if (pl.trace_on) mid[1] = now_ns();
-  if (last_of(pl, wk.tickets + size_t(layer) * ticket_stride(s) + h, active, lane))
+  if (last_of(wk.tickets + size_t(layer) * ticket_stride(s) + h, active, lane))
     combine_unit(wk, s, h, active, lane);
 }
 
@@ -803,43 +723,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const BlockWait bw{&seen_phase, &poller_flag};
 
-  // The units this warp's copy cursor has taken and its arithmetic not yet started, in order.
-  __shared__ int2 queue_mem[kWarps][kQueue];
-  int2* queue = queue_mem[warp];
-  int qhead = 0, qtail = 0;  // warp-uniform
-
-  // The copy cursor fills every free slot of the ring (issued - consumed < kRing), taking the
-  // next GEMV unit whenever the current one has no steps left to copy (and the queue has room).
-  Copy pf{0, 0, 0, 0, wid - pl.warps, 0, Gemv{}};
+  // The copy cursor fills every free slot of the ring (issued - consumed < kRing), except that it
+  // does not enter a later phase of a kind in pl.cold (A/B: such a phase starts with an empty ring
+  // and the phases before it run without its copies queued ahead of their loads).
+  Cursor pf{0, 0, wid, 0, 0, Gemv{}};
+  seek_gemv(pf, a, pl, s);
   int issued = 0, consumed = 0;
-  auto fill = [&] {
-    while (issued - consumed < kRing) {
-      if (pf.t >= pf.steps) {
-        if (pf.p >= pl.phases || qtail - qhead >= kQueue) break;
-        next_unit(pf, a, pl, s, wk.claims, lane);
-        if (pf.p >= pl.phases) break;
-        if (lane == 0) queue[qtail % kQueue] = make_int2(pf.p, pf.u);
-        __syncwarp();
-        ++qtail;
-        continue;
-      }
+  auto fill = [&](int p_now) {
+    while (issued - consumed < kRing && pf.p < pl.phases &&
+           !(pf.p > p_now && ((pl.cold >> kind_of(pf.p)) & 1))) {
       issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
       ++issued;
-      ++pf.t;
+      advance(pf, a, pl, s);
     }
   };
+  fill(0);
 
-  // One unit of phase p: waits for phase p - 1, runs, signals.
-  auto run_unit = [&](int p, int u) {
-    const int kind = kind_of(p), layer = (p - 1) / kPhasesPerLayer;
+  Cursor cc{0, 0, wid, 0, 0, Gemv{}};
+  for (;; cc.f += pl.warps) {
+    const int u = normalize(cc, s, pl);
+    if (cc.p >= pl.phases) break;
+    const int p = cc.p, kind = kind_of(p), layer = (p - 1) / kPhasesPerLayer;
+    // Waits for the previous phase: GEMV units first put one more step of weights in flight.
     unsigned long long t_arrive = 0, t_release = 0, t_mid[2] = {0, 0};
     auto wait_previous = [&] {
       if (pl.trace_on) t_arrive = now_ns();
       if (p > 0 && !pl.no_wait) wait_phase(bw, wk.done, s, pl, p - 1, lane);
       if (pl.trace_on) t_release = now_ns();
     };
-    if (kind == kAttn && pl.kv_prefetch)
-      prefetch_kv(a, pl, s, layer, u / pl.chunks, u % pl.chunks, lane);
     if (!is_gemv(kind)) wait_previous();
     switch (kind) {
       case kInit:
@@ -851,7 +762,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       default: {  // the GEMVs
         const Gemv g = gemv_of(a, pl, s, p, u);
         const int steps = steps_of(g);
-        // (the ring was filled just before this unit was picked)
+        fill(p);  // the ring full, then the wait
         // About to wait: this unit's steps past the ring go to L2 meanwhile, so that DRAM keeps
         // streaming while every ring is full.
         if (p > 0 && pl.l2_steps > 0 && steps > kRing && !pl.no_wait) {
@@ -876,7 +787,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (steps > 0 && g.k0 + kStepCols + lane * 8 < g.k1)
           xnext2 = ldcg16(xin + g.k0 + kStepCols + lane * 8);
         for (int t = 0; t < steps; ++t) {
-          fill();
+          fill(p);
           const int ks = t / g.groups, grp = t % g.groups;
           const int col = g.k0 + ks * kStepCols + lane * 8;
           if (grp == 0) {
@@ -906,32 +817,32 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (pl.trace_on) t_mid[1] = now_ns();
         const float r0 = reduce_rows(acc0, lane);
         const float r1 = g.groups == 2 ? reduce_rows(acc1, lane) : 0.0f;
-        const int row = g.row0 + reduced_row(lane);
-        int* tickets = wk.tickets + size_t(layer) * ticket_stride(s) + s.nh;
-        if (kind == kQkv) {
-          if ((lane & 1) == 0) wk.qkv[size_t(g.split) * s.QKV + row] = r0 * scale;
-        } else if (kind == kGateUp && pl.split_gu == 1) {
-          if ((lane & 1) == 0) wk.act[row] = swiglu(r0 * scale, r1 * scale);
-        } else if (kind == kGateUp) {  // the last split of the tile applies SwiGLU
-          if ((lane & 1) == 0) {
-            wk.gu_part[size_t(g.split) * 2 * s.F + row] = r0;
-            wk.gu_part[size_t(g.split) * 2 * s.F + s.F + row] = r1;
+        if ((lane & 1) == 0) {
+          const int row = g.row0 + reduced_row(lane);
+          if (kind == kQkv) {
+            wk.qkv[size_t(g.split) * s.QKV + row] = r0 * scale;
+          } else if (kind == kO) {
+            wk.o_part[size_t(g.split) * s.H + row] = r0;
+          } else if (kind == kDown) {
+            wk.down_part[size_t(g.split) * s.H + row] = r0;
+          } else {
+            const float gt = r0 * scale, up = r1 * scale;
+            wk.act[row] = __float2bfloat16_rn(gt / (1.0f + __expf(-gt)) * up);
           }
-          if (last_of(pl, tickets + 2 * (s.H / kRows) + g.row0 / kRows, pl.split_gu, lane))
-            swiglu_tile(wk, s.F, pl.split_gu, g.row0, scale, lane);
-        } else {  // o, down: the last split of the tile adds the residual
+        }
+        if (kind == kO || kind == kDown) {  // the last split of the tile adds the residual
           const int splits = kind == kO ? pl.split_o : pl.split_down;
-          float* parts = kind == kO ? wk.o_part : wk.down_part;
-          if ((lane & 1) == 0) parts[size_t(g.split) * s.H + row] = r0;
-          int* ticket = tickets + (kind == kDown ? s.H / kRows : 0) + g.row0 / kRows;
+          const float* parts = kind == kO ? wk.o_part : wk.down_part;
+          int* ticket = wk.tickets + size_t(layer) * ticket_stride(s) + s.nh +
+                        (kind == kDown ? s.H / kRows : 0) + g.row0 / kRows;
           if (splits == 1) __syncwarp();
-          if (splits == 1 || last_of(pl, ticket, splits, lane))
+          if (splits == 1 || last_of(ticket, splits, lane))
             resid_tile(a, wk, s.H, parts, splits, g.row0, lane);
         }
         break;
       }
     }
-    signal(pl, wk.done + size_t(p) * kDoneStride, lane);
+    signal(wk.done + size_t(p) * kDoneStride, lane);
     if (pl.trace_on && lane == 0) {
       unsigned long long* tr = wk.trace + size_t(p) * 4;
       atomicMax(tr + 0, ~t_arrive);
@@ -939,43 +850,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       atomicMax(tr + 2, ~t_release);
       const unsigned long long t_end = now_ns();
       atomicMax(tr + 3, t_end);
-      unsigned long long* ut = wk.unit_trace + size_t(phase_base(s, pl, p) + u) * kUnitStamps;
+      unsigned long long* ut = wk.unit_trace + size_t(cc.f) * kUnitStamps;
       ut[0] = t_arrive, ut[1] = t_release, ut[2] = t_mid[0], ut[3] = t_mid[1], ut[4] = t_end;
     }
-  };
-
-  // The arithmetic: the queued GEMV units in order and, before each, this warp's units of the
-  // phases without weights (init, attention) that come before it: statically, units f = wid mod W
-  // of each such phase (they are short and latency-bound: no claiming on a shared counter).
-  // Deadlock-free: a warp runs its units in phase order, and the copy cursor only moves past a
-  // GEMV phase once every unit of it is taken (so the lowest incomplete phase always has its
-  // units with warps that can run them).
-  // One call site of run_unit (it is most of the kernel's code): the loop picks the next unit.
-  int ap = 0;          // the phase being walked for units without weights
-  int walk = -1, wu = 0;  // phase `walk`'s next static unit for this warp
-  for (;;) {
-    fill();
-    const int next = qtail > qhead ? queue[qhead % kQueue].x : pl.phases;
-    int p = -1, u = 0;
-    for (; ap < next; ++ap) {
-      if (is_gemv(kind_of(ap))) continue;
-      if (walk != ap) {
-        walk = ap;
-        wu = ((wid - phase_base(s, pl, ap)) % pl.warps + pl.warps) % pl.warps;
-      }
-      if (wu < unit_count(s, pl, kind_of(ap))) {
-        p = ap, u = wu;
-        wu += pl.warps;
-        break;
-      }
-    }
-    if (p < 0) {
-      if (next >= pl.phases) break;
-      p = next, u = queue[qhead % kQueue].y;
-      ++qhead;
-      ap = next;
-    }
-    run_unit(p, u);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
@@ -1018,10 +895,8 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   // A/B knobs for the GPU machine: RIDGE_DECODE_SPLITS=q,o,d (K splits, 1..8 each),
   // RIDGE_DECODE_CHUNK=positions (the least per attention unit, a multiple of 32),
   // RIDGE_DECODE_L2_STEPS=n (steps a waiting warp prefetches to L2, 0 none),
-  // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results), RIDGE_DECODE_SPLITS=q,o,d,gu (a fourth
-  // number splits gate|up along K too), RIDGE_DECODE_DYNAMIC=1 (GEMV units claimed, not dealt),
-  // RIDGE_DECODE_FENCE=acqrel (fence.acq_rel.gpu instead of __threadfence),
-  // RIDGE_DECODE_KV_PREFETCH=0 (no L2 prefetch of the cached K/V before the attention waits).
+  // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results), RIDGE_DECODE_COLD=digits (kinds of
+  // phase the copy cursor does not enter early: 1 q|k|v, 3 o, 4 gate|up, 5 down).
   static const char* splits_env = std::getenv("RIDGE_DECODE_SPLITS");
   if (splits_env) {
     int q = 0, o = 0, dn = 0;
@@ -1030,14 +905,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
       p.split_o = std::clamp(o, 1, 8);
       p.split_down = std::clamp(dn, 1, 8);
     }
-    int gu = 0;
-    if (std::sscanf(splits_env, "%*d,%*d,%*d,%d", &gu) == 1) p.split_gu = std::clamp(gu, 1, 8);
   }
-  static const bool dynamic = [] {
-    const char* v = std::getenv("RIDGE_DECODE_DYNAMIC");
-    return v && v[0] == '1';
-  }();
-  p.dynamic = dynamic ? 1 : 0;
   static const int min_chunk = [] {
     const char* v = std::getenv("RIDGE_DECODE_CHUNK");
     return v ? std::clamp((std::atoi(v) + 31) / 32 * 32, 32, 4096) : 32;
@@ -1047,16 +915,14 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
     return v ? std::clamp(std::atoi(v), 0, 64) : 0;  // run 15 (a3): 4 steps lost 4 %, 8 10 %
   }();
   p.l2_steps = l2_steps;
-  static const int fence = [] {
-    const char* v = std::getenv("RIDGE_DECODE_FENCE");
-    return v && std::string(v) == "acqrel" ? 1 : 0;
+  static const int cold = [] {
+    const char* v = std::getenv("RIDGE_DECODE_COLD");  // kinds: 1 q|k|v, 3 o, 4 gate|up, 5 down
+    int mask = 0;
+    for (const char* c = v ? v : ""; *c; ++c)
+      if (*c >= '1' && *c <= '5') mask |= 1 << (*c - '0');
+    return mask;
   }();
-  p.fence = fence;
-  static const int kv_prefetch = [] {
-    const char* v = std::getenv("RIDGE_DECODE_KV_PREFETCH");
-    return v && v[0] == '0' ? 0 : 1;
-  }();
-  p.kv_prefetch = kv_prefetch;
+  p.cold = cold;
   static const bool trace = [] {
     const char* v = std::getenv("RIDGE_DECODE_TRACE");
     return v && v[0] == '1';
@@ -1087,15 +953,12 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   p.o_part = take(size_t(p.split_o) * d.hidden * 4);
   p.act = take(size_t(d.ffn) * 2);
   p.down_part = take(size_t(p.split_down) * d.hidden * 4);
-  p.gu_part = take(size_t(p.split_gu) * 2 * d.ffn * 4);
   p.done = take(size_t(p.phases) * kDoneStride * 4);
-  p.claims = take(size_t(p.phases) * kDoneStride * 4);
-  p.tickets = take(size_t(d.layers) * (d.heads + 2 * (d.hidden / kRows) + d.ffn / kRows) * 4);
+  p.tickets = take(size_t(d.layers) * (d.heads + 2 * (d.hidden / kRows)) * 4);
   p.trace = take(size_t(p.phases) * 4 * 8);
   const int qkv_rows = qkv / kRows, h_rows = d.hidden / kRows;
-  p.units = p.resid_units +
-            d.layers * (qkv_rows * p.split_qkv + d.heads * p.chunks + h_rows * p.split_o +
-                        d.ffn / kRows * p.split_gu + h_rows * p.split_down);
+  p.units = p.resid_units + d.layers * (qkv_rows * p.split_qkv + d.heads * p.chunks +
+                                        h_rows * p.split_o + d.ffn / kRows + h_rows * p.split_down);
   // Sized for kMaxChunks attention units a head, as the rest of the workspace: the bytes do not
   // depend on the context capacity.
   const int64_t max_units = p.units + int64_t(d.layers) * d.heads * (kMaxChunks - p.chunks);
@@ -1133,7 +996,7 @@ std::vector<uint64_t> decode_layers_trace(const DecodeLayersArgs& a, const Decod
                              int64_t(s.QKV / kRows) * plan.split_qkv,
                              int64_t(s.nh) * plan.chunks,
                              int64_t(s.H / kRows) * plan.split_o,
-                             int64_t(s.F / kRows) * plan.split_gu,
+                             s.F / kRows,
                              int64_t(s.H / kRows) * plan.split_down};
     if (FILE* f = std::fopen(file, "ab")) {
       std::fwrite(head, sizeof head, 1, f);

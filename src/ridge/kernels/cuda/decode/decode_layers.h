@@ -63,7 +63,7 @@ struct DecodeDims {
 // give every warp work, positions per attention unit, and the workspace layout.
 struct DecodePlan {
   int warps = 0;  // warps in the grid
-  int split_qkv = 1, split_o = 1, split_down = 1, split_gu = 1;
+  int split_qkv = 1, split_o = 1, split_down = 1;
   // Attention units per head, and the least positions per unit (a multiple of 32): a step with
   // ctx positions spreads them over the units, max(chunk, ctx / chunks rounded up to 32) each,
   // and only the units that get positions take part.
@@ -75,11 +75,9 @@ struct DecodePlan {
   int no_wait = 0;
   // Steps of its unit past the ring that a warp about to wait prefetches into L2.
   int l2_steps = 0;
-  // 1: a warp's copy cursor claims its next GEMV unit from the phase's counter when it needs one
-  // (warps that stream faster take more units); 0: unit f goes to warp f mod warps.
-  int dynamic = 0;
-  int fence = 0;        // 1: fence.acq_rel.gpu for releases and acquires, 0: __threadfence()
-  int kv_prefetch = 1;  // attention units prefetch their cached K/V into L2 before waiting
+  // Bit k set: the copy cursor enters a phase of kind k (1 q|k|v, 3 o, 4 gate|up, 5 down) only
+  // once the arithmetic is in it (A/B: no copies queued ahead of the previous phases' loads).
+  int cold = 0;
   // RIDGE_DECODE_TRACE=1: per phase, four globaltimer stamps (ns) at `trace` in the workspace:
   // [0] ~(first unit's arrival at its wait), [1] last unit's release, [2] ~(first release),
   // [3] last unit's end ("~t": stored complemented so that atomicMax over zeroed memory keeps
@@ -89,7 +87,7 @@ struct DecodePlan {
   int units = 0;
   // workspace offsets in bytes
   size_t x32 = 0, ss = 0, qkv = 0, attn_part = 0, attn = 0, rope = 0, o_part = 0, act = 0,
-         down_part = 0, gu_part = 0, claims = 0,
+         down_part = 0,
          done = 0, tickets = 0, trace = 0, unit_trace = 0, bytes = 0;
 };
 
