@@ -12,13 +12,17 @@
 // × 256 columns; lane l copies columns [8l, 8l + 8) of each of the 16 rows (16 cp.async of 16
 // bytes: every instruction reads 512 contiguous bytes of one row) and later reads back exactly
 // what it copied, so cp.async.wait_group is the only ordering (no barrier, no mbarrier). The copy
-// cursor runs kRing - 1 steps ahead of the arithmetic over the warp's GEMV units only: across
-// attention, reductions and phase waits it keeps the next weights in flight.
+// cursor keeps every free slot filled (kRing steps in flight at a wait) over the warp's GEMV units
+// only: across attention, reductions and phase waits it keeps the next weights in flight.
 //
 // The arithmetic (M = 1): per step, lane l multiplies its 8 columns of the 16 rows by the same 8
-// activations (one 16-byte load from L2, issued a step ahead) in fp32; the 16 row sums are
+// activations (16-byte loads from L2, issued two steps ahead) in fp32; the 16 row sums are
 // reduced over the warp at the end of the unit (a reduce-scatter). Activations and partial sums
 // written inside the kernel are read with ld.cg (L2): L1 is not coherent across SMs.
+//
+// Code size matters: code that runs once a layer per warp (attention, merges, residual adds)
+// misses the instruction cache every layer, so it is kept short (run 16: 32 inlined sincosf made
+// attention ~8 us slower per layer; the RoPE table is now computed once a step in init).
 #include "ridge/kernels/cuda/decode/decode_layers.h"
 
 #include <algorithm>
@@ -723,21 +727,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const BlockWait bw{&seen_phase, &poller_flag};
 
-  // The copy cursor fills every free slot of the ring (issued - consumed < kRing), except that it
-  // does not enter a later phase of a kind in pl.cold (A/B: such a phase starts with an empty ring
-  // and the phases before it run without its copies queued ahead of their loads).
+  // The copy cursor fills every free slot of the ring (issued - consumed < kRing).
   Cursor pf{0, 0, wid, 0, 0, Gemv{}};
   seek_gemv(pf, a, pl, s);
   int issued = 0, consumed = 0;
-  auto fill = [&](int p_now) {
-    while (issued - consumed < kRing && pf.p < pl.phases &&
-           !(pf.p > p_now && ((pl.cold >> kind_of(pf.p)) & 1))) {
+  auto fill = [&] {
+    while (issued - consumed < kRing && pf.p < pl.phases) {
       issue(pf, ring + (issued % kRing) * kSlotBytes, lane);
       ++issued;
       advance(pf, a, pl, s);
     }
   };
-  fill(0);
+  fill();
 
   Cursor cc{0, 0, wid, 0, 0, Gemv{}};
   for (;; cc.f += pl.warps) {
@@ -762,7 +763,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       default: {  // the GEMVs
         const Gemv g = gemv_of(a, pl, s, p, u);
         const int steps = steps_of(g);
-        fill(p);  // the ring full, then the wait
+        fill();  // the ring full, then the wait
         // About to wait: this unit's steps past the ring go to L2 meanwhile, so that DRAM keeps
         // streaming while every ring is full.
         if (p > 0 && pl.l2_steps > 0 && steps > kRing && !pl.no_wait) {
@@ -787,7 +788,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (steps > 0 && g.k0 + kStepCols + lane * 8 < g.k1)
           xnext2 = ldcg16(xin + g.k0 + kStepCols + lane * 8);
         for (int t = 0; t < steps; ++t) {
-          fill(p);
+          fill();
           const int ks = t / g.groups, grp = t % g.groups;
           const int col = g.k0 + ks * kStepCols + lane * 8;
           if (grp == 0) {
@@ -895,8 +896,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   // A/B knobs for the GPU machine: RIDGE_DECODE_SPLITS=q,o,d (K splits, 1..8 each),
   // RIDGE_DECODE_CHUNK=positions (the least per attention unit, a multiple of 32),
   // RIDGE_DECODE_L2_STEPS=n (steps a waiting warp prefetches to L2, 0 none),
-  // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results), RIDGE_DECODE_COLD=digits (kinds of
-  // phase the copy cursor does not enter early: 1 q|k|v, 3 o, 4 gate|up, 5 down).
+  // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results).
   static const char* splits_env = std::getenv("RIDGE_DECODE_SPLITS");
   if (splits_env) {
     int q = 0, o = 0, dn = 0;
@@ -915,14 +915,6 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
     return v ? std::clamp(std::atoi(v), 0, 64) : 0;  // run 15 (a3): 4 steps lost 4 %, 8 10 %
   }();
   p.l2_steps = l2_steps;
-  static const int cold = [] {
-    const char* v = std::getenv("RIDGE_DECODE_COLD");  // kinds: 1 q|k|v, 3 o, 4 gate|up, 5 down
-    int mask = 0;
-    for (const char* c = v ? v : ""; *c; ++c)
-      if (*c >= '1' && *c <= '5') mask |= 1 << (*c - '0');
-    return mask;
-  }();
-  p.cold = cold;
   static const bool trace = [] {
     const char* v = std::getenv("RIDGE_DECODE_TRACE");
     return v && v[0] == '1';

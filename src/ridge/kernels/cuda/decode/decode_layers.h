@@ -75,9 +75,6 @@ struct DecodePlan {
   int no_wait = 0;
   // Steps of its unit past the ring that a warp about to wait prefetches into L2.
   int l2_steps = 0;
-  // Bit k set: the copy cursor enters a phase of kind k (1 q|k|v, 3 o, 4 gate|up, 5 down) only
-  // once the arithmetic is in it (A/B: no copies queued ahead of the previous phases' loads).
-  int cold = 0;
   // RIDGE_DECODE_TRACE=1: per phase, four globaltimer stamps (ns) at `trace` in the workspace:
   // [0] ~(first unit's arrival at its wait), [1] last unit's release, [2] ~(first release),
   // [3] last unit's end ("~t": stored complemented so that atomicMax over zeroed memory keeps
