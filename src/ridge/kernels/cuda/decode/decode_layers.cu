@@ -20,9 +20,10 @@
 // reduced over the warp at the end of the unit (a reduce-scatter). Activations and partial sums
 // written inside the kernel are read with ld.cg (L2): L1 is not coherent across SMs.
 //
-// Code size matters: code that runs once a layer per warp (attention, merges, residual adds)
-// misses the instruction cache every layer, so it is kept short (run 16: 32 inlined sincosf made
-// attention ~8 us slower per layer; the RoPE table is now computed once a step in init).
+// Code length matters: what runs once a layer per warp (attention, merges, residual adds) is on
+// the critical path as one warp's serial instruction stream, fetched cold each layer, so it is
+// kept short (run 16: 32 inlined sincosf, 28 % of the kernel's instructions, made q's rotation
+// take 7.9 us; the RoPE table is now computed once a step in init).
 #include "ridge/kernels/cuda/decode/decode_layers.h"
 
 #include <algorithm>
@@ -40,7 +41,8 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kRing = 3;  // the waits on the ring (cp.async.wait_group 0..2) assume 3
+constexpr int kRing = 3;
+static_assert(kRing == 3, "the ring waits (cp.async.wait_group 2, 1, 0) are written for 3 slots");
 constexpr int kRows = 16;       // weight rows per step and per tile
 constexpr int kStepCols = 256;  // columns per step (8 per lane)
 constexpr int kSlotBytes = kRows * kStepCols * 2;
@@ -72,10 +74,7 @@ __device__ __forceinline__ bool is_gemv(int kind) {
 struct Shape {
   int H, QKV, F, nh, nkv, hd, qdim;
 };
-// Tickets per layer: nh heads (attention chunks), H/16 o tiles, H/16 down tiles.
-struct Shape;
-__device__ __forceinline__ int ticket_stride(const Shape& s);
-__device__ __forceinline__ Shape shape_of(const DecodeDims& d) {
+__host__ __device__ __forceinline__ Shape shape_of(const DecodeDims& d) {
   Shape s;
   s.H = d.hidden;
   s.nh = d.heads;
@@ -87,6 +86,7 @@ __device__ __forceinline__ Shape shape_of(const DecodeDims& d) {
   return s;
 }
 
+// Tickets per layer: nh heads (attention chunks), H/16 o tiles, H/16 down tiles.
 __device__ __forceinline__ int ticket_stride(const Shape& s) {
   return s.nh + 2 * (s.H / kRows);
 }
@@ -199,8 +199,8 @@ __device__ __forceinline__ void cp_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-// Copies the cursor's step into `slot`: one commit group per call (empty past the end or for a
-// lane whose 8 columns lie past the unit's k1; the arithmetic skips those lanes).
+// Copies the cursor's step into `slot`: one commit group per call (empty for a lane whose 8
+// columns lie past the unit's k1; the arithmetic skips those lanes).
 __device__ __forceinline__ void issue(const Cursor& c, char* slot, int lane) {
   if (c.steps > 0 && c.t < c.steps) {
     const int ks = c.t / c.g.groups, grp = c.t % c.g.groups;
@@ -380,8 +380,7 @@ __device__ __forceinline__ float inv_rms(const Work& wk, const DecodePlan& pl, i
 
 // init: x32 = x (the embedding row) and the sums of squares of x per 16-row tile; unit 0 also the
 // RoPE table of the step's position (every layer and head uses the same angles: computed once, the
-// attention code stays small; run 16: sincosf inlined 32 times made it ~50 KB of instructions that
-// missed the instruction cache at every layer).
+// attention code stays short).
 __device__ void init_unit(const DecodeLayersArgs& a, const Work& wk, int H, int hd, int u,
                           int lane) {
   if (u == 0) {
@@ -705,18 +704,6 @@ __device__ __forceinline__ int reduced_row(int lane) {
   return ((lane >> 4) & 1) * 8 + ((lane >> 3) & 1) * 4 + ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1);
 }
 
-// L2 prefetch of steps [t0, t1) of a unit, for a warp about to wait: per 16-row block, one bulk
-// prefetch of the rows' contiguous columns (lane r < 16 takes row r of each group).
-__device__ __forceinline__ void prefetch_l2(const Gemv& g, int t0, int t1, int lane) {
-  const int ks0 = t0 / g.groups, ks1 = (t1 + g.groups - 1) / g.groups;
-  const int c0 = g.k0 + ks0 * kStepCols, c1 = min(g.k1, g.k0 + ks1 * kStepCols);
-  if (c1 <= c0 || lane >= kRows * g.groups) return;
-  const int grp = lane / kRows, r = lane % kRows;
-  const bf16* src = g.w + size_t(g.row0 + grp * g.goff + r) * size_t(g.K) + c0;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"((c1 - c0) * 2)
-               : "memory");
-}
-
 // The arithmetic of one ring step: lane's 8 columns of 16 rows times 8 activations.
 __device__ __forceinline__ void consume(const char* slot, int lane, const float (&xv)[8],
                                         float (&acc)[kRows]) {
@@ -766,7 +753,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int u = normalize(cc, s, pl);
     if (cc.p >= pl.phases) break;
     const int p = cc.p, kind = kind_of(p), layer = (p - 1) / kPhasesPerLayer;
-    // Waits for the previous phase: GEMV units first put one more step of weights in flight.
+    // Waits for the previous phase (GEMV units fill their ring first).
     unsigned long long t_arrive = 0, t_release = 0, t_mid[2] = {0, 0};
     auto wait_previous = [&] {
       if (pl.trace_on) t_arrive = now_ns();
@@ -785,14 +772,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         const Gemv g = gemv_of(a, pl, s, p, u);
         const int steps = steps_of(g);
         fill();  // the ring full, then the wait
-        // About to wait: this unit's steps past the ring go to L2 meanwhile, so that DRAM keeps
-        // streaming while every ring is full.
-        if (p > 0 && pl.l2_steps > 0 && steps > kRing && !pl.no_wait) {
-          int ahead = 0;
-          if (lane == 0) ahead = ld_acquire_cta(bw.seen) < p - 1;
-          if (__shfl_sync(0xffffffffu, ahead, 0))
-            prefetch_l2(g, kRing, min(steps, kRing + pl.l2_steps), lane);
-        }
         wait_previous();
         const bf16* xin = kind == kO ? wk.attn : kind == kDown ? wk.act : a.x;
         const float scale =
@@ -916,7 +895,6 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   p.split_down = split(d.hidden / kRows, d.ffn);
   // A/B knobs for the GPU machine: RIDGE_DECODE_SPLITS=q,o,d (K splits, 1..8 each),
   // RIDGE_DECODE_CHUNK=positions (the least per attention unit, a multiple of 32),
-  // RIDGE_DECODE_L2_STEPS=n (steps a waiting warp prefetches to L2, 0 none),
   // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results).
   static const char* splits_env = std::getenv("RIDGE_DECODE_SPLITS");
   if (splits_env) {
@@ -931,11 +909,6 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
     const char* v = std::getenv("RIDGE_DECODE_CHUNK");
     return v ? std::clamp((std::atoi(v) + 31) / 32 * 32, 32, 4096) : 32;
   }();
-  static const int l2_steps = [] {
-    const char* v = std::getenv("RIDGE_DECODE_L2_STEPS");
-    return v ? std::clamp(std::atoi(v), 0, 64) : 0;  // run 15 (a3): 4 steps lost 4 %, 8 10 %
-  }();
-  p.l2_steps = l2_steps;
   static const bool trace = [] {
     const char* v = std::getenv("RIDGE_DECODE_TRACE");
     return v && v[0] == '1';
@@ -996,12 +969,7 @@ std::vector<uint64_t> decode_layers_trace(const DecodeLayersArgs& a, const Decod
     RIDGE_CHECK_CUDA(cudaMemcpy(u.data(), static_cast<const char*>(a.workspace) + plan.unit_trace,
                                 u.size() * 8, cudaMemcpyDeviceToHost));
     // Header: magic, warps, layers, then units per kind (init, qkv, attention, o, gate|up, down).
-    const Shape s = [&] {
-      Shape r{};
-      r.H = a.dims.hidden, r.nh = a.dims.heads, r.nkv = a.dims.kv_heads, r.hd = a.dims.head_dim;
-      r.QKV = (r.nh + 2 * r.nkv) * r.hd, r.F = a.dims.ffn, r.qdim = r.nh * r.hd;
-      return r;
-    }();
+    const Shape s = shape_of(a.dims);
     const int64_t head[9] = {0x52445452,
                              plan.warps,
                              a.dims.layers,

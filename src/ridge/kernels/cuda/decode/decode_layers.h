@@ -73,8 +73,6 @@ struct DecodePlan {
   // Timing only (RIDGE_DECODE_NO_WAIT=1 in decode_layers_plan): no unit waits for the previous
   // phase, so the results are wrong; the step then shows the kernel's bare weight stream.
   int no_wait = 0;
-  // Steps of its unit past the ring that a warp about to wait prefetches into L2.
-  int l2_steps = 0;
   // RIDGE_DECODE_TRACE=1: per phase, four globaltimer stamps (ns) at `trace` in the workspace:
   // [0] ~(first unit's arrival at its wait), [1] last unit's release, [2] ~(first release),
   // [3] last unit's end ("~t": stored complemented so that atomicMax over zeroed memory keeps
