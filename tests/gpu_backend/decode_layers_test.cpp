@@ -261,6 +261,12 @@ TEST_F(DecodeLayers, RandomGqaLongContext) {
   run_random({"gqa-hd64-long", 384, 6, 2, 64, 1040, 2, 300, true}, 1203, 6);
 }
 
+// Head dim 128 with more attention units than one round trip of the merge carries (16 chunks
+// of partials at a time for this head size): 700+ positions over 22 units of 32.
+TEST_F(DecodeLayers, RandomMhaLongContext) {
+  run_random({"mha-hd128-long", 512, 4, 4, 128, 1376, 2, 320, false}, 701, 5);
+}
+
 TEST_F(DecodeLayers, DefaultModel) {
   const std::string path =
       std::string(RIDGE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";

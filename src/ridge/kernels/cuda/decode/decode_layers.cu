@@ -406,14 +406,15 @@ __device__ void init_unit(const DecodeLayersArgs& a, const Work& wk, int H, int 
 }
 
 // The residual add of one 16-row tile once every K split of it is in parts: lane r < 16 adds
-// row row0 + r (splits in order: deterministic), stores x32 and x (bf16), and the tile's sum of
+// row row0 + r (splits in order: deterministic) to x_prev (its x32, loaded before the ticket:
+// only this call writes it in this phase), stores x32 and x (bf16), and the tile's sum of
 // squares of the stored bf16 values goes to ss (for the next norm).
 __device__ void resid_tile(const DecodeLayersArgs& a, const Work& wk, int H, const float* parts,
-                           int splits, int row0, int lane) {
+                           int splits, int row0, float x_prev, int lane) {
   float sq = 0.0f;
   if (lane < kRows) {
     const int row = row0 + lane;
-    float v = __ldcg(wk.x32 + row);
+    float v = x_prev;
 #pragma unroll
     for (int sp = 0; sp < 8; ++sp)  // splits in order: deterministic
       v += sp < splits ? __ldcg(parts + size_t(sp) * H + row) : 0.0f;
@@ -482,8 +483,11 @@ __device__ __forceinline__ void load_head16(const Work& wk, const DecodePlan& pl
 
 // Combine unit (head h): the `active` chunks' partials merged; lane l writes dims
 // [l·hd/32, (l+1)·hd/32). Every load is independent of the others, so they overlap: lane c reads
-// chunk c's (max, sum), the weights go round the warp, and the accumulators are read four chunks
-// at a time (run 16: a loop of dependent L2 round trips over 32 chunks took ~25 us a layer).
+// chunk c's (max, sum) while every lane reads the first four chunks' accumulators, the weights go
+// round the warp, and the other accumulators are read four chunks at a time (run 16: a loop of
+// dependent L2 round trips over 32 chunks took ~25 us a layer; run 17: the merge was ~2.5 us of
+// the attention phase's critical path). Four chunks of up to 8 dims a round trip: the kernel is at
+// its register limit (255), and more in flight here spilled in the GEMV loop (run 17: 4.74 ms).
 __device__ void combine_unit(const Work& wk, const Shape& s, int h, int active, int lane) {
   const int hd = s.hd, per = hd / 32;
   const float* part = wk.attn_part + size_t(h) * kMaxChunks * size_t(hd + 4);
@@ -492,6 +496,16 @@ __device__ void combine_unit(const Work& wk, const Shape& s, int h, int active, 
     const float2 ml = __ldcg(reinterpret_cast<const float2*>(part + size_t(lane) * (hd + 4)));
     mc = ml.x, lc = ml.y;
   }
+  float v[4][8];
+  auto load4 = [&](int c0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float* pc = part + size_t(min(c0 + i, active - 1)) * (hd + 4) + 4 + lane * per;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[i][e] = e < per ? __ldcg(pc + e) : 0.0f;
+    }
+  };
+  load4(0);
   float mx = lc > 0.0f ? mc : -INFINITY;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -499,13 +513,7 @@ __device__ void combine_unit(const Work& wk, const Shape& s, int h, int active, 
   const float L = warp_sum(wc * lc);
   float out[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int c0 = 0; c0 < active; c0 += 4) {
-    float v[4][8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float* pc = part + size_t(min(c0 + i, active - 1)) * (hd + 4) + 4 + lane * per;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[i][e] = e < per ? __ldcg(pc + e) : 0.0f;
-    }
+    if (c0 > 0) load4(c0);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float w = __shfl_sync(0xffffffffu, wc, min(c0 + i, 31));
@@ -522,10 +530,10 @@ __device__ void combine_unit(const Work& wk, const Shape& s, int h, int active, 
 }
 
 // Positions per attention unit for a context of ctx positions: spread over the plan's chunks,
-// at least pl.chunk (a multiple of 32), so that short contexts use few units with little
+// at least pl.chunk (a multiple of 16), so that short contexts use few units with little
 // merging and long ones every chunk.
 __device__ __forceinline__ int runtime_chunk(const DecodePlan& pl, int ctx) {
-  return max(pl.chunk, ((ctx + pl.chunks - 1) / pl.chunks + 31) / 32 * 32);
+  return max(pl.chunk, ((ctx + pl.chunks - 1) / pl.chunks + 15) / 16 * 16);
 }
 
 constexpr int kAttnUnroll = 4;  // passes of positions whose K and V loads are in flight together
@@ -534,32 +542,58 @@ constexpr int kAttnUnroll = 4;  // passes of positions whose K and V loads are i
 // G = hd/16 lanes take one position each (32/G positions per pass), online softmax per group,
 // merged over the groups at the end. The step's own position (ctx - 1) comes from the qkv
 // output in registers; its chunk's unit for the first query head of each KV head stores it.
+// The cached K and V of the first pass are loaded before `wait` (the wait for q|k|v): they were
+// written by earlier steps, and their DRAM round trip then leaves the phase's critical path.
+template <class Wait>
 __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const DecodePlan& pl,
                           const Shape& s, int layer, int h, int c, int lane,
-                          unsigned long long (&mid)[2]) {
+                          unsigned long long (&mid)[2], Wait&& wait) {
   const int hd = s.hd, G = hd / 16, P = 32 / G;
   const int group = s.nh / s.nkv, g = h / group;
   const int ctx = __ldg(a.context_lens), cur = ctx - 1;
   const int chunk = runtime_chunk(pl, ctx), active = (ctx + chunk - 1) / chunk;
   const int start = c * chunk, end = min(start + chunk, ctx);
   float* part = wk.attn_part + (size_t(h) * kMaxChunks + c) * size_t(hd + 4);
-  if (start >= end) return;  // past the context: not one of the head's `active` units
+  if (start >= end) {  // past the context: not one of the head's `active` units
+    wait();
+    return;
+  }
   const int pg = lane / G, j = lane % G, d0 = 16 * j;
-  float q[16];
+  const DecodeLayerPtrs& L = a.layer[layer];
+  const int bs = a.dims.block_size;
+  uint4 kr[kAttnUnroll][2], vr[kAttnUnroll][2];
+  auto load_pass = [&](int p0) {
+#pragma unroll
+    for (int n = 0; n < kAttnUnroll; ++n) {
+      const int p = p0 + n * P + pg;
+      kr[n][0] = kr[n][1] = vr[n][0] = vr[n][1] = make_uint4(0, 0, 0, 0);
+      if (p < end && p != cur) {
+        const int blk = __ldg(a.block_table + p / bs);
+        const size_t at = ((size_t(blk) * bs + p % bs) * s.nkv + g) * hd + d0;
+        kr[n][0] = __ldg(reinterpret_cast<const uint4*>(L.k_pool + at));
+        kr[n][1] = __ldg(reinterpret_cast<const uint4*>(L.k_pool + at + 8));
+        vr[n][0] = __ldg(reinterpret_cast<const uint4*>(L.v_pool + at));
+        vr[n][1] = __ldg(reinterpret_cast<const uint4*>(L.v_pool + at + 8));
+      }
+    }
+  };
+  load_pass(start);
+  wait();
   float2 cs[16];
-  load_head16(wk, pl, s.QKV, h * hd + d0, q);
   load_rope16(wk, j, hd, cs);
+  // q (with the table's loads: one L2 round trip); the unit holding the step's own position
+  // then loads its k and v together (all three at once spilled registers in run 17).
+  const bool has_cur = cur >= start && cur < end;
+  float q[16], kc[16], vc[16];
+  load_head16(wk, pl, s.QKV, h * hd + d0, q);
   rope16(q, j, G, cs);
   if (pl.trace_on) mid[0] = now_ns();
-  const bool has_cur = cur >= start && cur < end;
-  float kc[16], vc[16];
   if (has_cur) {
     load_head16(wk, pl, s.QKV, s.qdim + g * hd + d0, kc);
-    rope16(kc, j, G, cs);
     load_head16(wk, pl, s.QKV, s.qdim + s.nkv * hd + g * hd + d0, vc);
+    rope16(kc, j, G, cs);
     const int slot = __ldg(a.slots);
     if (h % group == 0 && slot >= 0 && pg == 0) {
-      const DecodeLayerPtrs& L = a.layer[layer];
       const size_t at = (size_t(slot) * s.nkv + g) * hd + d0;
       float t[8];
 #pragma unroll
@@ -576,26 +610,11 @@ __device__ void attn_unit(const DecodeLayersArgs& a, const Work& wk, const Decod
 #pragma unroll
     for (int e = 0; e < 16; ++e) kc[e] = vc[e] = 0.0f;
   }
-  const DecodeLayerPtrs& L = a.layer[layer];
-  const int bs = a.dims.block_size;
   float m = -INFINITY, l = 0.0f, acc[16];
 #pragma unroll
   for (int e = 0; e < 16; ++e) acc[e] = 0.0f;
   for (int p0 = start; p0 < end; p0 += P * kAttnUnroll) {
-    uint4 kr[kAttnUnroll][2], vr[kAttnUnroll][2];
-#pragma unroll
-    for (int n = 0; n < kAttnUnroll; ++n) {
-      const int p = p0 + n * P + pg;
-      kr[n][0] = kr[n][1] = vr[n][0] = vr[n][1] = make_uint4(0, 0, 0, 0);
-      if (p < end && p != cur) {
-        const int blk = __ldg(a.block_table + p / bs);
-        const size_t at = ((size_t(blk) * bs + p % bs) * s.nkv + g) * hd + d0;
-        kr[n][0] = __ldg(reinterpret_cast<const uint4*>(L.k_pool + at));
-        kr[n][1] = __ldg(reinterpret_cast<const uint4*>(L.k_pool + at + 8));
-        vr[n][0] = __ldg(reinterpret_cast<const uint4*>(L.v_pool + at));
-        vr[n][1] = __ldg(reinterpret_cast<const uint4*>(L.v_pool + at + 8));
-      }
-    }
+    if (p0 != start) load_pass(p0);
     // The pass's kAttnUnroll positions together (independent dependency chains: run 16 traced
     // ~6.5 us a unit in this loop when each position's score, shuffles and softmax update waited
     // for the previous one's).
@@ -760,13 +779,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (p > 0 && !pl.no_wait) wait_phase(bw, wk.done, s, pl, p - 1, lane);
       if (pl.trace_on) t_release = now_ns();
     };
-    if (!is_gemv(kind)) wait_previous();
     switch (kind) {
       case kInit:
+        wait_previous();
         init_unit(a, wk, s.H, s.hd, u, lane);
         break;
       case kAttn:
-        attn_unit(a, wk, pl, s, layer, u / pl.chunks, u % pl.chunks, lane, t_mid);
+        attn_unit(a, wk, pl, s, layer, u / pl.chunks, u % pl.chunks, lane, t_mid, wait_previous);
         break;
       default: {  // the GEMVs
         const Gemv g = gemv_of(a, pl, s, p, u);
@@ -836,9 +855,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float* parts = kind == kO ? wk.o_part : wk.down_part;
           int* ticket = wk.tickets + size_t(layer) * ticket_stride(s) + s.nh +
                         (kind == kDown ? s.H / kRows : 0) + g.row0 / kRows;
+          // The tile's residual is read now, its L2 round trip under the ticket's.
+          const float x_prev = lane < kRows ? __ldcg(wk.x32 + g.row0 + lane) : 0.0f;
           if (splits == 1) __syncwarp();
           if (splits == 1 || last_of(ticket, splits, lane))
-            resid_tile(a, wk, s.H, parts, splits, g.row0, lane);
+            resid_tile(a, wk, s.H, parts, splits, g.row0, x_prev, lane);
         }
         break;
       }
@@ -894,7 +915,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   p.split_o = split(d.hidden / kRows, d.heads * d.head_dim);
   p.split_down = split(d.hidden / kRows, d.ffn);
   // A/B knobs for the GPU machine: RIDGE_DECODE_SPLITS=q,o,d (K splits, 1..8 each),
-  // RIDGE_DECODE_CHUNK=positions (the least per attention unit, a multiple of 32),
+  // RIDGE_DECODE_CHUNK=positions (the least per attention unit, a multiple of 16),
   // RIDGE_DECODE_NO_WAIT=1 (timing only: wrong results).
   static const char* splits_env = std::getenv("RIDGE_DECODE_SPLITS");
   if (splits_env) {
@@ -907,7 +928,7 @@ DecodePlan decode_layers_plan(const DecodeDims& d, int sm_count) {
   }
   static const int min_chunk = [] {
     const char* v = std::getenv("RIDGE_DECODE_CHUNK");
-    return v ? std::clamp((std::atoi(v) + 31) / 32 * 32, 32, 4096) : 32;
+    return v ? std::clamp((std::atoi(v) + 15) / 16 * 16, 16, 4096) : 16;  // run 17: 16 beat 32
   }();
   static const bool trace = [] {
     const char* v = std::getenv("RIDGE_DECODE_TRACE");
@@ -996,7 +1017,7 @@ void decode_layers(const DecodeLayersArgs& a, const DecodePlan& plan, cudaStream
                           std::to_string(plan.bytes));
   RIDGE_KERNEL_EXPECT(plan.phases == 1 + kPhasesPerLayer * a.dims.layers && plan.warps > 0,
                       "decode_layers", "a plan made for other dimensions");
-  RIDGE_KERNEL_EXPECT(plan.chunk >= 32 && plan.chunk % 32 == 0 && plan.chunks >= 1 &&
+  RIDGE_KERNEL_EXPECT(plan.chunk >= 16 && plan.chunk % 16 == 0 && plan.chunks >= 1 &&
                           plan.chunks <= kMaxChunks,
                       "decode_layers", "a plan with bad attention chunks");
   constexpr size_t smem = size_t(kWarps) * kRing * kSlotBytes;

@@ -64,8 +64,8 @@ struct DecodeDims {
 struct DecodePlan {
   int warps = 0;  // warps in the grid
   int split_qkv = 1, split_o = 1, split_down = 1;
-  // Attention units per head, and the least positions per unit (a multiple of 32): a step with
-  // ctx positions spreads them over the units, max(chunk, ctx / chunks rounded up to 32) each,
+  // Attention units per head, and the least positions per unit (a multiple of 16): a step with
+  // ctx positions spreads them over the units, max(chunk, ctx / chunks rounded up to 16) each,
   // and only the units that get positions take part.
   int chunk = 0, chunks = 0;
   int resid_units = 0;        // init units, 256 elements each
