@@ -13,7 +13,18 @@ averaged over layers and launches, where its time goes:
   late SMs  the blocks whose units end last most often (a tail that sits on the same SMs every
             time is a load-path imbalance; one that moves is queueing)
 
+With --units HEADS,SPLIT_O (the model's query heads and the plan's o K splits, e.g. 32,4 for
+Llama-2-7B on 132 SMs) it also splits two phases by what their units do, quantiles p50/p90/max in
+us over every layer and launch:
+  attention  the unit holding the step's own position (loads k and v, stores them), the head's
+             merging unit (the one whose partials came last: it merges after its own), the rest;
+             columns: release, q (mark1 - release), loop (mark2 - mark1), tail (end - mark2), end
+  o          the tile's last K split (it adds the residual after its ticket), the other splits;
+             columns: release, first step (mark1 - release), consume (mark2 - mark1), tail, end
+  (release and end after the previous phase's last unit)
+
 Usage: decode-trace.py FILE [--json OUT] [--raw OUT.npy (the first launch's stamps)]
+                            [--units HEADS,SPLIT_O]
 """
 import json
 import struct
@@ -38,6 +49,59 @@ def dumps(path):
         stamps = np.frombuffer(data, dtype=np.uint64, count=units * 5, offset=at).reshape(units, 5)
         at += units * 40
         yield warps, layers, counts, stamps.astype(np.float64)
+
+
+def quant(x):
+    return f"{np.median(x):6.2f}/{np.percentile(x, 90):6.2f}/{x.max():6.2f}"
+
+
+def units_breakdown(path, heads, split_o):
+    """The per-unit classes of the attention and o phases (see the module's docstring)."""
+    attn = {"own position": [], "merging": [], "other": []}
+    o = {"last split": [], "other splits": []}
+    for warps, layers, counts, st in dumps(path):
+        per_layer = sum(counts[1:])
+        chunks = counts[2] // heads
+        for layer in range(layers):
+            base = counts[0] + layer * per_layer
+            q = st[base:base + counts[1]]
+            a = st[base + counts[1]:base + counts[1] + counts[2]]
+            ob = base + counts[1] + counts[2]
+            ou = st[ob:ob + counts[3]]
+            t0 = q[:, 4].max()
+            active = a[:, 2] > 0
+            idx = np.nonzero(active)[0]
+            aa = a[active]
+            h, c = idx // chunks, idx % chunks
+            n_active = np.bincount(h, minlength=heads)
+            merging = np.zeros(len(idx), bool)
+            for hh in range(heads):
+                j = np.nonzero(h == hh)[0]
+                if len(j):
+                    merging[j[np.argmax(aa[j, 3])]] = True
+            own = c == n_active[h] - 1
+            cols = np.stack([aa[:, 1] - t0, aa[:, 2] - aa[:, 1], aa[:, 3] - aa[:, 2],
+                             aa[:, 4] - aa[:, 3], aa[:, 4] - t0], axis=1) / 1e3
+            attn["own position"].append(cols[own])
+            attn["merging"].append(cols[merging & ~own])
+            attn["other"].append(cols[~merging & ~own])
+            t1 = aa[:, 4].max()
+            last = np.zeros(len(ou), bool)
+            m2 = ou[:, 3].reshape(-1, split_o)
+            last[np.arange(m2.shape[0]) * split_o + np.argmax(m2, axis=1)] = True
+            cols = np.stack([ou[:, 1] - t1, ou[:, 2] - ou[:, 1], ou[:, 3] - ou[:, 2],
+                             ou[:, 4] - ou[:, 3], ou[:, 4] - t1], axis=1) / 1e3
+            o["last split"].append(cols[last])
+            o["other splits"].append(cols[~last])
+    for title, groups, names in [
+            ("attention", attn, ["release", "q", "loop", "tail", "end"]),
+            ("o", o, ["release", "first step", "consume", "tail", "end"])]:
+        print(f"{title} units (p50/p90/max us): " + ", ".join(names))
+        for name, parts in groups.items():
+            x = np.concatenate(parts) if parts else np.zeros((0, 5))
+            if len(x):
+                print(f"  {name:<13} n={len(x):6d}  " +
+                      "  ".join(f"{n} {quant(x[:, k])}" for k, n in enumerate(names)))
 
 
 def main():
@@ -103,6 +167,9 @@ def main():
                                        "mark2_p50", "end_p50_marked", "marked_units"],
                                       map(float, a)))
     print(f"sum of the mean spans: {total:.2f} us a layer")
+    if "--units" in sys.argv:
+        heads, split_o = map(int, sys.argv[sys.argv.index("--units") + 1].split(","))
+        units_breakdown(path, heads, split_o)
     if "--json" in sys.argv:
         with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:
             json.dump(out, f, indent=1)
