@@ -293,7 +293,9 @@ void bench(BenchModelFlags& f) {
     if (f.model.backend.gemm == "cublas") fusions.norm = fusions.silu = false;
   }
   auto options = [&](perf::Launch l) {
-    perf::CostOptions o = perf::CostOptions::ridge(l, fused, pinned, fusions);
+    // The persistent decode kernel runs where the backend has it (CUDA, the norm fusion on).
+    const bool persistent = on_gpu && f.model.backend.decode_kernel && fusions.norm && !cfg.qkv_bias;
+    perf::CostOptions o = perf::CostOptions::ridge(l, fused, pinned, fusions, persistent);
     o.precision = perf::Precision::of(cfg);
     if (on_gpu) o.precision = perf::Precision::named("bf16");  // the GPU runs bf16 weights
     // The KV cache as allocated (--kv-dtype): an fp8 cache halves the attention's bytes.

@@ -660,3 +660,72 @@ TEST(Execution, GpuNamesMatchTheirEntries) {
 
 }  // namespace
 }  // namespace ridge::perf
+
+namespace ridge::perf {
+namespace {
+
+TEST(Execution, PersistentDecodeKernelIsOneOpOfTheLayersBytes) {
+  // BackendOptions::decode_kernel (KernelPlan::persistent_decode): a batch-1 decode step runs every
+  // layer in one kernel. Llama-2-7B on the h200 entry (4.8 TB/s, gemm_memory 0.9, kernel_overhead
+  // 2 us, layer_sync 16 us), decode bs1 at context 192, ridge's plan with the default fusions.
+  const Hardware& h200 = db().get("h200");
+  const StepShape s = StepShape::decode(1, 192);
+  const StepCost chain =
+      predict_step(llama2_7b(), h200, s, CostOptions::ridge(Launch::graph, true, true, Fusions{}));
+  const StepCost kern = predict_step(llama2_7b(), h200, s,
+                                     CostOptions::ridge(Launch::graph, true, true, Fusions{}, true));
+  // Outside the layers: embedding, gather_rows of x, final_norm, lm_head (the logits go to the
+  // host): with the layers' one kernel, 5 launches; no per-layer op is left.
+  std::vector<std::string> names;
+  for (const OpCost& o : kern.ops) names.emplace_back(o.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"embedding", "decode_layers", "gather_rows",
+                                             "final_norm", "lm_head"}));
+  EXPECT_EQ(kern.kernels, 5);
+  const OpCost& dl = kern.op("decode_layers");
+  EXPECT_EQ(dl.kernels, 1);
+  // Its bytes are the bytes of what it replaced: the first layer's norm after the embedding and
+  // every per-layer op of the layer-by-layer plan.
+  double folded = 0, folded_flops = 0;
+  for (const OpCost& o : chain.ops)
+    if (o.per_layer || o.name == "attn_norm") folded += o.bytes, folded_flops += o.flops;
+  EXPECT_DOUBLE_EQ(dl.bytes, folded);
+  EXPECT_DOUBLE_EQ(dl.flops, folded_flops);
+  // By hand: weights per layer (12288 + 4096 + 22016) x 4096 + 4096 x 11008 = 202,375,168 at 2
+  // bytes, x 32 = 12.952 GB; the KV of 193 positions, 2 x 4096 x 2 bytes each, x 32 = 0.101 GB;
+  // activations a few MB: ~13.058 GB.
+  EXPECT_NEAR(dl.bytes, 13.058e9, 0.01e9);
+  // Memory-bound at the GEMV's efficiency, one kernel's overhead, 32 x 16 us of layer sync:
+  // 13.058e9 / (4.8e12 x 0.9) = 3.0227 ms + 2 us + 0.512 ms = 3.5367 ms.
+  EXPECT_EQ(dl.bound, Bound::memory);
+  EXPECT_NEAR(dl.time, dl.bytes / (4.8e12 * 0.9) + 2e-6 + 32 * 16e-6, 1e-12);
+  EXPECT_NEAR(dl.time, 3.5367e-3, 0.005e-3);
+  EXPECT_NEAR(dl.t_overhead, 2e-6 + 32 * 16e-6, 1e-12);
+  // The ops outside the layers are the chain's, unchanged.
+  for (const char* name : {"embedding", "gather_rows", "final_norm", "lm_head"})
+    EXPECT_DOUBLE_EQ(kern.op(name).time, chain.op(name).time) << name;
+
+  // Only batch-1 decode steps run it: a batch of 2 and a prefill are costed as before.
+  for (const StepShape& other : {StepShape::decode(2, 192), StepShape::prefill(128)}) {
+    const StepCost a = predict_step(llama2_7b(), h200, other,
+                                    CostOptions::ridge(Launch::graph, true, true, Fusions{}));
+    const StepCost b = predict_step(llama2_7b(), h200, other,
+                                    CostOptions::ridge(Launch::graph, true, true, Fusions{}, true));
+    EXPECT_EQ(a.ops.size(), b.ops.size());
+    EXPECT_DOUBLE_EQ(a.time, b.time);
+  }
+
+  // The field as a profile sets it; out of range is refused naming it.
+  auto prof = make_profile("h200-sync", "h200", "x", {{"layer_sync", 18.5, "us", "test"}});
+  HardwareDb copy = db();
+  copy.merge(prof, "sync.json");
+  EXPECT_DOUBLE_EQ(copy.get("h200-sync").layer_sync_s, 18.5e-6);
+  try {
+    copy.merge(make_profile("h200-bad", "h200", "x", {{"layer_sync", 2, "ms", "t"}}), "bad.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer_sync"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ridge::perf

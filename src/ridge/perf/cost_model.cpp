@@ -248,6 +248,37 @@ struct Builder {
 // 64-position KV tile in some sequence).
 // A mixed step whose decodes get an attention launch of their own (the decode kernel) beside
 // the prefill chunks' (KernelPlan::mixed_decode_launch_blocks_per_sm).
+// KernelPlan::persistent_decode: the per-layer ops (and the first layer's norm after the
+// embedding) replaced by one "decode_layers" op with their FLOPs and bytes, streamed at the GEMV's
+// efficiency (the weights are nearly all of its bytes), one kernel, plus L x Hardware::layer_sync
+// (counted in its t_overhead: time the roofline does not explain by bytes or FLOPs).
+void fold_persistent_layers(Builder& b, StepCost& c, int64_t L) {
+  OpCost o = make_op("decode_layers", OpKind::gemm, 1);
+  size_t at = c.ops.size();  // where the first folded op was
+  std::vector<OpCost> kept;
+  kept.reserve(c.ops.size());
+  for (OpCost& op : c.ops) {
+    if (op.per_layer || op.name == "attn_norm") {
+      o.flops += op.flops;
+      o.bytes += op.bytes;
+      at = std::min(at, kept.size());
+    } else {
+      kept.push_back(std::move(op));
+    }
+  }
+  if (at == c.ops.size()) return;  // nothing per layer
+  c.ops = std::move(kept);
+  b.add(o);  // appended: moved to where the layers were
+  OpCost added = std::move(c.ops.back());
+  c.ops.pop_back();
+  if (b.opt.include_overhead) {
+    const double sync = double(L) * b.hw.layer_sync_s;
+    added.t_overhead += sync;
+    added.time += sync;
+  }
+  c.ops.insert(c.ops.begin() + std::ptrdiff_t(at), std::move(added));
+}
+
 bool mixed_decode_own_launch(const model::ModelConfig& cfg, const Hardware& hw,
                              const StepAggregate& s, const KernelPlan& plan) {
   return plan.mixed_decode_launch_blocks_per_sm > 0 && s.prefill_seqs > 0 && s.decode_seqs > 0 &&
@@ -323,10 +354,11 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusion
 }
 
 CostOptions CostOptions::ridge(Launch launch, bool fused_projections, bool pinned_staging,
-                               Fusions fusions) {
+                               Fusions fusions, bool persistent_decode) {
   CostOptions o;
   o.launch = launch;
   o.kernels = KernelPlan::ridge(fused_projections, pinned_staging, fusions);
+  o.kernels.persistent_decode = persistent_decode;
   o.achievable = true;
   return o;
 }
@@ -501,6 +533,9 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
       b.add(o);
     }
   }
+
+  if (kp.persistent_decode && T == 1 && s.decode_seqs == 1 && s.prefill_seqs == 0)
+    fold_persistent_layers(b, c, L);
 
   c.peak_flops = peak;
   c.memory_bw = hw.memory_bw;

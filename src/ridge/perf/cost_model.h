@@ -144,6 +144,11 @@ struct KernelPlan {
   int metadata_uploads = 0;         // host->device copies of the step plan before its kernels
   bool logits_to_host = false;      // f32 logits rows copied to the host after the last kernel
   bool pinned_host = false;         // ... into pinned memory (pinned_copy_bandwidth)
+  // A step of one sequence and one new token runs its layers in one persistent kernel
+  // (Backend::decode_layers, BackendOptions::decode_kernel): the ops from the first layer's norm
+  // through the last down_proj become one op, "decode_layers", that streams their bytes at the
+  // GEMV's efficiency and adds Hardware::layer_sync per layer; its own kernel overhead once.
+  bool persistent_decode = false;
 
   // Whether the norm before / the SiLU·mul after a GEMM of `rows` rows runs inside that GEMM.
   bool norm_folded(int64_t rows) const { return rows >= 1 && rows <= norm_prologue_max_rows; }
@@ -248,8 +253,9 @@ struct CostOptions {
   bool achievable = false;
 
   // ridge as built on `launch`, with the efficiency factors: what `ridge bench model` compares.
+  // persistent_decode: BackendOptions::decode_kernel (KernelPlan::persistent_decode).
   static CostOptions ridge(Launch launch, bool fused_projections = true, bool pinned_staging = true,
-                           Fusions fusions = {});
+                           Fusions fusions = {}, bool persistent_decode = false);
 };
 
 struct StepCost {

@@ -126,7 +126,7 @@ const std::set<std::string> kEntryKeys = {
     "memory_bandwidth",     "l2",           "sms",         "max_warps_per_sm", "links",
     "tdp",       "idle_power", "price",     "kernel_overhead", "base",         "measured",
     "notes",     "launch_overhead", "gemm_launch_overhead", "host_copy_latency",
-    "host_copy_bandwidth", "pinned_copy_bandwidth", "efficiency"};
+    "host_copy_bandwidth", "pinned_copy_bandwidth", "efficiency", "layer_sync"};
 const std::set<std::string> kEfficiencyKeys = {"gemm_math", "gemm_memory", "attention_math",
                                                "attention_memory", "elementwise"};
 
@@ -205,6 +205,7 @@ Hardware convert(const std::string& origin, const std::string& id, const nlohman
     hw.host_copy_bw = *o;
   if (auto o = r.number(e, "pinned_copy_bandwidth", "pinned_copy_bandwidth", {"bandwidth", 1e8, 1e13}))
     hw.pinned_copy_bw = *o;
+  if (auto o = r.number(e, "layer_sync", "layer_sync", {"time", 0, 1e-3})) hw.layer_sync_s = *o;
   if (e.contains("efficiency")) {
     const auto& ef = e["efficiency"];
     if (!ef.is_object()) r.bad("efficiency", "must be an object of op classes");

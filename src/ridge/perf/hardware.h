@@ -52,6 +52,11 @@ struct Hardware {
   double host_copy_latency_s = 10e-6;
   double host_copy_bw = 10e9;
   double pinned_copy_bw = 25e9;
+  // GPU time per transformer layer that a persistent batch-1 decode kernel (one launch for every
+  // layer, KernelPlan::persistent_decode) spends beyond its weight stream: the chain of dependent
+  // round trips through L2 that nothing overlaps (phase releases, tickets, attention's loads and
+  // merge), each slower while the stream fills the memory system (docs/KERNELS.md, "Run 17").
+  double layer_sync_s = 16e-6;
   // Fractions of this entry's roofline that real kernels reach (used when
   // CostOptions::achievable is set). The database's defaults are measured against a measured
   // ceiling (a profile from `ridge bench ceilings`); on datasheet figures they flatter.
