@@ -97,6 +97,15 @@ int64_t graph_steps(const M& m) {
     return -1;
   }
 }
+// Steps whose layers ran in the persistent decode kernel (Backend::decode_layers).
+template <typename M>
+int64_t decode_kernel_steps(const M& m) {
+  if constexpr (requires(const M& x) { x.stats().decode_kernel_steps; }) {
+    return m.stats().decode_kernel_steps;
+  } else {
+    return 0;
+  }
+}
 
 // Whether the backend stacks q|k|v and gate|up weights into one matrix each (then the model runs
 // them as one matmul): probed with two small vectors.
@@ -115,6 +124,7 @@ struct PhaseTimes {
   double prefill = 0, decode = 0;  // seconds of forward calls (logits on the host included)
   double sample = 0;               // host argmax over the decode steps
   int64_t graph_steps = 0;         // of the decode steps, how many replayed a graph
+  int64_t kernel_steps = 0;        // ... and how many ran in the persistent decode kernel
 };
 
 class StepRunner {
@@ -177,7 +187,7 @@ class StepRunner {
       run_forward(*b_.model, fb, pool.layers(), logits_, V);
       t.prefill += seconds_since(t0);
     }
-    const int64_t g0 = graph_steps(*b_.model);
+    const int64_t g0 = graph_steps(*b_.model), k0 = decode_kernel_steps(*b_.model);
     for (int step = 0; step < steps; ++step) {
       fb.clear();
       for (int s = 0; s < batch; ++s)
@@ -193,6 +203,7 @@ class StepRunner {
       t.sample += seconds_since(t1);
     }
     t.graph_steps = std::max<int64_t>(0, graph_steps(*b_.model) - g0);
+    t.kernel_steps = decode_kernel_steps(*b_.model) - k0;
     return t;
   }
 
@@ -252,6 +263,7 @@ struct Phase {
   double throughput = 0;
   std::string unit;
   perf::Launch launch = perf::Launch::eager;
+  bool persistent = false;  // its steps ran in the persistent decode kernel (--decode-kernel)
   perf::StepCost predicted, alternative, roofline;
   std::vector<app::OpTime> ops;
   // The step's GPU time by events on its stream (< 0: not measured): as issued (host gaps
@@ -292,9 +304,8 @@ void bench(BenchModelFlags& f) {
     fusions = perf::Fusions::parse(f.model.backend.fuse);
     if (f.model.backend.gemm == "cublas") fusions.norm = fusions.silu = false;
   }
-  auto options = [&](perf::Launch l) {
-    // The persistent decode kernel runs where the backend has it (CUDA, the norm fusion on).
-    const bool persistent = on_gpu && f.model.backend.decode_kernel && fusions.norm && !cfg.qkv_bias;
+  // persistent: the phase's steps ran in the persistent decode kernel (as the model counted them).
+  auto options = [&](perf::Launch l, bool persistent) {
     perf::CostOptions o = perf::CostOptions::ridge(l, fused, pinned, fusions, persistent);
     o.precision = perf::Precision::of(cfg);
     if (on_gpu) o.precision = perf::Precision::named("bf16");  // the GPU runs bf16 weights
@@ -304,7 +315,7 @@ void bench(BenchModelFlags& f) {
     return o;
   };
   perf::CostOptions roof_opt;
-  roof_opt.precision = options(perf::Launch::graph).precision;
+  roof_opt.precision = options(perf::Launch::graph, false).precision;
 
   fmt::print("model     {} ({})\ndevice    {}\nhardware  {}{}\nkernels   {}, {}, fusions {}\n",
              bundle->weights->path(), cfg.describe(), bundle->backend->name(),
@@ -317,7 +328,8 @@ void bench(BenchModelFlags& f) {
   StepRunner runner(*bundle);
   runner.run(1, 16, 2, f.prefill_tokens.front());  // warm-up (workspace, plans, caches)
   std::vector<Phase> phases;
-  auto finish = [&](Phase& p, bool graphed) {
+  auto finish = [&](Phase& p, bool graphed, bool persistent) {
+    p.persistent = persistent;
     p.launch = f.launch == "auto" ? (graphed ? perf::Launch::graph : perf::Launch::eager)
                                   : perf::launch_named(f.launch);
     const perf::Launch other = p.launch == perf::Launch::graph ? perf::Launch::eager : perf::Launch::graph;
@@ -327,8 +339,8 @@ void bench(BenchModelFlags& f) {
       std::fflush(stdout);
       return;
     }
-    p.predicted = perf::predict_step(cfg, hw, p.shape, options(p.launch));
-    p.alternative = perf::predict_step(cfg, hw, p.shape, options(other));
+    p.predicted = perf::predict_step(cfg, hw, p.shape, options(p.launch, persistent));
+    p.alternative = perf::predict_step(cfg, hw, p.shape, options(other, persistent));
     p.roofline = perf::predict_step(cfg, hw, p.shape, roof_opt);
     fmt::print("{:<32} {:>9.3f} ms {:>10.1f} {:<9}  predicted {:>8.3f} ms ({:+4.0f}%) {}; {} {:.3f}, roofline {:.3f}{}\n",
                p.name, p.measured * 1e3, p.throughput, p.unit, p.predicted.time * 1e3,
@@ -348,7 +360,7 @@ void bench(BenchModelFlags& f) {
     p.throughput = P / p.measured;
     p.unit = "tok/s";
     p.fb = runner.step_batch(1, P, P);
-    finish(p, false);
+    finish(p, false, false);
     phases.push_back(std::move(p));
   }
   auto decode_phase = [&](const std::string& name, int batch, int prompt, int steps) {
@@ -357,19 +369,20 @@ void bench(BenchModelFlags& f) {
     const int mid = prompt + steps / 2;  // context at the middle decode step
     p.shape = perf::StepShape::decode(batch, mid);
     std::vector<double> ts, ss;
-    int64_t graphed = 0;
+    int64_t graphed = 0, kernel = 0;
     for (int r = 0; r < f.repeats; ++r) {
       const PhaseTimes t = runner.run(batch, prompt, steps, 8192);
       ts.push_back(t.decode / steps);
       ss.push_back(t.sample / steps);
       graphed += t.graph_steps;
+      kernel += t.kernel_steps;
     }
     p.measured = median(ts);
     p.sample = median(ss);
     p.throughput = batch / p.measured;
     p.unit = "out tok/s";
     p.fb = runner.step_batch(batch, 1, mid + 1);
-    finish(p, graphed > 0);
+    finish(p, graphed > 0, 2 * kernel > int64_t(steps) * f.repeats);
     phases.push_back(std::move(p));
   };
   for (int batch : f.batches)
@@ -451,7 +464,10 @@ void bench(BenchModelFlags& f) {
         fmt::print("\n{}: --profile-ops failed: {}\n", p.name, e.what());
         continue;
       }
-      const perf::StepCost& c = p.predicted;
+      // Each op is timed alone, so its prediction is the layer-by-layer plan's even where the
+      // step ran in the persistent kernel.
+      const perf::StepCost c =
+          p.persistent ? perf::predict_step(cfg, hw, p.shape, options(p.launch, false)) : p.predicted;
       fmt::print("\n{} (per step; measured: each op alone, {} launches, {}):\n", p.name, po.calls,
                  on_gpu ? "replayed from a CUDA graph, and eager" : "wall time");
       fmt::print("  {:<14} {:>7} {:>12} {:>12} {:>7} {:>12} {:>8} {:>9}\n", "op", "kernels",
@@ -490,7 +506,7 @@ void bench(BenchModelFlags& f) {
       }
       if (hwo)
         fmt::print("  {:<14} {:>7} {:>12.1f} {:>12.1f} {:>+6.0f}%   (the step's GPU time; step measured {:.1f} us)\n",
-                 "sum of ops", p.predicted.kernels, sum_pred * 1e6, sum_meas * 1e6,
+                 "sum of ops", c.kernels, sum_pred * 1e6, sum_meas * 1e6,
                  100 * error_of(sum_pred, sum_meas), p.measured * 1e6);
       std::fflush(stdout);
     }
@@ -523,6 +539,7 @@ void bench(BenchModelFlags& f) {
         if (hw.sources.count("dense_flops." + fmt_name) && hw.sources.at("dense_flops." + fmt_name).find("measured") != std::string::npos)
           ms.push_back({"dense_flops." + fmt_name, v, "FLOP/s", src("dense_flops." + fmt_name)});
       ms.push_back({"kernel_overhead", hw.kernel_overhead_s, "s", src("kernel_overhead")});
+      ms.push_back({"layer_sync", hw.layer_sync_s, "s", src("layer_sync")});
       ms.push_back({"launch_overhead", hw.launch_overhead_s, "s", src("launch_overhead")});
       if (hw.gemm_launch_overhead_s) ms.push_back({"gemm_launch_overhead", *hw.gemm_launch_overhead_s, "s", src("gemm_launch_overhead")});
       ms.push_back({"host_copy_latency", hw.host_copy_latency_s, "s", src("host_copy_latency")});

@@ -658,17 +658,13 @@ TEST(Execution, GpuNamesMatchTheirEntries) {
   EXPECT_EQ(match_entry(db(), "NVIDIA GeForce RTX 4090"), "");
 }
 
-}  // namespace
-}  // namespace ridge::perf
-
-namespace ridge::perf {
-namespace {
-
 TEST(Execution, PersistentDecodeKernelIsOneOpOfTheLayersBytes) {
   // BackendOptions::decode_kernel (KernelPlan::persistent_decode): a batch-1 decode step runs every
   // layer in one kernel. Llama-2-7B on the h200 entry (4.8 TB/s, gemm_memory 0.9, kernel_overhead
-  // 2 us, layer_sync 16 us), decode bs1 at context 192, ridge's plan with the default fusions.
-  const Hardware& h200 = db().get("h200");
+  // 2 us) with layer_sync set to 16 us, decode bs1 at context 192, ridge's plan with the default
+  // fusions.
+  Hardware h200 = db().get("h200");
+  h200.layer_sync_s = 16e-6;
   const StepShape s = StepShape::decode(1, 192);
   const StepCost chain =
       predict_step(llama2_7b(), h200, s, CostOptions::ridge(Launch::graph, true, true, Fusions{}));
@@ -714,7 +710,22 @@ TEST(Execution, PersistentDecodeKernelIsOneOpOfTheLayersBytes) {
     EXPECT_DOUBLE_EQ(a.time, b.time);
   }
 
-  // The field as a profile sets it; out of range is refused naming it.
+  // One layer: the final norm and the LM head also run once per layer, and stay outside. By hand:
+  // 202,375,168 weights at 2 bytes = 404.75 MB, the KV 3.16 MB, activations ~0.2 MB: ~408.1 MB.
+  model::ModelConfig one = llama2_7b();
+  one.n_layers = 1;
+  const StepCost k1 = predict_step(one, h200, s,
+                                   CostOptions::ridge(Launch::graph, true, true, Fusions{}, true));
+  names.clear();
+  for (const OpCost& o : k1.ops) names.emplace_back(o.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"embedding", "decode_layers", "gather_rows",
+                                             "final_norm", "lm_head"}));
+  EXPECT_NEAR(k1.op("decode_layers").bytes, 408.1e6, 0.5e6);
+  EXPECT_NEAR(k1.op("decode_layers").t_overhead, 2e-6 + 16e-6, 1e-12);
+
+  // The field as a profile sets it (and data/hardware.json's estimate); out of range is refused
+  // naming it.
+  EXPECT_DOUBLE_EQ(db().get("h200").layer_sync_s, 16e-6);
   auto prof = make_profile("h200-sync", "h200", "x", {{"layer_sync", 18.5, "us", "test"}});
   HardwareDb copy = db();
   copy.merge(prof, "sync.json");

@@ -472,6 +472,7 @@ bool LlamaModel::forward_graph(const backend::Stream& stream, const ForwardBatch
       return forward_graph(stream, batch, kv);
     }
     const uint64_t gen = scratch_generation_;
+    const int64_t passes = stats_.decode_kernel_passes;
     // By value: a graph's arguments are fixed when it is captured.
     e.graph = backend_.capture(stream, [this, B, md, pk, meta, kv](const backend::Stream& s) {
       run_layers(s, B, B, md, pk, meta, kv);
@@ -483,11 +484,13 @@ bool LlamaModel::forward_graph(const backend::Stream& stream, const ForwardBatch
     }
     RIDGE_CHECK(gen == scratch_generation_, "forward: a scratch buffer moved while capturing");
     e.generation = gen;
+    e.decode_kernel = stats_.decode_kernel_passes > passes;
     ++stats_.graphs_captured;
     log::debug("captured a decode graph for {} sequences, {} blocks per sequence", B, MB);
   }
   e.graph->replay(stream);
   ++stats_.graph_steps;
+  if (e.decode_kernel) ++stats_.decode_kernel_steps;
   return true;
 }
 
@@ -528,8 +531,10 @@ void LlamaModel::run_eager(const backend::Stream& stream, const ForwardBatch& ba
   meta.host_cu_seqlens_q = batch.cu_seqlens.data();
   meta.host_context_lens = batch.context_lens.data();
   meta.host_block_tables = batch.block_tables.data();
+  const int64_t passes = stats_.decode_kernel_passes;
   run_layers(stream, T, R, md, pk, meta, kv);
   ++stats_.eager_steps;
+  if (stats_.decode_kernel_passes > passes) ++stats_.decode_kernel_steps;
 }
 
 }  // namespace ridge::model

@@ -61,6 +61,8 @@ class LlamaModel {
     // Forward passes whose layers went to one Backend::decode_layers call (eager steps and graph
     // captures; a replay repeats its capture's choice).
     int64_t decode_kernel_passes = 0;
+    // Steps whose layers ran in that kernel: eager ones, and replays of a graph captured with it.
+    int64_t decode_kernel_steps = 0;
   };
   const Stats& stats() const { return stats_; }
   // Decode graphs on or off (on by default when the backend has them).
@@ -119,6 +121,7 @@ class LlamaModel {
   struct GraphEntry {
     std::unique_ptr<backend::Graph> graph;
     uint64_t generation = 0;
+    bool decode_kernel = false;  // captured with the layers in Backend::decode_layers
   };
   std::map<std::pair<int64_t, int64_t>, GraphEntry> graphs_;
   bool graphs_enabled_ = true;

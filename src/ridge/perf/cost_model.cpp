@@ -248,35 +248,31 @@ struct Builder {
 // 64-position KV tile in some sequence).
 // A mixed step whose decodes get an attention launch of their own (the decode kernel) beside
 // the prefill chunks' (KernelPlan::mixed_decode_launch_blocks_per_sm).
-// KernelPlan::persistent_decode: the per-layer ops (and the first layer's norm after the
-// embedding) replaced by one "decode_layers" op with their FLOPs and bytes, streamed at the GEMV's
-// efficiency (the weights are nearly all of its bytes), one kernel, plus L x Hardware::layer_sync
-// (counted in its t_overhead: time the roofline does not explain by bytes or FLOPs).
+// KernelPlan::persistent_decode: the layers' ops, from the first one after the embedding (the
+// first layer's norm, or qkv_proj) through down_proj, replaced by one "decode_layers" op with
+// their FLOPs and bytes, streamed at the GEMV's efficiency (the weights are nearly all of its
+// bytes), one kernel, plus L x Hardware::layer_sync (counted in its t_overhead: time the roofline
+// does not explain by bytes or FLOPs). By position, not by per_layer: with one layer the final
+// norm and the LM head also run once per layer.
 void fold_persistent_layers(Builder& b, StepCost& c, int64_t L) {
+  auto& ops = c.ops;
+  const auto first = std::find_if(ops.begin(), ops.end(),
+                                  [](const OpCost& o) { return o.name != "embedding"; });
+  const auto down = std::find_if(first, ops.end(),
+                                 [](const OpCost& o) { return o.name == "down_proj"; });
+  if (first == ops.end() || down == ops.end()) return;
   OpCost o = make_op("decode_layers", OpKind::gemm, 1);
-  size_t at = c.ops.size();  // where the first folded op was
-  std::vector<OpCost> kept;
-  kept.reserve(c.ops.size());
-  for (OpCost& op : c.ops) {
-    if (op.per_layer || op.name == "attn_norm") {
-      o.flops += op.flops;
-      o.bytes += op.bytes;
-      at = std::min(at, kept.size());
-    } else {
-      kept.push_back(std::move(op));
-    }
-  }
-  if (at == c.ops.size()) return;  // nothing per layer
-  c.ops = std::move(kept);
+  for (auto it = first; it != down + 1; ++it) o.flops += it->flops, o.bytes += it->bytes;
+  const auto at = ops.erase(first, down + 1) - ops.begin();
   b.add(o);  // appended: moved to where the layers were
-  OpCost added = std::move(c.ops.back());
-  c.ops.pop_back();
+  OpCost added = std::move(ops.back());
+  ops.pop_back();
   if (b.opt.include_overhead) {
     const double sync = double(L) * b.hw.layer_sync_s;
     added.t_overhead += sync;
     added.time += sync;
   }
-  c.ops.insert(c.ops.begin() + std::ptrdiff_t(at), std::move(added));
+  ops.insert(ops.begin() + at, std::move(added));
 }
 
 bool mixed_decode_own_launch(const model::ModelConfig& cfg, const Hardware& hw,
