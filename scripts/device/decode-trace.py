@@ -48,7 +48,11 @@ def dumps(path):
         units = counts[0] + layers * sum(counts[1:])
         stamps = np.frombuffer(data, dtype=np.uint64, count=units * 5, offset=at).reshape(units, 5)
         at += units * 40
-        yield warps, layers, counts, stamps.astype(np.float64)
+        # %globaltimer counts ns from the epoch (~1.7e18): as float64 that is a 256 ns grain, so
+        # the stamps are made relative (as integers) first; 0 (a mark not taken) stays 0.
+        base = stamps[stamps > 0].min() - np.uint64(1) if (stamps > 0).any() else np.uint64(0)
+        rel = np.where(stamps > 0, stamps - base, np.uint64(0))
+        yield warps, layers, counts, rel.astype(np.float64)
 
 
 def quant(x):
@@ -61,6 +65,9 @@ def units_breakdown(path, heads, split_o):
     o = {"last split": [], "other splits": []}
     for warps, layers, counts, st in dumps(path):
         per_layer = sum(counts[1:])
+        if heads < 1 or counts[2] % heads or split_o < 1 or counts[3] % split_o:
+            raise SystemExit(f"--units {heads},{split_o}: the trace has {counts[2]} attention units "
+                             f"and {counts[3]} o units, not multiples of those")
         chunks = counts[2] // heads
         for layer in range(layers):
             base = counts[0] + layer * per_layer

@@ -255,14 +255,15 @@ TEST_F(DecodeLayers, RandomGqaHeadDim64Llama3Rope) {
   run_random({"gqa-hd64-llama3", 384, 6, 2, 64, 1040, 2, 300, true}, 250, 24);
 }
 
-// A context long enough that every attention unit of a head takes part with more than the least
-// positions (1,200+ positions over 32 units of 64) and the merge reads 19+ partials.
+// A context long enough that a head's attention units take more than the least positions and the
+// merge reads many partials: 1,204-1,209 positions in 26 units of 48 (16-position rounding of
+// the context over 32 units).
 TEST_F(DecodeLayers, RandomGqaLongContext) {
   run_random({"gqa-hd64-long", 384, 6, 2, 64, 1040, 2, 300, true}, 1203, 6);
 }
 
-// Head dim 128 with more attention units than one round trip of the merge carries (16 chunks
-// of partials at a time for this head size): 700+ positions over 22 units of 32.
+// Head dim 128 with many partials to merge: 702-706 positions in 22 units of 32, read four at a
+// time (the last group of two), the first four with the (max, sum) pairs.
 TEST_F(DecodeLayers, RandomMhaLongContext) {
   run_random({"mha-hd128-long", 512, 4, 4, 128, 1376, 2, 320, false}, 701, 5);
 }

@@ -487,7 +487,8 @@ __device__ __forceinline__ void load_head16(const Work& wk, const DecodePlan& pl
 // round the warp, and the other accumulators are read four chunks at a time (run 16: a loop of
 // dependent L2 round trips over 32 chunks took ~25 us a layer; run 17: the merge was ~2.5 us of
 // the attention phase's critical path). Four chunks of up to 8 dims a round trip: the kernel is at
-// its register limit (255), and more in flight here spilled in the GEMV loop (run 17: 4.74 ms).
+// its register limit (254 of 255), and more in flight here spilled in the GEMV loop (run 17: 4.74
+// ms; a spill now fails the build).
 __device__ void combine_unit(const Work& wk, const Shape& s, int h, int active, int lane) {
   const int hd = s.hd, per = hd / 32;
   const float* part = wk.attn_part + size_t(h) * kMaxChunks * size_t(hd + 4);
@@ -772,7 +773,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int u = normalize(cc, s, pl);
     if (cc.p >= pl.phases) break;
     const int p = cc.p, kind = kind_of(p), layer = (p - 1) / kPhasesPerLayer;
-    // Waits for the previous phase (GEMV units fill their ring first).
+    // Each kind waits for the previous phase where its dependent work starts: GEMV units after
+    // filling their ring, attention units after issuing their first cached K/V loads (so the
+    // trace's arrival stamp of an attention unit comes after those loads are issued).
     unsigned long long t_arrive = 0, t_release = 0, t_mid[2] = {0, 0};
     auto wait_previous = [&] {
       if (pl.trace_on) t_arrive = now_ns();
