@@ -202,6 +202,10 @@ void run_case(const model::ModelWeights& w, const std::string& name, int prompt_
   EXPECT_GE(ker->model->stats().decode_kernel_passes, 1 + (steps - steps / 2));
   EXPECT_GE(ker->model->stats().graph_steps, steps / 2);
   EXPECT_EQ(ops->model->stats().decode_kernel_passes, 0);
+  // Every decode step ran in the kernel, eager or replayed (what ridge bench model reads to pick
+  // the cost model's plan); the prefill did not.
+  EXPECT_EQ(ker->model->stats().decode_kernel_steps, steps);
+  EXPECT_EQ(ops->model->stats().decode_kernel_steps, 0);
   const double worst_ops = *std::max_element(err_ops.begin(), err_ops.end());
   for (int i = 0; i < steps; ++i)
     EXPECT_LE(err_ker[size_t(i)], 1.5 * worst_ops + 2e-3)
