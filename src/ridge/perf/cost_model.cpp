@@ -164,7 +164,7 @@ struct Builder {
 
   // Fills the derived fields of o from its flops and bytes; `tm_eff` is T_math after wave
   // quantization and efficiency when the caller summed parts itself (< 0: derive it here).
-  void add(OpCost o, double wave_eff = 1.0, double tm_eff = -1, double tb_eff = -1) {
+  OpCost finish(OpCost o, double wave_eff = 1.0, double tm_eff = -1, double tb_eff = -1) const {
     o.format = opt.precision.math;
     o.intensity = o.bytes > 0 ? o.flops / o.bytes : std::numeric_limits<double>::infinity();
     o.t_math = o.flops / peak;
@@ -176,7 +176,11 @@ struct Builder {
     const double tb = tb_eff >= 0 ? tb_eff : o.t_mem / o.e_mem;
     o.bound = tm > tb ? Bound::compute : Bound::memory;
     o.time = (tm_eff >= 0 ? tm_eff + tb_eff : std::max(tm, tb)) + o.t_overhead;
-    out.ops.push_back(std::move(o));
+    return o;
+  }
+  // finish() and append to the step's ops.
+  void add(OpCost o, double wave_eff = 1.0, double tm_eff = -1, double tb_eff = -1) {
+    out.ops.push_back(finish(std::move(o), wave_eff, tm_eff, tb_eff));
   }
 
   // Wave efficiency (and split-K) of one GEMM launch of M x N in tiles.
@@ -254,8 +258,8 @@ struct Builder {
 // bytes), one kernel, plus L x Hardware::layer_sync (counted in its t_overhead: time the roofline
 // does not explain by bytes or FLOPs). By position, not by per_layer: with one layer the final
 // norm and the LM head also run once per layer.
-void fold_persistent_layers(Builder& b, StepCost& c, int64_t L) {
-  auto& ops = c.ops;
+void fold_persistent_layers(Builder& b, int64_t L) {
+  auto& ops = b.out.ops;
   const auto first = std::find_if(ops.begin(), ops.end(),
                                   [](const OpCost& o) { return o.name != "embedding"; });
   const auto down = std::find_if(first, ops.end(),
@@ -263,16 +267,14 @@ void fold_persistent_layers(Builder& b, StepCost& c, int64_t L) {
   if (first == ops.end() || down == ops.end()) return;
   OpCost o = make_op("decode_layers", OpKind::gemm, 1);
   for (auto it = first; it != down + 1; ++it) o.flops += it->flops, o.bytes += it->bytes;
-  const auto at = ops.erase(first, down + 1) - ops.begin();
-  b.add(o);  // appended: moved to where the layers were
-  OpCost added = std::move(ops.back());
-  ops.pop_back();
+  o = b.finish(std::move(o));
   if (b.opt.include_overhead) {
     const double sync = double(L) * b.hw.layer_sync_s;
-    added.t_overhead += sync;
-    added.time += sync;
+    o.t_overhead += sync;
+    o.time += sync;
   }
-  ops.insert(ops.begin() + at, std::move(added));
+  const auto at = ops.erase(first, down + 1);
+  ops.insert(at, std::move(o));
 }
 
 bool mixed_decode_own_launch(const model::ModelConfig& cfg, const Hardware& hw,
@@ -531,7 +533,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   }
 
   if (kp.persistent_decode && T == 1 && s.decode_seqs == 1 && s.prefill_seqs == 0)
-    fold_persistent_layers(b, c, L);
+    fold_persistent_layers(b, L);
 
   c.peak_flops = peak;
   c.memory_bw = hw.memory_bw;
