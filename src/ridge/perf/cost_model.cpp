@@ -247,11 +247,6 @@ struct Builder {
   }
 };
 
-// Whether ridge's paged attention splits the KV of this step's launch (plan_paged_attention:
-// blocks = row tiles of 64 x KV heads against split_blocks_per_sm x SMs, and more than one
-// 64-position KV tile in some sequence).
-// A mixed step whose decodes get an attention launch of their own (the decode kernel) beside
-// the prefill chunks' (KernelPlan::mixed_decode_launch_blocks_per_sm).
 // KernelPlan::persistent_decode: the layers' ops, from the first one after the embedding (the
 // first layer's norm, or qkv_proj) through down_proj, replaced by one "decode_layers" op with
 // their FLOPs and bytes, streamed at the GEMV's efficiency (the weights are nearly all of its
@@ -277,6 +272,8 @@ void fold_persistent_layers(Builder& b, int64_t L) {
   ops.insert(at, std::move(o));
 }
 
+// A mixed step whose decodes get an attention launch of their own (the decode kernel) beside
+// the prefill chunks' (KernelPlan::mixed_decode_launch_blocks_per_sm).
 bool mixed_decode_own_launch(const model::ModelConfig& cfg, const Hardware& hw,
                              const StepAggregate& s, const KernelPlan& plan) {
   return plan.mixed_decode_launch_blocks_per_sm > 0 && s.prefill_seqs > 0 && s.decode_seqs > 0 &&
