@@ -13,8 +13,9 @@ averaged over layers and launches, where its time goes:
   late SMs  the blocks whose units end last most often (a tail that sits on the same SMs every
             time is a load-path imbalance; one that moves is queueing)
 
-With --units HEADS,SPLIT_O (the model's query heads and the plan's o K splits, e.g. 32,4 for
-Llama-2-7B on 132 SMs) it also splits two phases by what their units do, quantiles p50/p90/max in
+With --units it also splits two phases by what their units do (the query heads and the o
+projection's K splits come from the trace's header; traces from before the header carried them
+need --units HEADS,SPLIT_O, e.g. 32,4 for Llama-2-7B on 132 SMs), quantiles p50/p90/max in
 us over every layer and launch:
   attention  the unit holding the step's own position (loads k and v, stores them), the head's
              merging unit (the one whose partials came last: it merges after its own), the rest;
@@ -24,9 +25,10 @@ us over every layer and launch:
   (release and end after the previous phase's last unit)
 
 Usage: decode-trace.py FILE [--json OUT] [--raw OUT.npy (the first launch's stamps)]
-                            [--units HEADS,SPLIT_O]
+                            [--units [HEADS,SPLIT_O]]
 """
 import json
+import re
 import struct
 import sys
 
@@ -40,11 +42,14 @@ def dumps(path):
         data = f.read()
     at = 0
     while at + 72 <= len(data):
-        head = struct.unpack_from("<9q", data, at)
-        at += 72
-        if head[0] != 0x52445452:
-            raise SystemExit(f"{path}: bad header at byte {at - 72}")
+        magic = struct.unpack_from("<q", data, at)[0]
+        fields = {0x52445452: 9, 0x32445452: 11}.get(magic)  # "RTDR", "RTD2" (+ heads, o splits)
+        if fields is None:
+            raise SystemExit(f"{path}: bad header at byte {at}")
+        head = struct.unpack_from(f"<{fields}q", data, at)
+        at += 8 * fields
         warps, layers, counts = head[1], head[2], head[3:9]
+        roles = head[9:11] if fields == 11 else None
         units = counts[0] + layers * sum(counts[1:])
         stamps = np.frombuffer(data, dtype=np.uint64, count=units * 5, offset=at).reshape(units, 5)
         at += units * 40
@@ -52,7 +57,7 @@ def dumps(path):
         # the stamps are made relative (as integers) first; 0 (a mark not taken) stays 0.
         base = stamps[stamps > 0].min() - np.uint64(1) if (stamps > 0).any() else np.uint64(0)
         rel = np.where(stamps > 0, stamps - base, np.uint64(0))
-        yield warps, layers, counts, rel.astype(np.float64)
+        yield warps, layers, counts, roles, rel.astype(np.float64)
 
 
 def quant(x):
@@ -63,7 +68,12 @@ def units_breakdown(path, heads, split_o):
     """The per-unit classes of the attention and o phases (see the module's docstring)."""
     attn = {"own position": [], "merging": [], "other": []}
     o = {"last split": [], "other splits": []}
-    for warps, layers, counts, st in dumps(path):
+    for warps, layers, counts, roles, st in dumps(path):
+        if heads is None:
+            if roles is None:
+                raise SystemExit("--units: this trace's header has no heads and o splits; "
+                                 "give them: --units HEADS,SPLIT_O")
+            heads, split_o = roles
         per_layer = sum(counts[1:])
         if heads < 1 or counts[2] % heads or split_o < 1 or counts[3] % split_o:
             raise SystemExit(f"--units {heads},{split_o}: the trace has {counts[2]} attention units "
@@ -118,7 +128,7 @@ def main():
     rows = {k: [] for k in KINDS[1:]}
     late = {k: np.zeros(0) for k in KINDS[1:]}
     steps = []
-    for warps, layers, counts, st in dumps(path):
+    for warps, layers, counts, _, st in dumps(path):
         blocks = warps // 8
         f = 0
         phases = [(0, counts[0])]
@@ -175,7 +185,9 @@ def main():
                                       map(float, a)))
     print(f"sum of the mean spans: {total:.2f} us a layer")
     if "--units" in sys.argv:
-        heads, split_o = map(int, sys.argv[sys.argv.index("--units") + 1].split(","))
+        i = sys.argv.index("--units") + 1
+        given = i < len(sys.argv) and re.fullmatch(r"\d+,\d+", sys.argv[i])
+        heads, split_o = map(int, sys.argv[i].split(",")) if given else (None, None)
         units_breakdown(path, heads, split_o)
     if "--json" in sys.argv:
         with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:

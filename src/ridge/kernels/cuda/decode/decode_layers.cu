@@ -992,9 +992,10 @@ std::vector<uint64_t> decode_layers_trace(const DecodeLayersArgs& a, const Decod
     std::vector<uint64_t> u(size_t(plan.units) * kUnitStamps);
     RIDGE_CHECK_CUDA(cudaMemcpy(u.data(), static_cast<const char*>(a.workspace) + plan.unit_trace,
                                 u.size() * 8, cudaMemcpyDeviceToHost));
-    // Header: magic, warps, layers, then units per kind (init, qkv, attention, o, gate|up, down).
+    // Header: magic ("RTD2"), warps, layers, units per kind (init, qkv, attention, o, gate|up,
+    // down), then the query heads and the o projection's K splits (to split units by role).
     const Shape s = shape_of(a.dims);
-    const int64_t head[9] = {0x52445452,
+    const int64_t head[11] = {0x32445452,
                              plan.warps,
                              a.dims.layers,
                              plan.resid_units,
@@ -1002,7 +1003,9 @@ std::vector<uint64_t> decode_layers_trace(const DecodeLayersArgs& a, const Decod
                              int64_t(s.nh) * plan.chunks,
                              int64_t(s.H / kRows) * plan.split_o,
                              s.F / kRows,
-                             int64_t(s.H / kRows) * plan.split_down};
+                             int64_t(s.H / kRows) * plan.split_down,
+                             s.nh,
+                             plan.split_o};
     if (FILE* f = std::fopen(file, "ab")) {
       std::fwrite(head, sizeof head, 1, f);
       std::fwrite(u.data(), 8, u.size(), f);
