@@ -340,6 +340,25 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
   const Gemm rows_k = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
     ridge::kernels::gemm_bf16_skinny_rows(X, W, Y, M, N, K, st);
   };
+  // The weight-stream kernel (1-64 tokens; TMA ring, swap-AB wgmma, stream-K).
+  static ridge::kernels::bf16* stream_ws = nullptr;
+  static size_t stream_ws_bytes = 0;
+  if (!stream_ws) {
+    stream_ws_bytes = ridge::kernels::gemm_bf16_stream_workspace_bytes();
+    RIDGE_CHECK(cudaMalloc(reinterpret_cast<void**>(&stream_ws), stream_ws_bytes) == cudaSuccess &&
+                    cudaMemset(stream_ws, 0, stream_ws_bytes) == cudaSuccess,
+                "bench: cannot allocate the weight-stream kernel's workspace ({} bytes)",
+                stream_ws_bytes);
+  }
+  // RIDGE_STREAM_CTAS caps its grid (a diagnostic: fewer CTAs, each a longer range).
+  static const int stream_ctas = [] {
+    const char* v = std::getenv("RIDGE_STREAM_CTAS");
+    return v && *v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  const Gemm tma = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::gemm_bf16_stream(X, W, Y, M, N, K, st, stream_ws, stream_ws_bytes, nullptr,
+                                     stream_ctas);
+  };
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s %6s | %s\n", "model",
               "layer", "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw",
               "%read", "%peak", "alt (us)");
@@ -367,6 +386,8 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         entries.push_back({&skinny16});
         entries.push_back({&rows_k});
       }
+      const size_t tma_at = entries.size();
+      if (M <= ridge::kernels::stream_gemm_max_tokens) entries.push_back({&tma});
       const std::vector<Measured> m = check_then_time(p, entries, s, rng);
       const Measured& mr = m[0];
       const Measured& mo = m[1];
@@ -394,6 +415,7 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt(m[3], "alt_skinny16", "skinny16");
         alt(m[4], "alt_rows", "rows");
       }
+      if (M <= ridge::kernels::stream_gemm_max_tokens) alt(m[tma_at], "alt_tma", "tma");
       if (mo.ok && mr.ok) row["speedup_vs_cublas"] = mr.us / mo.us;
       rows.push_back(row);
       if (mo.ok) {

@@ -523,6 +523,73 @@ TEST(GemmSkinnyRows, MatchesReference) {
                ridge::Error);
 }
 
+// The weight-stream kernel (gemm_bf16_stream): every token bucket (8/16/32/64 wgmma columns,
+// M below each), partial 128-row tiles, K tails (K not a multiple of 64), the residual in place,
+// and grids from one CTA per SM down to a few and up to one iteration per CTA, so that a tile is
+// whole in one CTA, shared by two or three, or by nine. Each against the fp64 reference (outputs
+// poisoned first), a second run bitwise equal (the partials are added in CTA order). One
+// workspace, zeroed once, serves every case: the kernel must leave its tickets at zero. Bad
+// token counts and workspaces are refused.
+TEST(GemmStream, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  struct Case {
+    int M, N, K, max_ctas;
+    bool residual;
+  };
+  const Case cases[] = {{1, 4104, 1032, 0, false},  {8, 12288, 4096, 0, false},
+                        {13, 1032, 11008, 0, true}, {16, 264, 3000, 5, true},
+                        {32, 520, 1000, 3, false},  {33, 4104, 1032, 0, true},
+                        {64, 4096, 4096, 0, false}, {64, 136, 520, 64, false},
+                        {3, 8, 64, 0, true},        {24, 22016, 520, 7, false}};
+  const size_t ws_bytes = ridge::kernels::gemm_bf16_stream_workspace_bytes();
+  DeviceBuffer<unsigned char> ws(ws_bytes);
+  ASSERT_TRUE(ws.ptr);
+  CUDA_OK(cudaMemset(ws.ptr, 0, ws_bytes));
+  uint32_t seed = 1700;
+  for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
+    const Case& c = cases[ci];
+    SCOPED_TRACE(::testing::Message() << "M=" << c.M << " N=" << c.N << " K=" << c.K
+                                      << " max_ctas=" << c.max_ctas << " residual=" << c.residual);
+    const int M = c.M, N = c.N, K = c.K;
+    const size_t ny = size_t(M) * N;
+    std::mt19937 rng(seed++);
+    auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
+    auto hR = random_bf16(ny, rng, 4.f);
+    DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y(ny);
+    ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
+    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+    const auto ref = reference(hX, hW, c.residual ? &hR : nullptr, M, N, K);
+    std::vector<std::vector<unsigned char>> outs(2);
+    for (int run = 0; run < 2; ++run) {
+      SCOPED_TRACE(::testing::Message() << "run " << run);
+      if (c.residual) {  // Y += X·Wᵀ in place: the residual starts in Y
+        CUDA_OK(cudaMemcpy(Y.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
+      } else {
+        CUDA_OK(cudaMemset(Y.ptr, 0xFF, ny * 2));
+      }
+      ridge::kernels::gemm_bf16_stream(X.ptr, W.ptr, Y.ptr, M, N, K, nullptr, ws.ptr, ws_bytes,
+                                       c.residual ? Y.ptr : nullptr, c.max_ctas);
+      CUDA_OK(cudaDeviceSynchronize());
+      download_and_check(Y.ptr, ny, false, ref, outs[run]);
+    }
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), ny * 2), 0)
+        << "second run: outputs differ in their bits";
+  }
+  DeviceBuffer<bf16> X(65 * 64), W(64 * 8), Y(65 * 8);
+  ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
+  EXPECT_THROW(ridge::kernels::gemm_bf16_stream(X.ptr, W.ptr, Y.ptr, 65, 8, 64, nullptr, ws.ptr,
+                                                ws_bytes),
+               ridge::Error);
+  EXPECT_THROW(ridge::kernels::gemm_bf16_stream(X.ptr, W.ptr, Y.ptr, 1, 8, 64, nullptr, ws.ptr,
+                                                ws_bytes - 4),
+               ridge::Error);
+  EXPECT_THROW(ridge::kernels::gemm_bf16_stream(X.ptr, W.ptr, Y.ptr, 1, 8, 64, nullptr, nullptr,
+                                                ws_bytes),
+               ridge::Error);
+}
+
 TEST(GemmSm90, MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";

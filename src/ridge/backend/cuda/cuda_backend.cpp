@@ -194,7 +194,20 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
     // Zeroed on this stream and waited for: the ticket scheme never repairs a counter that starts
     // non-zero, and a plain cudaMemset (legacy stream) is not ordered before a non-blocking one.
     RIDGE_CHECK_CUDA(cudaMemsetAsync(w->split_counters.data(), 0, kSplitCounterBytes, stream));
+    const size_t stream_gemm_bytes = kernels::gemm_bf16_stream_workspace_bytes();
+    w->stream_gemm = cuda::DeviceMemory(stream_gemm_bytes);
+    RIDGE_CHECK_CUDA(cudaMemsetAsync(w->stream_gemm.data(), 0, stream_gemm_bytes, stream));
     RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
+    log::debug("cuda workspace for a stream: {} (cuBLASLt {}, attention {}, split tickets {}, "
+               "weight-stream GEMM {}, sums of squares {})",
+               log::format_bytes(double(kCublasWorkspaceBytes + kAttentionWorkspaceBytes +
+                                        kSplitCounterBytes + stream_gemm_bytes +
+                                        w->sumsq.size())),
+               log::format_bytes(double(kCublasWorkspaceBytes)),
+               log::format_bytes(double(kAttentionWorkspaceBytes)),
+               log::format_bytes(double(kSplitCounterBytes)),
+               log::format_bytes(double(stream_gemm_bytes)),
+               log::format_bytes(double(w->sumsq.size())));
   }
   return *w;
 }
@@ -448,6 +461,13 @@ void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, 
                               static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
                               residual);
       return;
+    case GemmKernel::stream: {
+      Workspace& ws = workspace_for(stream);
+      kernels::gemm_bf16_stream(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
+                                static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
+                                ws.stream_gemm.data(), ws.stream_gemm.size(), residual);
+      return;
+    }
     case GemmKernel::cublas:
     case GemmKernel::cublas_2:
     case GemmKernel::cublas_3:
@@ -633,6 +653,7 @@ const char* CudaBackend::gemm_name(GemmKernel k) {
     case GemmKernel::skinny: return "ridge_skinny";
     case GemmKernel::skinny_rows: return "ridge_skinny_rows";
     case GemmKernel::sm90: return "ridge_sm90";
+    case GemmKernel::stream: return "ridge_stream";
     case GemmKernel::cublas: return "cublaslt";
     case GemmKernel::cublas_2: return "cublaslt_2";
     case GemmKernel::cublas_3: return "cublaslt_3";
@@ -649,7 +670,8 @@ int CudaBackend::cublas_algo(GemmKernel k) {
     case GemmKernel::cublas_4: return 3;
     case GemmKernel::skinny:
     case GemmKernel::skinny_rows:
-    case GemmKernel::sm90: return -1;
+    case GemmKernel::sm90:
+    case GemmKernel::stream: return -1;
   }
   return -1;
 }

@@ -94,7 +94,9 @@ class CudaBackend final : public Backend {
   // The matmul kernels behind matmul(): cuBLASLt (its heuristic's first algorithm, and its second
   // to fourth as tuner candidates too unless RIDGE_CUBLAS_ALGOS says fewer), or ridge's own
   // (kernels/cuda/gemm: the skinny, row-warp skinny and sm90 kernels).
-  enum class GemmKernel : uint8_t { cublas, skinny, sm90, cublas_2, cublas_3, cublas_4, skinny_rows };
+  enum class GemmKernel : uint8_t {
+    cublas, skinny, sm90, cublas_2, cublas_3, cublas_4, skinny_rows, stream
+  };
   static const char* gemm_name(GemmKernel k);
   // Which of cuBLASLt's heuristic algorithms k runs (0 its first), or -1 for ridge's kernels.
   static int cublas_algo(GemmKernel k);
@@ -116,6 +118,7 @@ class CudaBackend final : public Backend {
     cuda::DeviceMemory cublas;
     cuda::DeviceMemory attention;
     cuda::DeviceMemory split_counters;  // zeroed ints: decode attention's in-kernel split merge
+    cuda::DeviceMemory stream_gemm;     // zeroed: the weight-stream GEMM's partials and tickets
     // MatmulFusion::record_sumsq: per tag, the skinny GEMM's partial sums of squares of the rows
     // it stored (kSumsqFloats each) and what they describe.
     cuda::DeviceMemory sumsq;

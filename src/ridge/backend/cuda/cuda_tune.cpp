@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "ridge/backend/cuda/cuda_backend.h"
+#include "ridge/kernels/cuda/gemm/gemm.h"
 #include "ridge/core/error.h"
 #include "ridge/core/half.h"
 #include "ridge/core/log.h"
@@ -65,13 +66,15 @@ struct Events {
 CudaBackend::GemmKernel CudaBackend::kernel_named(const std::string& name) {
   for (GemmKernel k : {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90,
                        GemmKernel::cublas_2, GemmKernel::cublas_3, GemmKernel::cublas_4,
-                       GemmKernel::skinny_rows})
+                       GemmKernel::skinny_rows, GemmKernel::stream})
     if (name == gemm_name(k)) return k;
   return GemmKernel::cublas;
 }
 
 namespace {
-const char* const kGemmKernelVersion = "gemm-5";  // bump when a GEMM kernel's speed changes
+const char* const kGemmKernelVersion = "gemm-6";  // bump when a GEMM kernel's speed changes
+// gemm-6: the weight-stream kernel (TMA ring, swap-AB wgmma, stream-K) is a candidate at 1-64
+// tokens.
 // gemm-5: the row-warp skinny kernel is a candidate at 16-64 tokens, the skinny kernel splits K
 // on narrow shapes by default.
 // gemm-4: the sm90 kernel splits thin last waves into 128-wide tiles (gate|up at M = 2048 ~5%
@@ -155,6 +158,8 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
       if (T >= 16 && T <= 64)
         candidates.push_back({gemm_name(GemmKernel::skinny_rows), "mma.sync, shared activations"});
       if (T >= 16) candidates.push_back({gemm_name(GemmKernel::sm90), "TMA + wgmma, persistent"});
+      if (T <= kernels::stream_gemm_max_tokens)
+        candidates.push_back({gemm_name(GemmKernel::stream), "TMA weight stream, stream-K"});
       if (cublas_candidates() > 1) {
         // cuBLASLt's further algorithms for the operands the measurement uses (fresh, so
         // 256-byte aligned; the heuristic may offer fewer than asked). A host-side query: a

@@ -59,6 +59,24 @@ void gemm_bf16_skinny_rows(const bf16* X, const bf16* W, bf16* Y, int M, int N, 
   detail::launch_skinny_rows(X, W, Y, residual, M, N, K, split_k, stream);
 }
 
+void gemm_bf16_stream(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
+                      cudaStream_t stream, void* workspace, size_t workspace_bytes,
+                      const bf16* residual, int max_ctas) {
+  const char* what = "gemm_bf16_stream";
+  check_common(what, X, W, Y, residual, M, N, K);
+  check_sm90(what);
+  RIDGE_CHECK(M <= stream_gemm_max_tokens, "{}: M = {} tokens, at most {}", what, M,
+              stream_gemm_max_tokens);
+  RIDGE_CHECK(N <= 128 * stream_gemm_max_tiles, "{}: N = {} is larger than {}", what, N,
+              128 * stream_gemm_max_tiles);
+  const size_t need = gemm_bf16_stream_workspace_bytes();
+  RIDGE_CHECK(workspace != nullptr && workspace_bytes >= need && aligned16(workspace),
+              "{}: needs a 16-byte aligned workspace of {} bytes, got {} bytes at {}", what, need,
+              workspace_bytes, workspace);
+  RIDGE_CHECK(max_ctas >= 0, "{}: max_ctas {} must be ≥ 0", what, max_ctas);
+  detail::launch_stream_gemm(X, W, Y, residual, M, N, K, workspace, max_ctas, stream);
+}
+
 void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream) {
   const char* what = "gemm_bf16_skinny_fused";
   check_common(what, a.X, a.W, static_cast<const bf16*>(a.Y), a.residual, a.M, a.N, a.K);
@@ -166,7 +184,8 @@ CUtensorMap make_tensor_map_bf16(const void* base, uint64_t rows, uint64_t cols,
   const cuuint64_t strides[1] = {(row_stride ? row_stride : cols) * 2};
   const cuuint32_t box[2] = {box_cols, box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode_tiled_fn()(
+  static const EncodeTiledFn encode = encode_tiled_fn();  // one driver query per process
+  const CUresult r = encode(
       &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
       elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

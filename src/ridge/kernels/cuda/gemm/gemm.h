@@ -46,6 +46,22 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 void gemm_bf16_skinny_rows(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                            cudaStream_t stream, const bf16* residual = nullptr, int split_k = 0);
 
+// The weight-stream kernel for 1-64 tokens (stream_gemm.cu): the weights are wgmma's A operand
+// (swap AB, tokens as its N = 8/16/32/64), streamed by TMA into a ring of ~200 KiB per SM, one
+// persistent CTA per SM taking an equal share of (128-row tile × 64-k block) iterations
+// (stream-K: no wave quantization). CTAs that share a tile add their fp32 partials through
+// `workspace` in a fixed order (deterministic for a given GPU). The workspace:
+// gemm_bf16_stream_workspace_bytes() bytes, zeroed once before its first use, and used by one
+// launch at a time (one per stream); the kernel leaves it as it needs it. M ≤ 64, N ≤
+// 128 · stream_gemm_max_tiles, K % 8 == 0, N % 8 == 0, 16-byte aligned pointers, sm_90.
+// max_ctas > 0 caps the grid (tests: more CTAs share each tile). Launched with PDL.
+constexpr int stream_gemm_max_tokens = 64;
+constexpr int stream_gemm_max_tiles = 8192;
+size_t gemm_bf16_stream_workspace_bytes();
+void gemm_bf16_stream(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
+                      cudaStream_t stream, void* workspace, size_t workspace_bytes,
+                      const bf16* residual = nullptr, int max_ctas = 0);
+
 // The skinny kernel with a prologue on its activations and a choice of output type (the decode
 // step's fusions). Y[M,N] = P(X)·Wᵀ (+ residual), with P:
 //   none      X [M, K] (row stride ld_x)

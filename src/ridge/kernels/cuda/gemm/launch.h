@@ -21,6 +21,12 @@ void launch_skinny(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t
 void launch_skinny_rows(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int N,
                         int K, int split_k, cudaStream_t stream);
 
+// The weight-stream kernel (stream_gemm.cu): workspace as gemm_bf16_stream's; max_ctas 0 = one
+// CTA per SM (a smaller grid is for the benchmark's and the tests' use).
+size_t stream_gemm_workspace_bytes(int sms);
+void launch_stream_gemm(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int N,
+                        int K, void* workspace, int max_ctas, cudaStream_t stream);
+
 // W [N, K] := W · diag(scale), K % 8 == 0, W 16-byte aligned (checked by the caller).
 void launch_scale_columns(bf16* W, int64_t N, int64_t K, const float* scale, cudaStream_t stream);
 
