@@ -9,6 +9,7 @@
 
 #include "harness.h"
 #include "ridge/backend/cpu/quant.h"
+#include "ridge/backend/cuda/cuda_backend.h"
 #include "ridge/backend/cuda/cuda_matmul.h"
 #include "ridge/backend/cuda/cuda_resources.h"
 #include "ridge/backend/factory.h"
@@ -191,6 +192,58 @@ TEST_F(GpuBackend, MatmulShapes) {
   run_matmul(3, 1001, 64, DType::bf16, false, true, 0, 0);          // odd vocab logits, f32
   run_matmul(130, 384, 256, DType::f32, true, false, 7, 3);         // odd stride and offset
   run_matmul(17, 49152, 64, DType::bf16, false, true, 0, 0);        // wide logits
+}
+
+// Every GEMM kernel the tuner can choose, forced through matmul() and matmul_add() (the residual
+// epilogue) as if the tuner had picked it, against the CPU reference with outputs poisoned first:
+// the backend's dispatch and workspaces for each (the weight-stream kernel's per-stream partials
+// and tickets among them), on decode shapes and odd ones. The weight-stream kernel also runs
+// captured in a CUDA graph, replayed twice (its tickets must come back to zero between replays).
+TEST_F(GpuBackend, MatmulEveryTunerKernel) {
+  auto* be = dynamic_cast<CudaBackend*>(&cuda());
+  ASSERT_NE(be, nullptr);
+  using GK = CudaBackend::GemmKernel;
+  struct Shape {
+    int64_t T, N, K;
+  };
+  for (const Shape& sh : {Shape{1, 4104, 1032}, Shape{13, 1000, 3000}, Shape{40, 520, 1016},
+                          Shape{64, 4096, 1024}}) {
+    const auto [T, N, K] = sh;
+    std::vector<float> x = random_bf16(size_t(T * K)), w = random_bf16(size_t(N * K), 0.1f);
+    std::vector<float> r = random_bf16(size_t(T * N), 2.0f);
+    std::vector<float> ref(size_t(T * N)), ref_add(r);
+    Tensor ref_t = host_f32(ref, T, N), x_t = host_f32(x, T, K), w_t = host_f32(w, N, K);
+    cpu().matmul({}, x_t, w_t, nullptr, ref_t);
+    for (size_t i = 0; i < ref.size(); ++i) ref_add[i] += ref[i];
+    const Tensor w_dev = cuda().upload_weight(w_t);  // bf16-exact values: converted unchanged
+    DeviceMatrix xd = device_bf16(T, K, x);
+    for (GK k : {GK::skinny, GK::skinny_rows, GK::sm90, GK::stream, GK::cublas, GK::cublas_2}) {
+      be->set_gemm_choice(T, N, K, k);
+      const std::string what =
+          fmt::format("{} T={} N={} K={}", CudaBackend::gemm_name(k), T, N, K);
+      DeviceMatrix out = device_bf16(T, N, {});  // poisoned
+      cuda().matmul({}, xd.view, w_dev, nullptr, out.view);
+      expect_close("matmul", what, download_view(out), ref, 1e-2);
+      DeviceMatrix acc = device_bf16(T, N, r);
+      cuda().matmul_add({}, xd.view, w_dev, acc.view);
+      expect_close("matmul_add", what, download_view(acc), ref_add, 1e-2);
+      if (k == GK::stream) {
+        DeviceMatrix g = device_bf16(T, N, {});
+        const Stream st{};
+        auto graph = cuda().capture(st, [&](const Stream& s) {
+          cuda().matmul(s, xd.view, w_dev, nullptr, g.view);
+        });
+        ASSERT_NE(graph, nullptr);
+        for (int replay = 0; replay < 2; ++replay) {
+          graph->replay(st);
+          cuda().synchronize(st);
+          expect_close("matmul (graph)", fmt::format("{} replay {}", what, replay),
+                       download_view(g), ref, 1e-2);
+        }
+      }
+    }
+    be->set_gemm_choice(T, N, K, std::nullopt);
+  }
 }
 
 // Every algorithm cuBLASLt's heuristic offers for an operand set (the tuner's candidates under

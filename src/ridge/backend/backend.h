@@ -214,6 +214,10 @@ class Backend {
   }
   // Host memory the device copies to and from fastest (pinned on a GPU); plain memory on the CPU.
   virtual Buffer allocate_host(size_t bytes);
+  // Device memory the backend holds for its own ops' scratch (on the GPU: per stream, cuBLASLt's
+  // workspace, split-KV partials, tickets), apart from what allocate() returned. For the start-up
+  // memory statement.
+  virtual size_t workspace_bytes() const { return 0; }
   // Optional: the matmul shapes the model runs, before its first step, so that the backend can
   // choose (and tune) a kernel per shape and token count up to max_tokens.
   virtual void prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) {

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "ridge/backend/factory.h"
 #include "ridge/core/error.h"
@@ -53,12 +56,17 @@ std::unique_ptr<ModelBundle> ModelBundle::load(const BundleOptions& opt) {
   const size_t workspace = b->model->reserve(opt.prefill_chunk, 1, max_blocks_per_seq);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const size_t kernel_scratch = b->backend->workspace_bytes();
+  const std::string scratch =
+      kernel_scratch ? fmt::format(" + {} of the backend's kernel scratch",
+                                   log::format_bytes(double(kernel_scratch)))
+                     : std::string();
   log::info("memory: weights {} ({}), KV pool {} ({} blocks of {} tokens = {} tokens, {}), "
-            "workspace {} (steps of {} tokens); loaded in {:.2f} s",
+            "workspace {} (steps of {} tokens){}; loaded in {:.2f} s",
             log::format_bytes(double(b->weights->bytes())), b->weights->format(),
             log::format_bytes(double(b->kv_pool->bytes())), blocks, opt.block_size,
             b->kv_pool->num_tokens(), dtype_name(kv_dtype), log::format_bytes(double(workspace)),
-            opt.prefill_chunk, secs);
+            opt.prefill_chunk, scratch, secs);
   return b;
 }
 

@@ -212,6 +212,15 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
   return *w;
 }
 
+size_t CudaBackend::workspace_bytes() const {
+  std::lock_guard lock(workspace_mutex_);
+  size_t total = 0;
+  for (const auto& [stream, w] : workspaces_)
+    total += w->cublas.size() + w->attention.size() + w->split_counters.size() +
+             w->stream_gemm.size() + w->sumsq.size();
+  return total;
+}
+
 Buffer CudaBackend::allocate(size_t bytes) {
   auto mem = std::make_shared<cuda::DeviceMemory>(bytes);
   void* p = mem->data();

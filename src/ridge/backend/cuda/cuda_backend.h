@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -44,6 +45,7 @@ class CudaBackend final : public Backend {
   Tensor upload_weight(const Tensor& host) override;
   Tensor upload_weight_rows(std::span<const Tensor> parts) override;
   Buffer allocate_host(size_t bytes) override;
+  size_t workspace_bytes() const override;
   // Folds when the "norm" fusion is on (--fuse norm) and w is a dense bf16 weight.
   bool fold_norm_weight(Tensor& w, const Tensor& norm_weight) override;
   void prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) override;
@@ -107,6 +109,9 @@ class CudaBackend final : public Backend {
   GemmKernel choose_gemm(int64_t T, int64_t N, int64_t K) const;
   // The tuned choices so far, one line per (N, K, token bucket).
   std::string gemm_choices() const;
+  // Tests: makes matmul() run `kernel` for T's token bucket against [N, K] weights (where ridge's
+  // kernels apply), as if the tuner had chosen it; nullopt forgets the choice again.
+  void set_gemm_choice(int64_t T, int64_t N, int64_t K, std::optional<GemmKernel> kernel);
   // How many KV splits attention chose on its last call (for tests and benchmarks).
   int last_attention_splits() const { return last_attention_splits_; }
   // How many attention launches its last call made: 2 when a mixed batch's leading decodes went
@@ -200,7 +205,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::OwnedStream> stream_;
   std::unique_ptr<cuda::CublasLtHandle> lt_;
   std::unique_ptr<cuda::LtMatmul> matmul_;
-  std::mutex workspace_mutex_;
+  mutable std::mutex workspace_mutex_;
   std::unordered_map<cudaStream_t, std::unique_ptr<Workspace>> workspaces_;
   std::vector<cuda::DeviceMemory> weights_;
   int last_attention_splits_ = 0;

@@ -227,6 +227,16 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
             after.measurements - before.measurements, cache_->summary());
 }
 
+void CudaBackend::set_gemm_choice(int64_t T, int64_t N, int64_t K,
+                                  std::optional<GemmKernel> kernel) {
+  std::lock_guard lock(gemm_mutex_);
+  const GemmKey key{token_bucket(T), N, K};
+  if (kernel)
+    gemm_choice_[key] = *kernel;
+  else
+    gemm_choice_.erase(key);
+}
+
 std::string CudaBackend::gemm_choices() const {
   std::lock_guard lock(gemm_mutex_);
   std::vector<std::pair<GemmKey, GemmKernel>> v(gemm_choice_.begin(), gemm_choice_.end());
