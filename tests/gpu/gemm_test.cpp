@@ -468,6 +468,37 @@ TEST(GemmSkinny, EarlyWeightsMatchUnstaged) {
                ridge::Error);
 }
 
+// One problem of a plain kernel (Y = X·Wᵀ, or Y += X·Wᵀ in place with `residual`): fresh random
+// inputs from `seed`, the fp64 reference, two runs each with the output poisoned (or reset to the
+// residual) first, both within bounds, the second bitwise equal to the first. `launch(X, W, Y,
+// residual)` runs the kernel under test on the default stream.
+template <typename Launch>
+void check_twice(int M, int N, int K, bool residual, uint32_t seed, Launch&& launch) {
+  const size_t ny = size_t(M) * N;
+  std::mt19937 rng(seed);
+  auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
+  auto hR = random_bf16(ny, rng, 4.f);
+  DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y(ny);
+  ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
+  CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+  const auto ref = reference(hX, hW, residual ? &hR : nullptr, M, N, K);
+  std::vector<std::vector<unsigned char>> outs(2);
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(::testing::Message() << "run " << run);
+    if (residual) {  // Y += X·Wᵀ in place: the residual starts in Y
+      CUDA_OK(cudaMemcpy(Y.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
+    } else {
+      CUDA_OK(cudaMemset(Y.ptr, 0xFF, ny * 2));
+    }
+    launch(X.ptr, W.ptr, Y.ptr, residual ? Y.ptr : nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    download_and_check(Y.ptr, ny, false, ref, outs[run]);
+  }
+  EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), ny * 2), 0)
+      << "second run: outputs differ in their bits";
+}
+
 // The row-warp skinny kernel (gemm_bf16_skinny_rows): 17-64 tokens and more (several token
 // tiles), partial 128-row blocks, K tails (K not a multiple of 128), the residual in place, no
 // split, the automatic split and clusters of 3 and 8 CTAs: each against the fp64 reference
@@ -488,31 +519,11 @@ TEST(GemmSkinnyRows, MatchesReference) {
     const Case& c = cases[ci];
     SCOPED_TRACE(::testing::Message() << "M=" << c.M << " N=" << c.N << " K=" << c.K
                                       << " split=" << c.split << " residual=" << c.residual);
-    const int M = c.M, N = c.N, K = c.K;
-    const size_t ny = size_t(M) * N;
-    std::mt19937 rng(seed++);
-    auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
-    auto hR = random_bf16(ny, rng, 4.f);
-    DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y(ny);
-    ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
-    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
-    const auto ref = reference(hX, hW, c.residual ? &hR : nullptr, M, N, K);
-    std::vector<std::vector<unsigned char>> outs(2);
-    for (int run = 0; run < 2; ++run) {
-      SCOPED_TRACE(::testing::Message() << "run " << run);
-      if (c.residual) {  // Y += X·Wᵀ in place: the residual starts in Y
-        CUDA_OK(cudaMemcpy(Y.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
-      } else {
-        CUDA_OK(cudaMemset(Y.ptr, 0xFF, ny * 2));
-      }
-      ridge::kernels::gemm_bf16_skinny_rows(X.ptr, W.ptr, Y.ptr, M, N, K, nullptr,
-                                            c.residual ? Y.ptr : nullptr, c.split);
-      CUDA_OK(cudaDeviceSynchronize());
-      download_and_check(Y.ptr, ny, false, ref, outs[run]);
-    }
-    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), ny * 2), 0)
-        << "second run: outputs differ in their bits";
+    check_twice(c.M, c.N, c.K, c.residual, seed++,
+                [&](const bf16* X, const bf16* W, bf16* Y, const bf16* R) {
+                  ridge::kernels::gemm_bf16_skinny_rows(X, W, Y, c.M, c.N, c.K, nullptr, R,
+                                                        c.split);
+                });
   }
   DeviceBuffer<bf16> X(64), W(64 * 8), Y(64);
   ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
@@ -551,31 +562,11 @@ TEST(GemmStream, MatchesReference) {
     const Case& c = cases[ci];
     SCOPED_TRACE(::testing::Message() << "M=" << c.M << " N=" << c.N << " K=" << c.K
                                       << " max_ctas=" << c.max_ctas << " residual=" << c.residual);
-    const int M = c.M, N = c.N, K = c.K;
-    const size_t ny = size_t(M) * N;
-    std::mt19937 rng(seed++);
-    auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
-    auto hR = random_bf16(ny, rng, 4.f);
-    DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y(ny);
-    ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
-    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
-    const auto ref = reference(hX, hW, c.residual ? &hR : nullptr, M, N, K);
-    std::vector<std::vector<unsigned char>> outs(2);
-    for (int run = 0; run < 2; ++run) {
-      SCOPED_TRACE(::testing::Message() << "run " << run);
-      if (c.residual) {  // Y += X·Wᵀ in place: the residual starts in Y
-        CUDA_OK(cudaMemcpy(Y.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
-      } else {
-        CUDA_OK(cudaMemset(Y.ptr, 0xFF, ny * 2));
-      }
-      ridge::kernels::gemm_bf16_stream(X.ptr, W.ptr, Y.ptr, M, N, K, nullptr, ws.ptr, ws_bytes,
-                                       c.residual ? Y.ptr : nullptr, c.max_ctas);
-      CUDA_OK(cudaDeviceSynchronize());
-      download_and_check(Y.ptr, ny, false, ref, outs[run]);
-    }
-    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), ny * 2), 0)
-        << "second run: outputs differ in their bits";
+    check_twice(c.M, c.N, c.K, c.residual, seed++,
+                [&](const bf16* X, const bf16* W, bf16* Y, const bf16* R) {
+                  ridge::kernels::gemm_bf16_stream(X, W, Y, c.M, c.N, c.K, nullptr, ws.ptr,
+                                                   ws_bytes, R, c.max_ctas);
+                });
   }
   DeviceBuffer<bf16> X(65 * 64), W(64 * 8), Y(65 * 8);
   ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);

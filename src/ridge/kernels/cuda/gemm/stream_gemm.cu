@@ -281,11 +281,39 @@ void launch_stream(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, 
                                     trace));
 }
 
+// The RIDGE_STREAM_TRACE summary of one launch: per stamp, min / median / max over the CTAs in
+// µs after the first CTA's entry.
+void print_trace(const unsigned long long* trace, int ctas, int M, int N, int K,
+                 cudaStream_t stream) {
+  std::vector<unsigned long long> h(size_t(ctas) * 4);
+  RIDGE_GEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  RIDGE_GEMM_CUDA_CHECK(cudaMemcpy(h.data(), trace, h.size() * 8, cudaMemcpyDeviceToHost));
+  unsigned long long t0 = h[0];
+  for (int c = 0; c < ctas; ++c) t0 = std::min(t0, h[size_t(c) * 4]);
+  static const char* const names[4] = {"entry", "first", "loop_end", "exit"};
+  std::string line;
+  for (int k = 0; k < 4; ++k) {
+    std::vector<double> v(ctas);
+    for (int c = 0; c < ctas; ++c) v[c] = double(h[size_t(c) * 4 + k] - t0) * 1e-3;
+    std::sort(v.begin(), v.end());
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s %.2f/%.2f/%.2f", names[k], v.front(), v[v.size() / 2],
+                  v.back());
+    line += buf;
+  }
+  std::fprintf(stderr, "stream trace M=%d N=%d K=%d ctas=%d (us min/median/max):%s\n", M, N, K,
+               ctas, line.c_str());
+}
+
 }  // namespace
 
+// The workspace: two partial tiles per CTA (at most one CTA per SM), then the tickets.
+static size_t partials_bytes(int sms) {
+  return static_cast<size_t>(sms) * 2 * kRows * kMaxTokens * sizeof(float);
+}
+
 size_t detail::stream_gemm_workspace_bytes(int sms) {
-  return static_cast<size_t>(sms) * 2 * kRows * kMaxTokens * sizeof(float) +
-         static_cast<size_t>(stream_gemm_max_tiles) * sizeof(unsigned);
+  return partials_bytes(sms) + static_cast<size_t>(stream_gemm_max_tiles) * sizeof(unsigned);
 }
 
 size_t gemm_bf16_stream_workspace_bytes() { return detail::stream_gemm_workspace_bytes(device_sms()); }
@@ -299,9 +327,8 @@ void detail::launch_stream_gemm(const bf16* X, const bf16* W, bf16* Y, const bf1
   const int ctas = static_cast<int>(
       std::min<long long>(total, max_ctas > 0 ? std::min(max_ctas, sms) : sms));
   auto* partials = static_cast<float*>(workspace);
-  auto* tickets = reinterpret_cast<unsigned*>(static_cast<uint8_t*>(workspace) +
-                                              static_cast<size_t>(sms) * 2 * kRows * kMaxTokens *
-                                                  sizeof(float));
+  auto* tickets =
+      reinterpret_cast<unsigned*>(static_cast<uint8_t*>(workspace) + partials_bytes(sms));
   // RIDGE_STREAM_TRACE=1 (diagnostic): launches outside stream capture are traced and the
   // per-CTA times summarized on stderr (this synchronizes the stream).
   static const bool tracing = [] {
@@ -309,12 +336,14 @@ void detail::launch_stream_gemm(const bf16* X, const bf16* W, bf16* Y, const bf1
     return v && *v && *v != '0';
   }();
   static unsigned long long* trace_buf = nullptr;
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  RIDGE_GEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
   unsigned long long* trace = nullptr;
-  if (tracing && capturing == cudaStreamCaptureStatusNone) {
-    if (!trace_buf) RIDGE_GEMM_CUDA_CHECK(cudaMalloc(&trace_buf, size_t(sms) * 4 * 8));
-    trace = trace_buf;
+  if (tracing) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    RIDGE_GEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+    if (capturing == cudaStreamCaptureStatusNone) {
+      if (!trace_buf) RIDGE_GEMM_CUDA_CHECK(cudaMalloc(&trace_buf, size_t(sms) * 4 * 8));
+      trace = trace_buf;
+    }
   }
   if (M <= 8)
     launch_stream<8>(X, W, Y, residual, M, N, K, partials, tickets, ctas, stream, trace);
@@ -324,27 +353,7 @@ void detail::launch_stream_gemm(const bf16* X, const bf16* W, bf16* Y, const bf1
     launch_stream<32>(X, W, Y, residual, M, N, K, partials, tickets, ctas, stream, trace);
   else
     launch_stream<64>(X, W, Y, residual, M, N, K, partials, tickets, ctas, stream, trace);
-  if (trace) {
-    std::vector<unsigned long long> h(size_t(ctas) * 4);
-    RIDGE_GEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
-    RIDGE_GEMM_CUDA_CHECK(
-        cudaMemcpy(h.data(), trace, h.size() * 8, cudaMemcpyDeviceToHost));
-    unsigned long long t0 = h[0];
-    for (int c = 0; c < ctas; ++c) t0 = std::min(t0, h[size_t(c) * 4]);
-    // Per stamp k: min / median / max over the CTAs, µs after the first CTA's entry.
-    std::string line;
-    for (int k = 0; k < 4; ++k) {
-      std::vector<double> v(ctas);
-      for (int c = 0; c < ctas; ++c) v[c] = double(h[size_t(c) * 4 + k] - t0) * 1e-3;
-      std::sort(v.begin(), v.end());
-      char buf[96];
-      std::snprintf(buf, sizeof buf, " %s %.2f/%.2f/%.2f", k == 0 ? "entry" : k == 1 ? "first" : k == 2 ? "loop_end" : "exit",
-                    v.front(), v[v.size() / 2], v.back());
-      line += buf;
-    }
-    std::fprintf(stderr, "stream trace M=%d N=%d K=%d ctas=%d (us min/median/max):%s\n", M, N,
-                 K, ctas, line.c_str());
-  }
+  if (trace) print_trace(trace, ctas, M, N, K, stream);
 }
 
 }  // namespace ridge::kernels
