@@ -200,9 +200,7 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
     RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
     log::debug("cuda workspace for a stream: {} (cuBLASLt {}, attention {}, split tickets {}, "
                "weight-stream GEMM {}, sums of squares {})",
-               log::format_bytes(double(kCublasWorkspaceBytes + kAttentionWorkspaceBytes +
-                                        kSplitCounterBytes + stream_gemm_bytes +
-                                        w->sumsq.size())),
+               log::format_bytes(double(w->bytes())),
                log::format_bytes(double(kCublasWorkspaceBytes)),
                log::format_bytes(double(kAttentionWorkspaceBytes)),
                log::format_bytes(double(kSplitCounterBytes)),
@@ -215,9 +213,7 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
 size_t CudaBackend::workspace_bytes() const {
   std::lock_guard lock(workspace_mutex_);
   size_t total = 0;
-  for (const auto& [stream, w] : workspaces_)
-    total += w->cublas.size() + w->attention.size() + w->split_counters.size() +
-             w->stream_gemm.size() + w->sumsq.size();
+  for (const auto& [stream, w] : workspaces_) total += w->bytes();
   return total;
 }
 

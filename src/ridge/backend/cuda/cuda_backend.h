@@ -95,7 +95,7 @@ class CudaBackend final : public Backend {
 
   // The matmul kernels behind matmul(): cuBLASLt (its heuristic's first algorithm, and its second
   // to fourth as tuner candidates too unless RIDGE_CUBLAS_ALGOS says fewer), or ridge's own
-  // (kernels/cuda/gemm: the skinny, row-warp skinny and sm90 kernels).
+  // (kernels/cuda/gemm: the skinny, row-warp skinny, weight-stream and sm90 kernels).
   enum class GemmKernel : uint8_t {
     cublas, skinny, sm90, cublas_2, cublas_3, cublas_4, skinny_rows, stream
   };
@@ -132,6 +132,10 @@ class CudaBackend final : public Backend {
       int64_t rows = 0, cols = 0;
     };
     SumsqRecord sumsq_records[MatmulFusion::kSumsqTags];
+    size_t bytes() const {
+      return cublas.size() + attention.size() + split_counters.size() + stream_gemm.size() +
+             sumsq.size();
+    }
   };
   static constexpr int64_t kSumsqFloats = 16384;  // per tag: partial sums × rows
   // The decode fusions (norm, silu) run up to this many tokens (the kernel takes 16): at 16 the

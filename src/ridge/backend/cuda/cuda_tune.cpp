@@ -20,11 +20,11 @@
 #include <fmt/format.h>
 
 #include "ridge/backend/cuda/cuda_backend.h"
-#include "ridge/kernels/cuda/gemm/gemm.h"
 #include "ridge/core/error.h"
 #include "ridge/core/half.h"
 #include "ridge/core/log.h"
 #include "ridge/kernels/cuda/elementwise/check.h"
+#include "ridge/kernels/cuda/gemm/gemm.h"
 #include "ridge/kernels/cuda/pdl.h"
 #include "ridge/tune/autotuner.h"
 #include "ridge/tune/build_cache.h"
