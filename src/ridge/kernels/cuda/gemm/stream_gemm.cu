@@ -43,7 +43,6 @@ constexpr int kRows = 128;  // weight rows per tile: two consumer warpgroups of 
 constexpr int kKB = 64;     // k per stage: one 128-byte swizzle row
 constexpr int kConsumerThreads = 256;
 constexpr int kThreads = 128 + kConsumerThreads;  // warpgroup 0: the producer's
-constexpr int kMaxTokens = 64;
 
 template <int T>
 struct StreamConfig {
@@ -309,7 +308,7 @@ void print_trace(const unsigned long long* trace, int ctas, int M, int N, int K,
 
 // The workspace: two partial tiles per CTA (at most one CTA per SM), then the tickets.
 static size_t partials_bytes(int sms) {
-  return static_cast<size_t>(sms) * 2 * kRows * kMaxTokens * sizeof(float);
+  return static_cast<size_t>(sms) * 2 * kRows * stream_gemm_max_tokens * sizeof(float);
 }
 
 size_t detail::stream_gemm_workspace_bytes(int sms) {
