@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/random_blocks.h"
 #include "ridge/backend/cpu/quant.h"
 #include "ridge/core/error.h"
 #include "ridge/core/half.h"
@@ -181,6 +182,47 @@ TEST_P(MatmulTest, MatchesDoubleReference) {
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTest,
                          ::testing::Values(DType::f32, DType::f16, DType::bf16, DType::q8_0,
                                            DType::q4_0, DType::q4_1),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Every block type from random blocks (the decoder itself is held to the gguf package's values
+// by tests/parity/test_io_parity.py): the row converter equals the element-wise reference
+// bitwise, and matmul, on its decode path (dot products through a block buffer, T <= 4) and its
+// prefill path (rows converted, then dotted), equals a double-precision product of those values.
+class BlockTypeTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(BlockTypeTest, ConverterMatchesReferenceAndMatmulMatchesDouble) {
+  const DType t = GetParam();
+  const int64_t qk = dtype_info(t).block_elems;
+  for (int64_t n : {qk, 3 * qk, int64_t(4096)}) {
+    const auto bytes = test::random_blocks(t, n, rng(), 0.002f, 0.5f);
+    std::vector<float> fast(size_t(n), NAN), ref(size_t(n), NAN);
+    cpu::dequantize_row(t, bytes.data(), fast.data(), n);
+    cpu::dequantize_row_reference(t, bytes.data(), ref.data(), n);
+    EXPECT_EQ(std::memcmp(fast.data(), ref.data(), size_t(n) * 4), 0) << n;
+  }
+  CpuBackend be(3);
+  for (auto [T, N, K] : {std::tuple{1, 7, 256}, {3, 33, 768}, {9, 20, 512}}) {
+    auto x = randn(size_t(T * K));
+    const auto w = test::random_blocks(t, N * K, rng());
+    std::vector<float> wv(size_t(N * K));
+    for (int j = 0; j < N; ++j)
+      cpu::dequantize_row_reference(t, w.data() + j * row_bytes(t, K), &wv[size_t(j * K)], K);
+    std::vector<float> out(size_t(T * N), NAN);
+    Tensor xt(x.data(), DType::f32, {T, K}), wt(const_cast<uint8_t*>(w.data()), t, {N, K});
+    Tensor ot(out.data(), DType::f32, {T, N});
+    be.matmul({}, xt, wt, nullptr, ot);
+    std::vector<double> want(size_t(T * N));
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j < N; ++j) {
+        double s = 0;
+        for (int k = 0; k < K; ++k) s += double(x[i * K + k]) * wv[size_t(j * K + k)];
+        want[size_t(i * N + j)] = s;
+      }
+    EXPECT_LT(nmse(out, want), 1e-12) << T << "x" << N << "x" << K;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBlockTypes, BlockTypeTest, ::testing::ValuesIn(test::kBlockTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(CpuBackend, MatmulWritesIntoColumnSliceOnly) {

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/random_blocks.h"
 #include "harness.h"
 #include "ridge/backend/cpu/quant.h"
 #include "ridge/backend/cuda/cuda_backend.h"
@@ -22,8 +23,6 @@ namespace {
 // Stored weight bytes of `dtype` for n random values (GGUF block layouts for quantized types).
 std::vector<uint8_t> random_weight(DType dtype, int64_t n) {
   std::vector<uint8_t> b(row_bytes(dtype, n));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.002f, 0.03f);
   auto put16 = [&](size_t at, uint16_t v) { std::memcpy(&b[at], &v, 2); };
   switch (dtype) {
     case DType::f32: {
@@ -40,15 +39,8 @@ std::vector<uint8_t> random_weight(DType dtype, int64_t n) {
         put16(size_t(2 * i), dtype == DType::f16 ? f32_to_f16(d(rng())) : f32_to_bf16(d(rng())));
       break;
     }
-    default: {
-      const DTypeInfo& info = dtype_info(dtype);
-      for (auto& x : b) x = uint8_t(byte(rng()));
-      for (int64_t blk = 0; blk < n / 32; ++blk) {
-        const size_t at = size_t(blk * info.block_bytes);
-        put16(at, f32_to_f16(byte(rng()) & 1 ? scale(rng()) : -scale(rng())));
-        if (dtype == DType::q4_1) put16(at + 2, f32_to_f16(-8.0f * scale(rng())));
-      }
-    }
+    default:
+      b = test::random_blocks(dtype, n, rng());
   }
   return b;
 }
@@ -57,8 +49,10 @@ const DType kWeightTypes[] = {DType::f32, DType::f16, DType::bf16,
                               DType::q8_0, DType::q4_0, DType::q4_1};
 
 TEST_F(GpuBackend, UploadWeightMatchesCpuDequantization) {
-  for (DType t : kWeightTypes) {
-    const int64_t rows = 7, cols = 96;
+  std::vector<DType> types = {DType::f32, DType::f16, DType::bf16};
+  types.insert(types.end(), std::begin(test::kBlockTypes), std::end(test::kBlockTypes));
+  for (DType t : types) {
+    const int64_t rows = 7, cols = 768;
     std::vector<uint8_t> bytes = random_weight(t, rows * cols);
     const Tensor host(bytes.data(), t, {rows, cols});
     const Tensor dev = cuda().upload_weight(host);
@@ -182,6 +176,7 @@ void run_matmul(int64_t T, int64_t N, int64_t K, DType wt, bool bias, bool f32_o
 
 TEST_F(GpuBackend, MatmulWeightTypes) {
   for (DType t : kWeightTypes) run_matmul(5, 96, 160, t, false, false, 0, 0);
+  for (DType t : test::kBlockTypes) run_matmul(3, 40, 512, t, false, false, 0, 0);
 }
 
 TEST_F(GpuBackend, MatmulShapes) {

@@ -423,7 +423,8 @@ TEST(GgufMalformed, UnknownGgmlType) {
     b.tensor({"blk.0.w", {32}, t, pattern_bytes(32)});
     std::string e = parse_error(b.build());
     EXPECT_HAS(e, fmt::format("tensor 'blk.0.w' has ggml type {}", t));
-    EXPECT_HAS(e, "F32, F16, Q4_0, Q4_1, Q8_0, BF16");
+    EXPECT_HAS(e, "F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, "
+                  "IQ4_XS, BF16");
   }
 }
 
@@ -431,7 +432,7 @@ TEST(Gguf, UnsupportedTypeIsRefusedWhenUsed) {
   GgufBuilder b;
   b.kv("tokenizer.ggml.model", kString, encode_string("gpt2"));
   b.tensor({"a", {4}, kGgmlF32, pattern_bytes(16)})
-      .tensor({"blk.0.ffn_down.weight", {256, 2}, kGgmlQ4_K, pattern_bytes(2 * 144)})
+      .tensor({"blk.0.ffn_down.weight", {256, 2}, kGgmlIq2Xxs, pattern_bytes(2 * 66)})
       .tensor({"c", {4}, kGgmlF16, pattern_bytes(8)});
   Bytes img = b.build();
   GgufFile f = parse(img, "k.gguf");
@@ -442,24 +443,24 @@ TEST(Gguf, UnsupportedTypeIsRefusedWhenUsed) {
   const GgufTensorInfo* info = f.find_tensor_info("blk.0.ffn_down.weight");
   ASSERT_NE(info, nullptr);
   EXPECT_FALSE(info->supported);
-  EXPECT_EQ(info->ggml_type, 12u);
+  EXPECT_EQ(info->ggml_type, 16u);
   EXPECT_EQ(info->shape, (std::vector<int64_t>{2, 256}));
-  EXPECT_EQ(info->nbytes, 288u);
+  EXPECT_EQ(info->nbytes, 132u);
   std::string e = error_of([&] { f.tensor("blk.0.ffn_down.weight"); });
   EXPECT_HAS(e, "k.gguf");
-  EXPECT_HAS(e, "tensor 'blk.0.ffn_down.weight' has ggml type 12 (Q4_K), which ridge does not support");
+  EXPECT_HAS(e, "tensor 'blk.0.ffn_down.weight' has ggml type 16 (IQ2_XXS), which ridge does not support");
   // An optional lookup must not take it as absent either.
   e = error_of([&] { f.find_tensor("blk.0.ffn_down.weight"); });
-  EXPECT_HAS(e, "tensor 'blk.0.ffn_down.weight' has ggml type 12 (Q4_K)");
+  EXPECT_HAS(e, "tensor 'blk.0.ffn_down.weight' has ggml type 16 (IQ2_XXS)");
   EXPECT_EQ(f.find_tensor("absent"), nullptr);
 }
 
 TEST(GgufMalformed, UnsupportedTypeLayoutIsStillValidated) {
   GgufBuilder b;
-  b.tensor({"k", {256}, kGgmlQ4_K, pattern_bytes(100)});  // needs 144 bytes
-  EXPECT_HAS(parse_error(b.build()), "tensor 'k' occupies data bytes [0, 144)");
+  b.tensor({"k", {256}, kGgmlIq2Xxs, pattern_bytes(50)});  // needs 66 bytes
+  EXPECT_HAS(parse_error(b.build()), "tensor 'k' occupies data bytes [0, 66)");
   b = GgufBuilder();
-  b.tensor({"k", {128}, kGgmlQ4_K, pattern_bytes(144)});
+  b.tensor({"k", {128}, kGgmlIq2Xxs, pattern_bytes(66)});
   EXPECT_HAS(parse_error(b.build()), "ne[0] = 128, expected a multiple of the 256-element block");
 }
 
@@ -521,7 +522,9 @@ TEST(GgufValue, ConversionsNameTheKey) {
 }
 
 TEST(GgmlTypes, TableMatchesTheDTypes) {
-  for (DType d : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1}) {
+  for (DType d : {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::q4_0, DType::q4_1,
+                  DType::q5_0, DType::q5_1, DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k,
+                  DType::q6_k, DType::iq4_nl, DType::iq4_xs}) {
     auto id = ggml_type_of(d);
     ASSERT_TRUE(id.has_value());
     const GgmlTypeInfo* info = ggml_type_info(*id);

@@ -4,16 +4,25 @@
 //   ridge_io_dump gguf FILE          metadata (type + value), tensor infos, CRC-32 of tensor bytes
 //   ridge_io_dump safetensors FILE   __metadata__, tensor infos, CRC-32 of tensor bytes
 //   ridge_io_dump model PATH         a Hugging Face folder: config, files, tensors
+//   ridge_io_dump dequant FILE OUT [--reference]
+//                                    every tensor of a GGUF file ridge computes with, converted
+//                                    to fp32 by the CPU backend (dequantize_row, or with
+//                                    --reference dequantize_row_reference), written to OUT as raw
+//                                    little-endian float32 in file order; prints the tensors'
+//                                    names, types and element counts as JSON
 //
 // CRC-32 is zlib's (reflected polynomial 0xEDB88320), so Python checks it with zlib.crc32.
 // On a ridge::Error the message goes to stderr and the exit status is 1.
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <vector>
 #include <iostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "ridge/backend/cpu/quant.h"
 #include "ridge/core/error.h"
 #include "ridge/io/ggml_types.h"
 #include "ridge/io/gguf.h"
@@ -133,20 +142,53 @@ json model_json(const std::string& path) {
   return out;
 }
 
+json dequant_json(const std::string& path, const std::string& out_path, bool reference) {
+  GgufFile f = GgufFile::open(path);
+  std::FILE* out = std::fopen(out_path.c_str(), "wb");
+  RIDGE_CHECK(out != nullptr, "cannot write {}", out_path);
+  json tensors = json::array();
+  std::vector<float> row;
+  for (const auto& info : f.tensor_infos()) {
+    if (!info.supported) continue;
+    const TensorData& td = f.tensor(info.name);
+    const ridge::Tensor v = td.view();
+    const int64_t n = v.numel(), cols = v.ndim == 0 ? 1 : v.shape[v.ndim - 1];
+    row.resize(size_t(cols));
+    for (int64_t r = 0; r < n / std::max<int64_t>(cols, 1); ++r) {
+      const auto* src = reinterpret_cast<const char*>(td.data) + r * ridge::row_bytes(td.dtype, cols);
+      if (reference)
+        ridge::backend::cpu::dequantize_row_reference(td.dtype, src, row.data(), cols);
+      else
+        ridge::backend::cpu::dequantize_row(td.dtype, src, row.data(), cols);
+      RIDGE_CHECK(std::fwrite(row.data(), 4, row.size(), out) == row.size(), "short write to {}",
+                  out_path);
+    }
+    tensors.push_back({{"name", info.name}, {"dtype", ridge::dtype_name(td.dtype)}, {"numel", n}});
+  }
+  RIDGE_CHECK(std::fclose(out) == 0, "cannot close {}", out_path);
+  return {{"tensors", tensors}};
+}
+
 int usage() {
-  std::cerr << "usage: ridge_io_dump gguf|safetensors|model PATH\n";
+  std::cerr << "usage: ridge_io_dump gguf|safetensors|model PATH\n"
+               "       ridge_io_dump dequant FILE OUT [--reference]\n";
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) return usage();
+  if (argc < 3) return usage();
   const std::string kind = argv[1];
   const std::string path = argv[2];
+  if (kind == "dequant" ? !(argc == 4 || (argc == 5 && std::string(argv[4]) == "--reference"))
+                        : argc != 3)
+    return usage();
   try {
     json out;
-    if (kind == "gguf") {
+    if (kind == "dequant") {
+      out = dequant_json(path, argv[3], argc == 5);
+    } else if (kind == "gguf") {
       out = gguf_json(path);
     } else if (kind == "safetensors") {
       out = safetensors_json(path);

@@ -51,7 +51,7 @@ enum : uint32_t {
 // ggml type numbers.
 enum : uint32_t {
   kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ8_0 = 8, kGgmlQ4_K = 12,
-  kGgmlBF16 = 30,
+  kGgmlIq2Xxs = 16, kGgmlBF16 = 30,
 };
 
 // Encoded GGUF values (type tag not included).

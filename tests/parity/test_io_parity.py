@@ -20,6 +20,8 @@ import pytest
 import gguf
 from gguf import GGMLQuantizationType as Q, GGUFValueType as V
 
+from ridge_harness import BLOCK_TYPES, random_blocks
+
 SOURCE_DIR = pathlib.Path(os.environ.get("RIDGE_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 BIN_DIR = pathlib.Path(os.environ.get("RIDGE_BIN_DIR", SOURCE_DIR / "build" / "bin"))
 DUMP = BIN_DIR / "ridge_io_dump"
@@ -30,7 +32,9 @@ TYPE_NAMES = {
     V.FLOAT32: "f32", V.BOOL: "bool", V.STRING: "string", V.ARRAY: "array", V.UINT64: "u64",
     V.INT64: "i64", V.FLOAT64: "f64",
 }
-RIDGE_DTYPE = {Q.F32: "f32", Q.F16: "f16", Q.BF16: "bf16", Q.Q8_0: "q8_0", Q.Q4_0: "q4_0", Q.Q4_1: "q4_1"}
+RIDGE_DTYPE = {Q.F32: "f32", Q.F16: "f16", Q.BF16: "bf16", Q.Q8_0: "q8_0", Q.Q4_0: "q4_0", Q.Q4_1: "q4_1",
+               Q.Q5_0: "q5_0", Q.Q5_1: "q5_1", Q.Q2_K: "q2_k", Q.Q3_K: "q3_k", Q.Q4_K: "q4_k",
+               Q.Q5_K: "q5_k", Q.Q6_K: "q6_k", Q.IQ4_NL: "iq4_nl", Q.IQ4_XS: "iq4_xs"}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -193,6 +197,46 @@ def test_truncated_gguf_is_refused_naming_the_file(tmp_path):
             assert str(cut) in p.stderr, p.stderr
         else:
             assert "is empty" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("reference", [False, True], ids=["fast", "reference"])
+def test_dequantization_matches_gguf_package(tmp_path, reference):
+    """Every block type ridge reads, from random blocks, converted to fp32 by ridge's CPU backend
+    (the row converter the CPU matmul uses, and the element-wise reference the GPU's load-time
+    conversion shares) against gguf.quants.dequantize: bitwise equal."""
+    rng = np.random.default_rng()
+    path = tmp_path / "blocks.gguf"
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    want = {}
+    for qt in (Q[name] for name in BLOCK_TYPES):
+        block = gguf.constants.GGML_QUANT_SIZES[qt][0]
+        rows, cols = int(rng.integers(1, 6)), block * int(rng.integers(1, 5))
+        raw = random_blocks(rng, qt, rows, cols)  # fp16 subnormal scales included
+        name = f"t.{qt.name.lower()}"
+        w.add_tensor(name, raw, raw_dtype=qt)
+        want[name] = gguf.quants.dequantize(raw, qt).astype(np.float32).reshape(-1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    out = tmp_path / "values.f32"
+    args = [str(DUMP), "dequant", str(path), str(out)] + (["--reference"] if reference else [])
+    p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    listed = json.loads(p.stdout)["tensors"]
+    assert [t["name"] for t in listed] == list(want)
+    got = np.fromfile(out, dtype=np.float32)
+    assert got.size == sum(v.size for v in want.values())
+    at = 0
+    for t in listed:
+        ref = want[t["name"]]
+        ours = got[at:at + ref.size]
+        at += ref.size
+        assert t["numel"] == ref.size
+        assert np.isfinite(ref).all(), t["name"]
+        bad = np.flatnonzero(ours.view(np.uint32) != ref.view(np.uint32))
+        assert bad.size == 0, (f"{t['name']} ({t['dtype']}): {bad.size} of {ref.size} differ, first at "
+                               f"{bad[0]}: ridge {ours[bad[0]]!r}, gguf {ref[bad[0]]!r}")
 
 
 # ---------------------------------------------------------------- safetensors

@@ -148,3 +148,82 @@ def test_tiny_random_models(name, smollm_tokenizer_dir, tmp_path):
                                 ignore_eos=True)
         worst = max(worst, check_against_hf(ref, result, f"{name}: {prompt}"))
     print(f"{name}: max |Δ logprob| = {worst:.2e}")
+
+
+# Every block type ridge reads, in one GGUF model: llama, hidden 256 (4 heads of 64, 2 KV heads),
+# FFN 512, two layers, the default model's tokenizer. Weights are random blocks (a quantizer is
+# not needed: both sides read the same file, and transformers dequantizes it with the gguf
+# package, which test_io_parity.py holds ridge's decoder bitwise equal to).
+BLOCK_MODEL_TYPES = {
+    "token_embd.weight": "Q6_K", "output.weight": "Q5_K",
+    "blk.0.attn_q.weight": "Q4_K", "blk.0.attn_k.weight": "Q5_K", "blk.0.attn_v.weight": "Q6_K",
+    "blk.0.attn_output.weight": "Q3_K", "blk.0.ffn_gate.weight": "Q2_K",
+    "blk.0.ffn_up.weight": "IQ4_XS", "blk.0.ffn_down.weight": "Q4_K",
+    "blk.1.attn_q.weight": "Q5_0", "blk.1.attn_k.weight": "Q5_1", "blk.1.attn_v.weight": "IQ4_NL",
+    "blk.1.attn_output.weight": "Q8_0", "blk.1.ffn_gate.weight": "Q4_0",
+    "blk.1.ffn_up.weight": "Q4_1", "blk.1.ffn_down.weight": "Q6_K",
+}
+
+
+def write_block_type_model(path):
+    import numpy as np
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    from ridge_harness import random_blocks
+    rng = np.random.default_rng(4321)
+    ref = gguf.GGUFReader(str(DEFAULT_MODEL))
+    H, F, heads, kv_heads, layers = 256, 512, 4, 2, 2
+    vocab = len(ref.fields["tokenizer.ggml.tokens"].contents())
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    w.add_context_length(2048)
+    w.add_embedding_length(H)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(F)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_rope_dimension_count(H // heads)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(vocab)
+    for key, field in ref.fields.items():
+        if key.startswith("tokenizer."):
+            sub = field.types[1] if len(field.types) > 1 else None
+            w.add_key_value(key, field.contents(), field.types[0], sub_type=sub)
+    shapes = {"token_embd.weight": (vocab, H), "output.weight": (vocab, H)}
+    for i in range(layers):
+        shapes.update({f"blk.{i}.attn_q.weight": (H, H), f"blk.{i}.attn_k.weight": (H // 2, H),
+                       f"blk.{i}.attn_v.weight": (H // 2, H), f"blk.{i}.attn_output.weight": (H, H),
+                       f"blk.{i}.ffn_gate.weight": (F, H), f"blk.{i}.ffn_up.weight": (F, H),
+                       f"blk.{i}.ffn_down.weight": (H, F)})
+    for name, (rows, cols) in shapes.items():
+        qt = Q[BLOCK_MODEL_TYPES[name]]
+        raw = random_blocks(rng, qt, rows, cols, lo=0.5, hi=1.5)
+        # Scale every fp16 field of the tensor alike so that its values have std 0.2 (the values
+        # are linear in the block scales).
+        std = float(gguf.quants.dequantize(raw, qt).std())
+        raw = random_blocks(rng, qt, rows, cols, lo=0.5 * 0.2 / std, hi=1.5 * 0.2 / std)
+        w.add_tensor(name, raw, raw_dtype=qt)
+    for i in range(layers):
+        for norm in ("attn_norm", "ffn_norm"):
+            w.add_tensor(f"blk.{i}.{norm}.weight", (1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
+    w.add_tensor("output_norm.weight", (1 + 0.1 * rng.standard_normal(H)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_every_block_type_gguf_model(tmp_path):
+    if not DEFAULT_MODEL.exists():
+        pytest.skip("the default model is not installed (scripts/setup)")
+    from transformers import AutoModelForCausalLM
+    path = tmp_path / "block-types.gguf"
+    write_block_type_model(path)
+    ref = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32)
+    ref.eval()
+    worst = 0.0
+    for prompt in PROMPTS[:6]:
+        result = ridge_run_json(path, prompt, temperature=0, max_tokens=GEN_TOKENS, top_logprobs=5,
+                                ignore_eos=True)
+        worst = max(worst, check_against_hf(ref, result, f"block types: {prompt}"))
+    print(f"every block type: max |Δ logprob| = {worst:.2e}")

@@ -8,7 +8,7 @@
 namespace ridge {
 
 namespace {
-constexpr std::array<DTypeInfo, 8> kInfo = {{
+constexpr std::array<DTypeInfo, 17> kInfo = {{
     {"f32", 1, 4},
     {"f16", 1, 2},
     {"bf16", 1, 2},
@@ -17,6 +17,15 @@ constexpr std::array<DTypeInfo, 8> kInfo = {{
     {"q4_0", 32, 18},
     {"q4_1", 32, 20},
     {"i32", 1, 4},
+    {"q5_0", 32, 22},
+    {"q5_1", 32, 24},
+    {"q2_k", 256, 84},
+    {"q3_k", 256, 110},
+    {"q4_k", 256, 144},
+    {"q5_k", 256, 176},
+    {"q6_k", 256, 210},
+    {"iq4_nl", 32, 18},
+    {"iq4_xs", 256, 136},
 }};
 }  // namespace
 

@@ -1,8 +1,6 @@
-// Element types. Block-quantized types (q8_0, q4_0, q4_1) use GGUF's block layouts:
-//   q8_0: 32 elements per 34-byte block  {f16 d; int8 qs[32]}            x = d * q
-//   q4_0: 32 elements per 18-byte block  {f16 d; uint8 qs[16]}           x = d * (nibble - 8)
-//   q4_1: 32 elements per 20-byte block  {f16 d; f16 m; uint8 qs[16]}    x = d * nibble + m
-// In q4 blocks, byte j holds element j in its low nibble and element j+16 in its high nibble.
+// Element types. Block-quantized types use GGUF's block layouts (ggml's q8_0, q4_0, q4_1, q5_0,
+// q5_1, iq4_nl with 32 elements a block; the k-quants q2_k..q6_k and iq4_xs with 256); their
+// layouts and values are spelled out in ridge/core/quant_blocks.h.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +9,26 @@
 
 namespace ridge {
 
-enum class DType : uint8_t { f32, f16, bf16, fp8_e4m3, q8_0, q4_0, q4_1, i32 };
+// New types are appended: the numbers are stable.
+enum class DType : uint8_t {
+  f32,
+  f16,
+  bf16,
+  fp8_e4m3,
+  q8_0,
+  q4_0,
+  q4_1,
+  i32,
+  q5_0,
+  q5_1,
+  q2_k,
+  q3_k,
+  q4_k,
+  q5_k,
+  q6_k,
+  iq4_nl,
+  iq4_xs,
+};
 
 struct DTypeInfo {
   std::string_view name;

@@ -7,6 +7,7 @@
 
 #include "ridge/core/error.h"
 #include "ridge/core/half.h"
+#include "ridge/core/quant_blocks.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -50,6 +51,63 @@ void dequant_q4_1(const uint8_t* src, float* dst, int64_t n) {
     for (int i = 0; i < 16; ++i) {
       dst[i] = d * float(q[i] & 15) + m;
       dst[i + 16] = d * float(q[i] >> 4) + m;
+    }
+  }
+}
+
+// Every block type, one element at a time from the shared layout (quant_blocks.h): the reference.
+void dequant_elements(DType t, const uint8_t* src, float* dst, int64_t n) {
+  const DTypeInfo& info = dtype_info(t);
+  const int qk = int(info.block_elems);
+  for (int64_t b = 0; b < n / qk; ++b, src += info.block_bytes, dst += qk)
+    for (int i = 0; i < qk; ++i) {
+      const quant::Element e = quant::element(t, src, i);
+      const float d = f16_to_f32(load_u16(src + e.d_at));
+      float v = (d * float(e.s)) * float(e.q);
+      if (e.m_at >= 0) {
+        const float mm = f16_to_f32(load_u16(src + e.m_at)) * float(e.m);
+        v = e.minus ? v - mm : v + mm;
+      }
+      dst[i] = v;
+    }
+}
+
+// The same values a block at a time (the scales decoded once a sub-block), for the types whose
+// blocks are 256 elements: what load-time conversion and the CPU's dot products use.
+void dequant_q4_k(const uint8_t* src, float* dst, int64_t n, bool five) {
+  const int64_t bytes = five ? 176 : 144;
+  for (int64_t b = 0; b < n / 256; ++b, src += bytes, dst += 256) {
+    const float d = f16_to_f32(load_u16(src)), dmin = f16_to_f32(load_u16(src + 2));
+    const uint8_t* qh = src + 16;
+    const uint8_t* qs = src + (five ? 48 : 16);
+    for (int sub = 0; sub < 8; ++sub) {
+      int sc = 0, mn = 0;
+      quant::k4_scale_min(src + 4, sub, sc, mn);
+      const float ds = d * float(sc), dm = dmin * float(mn);
+      const uint8_t* q = qs + 32 * (sub >> 1);
+      const int shift = 4 * (sub & 1);
+      float* y = dst + 32 * sub;
+      for (int l = 0; l < 32; ++l) {
+        int v = (q[l] >> shift) & 15;
+        if (five) v |= ((qh[l] >> sub) & 1) << 4;
+        y[l] = ds * float(v) - dm;
+      }
+    }
+  }
+}
+
+void dequant_q6_k(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 256; ++b, src += 210, dst += 256) {
+    const float d = f16_to_f32(load_u16(src + 208));
+    const auto* scales = reinterpret_cast<const int8_t*>(src + 192);
+    for (int s = 0; s < 16; ++s) {
+      const float ds = d * float(scales[s]);
+      for (int j = 0; j < 16; ++j) {
+        const int i = 16 * s + j, h = i >> 7, r = i & 127;
+        const int low = (src[64 * h + (r & 63)] >> (4 * (r >> 6))) & 15;
+        const int high = (src[128 + 32 * h + (r & 31)] >> (2 * (r >> 5))) & 3;
+        dst[i] = ds * float((low | (high << 4)) - 32);
+      }
     }
   }
 }
@@ -257,6 +315,16 @@ void dequantize_row_reference(DType dtype, const void* src_, float* dst, int64_t
       return dequant_q4_0(src, dst, n);
     case DType::q4_1:
       return dequant_q4_1(src, dst, n);
+    case DType::q5_0:
+    case DType::q5_1:
+    case DType::q2_k:
+    case DType::q3_k:
+    case DType::q4_k:
+    case DType::q5_k:
+    case DType::q6_k:
+    case DType::iq4_nl:
+    case DType::iq4_xs:
+      return dequant_elements(dtype, src, dst, n);
     default:
       fail("dequantize_row: unsupported dtype {}", dtype_name(dtype));
   }
@@ -272,6 +340,15 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n) {
     const auto* s = static_cast<const uint8_t*>(src);
     for (int64_t i = 0; i < n; ++i) dst[i] = table[s[i]];
     return;
+  }
+  switch (dtype) {
+    case DType::q4_k:
+    case DType::q5_k:
+      return dequant_q4_k(static_cast<const uint8_t*>(src), dst, n, dtype == DType::q5_k);
+    case DType::q6_k:
+      return dequant_q6_k(static_cast<const uint8_t*>(src), dst, n);
+    default:
+      break;
   }
 #if RIDGE_X86
   if (g_simd) {
@@ -334,6 +411,18 @@ float dot_row(DType dtype, const void* w, const float* x, const float* bsum, int
     }
   }
 #endif
+  if (is_quantized(dtype)) {
+    // A block at a time through a stack buffer: no allocation, the row read once.
+    const DTypeInfo& info = dtype_info(dtype);
+    const auto* q = static_cast<const uint8_t*>(w);
+    float block[256];
+    float r = 0;
+    for (int64_t b = 0; b < n / info.block_elems; ++b) {
+      dequantize_row(dtype, q + b * info.block_bytes, block, info.block_elems);
+      r += dot(block, x + b * info.block_elems, info.block_elems);
+    }
+    return r;
+  }
   // Reference: convert the row, then an fp32 dot product.
   std::vector<float> row(static_cast<size_t>(n));
   dequantize_row_reference(dtype, w, row.data(), n);

@@ -72,9 +72,9 @@ void add_bias(void* out, DType out_dtype, int64_t ld_out, int64_t T, int64_t N, 
               DType bias_dtype, cudaStream_t stream);
 
 // Weight conversion at load: n contiguous elements of src (f32, f16 or bf16) -> dst (bf16 or
-// f32). GGUF block-quantized rows (q8_0, q4_0, q4_1; n a multiple of 32) -> bf16 with the same
-// fp32 arithmetic as the CPU reference (d * q, d * q + m, no fused multiply-add), so a weight
-// dequantized here equals the CPU's dequantized value rounded to bf16.
+// f32). GGUF block-quantized rows (every type of ridge/core/quant_blocks.h; n a multiple of the
+// block) -> bf16 with the same fp32 arithmetic as the CPU reference ((D * s) * q +- M * m, no fused
+// multiply-add), so a weight dequantized here equals the CPU's dequantized value rounded to bf16.
 void convert_weight(const void* src, DType src_dtype, int64_t n, void* dst, DType dst_dtype,
                     cudaStream_t stream);
 
