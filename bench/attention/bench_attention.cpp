@@ -312,10 +312,10 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
     kn::PagedAttentionArgs r = args_for(gv, 0, ref8.as<uint16_t>());
     r.k_pool = kq.as<uint16_t>();
     r.v_pool = vq.as<uint16_t>();
-    kn::paged_attention_bf16(r, kn::plan_paged_attention(r, 4 * sms, kWorkspaceBytes), ws.ptr, s);
+    kn::paged_attention_bf16(r, kn::plan_paged_attention(r, kn::kAttentionBlocksPerSm * sms, kWorkspaceBytes), ws.ptr, s);
     CK(cudaStreamSynchronize(s));
   }
-  const int target = 4 * sms;  // as the CUDA backend
+  const int target = kn::kAttentionBlocksPerSm * sms;  // as the CUDA backend
   json rows = json::array();
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const Variant& v = variants[vi];
@@ -406,7 +406,7 @@ json run_overlap(const Shape& sh, int bs, const std::string& gemm_shape,
       decode_args(m, B, bs, blocks, blocks_per_seq, q.as<uint16_t>(), out.as<uint16_t>(),
                   kp.as<uint16_t>(), vp.as<uint16_t>(), tab.as<int32_t>(), cu_d.as<int32_t>(),
                   lens_d.as<int32_t>(), cu.data(), lens.data());
-  const kn::PagedAttentionPlan plan = kn::plan_paged_attention(a, 4 * sms, kWorkspaceBytes);
+  const kn::PagedAttentionPlan plan = kn::plan_paged_attention(a, kn::kAttentionBlocksPerSm * sms, kWorkspaceBytes);
 
   cudaStream_t sg;
   CK(cudaStreamCreateWithFlags(&sg, cudaStreamNonBlocking));

@@ -506,8 +506,10 @@ TEST_F(GpuBackend, AttentionKernelRefusals) {
   EXPECT_THROW(kn::plan_paged_attention(a, 100, kWorkspaceBytes), std::exception);
   // The helper: a bucket that fills the GPU gets 1 split; a small one several, capped.
   EXPECT_EQ(kn::graph_attention_splits(256, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes), 1);
-  EXPECT_EQ(kn::graph_attention_splits(16, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes), 2);
-  EXPECT_EQ(kn::graph_attention_splits(1, 1, 8, 4, 128, 32768, 132, kWorkspaceBytes), 66);
+  EXPECT_EQ(kn::graph_attention_splits(16, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes), 1);
+  EXPECT_EQ(kn::graph_attention_splits(16, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes, 4), 2);
+  EXPECT_EQ(kn::graph_attention_splits(1, 1, 8, 4, 128, 32768, 132, kWorkspaceBytes), 33);
+  EXPECT_EQ(kn::graph_attention_splits(1, 1, 8, 4, 128, 32768, 132, kWorkspaceBytes, 4), 66);
   EXPECT_EQ(kn::graph_attention_splits(1, 1, 8, 4, 128, 100, 132, kWorkspaceBytes), 2);
   EXPECT_EQ(kn::graph_attention_splits(1, 1, 1, 1, 128, 1 << 20, 132, kWorkspaceBytes), 256);
 }

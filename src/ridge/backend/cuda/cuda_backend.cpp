@@ -97,6 +97,22 @@ int attention_min_split() {
   return positions;
 }
 
+// The attention split's block target, in blocks per SM (graph splits and planned launches): 2,
+// one wave of the decode kernel at hd 128 (2 resident blocks per SM: 87 KB with 64 rows, 102 KB
+// with 128). Was 4 (two waves) until run 19, which measured 2 against 4 on the H200 (ms a step,
+// bench/results/e2e-2026-12-04-run19/c3-blocks-per-sm): batch 1 at 1,024 / 2,048 / 4,096
+// positions 4.179 / 4.356 / 4.628 against 4.283 / 4.427 / 4.763, batch 4 at 1,024 4.719 against
+// 4.768, batch 16 at 4,096 12.743 against 12.916. Fewer splits: longer per-block streams over the
+// same wave, and fewer empty blocks in graph replays of short contexts (they wait for the PDL
+// release before leaving). RIDGE_ATTN_BLOCKS_PER_SM=N for A/B runs.
+int attention_blocks_per_sm() {
+  static const int n = [] {
+    const char* v = std::getenv("RIDGE_ATTN_BLOCKS_PER_SM");
+    return v && *v ? std::clamp(std::atoi(v), 1, 64) : kernels::kAttentionBlocksPerSm;
+  }();
+  return n;
+}
+
 // The persistent batch-1 decode kernel (Backend::decode_layers; BackendOptions::decode_kernel,
 // --decode-kernel, opt-in): RIDGE_DECODE_KERNEL=N sets the largest context capacity (block-table width
 // × block size of the step, a graph's capacity) it runs at, 0 never (A/B runs). Default:
@@ -831,11 +847,9 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
             : kernels::graph_attention_splits(
                   meta.num_seqs, a.max_q_len, a.num_kv_heads, a.num_q_heads / a.num_kv_heads,
                   a.head_dim, meta.max_blocks_per_seq * a.block_size, sm_count_,
-                  ws.attention.size());
+                  ws.attention.size(), attention_blocks_per_sm());
   }
-  // Two waves of blocks: 2 resident blocks per SM at hd 128 (87 KB with 64 rows, 102 KB with
-  // 128; more at hd 64).
-  const int target = 4 * sm_count_;
+  const int target = attention_blocks_per_sm() * sm_count_;
   // A mixed batch (the scheduler puts decodes first, then prefill chunks): its leading decode
   // tokens go to the decode kernel and the rest to the general one, two launches over disjoint
   // sequences (the pointers offset; token rows stay absolute), when the decodes alone fill the GPU

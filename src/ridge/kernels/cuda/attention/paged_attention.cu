@@ -1195,13 +1195,14 @@ size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head
 }
 
 int graph_attention_splits(int num_seqs, int max_q_len, int num_kv_heads, int group, int head_dim,
-                           int max_context, int sm_count, size_t workspace_bytes) {
+                           int max_context, int sm_count, size_t workspace_bytes,
+                           int blocks_per_sm) {
   if (num_seqs <= 0 || num_kv_heads <= 0 || group <= 0 || max_q_len <= 0) return 1;
   const int64_t rows = int64_t(max_q_len) * group;
   const int bm = general_rows_for(0, rows);
   const int64_t q_tiles = rows <= kDecRows ? 1 : (rows + bm - 1) / bm;
   const int64_t blocks = int64_t(num_seqs) * num_kv_heads * q_tiles;
-  const int64_t target = 4 * int64_t(std::max(sm_count, 1));
+  const int64_t target = int64_t(std::max(blocks_per_sm, 1)) * std::max(sm_count, 1);
   if (blocks >= target) return 1;
   int64_t splits = (target + blocks - 1) / blocks;
   splits = std::min<int64_t>({splits, std::max(1, (max_context + kBN - 1) / kBN), kMaxSplits,

@@ -131,13 +131,18 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& args, int targ
 void paged_attention_bf16(const PagedAttentionArgs& args, const PagedAttentionPlan& plan,
                           void* workspace, cudaStream_t stream);
 
+// The block target of the KV split, per SM: one wave of the decode kernel at hd 128 (2 resident
+// blocks an SM). Run 19 measured it against two waves (4) on the H200: docs/KERNELS.md "Run 19".
+inline constexpr int kAttentionBlocksPerSm = 2;
+
 // The fixed split count for a captured decode graph (one per batch-size bucket): enough
-// (sequence, KV head, split) blocks for 4 x sm_count (two waves of the decode kernel at hd 128),
-// at most ceil(max_context / 64) splits (no chunk below 64 positions at the longest context the
-// graph will see, e.g. max_blocks_per_seq * block_size), at most 256, and within
-// `workspace_bytes` (the backend's attention workspace, 64 MiB). Returns >= 1.
+// (sequence, KV head, split) blocks for blocks_per_sm x sm_count (2: one wave of the decode
+// kernel at hd 128), at most ceil(max_context / 64) splits (no chunk below 64 positions at the
+// longest context the graph will see, e.g. max_blocks_per_seq * block_size), at most 256, and
+// within `workspace_bytes` (the backend's attention workspace, 64 MiB). Returns >= 1.
 int graph_attention_splits(int num_seqs, int max_q_len, int num_kv_heads, int group, int head_dim,
-                           int max_context, int sm_count, size_t workspace_bytes);
+                           int max_context, int sm_count, size_t workspace_bytes,
+                           int blocks_per_sm = kAttentionBlocksPerSm);
 
 // Workspace bytes of one split: num_tokens * nh * (hd + 2) * 4 (O as fp32 plus (m, l)).
 size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim);
