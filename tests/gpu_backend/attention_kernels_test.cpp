@@ -456,8 +456,10 @@ TEST_F(GpuBackend, AttentionKernelGraphReplay) {
 }
 
 // One launch of every decode kernel instance (hd 64/128 x 2/3/4 stages) with a split (empty
-// splits included), the general kernel in fixed-split mode, and the combine: small enough for
-// compute-sanitizer racecheck (scripts/device/gpu-backend-check runs this one there).
+// splits included), the decode kernel in graph mode with its in-kernel merge and contexts inside
+// split 0 (the other splits return at once), the general kernel in fixed-split mode, and the
+// combine: small enough for compute-sanitizer racecheck (scripts/device/gpu-backend-check runs
+// this one there).
 TEST_F(GpuBackend, AttentionKernelSanitizerSubset) {
   for (int64_t hd : {64, 128}) {
     const std::vector<DSeq> seqs = {{1, 130}, {2, 70}, pad()};
@@ -467,6 +469,7 @@ TEST_F(GpuBackend, AttentionKernelSanitizerSubset) {
     for (const Variant& v : {Variant{kn::AttentionPath::decode, 6, 2, false},
                              Variant{kn::AttentionPath::decode, 0, 3, false},
                              Variant{kn::AttentionPath::decode, 0, 4, true},
+                             Variant{kn::AttentionPath::decode, 6, 0, false, 0, 256, true},
                              Variant{kn::AttentionPath::general, 4, 0, false},
                              Variant{kn::AttentionPath::general, 4, 0, false, 128},
                              Variant{kn::AttentionPath::general, 0, 0, false, 128}}) {
