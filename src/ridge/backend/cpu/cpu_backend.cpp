@@ -134,7 +134,7 @@ void CpuBackend::matmul_impl(const Tensor& x, const Tensor& w, const Tensor* bia
   if (T <= 4) {
     // Decode: the weight row is converted inside the dot product (one pass over the weights).
     std::vector<float> sums(size_t(T * (K / 32 + 1)));
-    if (w.dtype == DType::q4_1)
+    if (cpu::needs_block_sums(w.dtype))
       for (int64_t t = 0; t < T; ++t) cpu::block_sums(frow(x, t), &sums[size_t(t * (K / 32 + 1))], K);
     pool_.parallel_for(
         N,

@@ -72,8 +72,9 @@ void dequant_elements(DType t, const uint8_t* src, float* dst, int64_t n) {
     }
 }
 
-// The same values a block at a time (the scales decoded once a sub-block), for the types whose
-// blocks are 256 elements: what load-time conversion and the CPU's dot products use.
+// The same values a block at a time (the scales decoded once a block or sub-block): what the
+// CPU's matmul and dot products use. Each is held bitwise equal to dequant_elements by
+// BlockTypeTest and to the gguf package by test_io_parity.
 void dequant_q4_k(const uint8_t* src, float* dst, int64_t n, bool five) {
   const int64_t bytes = five ? 176 : 144;
   for (int64_t b = 0; b < n / 256; ++b, src += bytes, dst += 256) {
@@ -96,18 +97,114 @@ void dequant_q4_k(const uint8_t* src, float* dst, int64_t n, bool five) {
   }
 }
 
+void dequant_q5(const uint8_t* src, float* dst, int64_t n, bool with_min) {
+  const int64_t bytes = with_min ? 24 : 22;
+  const int off = with_min ? 4 : 2;
+  for (int64_t b = 0; b < n / 32; ++b, src += bytes, dst += 32) {
+    const float d = f16_to_f32(load_u16(src));
+    const float m = with_min ? f16_to_f32(load_u16(src + 2)) : 0.0f;
+    uint32_t qh;
+    std::memcpy(&qh, src + off, 4);
+    const uint8_t* qs = src + off + 4;
+    int q[32];
+    for (int j = 0; j < 16; ++j) {
+      q[j] = (qs[j] & 15) | int((qh >> j) & 1) << 4;
+      q[j + 16] = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+    }
+    if (with_min)
+      for (int j = 0; j < 32; ++j) dst[j] = d * float(q[j]) + m;
+    else
+      for (int j = 0; j < 32; ++j) dst[j] = d * float(q[j] - 16);
+  }
+}
+
+void dequant_iq4_nl(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 32; ++b, src += 18, dst += 32) {
+    const float d = f16_to_f32(load_u16(src));
+    for (int j = 0; j < 16; ++j) {
+      dst[j] = d * float(quant::iq4_value(src[2 + j] & 15));
+      dst[j + 16] = d * float(quant::iq4_value(src[2 + j] >> 4));
+    }
+  }
+}
+
+void dequant_iq4_xs(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / 256; ++b, src += 136, dst += 256) {
+    const float d = f16_to_f32(load_u16(src));
+    const int scales_h = src[2] | (src[3] << 8);
+    for (int s = 0; s < 8; ++s) {
+      const int ls = ((src[4 + (s >> 1)] >> (4 * (s & 1))) & 15) | (((scales_h >> (2 * s)) & 3) << 4);
+      const float dl = d * float(ls - 32);
+      const uint8_t* qs = src + 8 + 16 * s;
+      float* y = dst + 32 * s;
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * float(quant::iq4_value(qs[j] & 15));
+        y[j + 16] = dl * float(quant::iq4_value(qs[j] >> 4));
+      }
+    }
+  }
+}
+
+// q2_k and q3_k: 16 groups of 16 elements; element 128h + 32k + l takes bits 2k of qs[32h + l]
+// (q3_k: and bit 4h + k of hmask[l]).
+void dequant_q2_q3_k(const uint8_t* src, float* dst, int64_t n, bool three) {
+  const int64_t bytes = three ? 110 : 84;
+  for (int64_t b = 0; b < n / 256; ++b, src += bytes, dst += 256) {
+    const uint8_t* qs = src + (three ? 32 : 16);
+    float dl[16], ml[16];
+    if (three) {
+      const float d = f16_to_f32(load_u16(src + 108));
+      const uint8_t* sc = src + 96;
+      for (int s = 0; s < 16; ++s) {
+        const int low = (sc[s & 7] >> (4 * (s >> 3))) & 15;
+        const int high = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+        dl[s] = d * float((low | (high << 4)) - 32);
+        ml[s] = 0.0f;
+      }
+    } else {
+      const float d = f16_to_f32(load_u16(src + 80)), dmin = f16_to_f32(load_u16(src + 82));
+      for (int s = 0; s < 16; ++s) {
+        dl[s] = d * float(src[s] & 15);
+        ml[s] = dmin * float(src[s] >> 4);
+      }
+    }
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 4; ++k)
+        for (int g = 0; g < 2; ++g) {
+          const int s = 8 * h + 2 * k + g;  // the 16-element group
+          const uint8_t* q = qs + 32 * h + 16 * g;
+          float* y = dst + 16 * s;
+          if (three) {
+            const uint8_t* hm = src + 16 * g;
+            for (int l = 0; l < 16; ++l) {
+              const int v = ((q[l] >> (2 * k)) & 3) - (((hm[l] >> (4 * h + k)) & 1) ? 0 : 4);
+              y[l] = dl[s] * float(v);
+            }
+          } else {
+            for (int l = 0; l < 16; ++l) y[l] = dl[s] * float((q[l] >> (2 * k)) & 3) - ml[s];
+          }
+        }
+  }
+}
+
 void dequant_q6_k(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / 256; ++b, src += 210, dst += 256) {
     const float d = f16_to_f32(load_u16(src + 208));
     const auto* scales = reinterpret_cast<const int8_t*>(src + 192);
-    for (int s = 0; s < 16; ++s) {
-      const float ds = d * float(scales[s]);
-      for (int j = 0; j < 16; ++j) {
-        const int i = 16 * s + j, h = i >> 7, r = i & 127;
-        const int low = (src[64 * h + (r & 63)] >> (4 * (r >> 6))) & 15;
-        const int high = (src[128 + 32 * h + (r & 31)] >> (2 * (r >> 5))) & 3;
-        dst[i] = ds * float((low | (high << 4)) - 32);
-      }
+    for (int h = 0; h < 2; ++h) {  // element 128h + 32j + l: ql[64h + l (+32)] nibble, qh[32h + l] bits 2j
+      const uint8_t* ql = src + 64 * h;
+      const uint8_t* qh = src + 128 + 32 * h;
+      for (int j = 0; j < 4; ++j)
+        for (int g = 0; g < 2; ++g) {
+          const float ds = d * float(scales[8 * h + 2 * j + g]);
+          float* y = dst + 128 * h + 32 * j + 16 * g;
+          const uint8_t* lo = ql + 32 * (j & 1) + 16 * g;
+          const uint8_t* hi = qh + 16 * g;
+          for (int l = 0; l < 16; ++l) {
+            const int v = ((lo[l] >> (4 * (j >> 1))) & 15) | (((hi[l] >> (2 * j)) & 3) << 4);
+            y[l] = ds * float(v - 32);
+          }
+        }
     }
   }
 }
@@ -249,6 +346,87 @@ RIDGE_SIMD float dot_q4_0_avx2(const uint8_t* w, const float* x, int64_t n) {
   return hsum(total);
 }
 
+// The 32 values 0..31 of a q5_0/q5_1 block as bytes (element j in byte j): the low nibbles of
+// qs, then the high ones, each with bit j of qh as its fifth bit.
+RIDGE_SIMD inline __m256i q5_bytes(const uint8_t* qs, uint32_t qh) {
+  const __m128i mask = _mm_set1_epi8(15);
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
+  // byte j <- byte j / 8 of qh; all ones where bit j % 8 of it is set
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(int(qh)), _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                     0x0101010101010101, 0));
+  const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);  // byte k: all bits but bit k
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+  return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+}
+
+// sum_b d_b * (q_b · x_b) (+ m_b * sum(x_b) for q5_1), q_b = the block's values (- 16 for q5_0)
+RIDGE_SIMD float dot_q5_avx2(const uint8_t* w, const float* x, const float* bsum, int64_t n,
+                             bool with_min) {
+  const int64_t bytes = with_min ? 24 : 22;
+  const int off = with_min ? 4 : 2;
+  const __m256i bias = _mm256_set1_epi8(with_min ? 0 : 16);
+  __m256 total = _mm256_setzero_ps();
+  float msum = 0;
+  for (int64_t b = 0; b < n / 32; ++b, w += bytes, x += 32) {
+    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(w)));
+    if (with_min) msum += f16_to_f32(load_u16(w + 2)) * bsum[b];
+    uint32_t qh;
+    std::memcpy(&qh, w + off, 4);
+    const __m256i q = _mm256_sub_epi8(q5_bytes(w + off + 4, qh), bias);  // signed bytes
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    __m256 acc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))),
+                          _mm256_loadu_ps(x + 8), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(x + 16), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))),
+                          _mm256_loadu_ps(x + 24), acc);
+    total = _mm256_fmadd_ps(d, acc, total);
+  }
+  return hsum(total) + msum;
+}
+
+// 32 unsigned bytes · 32 floats, as 8-lane partial sums.
+RIDGE_SIMD inline __m256 dot32_u8(__m256i q, const float* x) {
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  __m256 acc = _mm256_mul_ps(nibbles_to_f32(lo), _mm256_loadu_ps(x));
+  acc = _mm256_fmadd_ps(nibbles_to_f32(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(x + 8), acc);
+  acc = _mm256_fmadd_ps(nibbles_to_f32(hi), _mm256_loadu_ps(x + 16), acc);
+  return _mm256_fmadd_ps(nibbles_to_f32(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), acc);
+}
+
+// q4_k / q5_k: sum over 32-element sub-blocks s of (d*sc_s) * (q_s · x_s) - (dmin*mn_s) * sum(x_s).
+RIDGE_SIMD float dot_q4_k_avx2(const uint8_t* w, const float* x, const float* bsum, int64_t n,
+                               bool five) {
+  const int64_t bytes = five ? 176 : 144;
+  const __m256i mask = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+  __m256 total = _mm256_setzero_ps();
+  float msum = 0;
+  for (int64_t b = 0; b < n / 256; ++b, w += bytes, x += 256, bsum += 8) {
+    const float d = f16_to_f32(load_u16(w)), dmin = f16_to_f32(load_u16(w + 2));
+    const uint8_t* qs = w + (five ? 48 : 16);
+    const __m256i qh = five ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))
+                            : _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+      __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      if (five) {
+        const __m128i s0 = _mm_cvtsi32_si128(2 * c), s1 = _mm_cvtsi32_si128(2 * c + 1);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s0), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s1), one), 4));
+      }
+      int sc0 = 0, mn0 = 0, sc1 = 0, mn1 = 0;
+      quant::k4_scale_min(w + 4, 2 * c, sc0, mn0);
+      quant::k4_scale_min(w + 4, 2 * c + 1, sc1, mn1);
+      total = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc0)), dot32_u8(lo, x + 64 * c), total);
+      total = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc1)), dot32_u8(hi, x + 64 * c + 32), total);
+      msum += dmin * float(mn0) * bsum[2 * c] + dmin * float(mn1) * bsum[2 * c + 1];
+    }
+  }
+  return hsum(total) - msum;
+}
+
 RIDGE_SIMD float dot_q8_0_avx2(const uint8_t* w, const float* x, int64_t n) {
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; ++b, w += 34, x += 32) {
@@ -341,12 +519,23 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = table[s[i]];
     return;
   }
+  const auto* bytes = static_cast<const uint8_t*>(src);
   switch (dtype) {
+    case DType::q5_0:
+    case DType::q5_1:
+      return dequant_q5(bytes, dst, n, dtype == DType::q5_1);
+    case DType::iq4_nl:
+      return dequant_iq4_nl(bytes, dst, n);
+    case DType::iq4_xs:
+      return dequant_iq4_xs(bytes, dst, n);
+    case DType::q2_k:
+    case DType::q3_k:
+      return dequant_q2_q3_k(bytes, dst, n, dtype == DType::q3_k);
     case DType::q4_k:
     case DType::q5_k:
-      return dequant_q4_k(static_cast<const uint8_t*>(src), dst, n, dtype == DType::q5_k);
+      return dequant_q4_k(bytes, dst, n, dtype == DType::q5_k);
     case DType::q6_k:
-      return dequant_q6_k(static_cast<const uint8_t*>(src), dst, n);
+      return dequant_q6_k(bytes, dst, n);
     default:
       break;
   }
@@ -406,22 +595,24 @@ float dot_row(DType dtype, const void* w, const float* x, const float* bsum, int
         return dot_q4_0_avx2(q, x, n);
       case DType::q8_0:
         return dot_q8_0_avx2(q, x, n);
+      case DType::q5_0:
+      case DType::q5_1:
+        return dot_q5_avx2(q, x, bsum, n, dtype == DType::q5_1);
+      case DType::q4_k:
+      case DType::q5_k:
+        return dot_q4_k_avx2(q, x, bsum, n, dtype == DType::q5_k);
       default:
         break;
     }
   }
 #endif
   if (is_quantized(dtype)) {
-    // A block at a time through a stack buffer: no allocation, the row read once.
-    const DTypeInfo& info = dtype_info(dtype);
-    const auto* q = static_cast<const uint8_t*>(w);
-    float block[256];
-    float r = 0;
-    for (int64_t b = 0; b < n / info.block_elems; ++b) {
-      dequantize_row(dtype, q + b * info.block_bytes, block, info.block_elems);
-      r += dot(block, x + b * info.block_elems, info.block_elems);
-    }
-    return r;
+    // The row converted into a per-thread buffer (no allocation after the first), then one dot
+    // product.
+    thread_local std::vector<float> row;
+    if (row.size() < size_t(n)) row.resize(size_t(n));
+    dequantize_row(dtype, w, row.data(), n);
+    return dot(row.data(), x, n);
   }
   // Reference: convert the row, then an fp32 dot product.
   std::vector<float> row(static_cast<size_t>(n));

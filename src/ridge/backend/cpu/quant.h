@@ -15,9 +15,13 @@ void dequantize_row_reference(DType dtype, const void* src, float* dst, int64_t 
 // sum a[i] * b[i], fp32 accumulation in a fixed order for a given n.
 float dot(const float* a, const float* b, int64_t n);
 // sum w[i] * x[i] with w a stored row of n elements (converted inside the dot product, no
-// intermediate row). block_sums: for q4_1 the sums of x over each 32-element block (n / 32
-// values, see block_sums()); ignored for other types.
+// intermediate row where a fused kernel exists). block_sums: for q4_1, q5_1, q4_k and q5_k the
+// sums of x over each 32 elements (n / 32 values, see block_sums()); ignored for other types.
 float dot_row(DType dtype, const void* w, const float* x, const float* block_sums, int64_t n);
+// Whether dot_row needs block_sums for this type.
+inline bool needs_block_sums(DType dtype) {
+  return dtype == DType::q4_1 || dtype == DType::q5_1 || dtype == DType::q4_k || dtype == DType::q5_k;
+}
 // out[b] = sum of x[32b .. 32b+31]
 void block_sums(const float* x, float* out, int64_t n);
 // y[i] += alpha * x[i]
