@@ -61,9 +61,18 @@ std::unique_ptr<ModelBundle> ModelBundle::load(const BundleOptions& opt) {
       kernel_scratch ? fmt::format(" + {} of the backend's kernel scratch",
                                    log::format_bytes(double(kernel_scratch)))
                      : std::string();
-  log::info("memory: weights {} ({}), KV pool {} ({} blocks of {} tokens = {} tokens, {}), "
+  // Weights as held (a GPU converts quantized and f16/f32 files to bf16), and the file's bytes
+  // where they differ.
+  const size_t held = b->model->weight_bytes(), stored = b->weights->bytes();
+  const std::string weights =
+      held == stored ? fmt::format("{} ({})", log::format_bytes(double(held)), b->weights->format())
+                     : fmt::format("{} on the {} ({} in the {} file)",
+                                   log::format_bytes(double(held)),
+                                   b->backend->device() == Device::cpu ? "CPU" : "GPU",
+                                   log::format_bytes(double(stored)), b->weights->format());
+  log::info("memory: weights {}, KV pool {} ({} blocks of {} tokens = {} tokens, {}), "
             "workspace {} (steps of {} tokens){}; loaded in {:.2f} s",
-            log::format_bytes(double(b->weights->bytes())), b->weights->format(),
+            weights,
             log::format_bytes(double(b->kv_pool->bytes())), blocks, opt.block_size,
             b->kv_pool->num_tokens(), dtype_name(kv_dtype), log::format_bytes(double(workspace)),
             opt.prefill_chunk, scratch, secs);

@@ -150,6 +150,19 @@ backend::Buffer& LlamaModel::scratch(size_t slot, size_t bytes) {
   return scratch_[slot];
 }
 
+size_t LlamaModel::weight_bytes() const {
+  size_t total = token_embd_.nbytes() + output_norm_.nbytes() + ones_.nbytes();
+  if (output_.data != token_embd_.data) total += output_.nbytes();
+  for (const Layer& d : layers_) {
+    const LayerWeights& l = d.w;
+    for (const Tensor* t : {&d.wqkv, &d.bqkv, &d.w_gate_up, &l.attn_norm, &l.wq, &l.wk, &l.wv,
+                            &l.bq, &l.bk, &l.bv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up,
+                            &l.w_down})
+      if (t->data) total += t->nbytes();
+  }
+  return total;
+}
+
 size_t LlamaModel::workspace_bytes() const {
   size_t total = 0;
   for (const auto& b : scratch_) total += b.size();

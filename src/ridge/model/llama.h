@@ -35,6 +35,9 @@ class LlamaModel {
   // lets the backend choose its matmul kernels for these sizes; returns the workspace bytes.
   size_t reserve(int64_t max_tokens, int64_t max_logits, int64_t max_blocks_per_seq = 64);
   size_t workspace_bytes() const;
+  // Bytes of the weights as the backend holds them (device copies on a GPU, converted to bf16 /
+  // f32 there; the mapped file's bytes on the CPU), the folded norms' ones included.
+  size_t weight_bytes() const;
 
   // Runs one step. kv: one KvLayer per layer. logits: host f32 [batch.logits_rows.size(), vocab],
   // or null to leave them on the device (device_logits()).
