@@ -625,6 +625,7 @@ void bench(BenchModelFlags& f) {
                         {"pinned_staging", pinned},
                         {"date", now_utc()},
                         {"weight_bytes", bundle->weights->bytes()},
+                        {"weight_bytes_held", bundle->model->weight_bytes()},
                         {"kv_dtype", std::string(dtype_name(bundle->kv_pool->dtype()))},
                         {"phases", jphases},
                         {"implied_efficiency", eff},
