@@ -139,14 +139,20 @@ def make_tiny(name, spec, tokenizer_dir, root):
     return d, ref
 
 
+def worst_over_prompts(model, ref, prompts, label):
+    """ridge's greedy run of each prompt checked against HF; the largest |Δ logprob| seen."""
+    worst = 0.0
+    for prompt in prompts:
+        result = ridge_run_json(model, prompt, temperature=0, max_tokens=GEN_TOKENS, top_logprobs=5,
+                                ignore_eos=True)
+        worst = max(worst, check_against_hf(ref, result, f"{label}: {prompt}"))
+    return worst
+
+
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_tiny_random_models(name, smollm_tokenizer_dir, tmp_path):
     d, ref = make_tiny(name, TINY[name], smollm_tokenizer_dir, tmp_path)
-    worst = 0.0
-    for prompt in PROMPTS[:10]:
-        result = ridge_run_json(d, prompt, temperature=0, max_tokens=GEN_TOKENS, top_logprobs=5,
-                                ignore_eos=True)
-        worst = max(worst, check_against_hf(ref, result, f"{name}: {prompt}"))
+    worst = worst_over_prompts(d, ref, PROMPTS[:10], name)
     print(f"{name}: max |Δ logprob| = {worst:.2e}")
 
 
@@ -221,9 +227,5 @@ def test_every_block_type_gguf_model(tmp_path):
     write_block_type_model(path)
     ref = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32)
     ref.eval()
-    worst = 0.0
-    for prompt in PROMPTS[:6]:
-        result = ridge_run_json(path, prompt, temperature=0, max_tokens=GEN_TOKENS, top_logprobs=5,
-                                ignore_eos=True)
-        worst = max(worst, check_against_hf(ref, result, f"block types: {prompt}"))
+    worst = worst_over_prompts(path, ref, PROMPTS[:6], "block types")
     print(f"every block type: max |Δ logprob| = {worst:.2e}")
