@@ -72,11 +72,26 @@ def tensors(types):
     return fill
 
 
+def block_types(types):
+    """One tensor of two 256-element rows per block type, random bytes (any byte pattern is a
+    valid block: the fp16 scales may be anything, NaN included)."""
+    def fill(w):
+        rng = np.random.default_rng(1)
+        for i, qt in enumerate(types):
+            _, size = gguf.constants.GGML_QUANT_SIZES[qt]
+            block = gguf.constants.GGML_QUANT_SIZES[qt][0]
+            raw = rng.integers(0, 256, size=(2, 256 // block * size), dtype=np.uint8)
+            w.add_tensor(f"b{i}", raw, raw_dtype=qt)
+    return fill
+
+
 def write_gguf_seeds(d):
     d.mkdir(parents=True, exist_ok=True)
     seeds = {
         "metadata_every_type": gguf_bytes(every_metadata_type),
         "tensors_every_type": gguf_bytes(tensors([Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1])),
+        "tensors_block_types": gguf_bytes(block_types([Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K,
+                                                       Q.Q5_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS])),
         "tensors_unsupported": gguf_bytes(tensors([Q.F32, Q.I32])),
         "alignment_64": gguf_bytes(tensors([Q.F32, Q.Q8_0]), alignment=64),
         "no_tensors": gguf_bytes(lambda w: None),
