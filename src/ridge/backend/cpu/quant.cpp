@@ -427,6 +427,44 @@ RIDGE_SIMD float dot_q4_k_avx2(const uint8_t* w, const float* x, const float* bs
   return hsum(total) - msum;
 }
 
+// 32 signed bytes · 32 floats: the first 16 and the last 16 as separate 8-lane partial sums.
+RIDGE_SIMD inline void dot32_i8_halves(__m256i q, const float* x, __m256& first, __m256& second) {
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  first = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))),
+                          _mm256_loadu_ps(x + 8),
+                          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x)));
+  second = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))),
+                           _mm256_loadu_ps(x + 24),
+                           _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(x + 16)));
+}
+
+// q6_k: element 128h + 32j + l is nibble j / 2 of ql[64h + 32(j % 2) + l] with bits 2j of
+// qh[32h + l] above it, minus 32; every 16 elements have their own int8 scale.
+RIDGE_SIMD float dot_q6_k_avx2(const uint8_t* w, const float* x, int64_t n) {
+  const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 256; ++b, w += 210, x += 256) {
+    const float d = f16_to_f32(load_u16(w + 208));
+    const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h));
+      for (int j = 0; j < 4; ++j) {
+        const __m256i ql =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * h + 32 * (j & 1)));
+        const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (j >> 1))), low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), low2);
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), bias);
+        __m256 first, second;
+        dot32_i8_halves(q, x + 128 * h + 32 * j, first, second);
+        const int s = 8 * h + 2 * j;
+        total = _mm256_fmadd_ps(_mm256_set1_ps(d * float(scales[s])), first, total);
+        total = _mm256_fmadd_ps(_mm256_set1_ps(d * float(scales[s + 1])), second, total);
+      }
+    }
+  }
+  return hsum(total);
+}
+
 RIDGE_SIMD float dot_q8_0_avx2(const uint8_t* w, const float* x, int64_t n) {
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; ++b, w += 34, x += 32) {
@@ -601,6 +639,8 @@ float dot_row(DType dtype, const void* w, const float* x, const float* bsum, int
       case DType::q4_k:
       case DType::q5_k:
         return dot_q4_k_avx2(q, x, bsum, n, dtype == DType::q5_k);
+      case DType::q6_k:
+        return dot_q6_k_avx2(q, x, n);
       default:
         break;
     }
