@@ -308,6 +308,32 @@ RIDGE_SIMD inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+template <bool kTwo>
+RIDGE_SIMD void dot_4x2_avx2(const float* w, int64_t ldw, const float* x0, const float* x1,
+                             int64_t n, float out[8]) {
+  const float* wr[4] = {w, w + ldw, w + 2 * ldw, w + 3 * ldw};
+  __m256 a[4][2];
+  for (auto& r : a) r[0] = r[1] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 v0 = _mm256_loadu_ps(x0 + k);
+    const __m256 v1 = kTwo ? _mm256_loadu_ps(x1 + k) : v0;
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const __m256 wv = _mm256_loadu_ps(wr[r] + k);
+      a[r][0] = _mm256_fmadd_ps(wv, v0, a[r][0]);
+      if (kTwo) a[r][1] = _mm256_fmadd_ps(wv, v1, a[r][1]);
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < (kTwo ? 2 : 1); ++t) {
+      const float* xt = t ? x1 : x0;
+      float v = hsum(a[r][t]);
+      for (int64_t j = k; j < n; ++j) v += wr[r][j] * xt[j];
+      out[2 * r + t] = v;
+    }
+}
+
 // sum_b d_b * (q_b · x_b) + m_b * sum(x_b)
 RIDGE_SIMD float dot_q4_1_avx2(const uint8_t* w, const float* x, const float* bsum, int64_t n) {
   const __m128i mask = _mm_set1_epi8(15);
@@ -606,6 +632,23 @@ float dot(const float* a, const float* b, int64_t n) {
   double r = 0;
   for (int64_t i = 0; i < n; ++i) r += double(a[i]) * b[i];
   return float(r);
+}
+
+void dot_4x2(const float* w, int64_t ldw, const float* x0, const float* x1, int64_t n,
+             float out[8]) {
+#if RIDGE_X86
+  if (g_simd) {
+    if (x1)
+      dot_4x2_avx2<true>(w, ldw, x0, x1, n, out);
+    else
+      dot_4x2_avx2<false>(w, ldw, x0, nullptr, n, out);
+    return;
+  }
+#endif
+  for (int r = 0; r < 4; ++r) {
+    out[2 * r] = dot(w + r * ldw, x0, n);
+    if (x1) out[2 * r + 1] = dot(w + r * ldw, x1, n);
+  }
 }
 
 void block_sums(const float* x, float* out, int64_t n) {

@@ -22,6 +22,12 @@ float dot_row(DType dtype, const void* w, const float* x, const float* block_sum
 inline bool needs_block_sums(DType dtype) {
   return dtype == DType::q4_1 || dtype == DType::q5_1 || dtype == DType::q4_k || dtype == DType::q5_k;
 }
+// The prefill micro-kernel: out[2r + t] = sum_k w[r * ldw + k] * x_t[k] for the 4 fp32 weight
+// rows at w and the token rows x0 and x1 (x1 null: one token, out[2r + 1] untouched). Each
+// (r, t) is summed in one order whatever the other token is (8-lane partial sums over k, then the
+// lanes, then the tail), so a token's result does not depend on the batch it is in.
+void dot_4x2(const float* w, int64_t ldw, const float* x0, const float* x1, int64_t n,
+             float out[8]);
 // out[b] = sum of x[32b .. 32b+31]
 void block_sums(const float* x, float* out, int64_t n);
 // y[i] += alpha * x[i]
