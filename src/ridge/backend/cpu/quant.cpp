@@ -491,6 +491,46 @@ RIDGE_SIMD float dot_q6_k_avx2(const uint8_t* w, const float* x, int64_t n) {
   return hsum(total);
 }
 
+// iq4_nl / iq4_xs: the 16 levels looked up per nibble with a byte shuffle; every 32 elements
+// (one iq4_nl block, one iq4_xs sub-block) share a scale. 16 bytes of nibbles -> 32 levels.
+const std::array<int8_t, 16> kIq4Levels = [] {
+  std::array<int8_t, 16> t{};
+  for (int i = 0; i < 16; ++i) t[size_t(i)] = int8_t(quant::iq4_value(i));
+  return t;
+}();
+
+RIDGE_SIMD inline __m256i iq4_levels(const uint8_t* qs) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Levels.data()));
+  const __m128i mask = _mm_set1_epi8(15);
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), mask)),
+                          _mm_shuffle_epi8(table, _mm_and_si128(q, mask)));
+}
+
+RIDGE_SIMD float dot_iq4_avx2(const uint8_t* w, const float* x, int64_t n, bool xs) {
+  __m256 total = _mm256_setzero_ps();
+  if (!xs) {
+    for (int64_t b = 0; b < n / 32; ++b, w += 18, x += 32) {
+      __m256 first, second;
+      dot32_i8_halves(iq4_levels(w + 2), x, first, second);
+      total = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(load_u16(w))), _mm256_add_ps(first, second),
+                              total);
+    }
+    return hsum(total);
+  }
+  for (int64_t b = 0; b < n / 256; ++b, w += 136, x += 256) {
+    const float d = f16_to_f32(load_u16(w));
+    const int scales_h = w[2] | (w[3] << 8);
+    for (int s = 0; s < 8; ++s) {
+      const int ls = ((w[4 + (s >> 1)] >> (4 * (s & 1))) & 15) | (((scales_h >> (2 * s)) & 3) << 4);
+      __m256 first, second;
+      dot32_i8_halves(iq4_levels(w + 8 + 16 * s), x + 32 * s, first, second);
+      total = _mm256_fmadd_ps(_mm256_set1_ps(d * float(ls - 32)), _mm256_add_ps(first, second), total);
+    }
+  }
+  return hsum(total);
+}
+
 RIDGE_SIMD float dot_q8_0_avx2(const uint8_t* w, const float* x, int64_t n) {
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; ++b, w += 34, x += 32) {
@@ -684,6 +724,9 @@ float dot_row(DType dtype, const void* w, const float* x, const float* bsum, int
         return dot_q4_k_avx2(q, x, bsum, n, dtype == DType::q5_k);
       case DType::q6_k:
         return dot_q6_k_avx2(q, x, n);
+      case DType::iq4_nl:
+      case DType::iq4_xs:
+        return dot_iq4_avx2(q, x, n, dtype == DType::iq4_xs);
       default:
         break;
     }
