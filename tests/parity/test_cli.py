@@ -94,3 +94,45 @@ def test_prompt_past_context_names_both_numbers():
 def test_bad_sampling_parameter_names_it():
     p = ridge("run", "-p", "hi", "--top-p", "1.5", check=False)
     assert p.returncode == 1 and "top_p" in p.stderr, p.stderr
+
+
+def test_gguf_without_tokenizer_takes_token_ids(tmp_path):
+    """A GGUF file with no tokenizer (a benchmark's random weights) loads with a warning and
+    decodes token ids; a text prompt is a clear error."""
+    import numpy as np
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    from ridge_harness import random_blocks
+    rng = np.random.default_rng()
+    H, F, V = 256, 512, 300
+    path = tmp_path / "no-tokenizer.gguf"
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    w.add_context_length(256)
+    w.add_embedding_length(H)
+    w.add_block_count(1)
+    w.add_feed_forward_length(F)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    w.add_rope_dimension_count(H // 4)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(V)
+    for name, shape in {"token_embd.weight": (V, H), "output.weight": (V, H),
+                        "blk.0.attn_q.weight": (H, H), "blk.0.attn_k.weight": (H, H),
+                        "blk.0.attn_v.weight": (H, H), "blk.0.attn_output.weight": (H, H),
+                        "blk.0.ffn_gate.weight": (F, H), "blk.0.ffn_up.weight": (F, H),
+                        "blk.0.ffn_down.weight": (H, F)}.items():
+        w.add_tensor(name, random_blocks(rng, Q.Q4_K, *shape, lo=1e-3, hi=3e-3), raw_dtype=Q.Q4_K)
+    for name in ("blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"):
+        w.add_tensor(name, np.ones(H, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    p = ridge("run", "-m", path, "--prompt-ids", "5,17,42", "--max-tokens", "4", "--json",
+              "--device", "cpu")
+    assert "has no tokenizer" in p.stderr, p.stderr
+    out = json.loads(p.stdout)
+    assert len(out["token_ids"]) == 4 and all(0 <= t < V for t in out["token_ids"])
+    p = ridge("run", "-m", path, "-p", "hello", "--device", "cpu", check=False)
+    assert p.returncode == 1 and "no tokenizer" in p.stderr and "--prompt-ids" in p.stderr, p.stderr

@@ -23,7 +23,13 @@ std::unique_ptr<ModelBundle> ModelBundle::load(const BundleOptions& opt) {
   const model::ModelConfig& c = b->weights->config();
   log::info("model: {}", c.describe());
   if (const io::GgufFile* g = b->weights->gguf()) {
-    b->tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(*g));
+    if (g->has("tokenizer.ggml.model")) {
+      b->tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(*g));
+    } else {
+      // As a folder without tokenizer.json: a benchmark's random-weight file, token ids only.
+      log::warn("{} has no tokenizer (no tokenizer.ggml.model): prompts must be given as token ids",
+                opt.model_path);
+    }
   } else {
     namespace fs = std::filesystem;
     fs::path dir = fs::is_directory(opt.model_path) ? fs::path(opt.model_path)
