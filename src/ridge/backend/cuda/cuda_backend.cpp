@@ -102,9 +102,10 @@ int attention_min_split() {
 // with 128). Was 4 (two waves) until run 19, which measured 2 against 4 on the H200 (ms a step,
 // bench/results/e2e-2026-12-04-run19/c3-blocks-per-sm): batch 1 at 1,024 / 2,048 / 4,096
 // positions 4.179 / 4.356 / 4.628 against 4.283 / 4.427 / 4.763, batch 4 at 1,024 4.719 against
-// 4.768, batch 16 at 4,096 12.743 against 12.916. Fewer splits: longer per-block streams over the
-// same wave, and fewer empty blocks in graph replays of short contexts (they wait for the PDL
-// release before leaving). RIDGE_ATTN_BLOCKS_PER_SM=N for A/B runs.
+// 4.768, batch 16 at 4,096 12.743 against 12.916. At 4,096 positions the fewer, longer splits
+// stream better in one wave; why 1,024-2,048 gain, where the 256-position minimum leaves the same
+// active splits, is open (empty splits leaving before the PDL wait changed nothing, c5).
+// RIDGE_ATTN_BLOCKS_PER_SM=N for A/B runs.
 int attention_blocks_per_sm() {
   static const int n = [] {
     const char* v = std::getenv("RIDGE_ATTN_BLOCKS_PER_SM");
