@@ -145,6 +145,27 @@ void dequant_iq4_xs(const uint8_t* src, float* dst, int64_t n) {
   }
 }
 
+// q2_k / q3_k: the 16 groups' scales (dl) and, for q2_k, mins (ml) of the block at w.
+inline __attribute__((always_inline)) void q2_q3_scales(const uint8_t* w, bool three, float dl[16],
+                                                      float ml[16]) {
+  if (three) {
+    const float d = f16_to_f32(load_u16(w + 108));
+    const uint8_t* sc = w + 96;
+    for (int s = 0; s < 16; ++s) {
+      const int low = (sc[s & 7] >> (4 * (s >> 3))) & 15;
+      const int high = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+      dl[s] = d * float((low | (high << 4)) - 32);
+      ml[s] = 0.0f;
+    }
+  } else {
+    const float d = f16_to_f32(load_u16(w + 80)), dmin = f16_to_f32(load_u16(w + 82));
+    for (int s = 0; s < 16; ++s) {
+      dl[s] = d * float(w[s] & 15);
+      ml[s] = dmin * float(w[s] >> 4);
+    }
+  }
+}
+
 // q2_k and q3_k: 16 groups of 16 elements; element 128h + 32k + l takes bits 2k of qs[32h + l]
 // (q3_k: and bit 4h + k of hmask[l]).
 void dequant_q2_q3_k(const uint8_t* src, float* dst, int64_t n, bool three) {
@@ -152,22 +173,7 @@ void dequant_q2_q3_k(const uint8_t* src, float* dst, int64_t n, bool three) {
   for (int64_t b = 0; b < n / 256; ++b, src += bytes, dst += 256) {
     const uint8_t* qs = src + (three ? 32 : 16);
     float dl[16], ml[16];
-    if (three) {
-      const float d = f16_to_f32(load_u16(src + 108));
-      const uint8_t* sc = src + 96;
-      for (int s = 0; s < 16; ++s) {
-        const int low = (sc[s & 7] >> (4 * (s >> 3))) & 15;
-        const int high = (sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
-        dl[s] = d * float((low | (high << 4)) - 32);
-        ml[s] = 0.0f;
-      }
-    } else {
-      const float d = f16_to_f32(load_u16(src + 80)), dmin = f16_to_f32(load_u16(src + 82));
-      for (int s = 0; s < 16; ++s) {
-        dl[s] = d * float(src[s] & 15);
-        ml[s] = dmin * float(src[s] >> 4);
-      }
-    }
+    q2_q3_scales(src, three, dl, ml);
     for (int h = 0; h < 2; ++h)
       for (int k = 0; k < 4; ++k)
         for (int g = 0; g < 2; ++g) {
@@ -491,6 +497,47 @@ RIDGE_SIMD float dot_q6_k_avx2(const uint8_t* w, const float* x, int64_t n) {
   return hsum(total);
 }
 
+// q2_k / q3_k: element 128h + 32k + l is bits 2k of qs[32h + l] (q3_k: minus 4 unless bit 4h + k
+// of hmask[l] is set); 16 groups of 16 with a scale each (q2_k: and a min, through the group's
+// sum of x).
+RIDGE_SIMD float dot_q2_q3_k_avx2(const uint8_t* w, const float* x, int64_t n, bool three) {
+  const int64_t bytes = three ? 110 : 84;
+  const __m256i two_bits = _mm256_set1_epi8(3), one_bit = _mm256_set1_epi8(1);
+  const __m256i four = _mm256_set1_epi8(4);
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / 256; ++b, w += bytes, x += 256) {
+    float dl[16], ml[16];
+    q2_q3_scales(w, three, dl, ml);
+    const uint8_t* qs = w + (three ? 32 : 16);
+    const __m256i hmask = three ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))
+                                : _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * h));
+      for (int k = 0; k < 4; ++k) {
+        __m256i q = _mm256_and_si256(_mm256_srl_epi16(q2, _mm_cvtsi32_si128(2 * k)), two_bits);
+        if (three) {
+          const __m256i hb =
+              _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(4 * h + k)), one_bit);
+          q = _mm256_sub_epi8(_mm256_add_epi8(q, _mm256_slli_epi16(hb, 2)), four);
+        }
+        const float* xk = x + 128 * h + 32 * k;
+        __m256 first, second;
+        dot32_i8_halves(q, xk, first, second);
+        const int s = 8 * h + 2 * k;
+        total = _mm256_fmadd_ps(_mm256_set1_ps(dl[s]), first, total);
+        total = _mm256_fmadd_ps(_mm256_set1_ps(dl[s + 1]), second, total);
+        if (!three) {
+          const __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(xk + 8));
+          const __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(xk + 16), _mm256_loadu_ps(xk + 24));
+          total = _mm256_fnmadd_ps(_mm256_set1_ps(ml[s]), x0, total);
+          total = _mm256_fnmadd_ps(_mm256_set1_ps(ml[s + 1]), x1, total);
+        }
+      }
+    }
+  }
+  return hsum(total);
+}
+
 // iq4_nl / iq4_xs: the 16 levels looked up per nibble with a byte shuffle; every 32 elements
 // (one iq4_nl block, one iq4_xs sub-block) share a scale. 16 bytes of nibbles -> 32 levels.
 const std::array<int8_t, 16> kIq4Levels = [] {
@@ -727,6 +774,9 @@ float dot_row(DType dtype, const void* w, const float* x, const float* bsum, int
       case DType::iq4_nl:
       case DType::iq4_xs:
         return dot_iq4_avx2(q, x, n, dtype == DType::iq4_xs);
+      case DType::q2_k:
+      case DType::q3_k:
+        return dot_q2_q3_k_avx2(q, x, n, dtype == DType::q3_k);
       default:
         break;
     }
