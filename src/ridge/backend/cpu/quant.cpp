@@ -218,6 +218,15 @@ void dequant_q6_k(const uint8_t* src, float* dst, int64_t n) {
 #if RIDGE_X86
 #define RIDGE_SIMD __attribute__((target("avx2,fma,f16c")))
 
+// fp16 -> fp32 by the F16C instruction: the same (exact) value as f16_to_f32, which in the dot
+// products' loops cost more than the arithmetic (CPU decode of the default model 50-58 -> 65-87
+// tok/s on the development VM).
+RIDGE_SIMD inline float f16c(uint16_t h) { return _cvtsh_ss(h); }
+
+// How far ahead the decode dot products prefetch their weight row: ~9 % more decode tok/s on the
+// development VM (5 alternating runs each, medians 81.8 and 75.0).
+constexpr int kPrefetchBytes = 640;
+
 RIDGE_SIMD inline __m256 nibbles_to_f32(__m128i bytes8) {  // 8 bytes (low 64 bits) -> 8 floats
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes8));
 }
@@ -225,8 +234,8 @@ RIDGE_SIMD inline __m256 nibbles_to_f32(__m128i bytes8) {  // 8 bytes (low 64 bi
 RIDGE_SIMD void dequant_q4_1_avx2(const uint8_t* src, float* dst, int64_t n) {
   const __m128i mask = _mm_set1_epi8(15);
   for (int64_t b = 0; b < n / 32; ++b, src += 20, dst += 32) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(src)));
-    const __m256 m = _mm256_set1_ps(f16_to_f32(load_u16(src + 2)));
+    const __m256 d = _mm256_set1_ps(f16c(load_u16(src)));
+    const __m256 m = _mm256_set1_ps(f16c(load_u16(src + 2)));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 4));
     const __m128i lo = _mm_and_si128(q, mask);
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
@@ -242,7 +251,7 @@ RIDGE_SIMD void dequant_q4_0_avx2(const uint8_t* src, float* dst, int64_t n) {
   const __m128i mask = _mm_set1_epi8(15);
   const __m256 eight = _mm256_set1_ps(8.0f);
   for (int64_t b = 0; b < n / 32; ++b, src += 18, dst += 32) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(src)));
+    const __m256 d = _mm256_set1_ps(f16c(load_u16(src)));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2));
     const __m128i lo = _mm_and_si128(q, mask);
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
@@ -255,7 +264,7 @@ RIDGE_SIMD void dequant_q4_0_avx2(const uint8_t* src, float* dst, int64_t n) {
 
 RIDGE_SIMD void dequant_q8_0_avx2(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, src += 34, dst += 32) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(src)));
+    const __m256 d = _mm256_set1_ps(f16c(load_u16(src)));
     for (int i = 0; i < 32; i += 8) {
       const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 2 + i));
       _mm256_storeu_ps(dst + i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
@@ -346,8 +355,9 @@ RIDGE_SIMD float dot_q4_1_avx2(const uint8_t* w, const float* x, const float* bs
   __m256 total = _mm256_setzero_ps();
   float msum = 0;
   for (int64_t b = 0; b < n / 32; ++b, w += 20, x += 32) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(w)));
-    msum += f16_to_f32(load_u16(w + 2)) * bsum[b];
+    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
+    const __m256 d = _mm256_set1_ps(f16c(load_u16(w)));
+    msum += f16c(load_u16(w + 2)) * bsum[b];
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 4));
     const __m128i lo = _mm_and_si128(q, mask);
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
@@ -365,7 +375,8 @@ RIDGE_SIMD float dot_q4_0_avx2(const uint8_t* w, const float* x, int64_t n) {
   const __m256 eight = _mm256_set1_ps(8.0f);
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; ++b, w += 18, x += 32) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(w)));
+    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
+    const __m256 d = _mm256_set1_ps(f16c(load_u16(w)));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
     const __m128i lo = _mm_and_si128(q, mask);
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
@@ -402,8 +413,8 @@ RIDGE_SIMD float dot_q5_avx2(const uint8_t* w, const float* x, const float* bsum
   __m256 total = _mm256_setzero_ps();
   float msum = 0;
   for (int64_t b = 0; b < n / 32; ++b, w += bytes, x += 32) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(w)));
-    if (with_min) msum += f16_to_f32(load_u16(w + 2)) * bsum[b];
+    const __m256 d = _mm256_set1_ps(f16c(load_u16(w)));
+    if (with_min) msum += f16c(load_u16(w + 2)) * bsum[b];
     uint32_t qh;
     std::memcpy(&qh, w + off, 4);
     const __m256i q = _mm256_sub_epi8(q5_bytes(w + off + 4, qh), bias);  // signed bytes
@@ -436,7 +447,7 @@ RIDGE_SIMD float dot_q4_k_avx2(const uint8_t* w, const float* x, const float* bs
   __m256 total = _mm256_setzero_ps();
   float msum = 0;
   for (int64_t b = 0; b < n / 256; ++b, w += bytes, x += 256, bsum += 8) {
-    const float d = f16_to_f32(load_u16(w)), dmin = f16_to_f32(load_u16(w + 2));
+    const float d = f16c(load_u16(w)), dmin = f16c(load_u16(w + 2));
     const uint8_t* qs = w + (five ? 48 : 16);
     const __m256i qh = five ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))
                             : _mm256_setzero_si256();
@@ -476,7 +487,7 @@ RIDGE_SIMD float dot_q6_k_avx2(const uint8_t* w, const float* x, int64_t n) {
   const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 256; ++b, w += 210, x += 256) {
-    const float d = f16_to_f32(load_u16(w + 208));
+    const float d = f16c(load_u16(w + 208));
     const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
     for (int h = 0; h < 2; ++h) {
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h));
@@ -560,13 +571,13 @@ RIDGE_SIMD float dot_iq4_avx2(const uint8_t* w, const float* x, int64_t n, bool 
     for (int64_t b = 0; b < n / 32; ++b, w += 18, x += 32) {
       __m256 first, second;
       dot32_i8_halves(iq4_levels(w + 2), x, first, second);
-      total = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(load_u16(w))), _mm256_add_ps(first, second),
+      total = _mm256_fmadd_ps(_mm256_set1_ps(f16c(load_u16(w))), _mm256_add_ps(first, second),
                               total);
     }
     return hsum(total);
   }
   for (int64_t b = 0; b < n / 256; ++b, w += 136, x += 256) {
-    const float d = f16_to_f32(load_u16(w));
+    const float d = f16c(load_u16(w));
     const int scales_h = w[2] | (w[3] << 8);
     for (int s = 0; s < 8; ++s) {
       const int ls = ((w[4 + (s >> 1)] >> (4 * (s & 1))) & 15) | (((scales_h >> (2 * s)) & 3) << 4);
@@ -581,7 +592,8 @@ RIDGE_SIMD float dot_iq4_avx2(const uint8_t* w, const float* x, int64_t n, bool 
 RIDGE_SIMD float dot_q8_0_avx2(const uint8_t* w, const float* x, int64_t n) {
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; ++b, w += 34, x += 32) {
-    const __m256 d = _mm256_set1_ps(f16_to_f32(load_u16(w)));
+    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
+    const __m256 d = _mm256_set1_ps(f16c(load_u16(w)));
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < 32; i += 8) {
       const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 2 + i));
