@@ -153,8 +153,8 @@ void CpuBackend::matmul_impl(const Tensor& x, const Tensor& w, const Tensor* bia
   }
   // Prefill: each thread converts four weight rows at a time to fp32 and takes their dot
   // products with the tokens two at a time (cpu::dot_4x2: 8 accumulators, 6 loads per 8 FMAs);
-  // x stays cache-resident across the rows. A group of fewer than four rows repeats its first
-  // row in the kernel (same summation order; the extra results are dropped).
+  // x stays cache-resident across the rows. A group of fewer than four rows (a chunk's tail)
+  // fills the kernel's other rows with copies of its last row, whose results are dropped.
   constexpr int64_t kRows = 4;
   pool_.parallel_for(
       N,
