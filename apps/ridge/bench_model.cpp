@@ -307,6 +307,8 @@ void bench(BenchModelFlags& f) {
   // persistent: the phase's steps ran in the persistent decode kernel (as the model counted them).
   auto options = [&](perf::Launch l, bool persistent) {
     perf::CostOptions o = perf::CostOptions::ridge(l, fused, pinned, fusions, persistent);
+    // The rope_kv epilogue is the skinny GEMV's: none with --gemm cublas (matmul_rope_kv).
+    if (f.model.backend.gemm == "cublas") o.kernels.rope_kv_epilogue_max_rows = 0;
     o.precision = perf::Precision::of(cfg);
     if (on_gpu) o.precision = perf::Precision::named("bf16");  // the GPU runs bf16 weights
     // The KV cache as allocated (--kv-dtype): an fp8 cache halves the attention's bytes.

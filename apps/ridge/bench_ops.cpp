@@ -351,17 +351,30 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
       record("embedding", 1, 1, [&](int) { be.embedding(s, table, ids, x); });
   }
   auto norm = [&](int) { be.rmsnorm(s, x, norm_w, eps, h); };
+  // RoPE and the KV store in qkv_proj's epilogue where the plan puts them and the backend does it
+  // (one call to see: it declines with --gemm cublas); else rope_kv_write is timed apart.
+  const bool rope_in_qkv =
+      plan.rope_in_qkv(c, T) && be.matmul_rope_kv(s, h, weights(Q + 2 * KV, H).at(0), {}, x, qkv,
+                                                  positions, inv_freq, slots, kv[0]);
   if (const Weights w = weights(Q + 2 * KV, H); plan.attn_norm_folded(c, T) && fold(w)) {
     // The first layer's norm follows the embedding (no sums): a kernel, once a step.
     if (plan.norm_sums_in_epilogue) record("attn_norm", 1, 1, norm);
     backend::MatmulFusion in = norm_in;
     in.norm_sumsq = 2;
     be.matmul_fused(s, mlp, weights(H, F).at(0), mlp_out, gate_up, x);  // the sums, once
-    record("qkv_proj", L, 1, [&](int i) { be.matmul_fused(s, x, w.at(i), in, h, qkv); });
+    record("qkv_proj", L, 1, [&](int i) {
+      if (!rope_in_qkv || !be.matmul_rope_kv(s, x, w.at(i), in, h, qkv, positions, inv_freq,
+                                             slots, kv[size_t(i) % kv.size()]))
+        be.matmul_fused(s, x, w.at(i), in, h, qkv);
+    });
   } else {
     record("attn_norm", L, 1, norm);
     if (plan.qkv_matmuls == 1) {
-      record("qkv_proj", L, 1, [&](int i) { be.matmul(s, h, w.at(i), nullptr, qkv); });
+      record("qkv_proj", L, 1, [&](int i) {
+        if (!rope_in_qkv || !be.matmul_rope_kv(s, h, w.at(i), {}, x, qkv, positions, inv_freq,
+                                               slots, kv[size_t(i) % kv.size()]))
+          be.matmul(s, h, w.at(i), nullptr, qkv);
+      });
     } else {
       const Weights wq = weights(Q, H), wk = weights(KV, H), wv = weights(KV, H);
       record("qkv_proj", L, 3, [&](int i) {
@@ -371,7 +384,9 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
       });
     }
   }
-  if (plan.rope_kv_fused) {
+  if (rope_in_qkv) {
+    // in qkv_proj (matmul_rope_kv)
+  } else if (plan.rope_kv_fused) {
     record("rope_kv_write", L, 1, [&](int i) {
       be.rope_kv_store(s, q, k, v, positions, inv_freq, slots, kv[size_t(i) % kv.size()]);
     });

@@ -3,11 +3,13 @@
 // scale of a norm-folded weight, from the sums of squares the matmul that wrote x recorded, or
 // composed where there are none; SwiGLU as a prologue, composed; bf16 and f32 outputs; fused up
 // to 8 tokens and composed above, and composed on a backend without the fusions),
-// matmul_swiglu (SwiGLU in the gate|up GEMV's epilogue), fold_norm_weight, and rope_kv_store (RoPE and the KV store in one kernel, padding
-// slots skipped). The CPU
+// matmul_swiglu (SwiGLU in the gate|up GEMV's epilogue), fold_norm_weight, rope_kv_store (RoPE and
+// the KV store in one kernel, padding slots skipped) and matmul_rope_kv (both in the q|k|v GEMV's
+// epilogue). The CPU
 // reference runs the unfused ops (Backend's default composition) in fp32. Fresh random inputs,
 // outputs poisoned, normalized error bounds as the rest of the harness.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -437,6 +439,153 @@ TEST_F(GpuBackend, RopeKvStoreFp8FusedEqualsComposed) {
     expect_close("rope_kv_store fp8", what + " q", download_view(fused.q), download_view(composed.q), 0.0);
     expect_close("rope_kv_store fp8", what + " k", download_view(fused.k), download_view(composed.k), 0.0);
   }
+}
+
+// q|k|v = rmsnorm(x)·wᵀ, then RoPE and the KV store, as run_layers runs a decode step: through
+// matmul_rope_kv (the skinny GEMV's rope_kv epilogue, up to 8 tokens) against matmul_fused +
+// rope_kv_store on the same backend, and against the CPU's composition (fp32, bf16 pools). The
+// norm from recorded sums (`sums`: a residual-adding matmul recorded x's sums of squares, as
+// o_proj and down_proj do; then both paths run the same skinny GEMV reduction and rope.cuh's
+// rotation, so qkv and the pools must be equal bit for bit) or composed (the first layer: the
+// norm kernel, then the epilogue's kernel against the tuned one, compared with the CPU only).
+// Pools start random; padding rows (slot -1) store nothing.
+void run_matmul_rope_kv(int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t H, bool sums,
+                        bool fp8) {
+  Backend& be = fusing();
+  const int64_t Q = nh * hd, KV = nkv * hd, N = Q + 2 * KV, bs = 16, blocks = 3;
+  const int64_t slots_n = blocks * bs;
+  const std::string what = fmt::format("T={} nh={} nkv={} hd={} H={}{}{}", T, nh, nkv, hd, H,
+                                       sums ? " sums" : " composed", fp8 ? " fp8" : "");
+  WeightPair w = random_weight(N, H, be);
+  std::vector<float> nw = random_bf16(size_t(H), 0.5f);
+  for (auto& v : nw) v += 1.0f;
+  const Tensor nw_host(nw.data(), DType::f32, {H});
+  std::vector<float> ones(size_t(H), 1.0f);
+  const Tensor ones_dev = be.upload_weight(Tensor(ones.data(), DType::f32, {H}));
+  ASSERT_TRUE(be.fold_norm_weight(w.dev, be.upload_weight(nw_host)));
+
+  // x: a producer's output with its sums recorded under tag 2, or plain random.
+  std::vector<float> r = random_bf16(size_t(T * H), 3.0f);
+  DeviceMatrix xd = device_bf16(T, H, r);
+  if (sums) {
+    const int64_t Kp = 256;
+    const WeightPair wp = random_weight(H, Kp, be);
+    std::vector<float> a = random_bf16(size_t(T * Kp));
+    MatmulFusion prod;
+    prod.accumulate = true;
+    prod.record_sumsq = 2;
+    DeviceMatrix ad = device_bf16(T, Kp, a), ps = device_bf16(T, Kp, {});
+    be.matmul_fused({}, ad.view, wp.dev, prod, ps.view, xd.view);
+  }
+  MatmulFusion cons;
+  cons.norm_weight = &ones_dev;
+  cons.norm_folded = true;
+  cons.eps = 1e-5f;
+  cons.norm_sumsq = sums ? 2 : 0;
+
+  auto [pos, slots, inv] = rope_inputs(T, hd, slots_n);
+  if (T > 1) slots[1] = -1;
+  Buffer pos_buf, slot_buf, inv_buf = be.allocate(inv.size() * 4);
+  be.upload({}, inv_buf.data(), inv.data(), inv.size() * 4);
+  const Tensor inv_d(inv_buf.data(), DType::f32, {hd / 2}, Device::cuda);
+  const Tensor pos_d = device_i32(pos_buf, pos), slot_d = device_i32(slot_buf, slots);
+  const size_t pool_bytes = size_t(slots_n * KV) * (fp8 ? 1 : 2);
+  std::vector<uint8_t> pool0(pool_bytes);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : pool0) b = uint8_t(byte(rng()));
+  if (!fp8)  // bf16 pools: random values rather than random bits (no NaN)
+    for (size_t i = 0; i < pool0.size(); i += 2) pool0[i + 1] = uint8_t(0x3c + (pool0[i + 1] & 3));
+  const DType pdt = fp8 ? DType::fp8_e4m3 : DType::bf16;
+  struct Run {
+    DeviceMatrix qkv, h;
+    Buffer pk, pv;
+    KvLayer kv;
+  };
+  auto make = [&] {
+    Run run{device_bf16(T, N, {}), device_bf16(T, H, {}), be.allocate(pool_bytes),
+            be.allocate(pool_bytes), {}};
+    be.upload({}, run.pk.data(), pool0.data(), pool_bytes);
+    be.upload({}, run.pv.data(), pool0.data(), pool_bytes);
+    run.kv = KvLayer{Tensor(run.pk.data(), pdt, {blocks, bs, nkv, hd}, Device::cuda),
+                     Tensor(run.pv.data(), pdt, {blocks, bs, nkv, hd}, Device::cuda)};
+    return run;
+  };
+  auto bytes = [&](const Buffer& b) {
+    std::vector<uint8_t> out(pool_bytes);
+    be.download({}, out.data(), b.data(), pool_bytes);
+    be.synchronize({});
+    return out;
+  };
+  Run one = make(), two = make();
+  const bool fused = be.matmul_rope_kv({}, xd.view, w.dev, cons, one.h.view, one.qkv.view, pos_d,
+                                       inv_d, slot_d, one.kv);
+  EXPECT_EQ(fused, T <= kFusedMaxTokens && hd % 16 == 0) << what;
+  if (!fused) return;
+  be.matmul_fused({}, xd.view, w.dev, cons, two.h.view, two.qkv.view);
+  Tensor q2 = two.qkv.view, k2 = two.qkv.view, v2 = two.qkv.view;
+  q2.shape[1] = Q;
+  k2.shape[1] = KV, k2.data = static_cast<uint16_t*>(k2.data) + Q;
+  v2.shape[1] = KV, v2.data = static_cast<uint16_t*>(v2.data) + Q + KV;
+  be.rope_kv_store({}, q2, k2, v2, pos_d, inv_d, slot_d, two.kv);
+  be.synchronize({});
+  const std::vector<uint8_t> pk1 = bytes(one.pk), pv1 = bytes(one.pv);
+  EXPECT_NE(pk1, pool0) << what << ": the K pool was written";
+  EXPECT_NE(pv1, pool0) << what << ": the V pool was written";
+  if (sums) {
+    EXPECT_EQ(download_bits(one.qkv), download_bits(two.qkv)) << what << ": q|k|v";
+    EXPECT_EQ(pk1, bytes(two.pk)) << what << ": K pool";
+    EXPECT_EQ(pv1, bytes(two.pv)) << what << ": V pool";
+  }
+  expect_untouched_outside("matmul_rope_kv", one.qkv);
+  if (fp8) return;
+
+  // The CPU's composition from the x the GPU holds: rmsnorm(x; nw)·wᵀ (the unfolded weight), then
+  // rope_kv_store into a copy of the starting pools.
+  std::vector<float> xin = download_view(xd), ref(size_t(T * N)), hs(size_t(T * H));
+  MatmulFusion cref;
+  cref.norm_weight = &nw_host;
+  cref.eps = 1e-5f;
+  Tensor ref_t = host_f32(ref, T, N), hs_t = host_f32(hs, T, H);
+  cpu().matmul_fused({}, host_f32(xin, T, H), w.host, cref, hs_t, ref_t);
+  std::vector<uint16_t> hk(pool_bytes / 2), hv(pool_bytes / 2);
+  std::memcpy(hk.data(), pool0.data(), pool_bytes);
+  std::memcpy(hv.data(), pool0.data(), pool_bytes);
+  KvLayer cpu_kv{Tensor(hk.data(), DType::bf16, {blocks, bs, nkv, hd}),
+                 Tensor(hv.data(), DType::bf16, {blocks, bs, nkv, hd})};
+  Tensor qr = ref_t, kr = ref_t, vr = ref_t;
+  qr.shape[1] = Q;
+  kr.shape[1] = KV, kr.data = ref.data() + Q;
+  vr.shape[1] = KV, vr.data = ref.data() + Q + KV;
+  cpu().rope_kv_store({}, qr, kr, vr, Tensor(pos.data(), DType::i32, {T}),
+                      Tensor(inv.data(), DType::f32, {hd / 2}), Tensor(slots.data(), DType::i32, {T}),
+                      cpu_kv);
+  auto as_f32 = [](const std::vector<uint16_t>& bits) {
+    std::vector<float> f(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) f[i] = bf16_to_f32(bits[i]);
+    return f;
+  };
+  auto pool_f32 = [&](const std::vector<uint8_t>& b) {
+    std::vector<uint16_t> bits(b.size() / 2);
+    std::memcpy(bits.data(), b.data(), b.size());
+    return as_f32(bits);
+  };
+  expect_close("matmul_rope_kv", what + " q|k|v", download_view(one.qkv), ref, 1e-2);
+  expect_close("matmul_rope_kv", what + " K pool", pool_f32(pk1), as_f32(hk), 1e-2);
+  expect_close("matmul_rope_kv", what + " V pool", pool_f32(pv1), as_f32(hv), 1e-2);
+}
+
+TEST_F(GpuBackend, MatmulRopeKvEpilogue) {
+  for (bool sums : {true, false}) {
+    for (int64_t T : {1, 3, 8}) run_matmul_rope_kv(T, 32, 32, 128, 4096, sums, false);  // Llama-2-7B
+    run_matmul_rope_kv(2, 32, 8, 128, 1024, sums, false);                              // GQA 4:1
+    run_matmul_rope_kv(5, 9, 3, 64, 576, sums, false);                                 // SmolLM2
+    run_matmul_rope_kv(1, 32, 8, 128, 1024, sums, true);                               // fp8 pools
+    run_matmul_rope_kv(7, 9, 3, 64, 576, sums, true);
+  }
+  // Not fused (the caller makes the two calls): past 8 tokens, a head dim that is not a multiple
+  // of 16.
+  run_matmul_rope_kv(9, 9, 3, 64, 576, true, false);
+  run_matmul_rope_kv(2, 3, 1, 40, 256, true, false);
 }
 
 // kv_store into E4M3 pools: the CUDA kernel's bytes equal the CPU backend's (both round the same

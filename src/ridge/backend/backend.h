@@ -20,6 +20,8 @@
 //   kv_store    k, v [T, nkv*hd] -> pools at slots i32 [T] (slot = block * block_size + offset;
 //               slot -1 marks a padding row: nothing is stored)
 //   rope_kv_store  rope, then kv_store of the rotated k and v (default: the two ops)
+//   matmul_rope_kv  matmul_fused of q|k|v, then rope_kv_store of its views, in one kernel where
+//               the backend can (default: false, and the caller makes the two calls)
 //   attention   q [T, nh*hd], the layer's paged KV, AttentionMeta      -> out [T, nh*hd]
 //               causal: new token i of sequence s (at position context_len - q_len + i) sees
 //               KV positions 0 ..= its own position.
@@ -270,6 +272,19 @@ class Backend {
                              KvLayer& kv) {
     rope(s, q, k, positions, inv_freq);
     kv_store(s, k, v, slots, kv);
+  }
+  // Optional: qkv = P(x) · wᵀ (matmul_fused with at most a norm prologue: no silu_mul,
+  // accumulate or record_sumsq) for w stacking q, k and v rows (q_dim + 2 kv_dim, kv_dim the
+  // pools' heads × head_dim, head_dim = 2 · inv_freq's length), then rope_kv_store of qkv's q, k
+  // and v views, in one kernel: qkv and kv's pools end as the two calls leave them. Returns false,
+  // doing nothing, where the backend does not fuse this call; the caller then makes the two calls.
+  virtual bool matmul_rope_kv(const Stream& s, const Tensor& x, const Tensor& w,
+                              const MatmulFusion& fusion, Tensor& scratch, Tensor& qkv,
+                              const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
+                              KvLayer& kv) {
+    (void)s, (void)x, (void)w, (void)fusion, (void)scratch, (void)qkv, (void)positions;
+    (void)inv_freq, (void)slots, (void)kv;
+    return false;
   }
   virtual void attention(const Stream& s, const Tensor& q, const KvLayer& kv,
                          const AttentionMeta& meta, float scale, Tensor& out) = 0;

@@ -342,8 +342,13 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
     attn_in.norm_folded = l.attn_norm_folded;
     attn_in.eps = eps;
     attn_in.norm_sumsq = i > 0 ? 2 : 0;  // after the embedding: none
+    // qkv = rmsnorm(x) · wqkvᵀ, then RoPE on q and k and the KV store: one kernel where the
+    // backend fuses them (decode), else two calls.
+    bool stored = false;
     if (l.wqkv.data && !l.bqkv.data) {
-      be.matmul_fused(stream, x, l.wqkv, attn_in, h, qkv);  // qkv = rmsnorm(x) · wqkvᵀ
+      stored = be.matmul_rope_kv(stream, x, l.wqkv, attn_in, h, qkv, positions, inv_freq, slots,
+                                 kv[size_t(i)]);
+      if (!stored) be.matmul_fused(stream, x, l.wqkv, attn_in, h, qkv);
     } else {
       be.rmsnorm(stream, x, l.w.attn_norm, eps, h);
       if (l.wqkv.data) {
@@ -354,7 +359,7 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
         be.matmul(stream, h, l.w.wv, bias(l.w.bv), v);
       }
     }
-    be.rope_kv_store(stream, q, k, v, positions, inv_freq, slots, kv[size_t(i)]);
+    if (!stored) be.rope_kv_store(stream, q, k, v, positions, inv_freq, slots, kv[size_t(i)]);
     be.attention(stream, q, kv[size_t(i)], meta, scale, attn);
     // [tensor parallelism: wo is row-split; its partial products must be all-reduced before the
     //  residual is added once (matmul, all-reduce, add: not matmul_add on every rank)]

@@ -340,6 +340,7 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusion
   k.silu_prologue_max_rows = fusions.silu ? 8 : 0;
   k.silu_epilogue_min_rows = fusions.swiglu_gemm ? 1024 : 0;
   k.rope_kv_fused = fusions.rope_kv;
+  k.rope_kv_epilogue_max_rows = fusions.rope_kv ? 8 : 0;  // CudaBackend::kFusedMaxTokens
   k.gather_logits_rows = true;
   k.sampling_on_device = false;
   k.metadata_uploads = pinned_staging ? 1 : 7;
@@ -420,14 +421,21 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   const bool fold_attn_norm = kp.attn_norm_folded(cfg, T);
   if (!fold_attn_norm) norm("attn_norm", L, Td);
   if (fold_attn_norm && kp.norm_sums_in_epilogue) norm("attn_norm", 1, Td);  // after the embedding
-  const GemmExtra qkv_extra = fold_attn_norm ? norm_prologue(Td) : GemmExtra{};
+  GemmExtra qkv_extra = fold_attn_norm ? norm_prologue(Td) : GemmExtra{};
+  const bool rope_in_qkv = kp.rope_in_qkv(cfg, T);
+  if (rope_in_qkv) {  // the epilogue rotates q and k and writes k and v to the pool as well
+    qkv_extra.bytes += Td * 2.0 * kv * kvb;
+    qkv_extra.flops += 3.0 * Td * (q + kv);
+  }
   const int64_t qkv_n = cfg.q_dim() + 2 * cfg.kv_dim();
   if (kp.qkv_matmuls == 3) {
     b.gemm("qkv_proj", L, T, {cfg.q_dim(), cfg.kv_dim(), cfg.kv_dim()}, cfg.hidden, ab, qkv_extra);
   } else {
     b.gemm("qkv_proj", L, T, {qkv_n}, cfg.hidden, ab, qkv_extra);
   }
-  if (kp.rope_kv_fused) {
+  if (rope_in_qkv) {
+    // in qkv_proj
+  } else if (kp.rope_kv_fused) {
     // One kernel: q, k, v read; q and k rotated in place (written back); k and v to the pool.
     OpCost o = make_op("rope_kv_write", OpKind::kv_write, L);
     o.per_layer = true;

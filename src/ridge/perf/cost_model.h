@@ -137,6 +137,9 @@ struct KernelPlan {
   int silu_prologue_max_rows = 0;
   int silu_epilogue_min_rows = 0;  // > 0: SiLU·mul in the prefill GEMM's epilogue from this many rows
   bool rope_kv_fused = false;       // RoPE and the KV store as one kernel (Backend::rope_kv_store)
+  // ... and that kernel's work in the q|k|v GEMM's epilogue up to this many rows
+  // (Backend::matmul_rope_kv: fused unbiased q|k|v, head_dim % 16 == 0).
+  int64_t rope_kv_epilogue_max_rows = 0;
   // Gathers of the logits rows before the final norm: the residual stream x (and, without
   // residual_in_matmul, the last block's output too: two gathers).
   bool gather_logits_rows = false;
@@ -162,6 +165,10 @@ struct KernelPlan {
   // with norm_sums_in_epilogue: no GEMM leaves sums for the gathered rows).
   bool attn_norm_folded(const model::ModelConfig& cfg, int64_t rows) const {
     return norm_folded(rows) && qkv_matmuls == 1 && (norm_folds_into_biased_qkv || !cfg.qkv_bias);
+  }
+  bool rope_in_qkv(const model::ModelConfig& cfg, int64_t rows) const {
+    return rope_kv_fused && qkv_matmuls == 1 && !cfg.qkv_bias && cfg.head_dim % 16 == 0 &&
+           rows <= rope_kv_epilogue_max_rows;
   }
   bool mlp_norm_folded(int64_t rows) const { return norm_folded(rows) && gate_up_matmuls == 1; }
   bool final_norm_folded(const model::ModelConfig& cfg, int64_t rows) const {

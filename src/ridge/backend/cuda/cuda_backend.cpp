@@ -50,6 +50,15 @@ bool attention_split_mixed() {
   return on;
 }
 
+// RIDGE_QKV_ROPE=0 keeps RoPE and the KV store out of the q|k|v GEMV's epilogue (A/B runs).
+bool qkv_rope_epilogue() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_QKV_ROPE");
+    return !(v && std::string_view(v) == "0");
+  }();
+  return on;
+}
+
 // RIDGE_ATTN_DECODE_STAGES=2..4 forces the decode attention kernel's ring depth (A/B runs).
 int attention_decode_stages() {
   static const int stages = [] {
@@ -588,7 +597,8 @@ void CudaBackend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& 
 }
 
 void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
-                            const MatmulFusion& f, Tensor& scratch, Tensor& out, bool swiglu) {
+                            const MatmulFusion& f, Tensor& scratch, Tensor& out, bool swiglu,
+                            const kernels::SkinnyArgs* rope_kv) {
   const int64_t K = w.shape[1];
   const int64_t T = x.shape[0], N = w.shape[0];
   const char* op = swiglu ? "matmul_swiglu" : "matmul_fused";
@@ -634,7 +644,7 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   }
   const bool record = f.record_sumsq && fuse_norm_ && out.dtype == DType::bf16 && skinny_ok(*in) &&
                       kernels::skinny_sumsq_parts(int(N)) * T <= kSumsqFloats;
-  if (!swiglu && prologue == kernels::SkinnyPrologue::none && !record) {  // the tuned kernel
+  if (!swiglu && !rope_kv && prologue == kernels::SkinnyPrologue::none && !record) {  // the tuned kernel
     if (f.accumulate)
       matmul_add(s, *in, w, out);
     else
@@ -666,6 +676,17 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   a.pdl_launch = early >= 0 || decode_chain_;
   a.stage_steps = std::max(early, 0);
   a.M = int(T), a.N = int(N), a.K = int(K);
+  if (rope_kv) {
+    const kernels::SkinnyArgs& r = *rope_kv;
+    a.rope_positions = r.rope_positions;
+    a.rope_inv_freq = r.rope_inv_freq;
+    a.rope_slots = r.rope_slots;
+    a.k_pool = r.k_pool;
+    a.v_pool = r.v_pool;
+    a.num_slots = r.num_slots;
+    a.kv_fp8 = r.kv_fp8;
+    a.q_dim = r.q_dim, a.kv_dim = r.kv_dim, a.head_dim = r.head_dim;
+  }
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};
 }
@@ -768,6 +789,46 @@ void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Ten
       return;
   }
   Backend::rope_kv_store(s, q, k, v, positions, inv_freq, slots, kv);  // checks, two kernels
+}
+
+bool CudaBackend::matmul_rope_kv(const Stream& s, const Tensor& x, const Tensor& w,
+                                 const MatmulFusion& f, Tensor& scratch, Tensor& qkv,
+                                 const Tensor& positions, const Tensor& inv_freq,
+                                 const Tensor& slots, KvLayer& kv) {
+  if (!fuse_rope_kv_ || !qkv_rope_epilogue() || options_.gemm == "cublas" || f.silu_mul ||
+      f.accumulate || f.record_sumsq)
+    return false;
+  const int64_t T = x.shape[0], N = w.shape[0], K = w.shape[1], hd = 2 * inv_freq.numel();
+  const bool fp8 = kv.k.dtype == DType::fp8_e4m3;
+  const bool pools_ok = kv.k.device == Device::cuda && (kv.k.dtype == DType::bf16 || fp8) &&
+                        kv.k.ndim == 4 && kv.k.is_contiguous() && kv.v.is_contiguous() &&
+                        kv.v.device == Device::cuda && kv.v.dtype == kv.k.dtype &&
+                        kv.v.shape == kv.k.shape && kv.k.shape[3] == hd;
+  if (!pools_ok || hd % 16 != 0) return false;
+  const int64_t kv_dim = kv.k.shape[2] * hd, q_dim = N - 2 * kv_dim;
+  // The norm, where it is not the fused 1/rms scale, writes scratch, which the kernel then reads.
+  const bool in_ok = aligned16(x.data) && x.stride[0] % 8 == 0 &&
+                     (!f.norm_weight || (aligned16(scratch.data) && scratch.stride[0] % 8 == 0));
+  if (!(T >= 1 && T <= kFusedMaxTokens && q_dim > 0 && q_dim % hd == 0 && K % 8 == 0 &&
+        N <= 65535 * 16 && in_ok && aligned16(w.data) && x.dtype == DType::bf16 &&
+        w.dtype == DType::bf16 && qkv.dtype == DType::bf16 && qkv.ndim == 2 &&
+        qkv.shape[0] == T && qkv.shape[1] == N && qkv.stride[0] == N && aligned16(qkv.data) &&
+        positions.device == Device::cuda && positions.dtype == DType::i32 &&
+        positions.numel() == T && slots.device == Device::cuda && slots.dtype == DType::i32 &&
+        slots.numel() == T && inv_freq.device == Device::cuda && inv_freq.dtype == DType::f32))
+    return false;
+  check_matmul("matmul_rope_kv", x, w, qkv, K);
+  kernels::SkinnyArgs r;
+  r.rope_positions = positions.ptr<int32_t>();
+  r.rope_inv_freq = inv_freq.ptr<float>();
+  r.rope_slots = slots.ptr<int32_t>();
+  r.k_pool = kv.k.data;
+  r.v_pool = kv.v.data;
+  r.num_slots = kv.k.shape[0] * kv.k.shape[1];
+  r.kv_fp8 = fp8;
+  r.q_dim = int(q_dim), r.kv_dim = int(kv_dim), r.head_dim = int(hd);
+  run_fused(s, x, w, f, scratch, qkv, /*swiglu*/ false, &r);
+  return true;
 }
 
 namespace {

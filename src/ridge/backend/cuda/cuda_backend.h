@@ -27,6 +27,10 @@
 #include "ridge/backend/cuda/cuda_matmul.h"
 #include "ridge/backend/cuda/cuda_resources.h"
 
+namespace ridge::kernels {
+struct SkinnyArgs;
+}
+
 namespace ridge::backend {
 
 class CudaBackend final : public Backend {
@@ -77,6 +81,10 @@ class CudaBackend final : public Backend {
   void rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Tensor& v,
                      const Tensor& positions, const Tensor& inv_freq, const Tensor& slots,
                      KvLayer& kv) override;
+  // The skinny GEMV's rope_kv epilogue (--fuse rope_kv) up to kFusedMaxTokens tokens.
+  bool matmul_rope_kv(const Stream& s, const Tensor& x, const Tensor& w, const MatmulFusion& fusion,
+                      Tensor& scratch, Tensor& qkv, const Tensor& positions,
+                      const Tensor& inv_freq, const Tensor& slots, KvLayer& kv) override;
   void attention(const Stream& s, const Tensor& q, const KvLayer& kv, const AttentionMeta& meta,
                  float scale, Tensor& out) override;
   void silu_mul(const Stream& s, const Tensor& gate_up, Tensor& out) override;
@@ -149,8 +157,11 @@ class CudaBackend final : public Backend {
   bool ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const;
   // matmul_fused / matmul_swiglu (the SwiGLU epilogue: out [T, N/2]) after their checks: the
   // skinny kernel with the fusions that apply, else composed.
+  // rope_kv: the rope_kv epilogue's fields (SkinnyArgs::rope_positions ...; the skinny kernel then
+  // runs whatever the prologue; the caller checked that it can).
   void run_fused(const Stream& s, const Tensor& x, const Tensor& w, const MatmulFusion& f,
-                 Tensor& scratch, Tensor& out, bool swiglu);
+                 Tensor& scratch, Tensor& out, bool swiglu,
+                 const kernels::SkinnyArgs* rope_kv = nullptr);
   // accumulate: out += x·wᵀ (the residual epilogue; cuBLASLt with beta = 1).
   void run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, Tensor& out,
                 cudaStream_t stream, bool accumulate = false);

@@ -4,8 +4,8 @@
 //   16-byte aligned (grid: head chunks x tokens), else one thread per rotated pair (token, head,
 //   i < hd/2) over q's and k's heads together, blocks of 256 threads, 1-D grid. Pairing
 //   (i, i + hd/2) (rotate-half, as HF transformers).
-//   angle = float(pos) * inv_freq[i] in fp32, then sincosf (full range reduction: positions up
-//   to 2^24 stay exact). Limits: hd even, T * (nq + nk) * hd/2 < 2^62.
+//   angle = float(pos) * inv_freq[i] in fp32, then sincosf (rope.cuh's rope_rotate, which the
+//   skinny GEMV's rope_kv epilogue shares). Limits: hd even, T * (nq + nk) * hd/2 < 2^62.
 // kv_store: one thread per 16-byte chunk (8 bf16) of a row when rows, strides and pointers allow
 //   it, else one thread per element; 1-D grid of 256-thread blocks. Pools are rows of `width`
 //   elements (slot = block * block_size + offset). A slot outside [0, num_slots) is skipped: in
@@ -23,6 +23,7 @@
 #include "ridge/kernels/cuda/elementwise/device_util.cuh"
 #include "ridge/kernels/cuda/elementwise/elementwise.h"
 #include "ridge/kernels/cuda/pdl.cuh"
+#include "ridge/kernels/cuda/rope.cuh"
 
 namespace ridge::kernels {
 namespace {
@@ -44,12 +45,11 @@ __global__ void rope_kernel(uint16_t* __restrict__ q, int64_t ld_q, int64_t nq,
   const int64_t heads = nq + nk;
   const int64_t t = th / heads, h = th % heads;
   uint16_t* x = h < nq ? q + t * ld_q + h * 2 * half : k + t * ld_k + (h - nq) * 2 * half;
-  const float angle = float(positions[t]) * inv_freq[i];
-  float s, c;
-  sincosf(angle, &s, &c);
-  const float a = bf16_bits_to_f32(x[i]), b = bf16_bits_to_f32(x[i + half]);
-  x[i] = f32_to_bf16_bits(a * c - b * s);
-  x[i + half] = f32_to_bf16_bits(b * c + a * s);
+  float ra, rb;
+  rope_rotate(bf16_bits_to_f32(x[i]), bf16_bits_to_f32(x[i + half]), float(positions[t]),
+              inv_freq[i], ra, rb);
+  x[i] = f32_to_bf16_bits(ra);
+  x[i + half] = f32_to_bf16_bits(rb);
 }
 
 // Rotates the 8 pairs x[i0..i0+8) / x[i0+half..i0+half+8) in place (16-byte accesses); the
@@ -68,10 +68,10 @@ __device__ __forceinline__ void rope8(uint16_t* x, int i0, int half, float pos,
     for (int e = 0; e < 2; ++e) {
       const float av = __uint_as_float(e ? (a[w] & 0xffff0000u) : (a[w] << 16));
       const float bv = __uint_as_float(e ? (b[w] & 0xffff0000u) : (b[w] << 16));
-      float sn, cs;
-      sincosf(pos * inv_freq[i0 + 2 * w + e], &sn, &cs);
-      oa |= uint32_t(f32_to_bf16_bits(av * cs - bv * sn)) << (16 * e);
-      ob |= uint32_t(f32_to_bf16_bits(bv * cs + av * sn)) << (16 * e);
+      float rav, rbv;
+      rope_rotate(av, bv, pos, inv_freq[i0 + 2 * w + e], rav, rbv);
+      oa |= uint32_t(f32_to_bf16_bits(rav)) << (16 * e);
+      ob |= uint32_t(f32_to_bf16_bits(rbv)) << (16 * e);
     }
     ra[w] = oa;
     rb[w] = ob;

@@ -116,6 +116,23 @@ struct SkinnyArgs {
   // stage_steps). Measured on the H200 (run 14): 512×8192 at M = 1 9.0 → 6.1 µs, 1024×4096
   // 5.9 → 5.8; on the Llama projections the automatic choice is no split (forced 2 or 4 lose).
   int split_k = 0;
+  // Epilogue rope_kv (decode q|k|v; on when rope_positions is set): W stacks q, k and v rows
+  // (N = q_dim + 2·kv_dim, head_dim % 16 == 0), and each block takes 8 rows i of a q or k head's
+  // first half with their partners i + head_dim/2 as the two 8-row halves of its MMA tile (v rows
+  // in plain 16-row tiles), so that a rotated pair meets in one thread: the RoPE of
+  // rope_kv_store_bf16 (rotate-half, angle = position · inv_freq[i], sincosf) on the bf16-rounded
+  // products, q and k rotated into Y, v into Y as it is, and k and v into the KV pools at each
+  // token's slot (skipped outside [0, num_slots); E4M3 when kv_fp8). Bitwise what the plain
+  // product followed by rope_kv_store_bf16 leaves in Y and the pools. No residual, no f32 output,
+  // no sums of squares, no swiglu, no staged steps, no split.
+  const int32_t* rope_positions = nullptr;  // [M]
+  const float* rope_inv_freq = nullptr;     // [head_dim / 2]
+  const int32_t* rope_slots = nullptr;      // [M]
+  void* k_pool = nullptr;                   // [num_slots, kv_dim] bf16 or E4M3
+  void* v_pool = nullptr;
+  int64_t num_slots = 0;
+  bool kv_fp8 = false;
+  int q_dim = 0, kv_dim = 0, head_dim = 0;
 };
 constexpr int skinny_max_stage_steps = 6;
 constexpr int skinny_max_split_k = 8;

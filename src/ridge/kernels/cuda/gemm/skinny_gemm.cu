@@ -34,8 +34,13 @@
 // reduction; silu(g)·u costs one exp per output. (SwiGLU as a prologue of the down projection
 // lost: every block of it recomputed the whole row, bound by the special-function units;
 // docs/KERNELS.md.)
+// Epilogue rope_kv (q|k|v of a decode step, gemm.h): the same pairing for RoPE: a block's two
+// 8-row halves are rows i and i + hd/2 of a q or k head (v rows in plain 16-row tiles), so that a
+// rotated pair meets in one thread; it stores q and k rotated and v into Y, and k and v into the
+// KV pools, which saves the rope_kv_store kernel and its round trip.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -46,6 +51,7 @@
 #include "ridge/kernels/cuda/gemm/launch.h"
 #include "ridge/kernels/cuda/gemm/stream_load.cuh"
 #include "ridge/kernels/cuda/pdl.cuh"
+#include "ridge/kernels/cuda/rope.cuh"
 
 namespace ridge::kernels {
 namespace {
@@ -137,6 +143,33 @@ __device__ __forceinline__ void finish_inv_rms(const SkinnyArgs& a, int m0,
   }
 }
 
+// rope_kv: the weight rows behind MMA rows g (first) and g + 8 (second) of 16-row unit u, and
+// the pair's inv_freq index (q and k units: rows i and i + hd/2 of one head), or -1 (v units:
+// plain rows).
+struct RopeRows {
+  int first, second, freq;
+};
+__device__ __forceinline__ RopeRows rope_rows(const SkinnyArgs& a, int u, int g) {
+  const int half = a.head_dim / 2, per_head = half / 8;
+  const int qk_units = (a.q_dim + a.kv_dim) / 16;
+  if (u < qk_units) {
+    const int i = (u % per_head) * 8 + g;
+    const int n = (u / per_head) * a.head_dim + i;
+    return {n, n + half, i};
+  }
+  const int n = a.q_dim + a.kv_dim + (u - qk_units) * 16 + g;
+  return {n, n + 8, -1};
+}
+
+// rope_kv: one value into a KV pool row (bf16 as stored in Y, or E4M3 as kv_store rounds it).
+__device__ __forceinline__ void store_pool(void* pool, bool fp8, int64_t elem, bf16 v) {
+  if (fp8)
+    static_cast<uint8_t*>(pool)[elem] =
+        uint8_t(__nv_cvt_float_to_fp8(__bfloat162float(v), __NV_SATFINITE, __NV_E4M3));
+  else
+    static_cast<bf16*>(pool)[elem] = v;
+}
+
 // The end of a row tile: the warps' partial sums (each warp a slice of K) are reduced through
 // shared memory in a fixed order and stored with the epilogue `a` asks for. The caller
 // synchronizes before the next tile writes reduce_smem and reg_ss again.
@@ -145,7 +178,7 @@ __device__ __forceinline__ void finish_inv_rms(const SkinnyArgs& a, int m0,
 // ranks' parts in rank order (distributed shared memory) and runs the epilogue alone; a second
 // barrier keeps the other CTAs, and so their shared memory, alive until rank 0 has read it.
 // Returns false on the CTAs that stored nothing.
-template <int RT, int NG, SkinnyPrologue P, bool SPLIT>
+template <int RT, int NG, SkinnyPrologue P, bool SPLIT, bool ROPE>
 __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&acc)[RT][NG][4],
                                             int tile, int m0, float* reduce_smem,
                                             const float* inv_rms, float (*reg_ss)[4],
@@ -198,6 +231,43 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
     }
   };
 
+  if constexpr (ROPE) {
+    // As swiglu: registers r < 2 hold the first rows of the unit's pairs, r + 2 their partners;
+    // one thread per pair, each value rounded to bf16 first (as the plain product stores it and
+    // rope_kv_store_bf16 reads it back).
+    const int half = a.head_dim / 2;
+    for (int e = threadIdx.x; e < kRegs * 16; e += kSkinnyThreads) {
+      const int pair = e >> 5, ln = e & 31;
+      const int reg = (pair >> 1) * 4 + (pair & 1);
+      float s1 = reduced(reg * 32 + ln), s2 = reduced((reg + 2) * 32 + ln);
+      const int rt = reg / (NG * 4), j = (reg >> 2) % NG;
+      const int u = tile * RT + rt;
+      const int m = m0 + j * 8 + (ln & 3) * 2 + (reg & 1);
+      if (u >= N / 16 || m >= M) continue;
+      if constexpr (P == SkinnyPrologue::rms_sumsq) s1 *= inv_rms[m - m0], s2 *= inv_rms[m - m0];
+      const RopeRows r = rope_rows(a, u, ln >> 2);
+      bf16 o1 = __float2bfloat16(s1), o2 = __float2bfloat16(s2);
+      if (r.freq >= 0) {
+        float ra, rb;
+        rope_rotate(__bfloat162float(o1), __bfloat162float(o2), float(a.rope_positions[m]),
+                    a.rope_inv_freq[r.freq], ra, rb);
+        o1 = __float2bfloat16(ra), o2 = __float2bfloat16(rb);
+      }
+      bf16* y = static_cast<bf16*>(a.Y) + static_cast<size_t>(m) * N;
+      y[r.first] = o1;
+      y[r.second] = o2;
+      if (r.first < a.q_dim) continue;  // q: Y only
+      const int64_t slot = a.rope_slots[m];
+      if (slot < 0 || slot >= a.num_slots) continue;
+      const bool is_v = r.freq < 0;
+      const int col = r.first - a.q_dim - (is_v ? a.kv_dim : 0);
+      void* pool = is_v ? a.v_pool : a.k_pool;
+      const int64_t at = slot * a.kv_dim + col;
+      store_pool(pool, a.kv_fp8, at, o1);
+      store_pool(pool, a.kv_fp8, at + (r.second - r.first), o2);
+    }
+    return true;
+  }
   if (a.swiglu) {
     // Registers r < 2 of the C fragment hold gate rows, r + 2 the up rows of the same outputs:
     // one thread per (gate, up) pair; each rounded to bf16 first, as the product stored and
@@ -292,7 +362,8 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
 // SPLIT: split-K over a cluster of gridDim.z CTAs (cluster dims 1 × 1 × gridDim.z): rank r takes
 // the steps [r·steps/S, (r+1)·steps/S) of every row tile and finish_tile reduces the ranks; one
 // block per row tile (no persistence) and no staging.
-template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P, bool SPLIT = false>
+template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P, bool SPLIT = false,
+          bool ROPE = false>
 __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     skinny_gemm_kernel(const SkinnyArgs a) {
   constexpr int MT = 8 * NG;
@@ -324,7 +395,10 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         int n;
-        if (a.swiglu) {
+        if constexpr (ROPE) {
+          const RopeRows r = rope_rows(a, min(tile * RT + rt, N / 16 - 1), g);
+          n = h == 0 ? r.first : r.second;
+        } else if (a.swiglu) {
           const int f = min((tile * RT + rt) * 8 + g, F - 1);
           n = h == 0 ? f : F + f;
         } else {
@@ -370,7 +444,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   // Weights do not depend on the previous kernel: start streaming them before waiting for it.
   pdl::launch_dependents();
   if (s_begin + warp < steps) load_step(cur, wrow, s_begin + warp);
-  constexpr bool kCanStage = NG == 1 && RT == 1 && P == SkinnyPrologue::none && !SPLIT;
+  constexpr bool kCanStage = NG == 1 && RT == 1 && P == SkinnyPrologue::none && !SPLIT && !ROPE;
   constexpr int kSlots = RT * 2 * KU;  // 16-byte loads per thread and step
   [[maybe_unused]] uint4* const stage =
       reinterpret_cast<uint4*>(reduce_smem + kSkinnyWarps * kRegs * 32);
@@ -474,11 +548,11 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     first = false;
     if constexpr (SPLIT) {
       // One row tile per CTA: the split part sits after the warps' partials.
-      finish_tile<RT, NG, P, true>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss,
+      finish_tile<RT, NG, P, true, false>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss,
                                    reduce_smem + kSkinnyWarps * kRegs * 32);
       break;
     } else {
-      finish_tile<RT, NG, P, false>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss, nullptr);
+      finish_tile<RT, NG, P, false, ROPE>(a, acc, tile, m0, reduce_smem, inv_rms, reg_ss, nullptr);
     }
     if (!has_next) break;
     __syncthreads();  // reduce_smem and reg_ss are read before the next tile writes them
@@ -490,7 +564,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   }
 }
 
-template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P>
+template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P, bool ROPE = false>
 void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   constexpr int MT = 8 * NG;
   const size_t base_smem = sizeof(float) * kSkinnyWarps * RT * NG * 4 * 32;
@@ -499,7 +573,7 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   const int stage_steps = NG == 1 && RT == 1 && P == SkinnyPrologue::none ? a.stage_steps : 0;
   const size_t smem =
       base_smem + size_t(stage_steps) * kSkinnyThreads * RT * 2 * KU * sizeof(uint4);
-  auto kernel = skinny_gemm_kernel<NG, RT, KU, MIN_BLOCKS, P>;
+  auto kernel = skinny_gemm_kernel<NG, RT, KU, MIN_BLOCKS, P, false, ROPE>;
   static size_t smem_opted_in = 48 * 1024;  // per configuration; launches come from one thread
   if (smem > smem_opted_in) {
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
@@ -525,7 +599,7 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
           ? std::min(n_tiles, resident)
           : n_tiles;
   // Split-K (compiled for up to 16 tokens with one row tile per warp, SkinnyArgs::split_k).
-  if constexpr (NG <= 2 && RT == 1) {
+  if constexpr (NG <= 2 && RT == 1 && !ROPE) {
     const int all_steps = (a.K + 32 * KU - 1) / (32 * KU);
     int split = a.split_k;
     if (split == 0) {  // automatic (never with staged steps, which need the unsplit kernel)
@@ -550,14 +624,14 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
       pdl::launch(a.pdl_launch, kernel, grid, dim3(kSkinnyThreads), smem, stream, a));
 }
 
-// The prologue configurations: 8 or 16 tokens per block.
-template <SkinnyPrologue P>
+// The prologue (and rope_kv epilogue) configurations: 8 or 16 tokens per block.
+template <SkinnyPrologue P, bool ROPE = false>
 void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
   static_assert(skinny_sumsq_rows == 16, "the prologue configurations have one 16-row tile per warp");
   if (a.M <= 8)
-    launch_skinny_config<1, 1, 4, 2, P>(a, stream);
+    launch_skinny_config<1, 1, 4, 2, P, ROPE>(a, stream);
   else
-    launch_skinny_config<2, 1, 4, 2, P>(a, stream);
+    launch_skinny_config<2, 1, 4, 2, P, ROPE>(a, stream);
 }
 
 }  // namespace
@@ -566,7 +640,15 @@ namespace detail {
 
 void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream,
                    int tokens_per_block) {
-  // The prologues exist for up to 16 tokens (decode at small batch), the plain kernel for any M.
+  // The prologues and the rope_kv epilogue exist for up to 16 tokens (decode at small batch), the
+  // plain kernel for any M.
+  if (a.rope_positions) {
+    if (prologue == SkinnyPrologue::rms_sumsq)
+      launch_with_prologue<SkinnyPrologue::rms_sumsq, true>(a, stream);
+    else
+      launch_with_prologue<SkinnyPrologue::none, true>(a, stream);
+    return;
+  }
   switch (prologue) {
     case SkinnyPrologue::rms_sumsq: launch_with_prologue<SkinnyPrologue::rms_sumsq>(a, stream); return;
     case SkinnyPrologue::none: break;
