@@ -759,6 +759,17 @@ void CudaBackend::kv_store(const Stream& s, const Tensor& k, const Tensor& v, co
                          fp8, stream_of(s));
 }
 
+namespace {
+// The paged pools the fused RoPE + KV store kernels write: device, contiguous [blocks,
+// block_size, kv_heads, hd], bf16 or E4M3, K and V alike.
+bool kv_pools_ok(const KvLayer& kv, int64_t hd) {
+  return kv.k.device == Device::cuda &&
+         (kv.k.dtype == DType::bf16 || kv.k.dtype == DType::fp8_e4m3) && kv.k.ndim == 4 &&
+         kv.k.is_contiguous() && kv.v.is_contiguous() && kv.v.device == Device::cuda &&
+         kv.v.dtype == kv.k.dtype && kv.v.shape == kv.k.shape && kv.k.shape[3] == hd;
+}
+}  // namespace
+
 void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Tensor& v,
                                 const Tensor& positions, const Tensor& inv_freq,
                                 const Tensor& slots, KvLayer& kv) {
@@ -767,12 +778,7 @@ void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Ten
   expect_2d(v, DType::bf16, "rope_kv_store", "v");
   const int64_t T = q.shape[0], hd = 2 * inv_freq.numel();
   const bool fp8 = kv.k.dtype == DType::fp8_e4m3;
-  const bool pools_ok = kv.k.device == Device::cuda && (kv.k.dtype == DType::bf16 || fp8) &&
-                        kv.k.ndim == 4 && kv.k.is_contiguous() && kv.v.is_contiguous() &&
-                        kv.v.device == Device::cuda &&
-                        kv.v.dtype == kv.k.dtype && kv.v.shape == kv.k.shape &&
-                        kv.k.shape[3] == hd;
-  if (fuse_rope_kv_ && pools_ok && q.dtype == DType::bf16 && k.dtype == DType::bf16 &&
+  if (fuse_rope_kv_ && kv_pools_ok(kv, hd) && q.dtype == DType::bf16 && k.dtype == DType::bf16 &&
       v.dtype == DType::bf16 && q.ndim == 2 && k.ndim == 2 && v.ndim == 2 && q.stride[1] == 1 &&
       k.stride[1] == 1 && v.stride[1] == 1 && k.shape[0] == T && v.shape == k.shape &&
       k.shape[1] == kv.k.shape[2] * hd && q.shape[1] % hd == 0 &&
@@ -800,11 +806,7 @@ bool CudaBackend::matmul_rope_kv(const Stream& s, const Tensor& x, const Tensor&
     return false;
   const int64_t T = x.shape[0], N = w.shape[0], K = w.shape[1], hd = 2 * inv_freq.numel();
   const bool fp8 = kv.k.dtype == DType::fp8_e4m3;
-  const bool pools_ok = kv.k.device == Device::cuda && (kv.k.dtype == DType::bf16 || fp8) &&
-                        kv.k.ndim == 4 && kv.k.is_contiguous() && kv.v.is_contiguous() &&
-                        kv.v.device == Device::cuda && kv.v.dtype == kv.k.dtype &&
-                        kv.v.shape == kv.k.shape && kv.k.shape[3] == hd;
-  if (!pools_ok || hd % 16 != 0) return false;
+  if (!kv_pools_ok(kv, hd) || hd % 16 != 0) return false;
   const int64_t kv_dim = kv.k.shape[2] * hd, q_dim = N - 2 * kv_dim;
   // The norm, where it is not the fused 1/rms scale, writes scratch, which the kernel then reads.
   const bool in_ok = aligned16(x.data) && x.stride[0] % 8 == 0 &&
