@@ -224,10 +224,14 @@ void dequant_q6_k(const uint8_t* src, float* dst, int64_t n) {
 RIDGE_SIMD inline float f16c(uint16_t h) { return _cvtsh_ss(h); }
 
 // How far ahead the decode dot products prefetch their weight row (q4_0, q4_1, q8_0 a line a
-// block; q4_k, q5_k, q6_k every line of a 256-element block): ~9 % more decode tok/s for the
-// default model on the development VM (5 alternating runs, medians 81.8 and 75.0), ~15 % for
-// Q4_K / Q6_K models (4 runs, medians ~203 / ~177 against ~172 / ~154).
-constexpr int kPrefetchBytes = 640;
+// block; q4_k, q5_k, q6_k every line of a 256-element block). 640 bytes first gave ~9 % more
+// decode tok/s for the default model on the development VM and ~15 % for Q4_K / Q6_K models;
+// 2,048 bytes (about six Q4_1 rows of hidden 576 ahead) then took the default model's 256-token
+// `ridge run` to 0.74x the wall time of 640 (farm-bench, 9 alternating pairs; decode ~11.9 ->
+// ~8.3 ms a token), Q6_K 0.95x, Q4_K 0.99x; 1,024 was 1.09x slower than 2,048, 4,096 level
+// with it. (AVX-512 forms of the Q4_1 and Q8_0 dot products measured level with AVX2 at the same
+// distance, 0.99x: the loop waits on memory, not on instructions; not kept.)
+constexpr int kPrefetchBytes = 2048;
 
 RIDGE_SIMD inline __m256 nibbles_to_f32(__m128i bytes8) {  // 8 bytes (low 64 bits) -> 8 floats
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes8));
