@@ -283,9 +283,17 @@ void CpuBackend::attention(const Stream&, const Tensor& q, const KvLayer& kv,
         dequantize_row(pool.dtype, src, krow.data(), hd);
         return krow.data();
       };
+      // f32 pools: a page's rows of this head are kv_row bytes apart, read in place a page at a
+      // time (cpu::dot_rows / axpy_rows: four scores per pass over q, the output accumulator in
+      // registers); else one converted row at a time.
+      const bool paged = kv.k.dtype == DType::f32 && kv.v.dtype == DType::f32;
+      const int64_t stride = int64_t(kv_row / sizeof(float));
+      for (int32_t j0 = 0; paged && j0 <= pos; j0 += int32_t(block_size))
+        cpu::dot_rows(qh, kv_row_of(kv.k, j0), stride, std::min<int64_t>(block_size, pos + 1 - j0),
+                      hd, &scores[size_t(j0)]);
       float mx = -INFINITY;
       for (int32_t j = 0; j <= pos; ++j) {
-        scores[j] = dot(qh, kv_row_of(kv.k, j), hd) * scale;
+        scores[j] = (paged ? scores[j] : dot(qh, kv_row_of(kv.k, j), hd)) * scale;
         mx = std::max(mx, scores[j]);
       }
       double sum = 0;
@@ -294,7 +302,13 @@ void CpuBackend::attention(const Stream&, const Tensor& q, const KvLayer& kv,
         sum += scores[j];
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int32_t j = 0; j <= pos; ++j) cpu::axpy(scores[j], kv_row_of(kv.v, j), acc.data(), hd);
+      if (paged) {
+        for (int32_t j0 = 0; j0 <= pos; j0 += int32_t(block_size))
+          cpu::axpy_rows(&scores[size_t(j0)], kv_row_of(kv.v, j0), stride,
+                         std::min<int64_t>(block_size, pos + 1 - j0), hd, acc.data());
+      } else {
+        for (int32_t j = 0; j <= pos; ++j) cpu::axpy(scores[j], kv_row_of(kv.v, j), acc.data(), hd);
+      }
       float* o = frow(out, t) + h * hd;
       const float inv = float(1.0 / sum);
       for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;

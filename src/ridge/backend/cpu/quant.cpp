@@ -632,6 +632,56 @@ RIDGE_SIMD float dot_half_avx2(const uint16_t* w, const float* x, int64_t n, boo
   return r;
 }
 
+// Four rows' dot products with q at once (q loaded once per 8 columns for four FMAs); n % 8 == 0.
+RIDGE_SIMD void dot_rows_avx2(const float* q, const float* rows, int64_t stride, int64_t count,
+                              int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    const float* r = rows + i * stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; k += 8) {
+      const __m256 qk = _mm256_loadu_ps(q + k);
+      a0 = _mm256_fmadd_ps(qk, _mm256_loadu_ps(r + k), a0);
+      a1 = _mm256_fmadd_ps(qk, _mm256_loadu_ps(r + stride + k), a1);
+      a2 = _mm256_fmadd_ps(qk, _mm256_loadu_ps(r + 2 * stride + k), a2);
+      a3 = _mm256_fmadd_ps(qk, _mm256_loadu_ps(r + 3 * stride + k), a3);
+    }
+    // The four 8-lane sums at once: pairwise adds leave lane j of rows 0..3 in one vector.
+    const __m256 s01 = _mm256_hadd_ps(a0, a1), s23 = _mm256_hadd_ps(a2, a3);
+    const __m256 s = _mm256_hadd_ps(s01, s23);  // per 128-bit half: r0 r1 r2 r3 partial sums
+    _mm_storeu_ps(out + i, _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
+  }
+  for (; i < count; ++i) {
+    const float* r = rows + i * stride;
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; k += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + k), _mm256_loadu_ps(r + k), a);
+    out[i] = hsum(a);
+  }
+}
+
+// acc += sum_i w[i] row_i, 64 columns at a time in eight registers across all rows; n % 8 == 0.
+RIDGE_SIMD void axpy_rows_avx2(const float* w, const float* rows, int64_t stride, int64_t count,
+                               int64_t n, float* acc) {
+  int64_t k0 = 0;
+  for (; k0 + 64 <= n; k0 += 64) {
+    __m256 a[8];
+    for (int v = 0; v < 8; ++v) a[v] = _mm256_loadu_ps(acc + k0 + 8 * v);
+    for (int64_t i = 0; i < count; ++i) {
+      const __m256 wi = _mm256_set1_ps(w[i]);
+      const float* r = rows + i * stride + k0;
+      for (int v = 0; v < 8; ++v) a[v] = _mm256_fmadd_ps(wi, _mm256_loadu_ps(r + 8 * v), a[v]);
+    }
+    for (int v = 0; v < 8; ++v) _mm256_storeu_ps(acc + k0 + 8 * v, a[v]);
+  }
+  for (; k0 < n; k0 += 8) {
+    __m256 a = _mm256_loadu_ps(acc + k0);
+    for (int64_t i = 0; i < count; ++i)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), _mm256_loadu_ps(rows + i * stride + k0), a);
+    _mm256_storeu_ps(acc + k0, a);
+  }
+}
+
 const bool g_simd = [] {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -816,6 +866,22 @@ float dot_row(DType dtype, const void* w, const float* x, const float* bsum, int
   std::vector<float> row(static_cast<size_t>(n));
   dequantize_row_reference(dtype, w, row.data(), n);
   return dot(row.data(), x, n);
+}
+
+void dot_rows(const float* q, const float* rows, int64_t stride, int64_t count, int64_t n,
+              float* out) {
+#if RIDGE_X86
+  if (g_simd && n % 8 == 0) return dot_rows_avx2(q, rows, stride, count, n, out);
+#endif
+  for (int64_t i = 0; i < count; ++i) out[i] = dot(q, rows + i * stride, n);
+}
+
+void axpy_rows(const float* w, const float* rows, int64_t stride, int64_t count, int64_t n,
+               float* acc) {
+#if RIDGE_X86
+  if (g_simd && n % 8 == 0) return axpy_rows_avx2(w, rows, stride, count, n, acc);
+#endif
+  for (int64_t i = 0; i < count; ++i) axpy(w[i], rows + i * stride, acc, n);
 }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {

@@ -32,6 +32,14 @@ void dot_4x2(const float* w, int64_t ldw, const float* x0, const float* x1, int6
 void block_sums(const float* x, float* out, int64_t n);
 // y[i] += alpha * x[i]
 void axpy(float alpha, const float* x, float* y, int64_t n);
+// Attention over f32 KV rows read in place, a page at a time (`count` rows of n floats, `stride`
+// floats apart): out[i] = dot(q, row i) for i < count ...
+void dot_rows(const float* q, const float* rows, int64_t stride, int64_t count, int64_t n,
+              float* out);
+// ... and acc[0, n) += sum over i < count of w[i] * row i (the accumulator kept in registers
+// across the rows where n allows).
+void axpy_rows(const float* w, const float* rows, int64_t stride, int64_t count, int64_t n,
+               float* acc);
 // Stores n fp32 values as dtype (f32, f16, bf16 or fp8_e4m3, saturating at +-448) at dst.
 void store_row(DType dtype, const float* src, void* dst, int64_t n);
 bool simd_available();
