@@ -6,9 +6,13 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+
+#include <fmt/format.h>
 
 #include "ridge/core/log.h"
 #include "ridge/engine/device_sampler.h"
@@ -90,6 +94,10 @@ struct Engine::Impl {
   std::vector<DeviceSampleRow> device_rows;
   std::vector<SampleResult> device_results;
   std::vector<float> host_logits;  // device logits copied back when the device declines
+  // RIDGE_STEP_LOG=FILE: one line per step (when it started, what it held, where its time went),
+  // for finding where a serving run's time goes (scripts/device/step_log.py reads it).
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log{nullptr, &std::fclose};
+  Clock::time_point started = Clock::now();
 
   // Shared with submit(), cancel() and shutdown().
   std::mutex mu;
@@ -126,6 +134,16 @@ Engine::Impl::Impl(ModelBundle& b, const EngineConfig& c)
   metrics.tpot = Histogram(tpot_bounds());
   metrics.e2e = Histogram(e2e_bounds());
   refresh_metrics();
+  if (const char* path = std::getenv("RIDGE_STEP_LOG"); path && *path) {
+    step_log.reset(std::fopen(path, "w"));
+    if (!step_log)
+      log::warn("engine: RIDGE_STEP_LOG: cannot write '{}'; no step log", path);
+    else
+      std::fputs(
+          "t_ms,seqs,decodes,prefill_tokens,sampled,running,waiting,forward_ms,sample_ms,output_"
+          "ms\n",
+          step_log.get());
+  }
   log::info(
       "engine: max_num_seqs {}, max_num_batched_tokens {}, max_model_len {}, KV {} blocks "
       "of {} tokens, prefix caching {}",
@@ -207,8 +225,9 @@ void Engine::Impl::step() {
     for (const ScheduledChunk& c : out.chunks) scheduler.finish(c.seq->seq_id, "error", e.what());
     return;
   }
+  const double forward_s = seconds(Clock::now() - t_forward);
   {
-    const double s = seconds(Clock::now() - t_forward);
+    const double s = forward_s;
     const bool decode_only = size_t(out.num_decodes) == out.chunks.size();
     std::lock_guard lock(metrics_mu);
     metrics.seconds_forward += s;
@@ -278,6 +297,15 @@ void Engine::Impl::step() {
   for (const ScheduledChunk& c : out.chunks)
     if (c.wants_logits && c.seq->status != SequenceStatus::finished) emit(*c.seq, false);
   add_seconds(&EngineMetrics::seconds_output, t_output);
+  if (step_log) {
+    const auto end = Clock::now();
+    fmt::print(step_log.get(), "{:.3f},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n",
+               1e3 * seconds(t_schedule - started), out.chunks.size(), out.num_decodes,
+               out.num_tokens - out.num_decodes, sampled.size(), scheduler.num_running(),
+               scheduler.num_waiting(), 1e3 * forward_s, 1e3 * seconds(t_output - t_sample),
+               1e3 * seconds(end - t_output));
+    std::fflush(step_log.get());  // read while the server runs
+  }
 }
 
 void Engine::Impl::emit(Sequence& s, bool finished) {
