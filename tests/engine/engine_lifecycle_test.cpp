@@ -131,8 +131,10 @@ TEST_F(EngineLifecycle, FullQueueRefuses) {
   expect_rejected(e, request("q", 5, 2), RequestRejected::Kind::queue_full, {"max_queue 0"});
 }
 
-// Cancelling mid-generation: at most the step in flight adds a token, the final output says
-// "abort", and by then the metrics show its blocks returned.
+// Cancelling mid-generation: the final output says "abort" and by then the metrics show its
+// blocks returned. Tokens reach the caller one step late (a step's tokens go out while the next
+// step runs), so when the caller cancels after seeing n tokens, one computed token may not have
+// reached it yet and one more step may be in flight: the final output adds at most those two.
 TEST_F(EngineLifecycle, CancelReturnsBlocksWithinAStep) {
   SCOPED_TRACE(seed_);
   for (bool caching : {false, true}) {
@@ -148,7 +150,7 @@ TEST_F(EngineLifecycle, CancelReturnsBlocksWithinAStep) {
     ASSERT_TRUE(col.wait_finished({"c"}, 30));
     const Collected got = col.get("c");
     EXPECT_EQ(got.finish_reason, "abort");
-    EXPECT_LE(got.tokens.size(), before + 1);
+    EXPECT_LE(got.tokens.size(), before + 2);
     const EngineMetrics m = e.metrics();
     EXPECT_EQ(m.kv_blocks_used, 0);
     EXPECT_EQ(m.running, 0);

@@ -63,13 +63,20 @@ void PenaltyHistory::update(std::span<const int32_t> prompt, std::span<const int
 
 bool DeviceSampler::sample(const backend::Stream& stream, const Tensor& logits,
                            std::span<const DeviceSampleRow> rows, std::vector<SampleResult>& out) {
+  if (!launch(stream, logits, rows)) return false;
+  finish(stream, rows, out);
+  return true;
+}
+
+bool DeviceSampler::launch(const backend::Stream& stream, const Tensor& logits,
+                           std::span<const DeviceSampleRow> rows) {
   if (!available_) return false;
   const int64_t R = int64_t(rows.size());
+  top_n_ = 0;
+  if (R == 0) return true;  // a step of prefill chunks only may have no logits at all
   RIDGE_CHECK(logits.ndim == 2 && logits.shape[0] >= R,
               "device sampler: {} rows to sample from logits {}", R, logits.describe());
-  const int64_t V = logits.shape[1];
-  out.resize(size_t(R));
-  if (R == 0) return true;
+  vocab_ = logits.shape[1];
   rows_.clear();
   penalty_tokens_.clear();
   penalty_counts_.clear();
@@ -107,8 +114,21 @@ bool DeviceSampler::sample(const backend::Stream& stream, const Tensor& logits,
     available_ = false;
     return false;
   }
+  top_n_ = top_n;
+  return true;
+}
+
+void DeviceSampler::finish(const backend::Stream& stream, std::span<const DeviceSampleRow> rows,
+                           std::vector<SampleResult>& out) {
+  const int64_t R = int64_t(rows.size());
+  const int64_t V = vocab_;
+  const int32_t top_n = top_n_;
+  out.resize(size_t(R));
+  if (R == 0) return;
+  // The download waits for the stream (a pageable destination): it comes here, not in launch().
+  const size_t words = size_t(2 * R + 2 * R * top_n);
   host_.resize(words);
-  backend_.download(stream, host_.data(), base, words * 4);
+  backend_.download(stream, host_.data(), device_.data(), words * 4);
   backend_.synchronize(stream);
   const uint32_t* h = host_.data();
   for (int64_t r = 0; r < R; ++r) {
@@ -124,7 +144,6 @@ bool DeviceSampler::sample(const backend::Stream& stream, const Tensor& logits,
       res.top.push_back(t);
     }
   }
-  return true;
 }
 
 }  // namespace ridge::engine

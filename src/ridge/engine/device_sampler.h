@@ -69,6 +69,15 @@ class DeviceSampler {
   // stays false: sample on the host from now on). Synchronizes `stream`.
   bool sample(const backend::Stream& stream, const Tensor& logits,
               std::span<const DeviceSampleRow> rows, std::vector<SampleResult>& out);
+  // sample() in two halves, so that the host can do other work while the device runs: launch()
+  // queues the sampling on `stream` behind whatever is queued there (the step's forward) and
+  // returns without waiting (false, doing nothing, when the backend cannot: as sample());
+  // finish() downloads the results, waits for the stream and fills out[i] for rows[i]. `rows`
+  // (and what it points to) must be the same in both calls.
+  bool launch(const backend::Stream& stream, const Tensor& logits,
+              std::span<const DeviceSampleRow> rows);
+  void finish(const backend::Stream& stream, std::span<const DeviceSampleRow> rows,
+              std::vector<SampleResult>& out);
   // False once the backend declined.
   bool available() const { return available_; }
 
@@ -78,6 +87,8 @@ class DeviceSampler {
   std::vector<backend::SampleRow> rows_;
   std::vector<int32_t> penalty_tokens_, penalty_counts_;
   backend::Buffer device_;  // tokens [R], logprobs [R], top ids [R, N], top logprobs [R, N]
+  int32_t top_n_ = 0;       // of the launched step
+  int64_t vocab_ = 0;
   std::vector<uint32_t> host_;
 };
 

@@ -75,6 +75,9 @@ struct Engine::Impl {
   void step();
   void emit(Sequence& s, bool finished);
   void emit_finished();
+  // Hands out the tokens of the sequences in to_emit (the last step's, deferred so that they go
+  // out while the device runs the next step); returns the seconds it took.
+  double flush_outputs();
   void refresh_metrics();
   void add_seconds(double EngineMetrics::*field, Clock::time_point since);
   void stop(bool drain);
@@ -94,6 +97,10 @@ struct Engine::Impl {
   std::vector<DeviceSampleRow> device_rows;
   std::vector<SampleResult> device_results;
   std::vector<float> host_logits;  // device logits copied back when the device declines
+  // Running sequences with tokens of the last step still to hand out (flush_outputs). A sequence
+  // leaves it before it is destroyed (emit_finished).
+  std::vector<Sequence*> to_emit;
+  bool in_flush = false;  // an output callback's failure then ends its sequence between steps
   // RIDGE_STEP_LOG=FILE: one line per step (when it started, what it held, where its time went),
   // for finding where a serving run's time goes (scripts/device/step_log.py reads it).
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log{nullptr, &std::fclose};
@@ -193,6 +200,7 @@ void Engine::Impl::loop() {
       emit_finished();
       add_seconds(&EngineMetrics::seconds_between, t_after);
     }
+    if (!scheduler.has_work()) flush_outputs();
     if (exit_when_idle && !scheduler.has_work()) {
       std::lock_guard lock(mu);
       if (inbox.empty()) break;  // nothing can arrive any more: submit refuses while stopping
@@ -210,36 +218,33 @@ void Engine::Impl::step() {
   const auto t_schedule = Clock::now();
   SchedulerOutput out = scheduler.schedule();
   add_seconds(&EngineMetrics::seconds_schedule, t_schedule);
-  if (out.empty()) return;
+  if (out.empty()) {
+    flush_outputs();
+    return;
+  }
   const auto t_forward = Clock::now();
   const bool on_device = config.device_sampling && device_sampler.available();
   std::span<float> logits;
   const Tensor* device_logits = nullptr;
   try {
     if (on_device)
-      device_logits = &runner.execute_on_device(out);
+      device_logits = &runner.execute_on_device(out);  // queued: the device may still run it
     else
       logits = runner.execute(out);
   } catch (const std::exception& e) {
     log::error("engine: step of {} tokens failed: {}", out.num_tokens, e.what());
+    try {
+      bundle.backend->synchronize({});  // nothing queued may still use the blocks freed below
+    } catch (const std::exception&) {
+    }
     for (const ScheduledChunk& c : out.chunks) scheduler.finish(c.seq->seq_id, "error", e.what());
     return;
   }
-  const double forward_s = seconds(Clock::now() - t_forward);
-  {
-    const double s = forward_s;
-    const bool decode_only = size_t(out.num_decodes) == out.chunks.size();
-    std::lock_guard lock(metrics_mu);
-    metrics.seconds_forward += s;
-    (decode_only ? metrics.seconds_forward_decode : metrics.seconds_forward_prefill) += s;
-    ++(decode_only ? metrics.steps_decode : metrics.steps_prefill);
-    (decode_only ? metrics.tokens_decode_steps : metrics.tokens_prefill_steps) += out.num_tokens;
-  }
-  const auto t_sample = Clock::now();
-  // Device sampling: every row in one call, only tokens and logprobs come back. When the backend
-  // declines (no device sampler), this step's logits are sampled on the host and later steps
-  // stay there.
-  bool device_sampled = false;
+  // Device sampling: every row in one call queued behind the forward, only tokens and logprobs
+  // come back. While the device runs both, the previous step's tokens go out (flush_outputs);
+  // then the host waits. When the backend declines (no device sampler), this step's logits are
+  // sampled on the host and later steps stay there.
+  bool device_sampled = false, launched = false;
   if (on_device) {
     device_rows.clear();
     for (const ScheduledChunk& c : out.chunks) {
@@ -250,9 +255,17 @@ void Engine::Impl::step() {
         s.penalties.update(s.prompt(), s.output(), vocab, sp.repetition_penalty != 1.0f);
       device_rows.push_back({&sp, uint64_t(s.num_output_tokens()), &s.penalties});
     }
-    device_sampled = device_rows.empty() ||
-                     device_sampler.sample({}, *device_logits, device_rows, device_results);
-    if (!device_sampled) {
+    launched = device_sampler.launch({}, *device_logits, device_rows);
+  }
+  const double flush_s = flush_outputs();
+  if (on_device) {
+    if (launched && !device_rows.empty()) {
+      device_sampler.finish({}, device_rows, device_results);
+      device_sampled = true;
+    } else if (launched) {  // no logits wanted: wait for the step all the same
+      bundle.backend->synchronize({});
+      device_sampled = true;
+    } else {
       const size_t n = device_rows.size() * size_t(vocab);
       if (device_logits->device == Device::cpu) {
         logits = {device_logits->ptr<float>(), n};
@@ -264,6 +277,17 @@ void Engine::Impl::step() {
       }
     }
   }
+  // The step on the device (its sampling kernels included), less the outputs handed out meanwhile.
+  const double forward_s = seconds(Clock::now() - t_forward) - flush_s;
+  {
+    const bool decode_only = size_t(out.num_decodes) == out.chunks.size();
+    std::lock_guard lock(metrics_mu);
+    metrics.seconds_forward += forward_s;
+    (decode_only ? metrics.seconds_forward_decode : metrics.seconds_forward_prefill) += forward_s;
+    ++(decode_only ? metrics.steps_decode : metrics.steps_prefill);
+    (decode_only ? metrics.tokens_decode_steps : metrics.tokens_prefill_steps) += out.num_tokens;
+  }
+  const auto t_sample = Clock::now();
   sampled.clear();
   const auto now = Clock::now();
   size_t row = 0;
@@ -294,8 +318,10 @@ void Engine::Impl::step() {
     ++metrics.steps;
     metrics.generation_tokens_total += int64_t(sampled.size());
   }
+  // Handed out during the next step's forward (or before, when nothing runs then: see
+  // flush_outputs); a sequence that finished goes out with its final output instead.
   for (const ScheduledChunk& c : out.chunks)
-    if (c.wants_logits && c.seq->status != SequenceStatus::finished) emit(*c.seq, false);
+    if (c.wants_logits && c.seq->status != SequenceStatus::finished) to_emit.push_back(c.seq);
   add_seconds(&EngineMetrics::seconds_output, t_output);
   if (step_log) {
     const auto end = Clock::now();
@@ -303,9 +329,23 @@ void Engine::Impl::step() {
                1e3 * seconds(t_schedule - started), out.chunks.size(), out.num_decodes,
                out.num_tokens - out.num_decodes, sampled.size(), scheduler.num_running(),
                scheduler.num_waiting(), 1e3 * forward_s, 1e3 * seconds(t_output - t_sample),
-               1e3 * seconds(end - t_output));
+               1e3 * (seconds(end - t_output) + flush_s));
     std::fflush(step_log.get());  // read while the server runs
   }
+}
+
+double Engine::Impl::flush_outputs() {
+  if (to_emit.empty()) return 0;
+  const auto t0 = Clock::now();
+  in_flush = true;
+  for (Sequence* s : to_emit)
+    if (s->status != SequenceStatus::finished && !s->pending.empty()) emit(*s, false);
+  in_flush = false;
+  to_emit.clear();
+  const double s = seconds(Clock::now() - t0);
+  std::lock_guard lock(metrics_mu);
+  metrics.seconds_output += s;
+  return s;
 }
 
 void Engine::Impl::emit(Sequence& s, bool finished) {
@@ -327,12 +367,24 @@ void Engine::Impl::emit(Sequence& s, bool finished) {
   } catch (const std::exception& e) {
     log::warn("engine: the output callback of request '{}' threw ({}); cancelling it", s.request.id,
               e.what());
-    if (!finished) scheduler.finish(s.seq_id, "abort");
+    if (finished) return;
+    if (in_flush) {
+      // Handed out while a step runs that may hold this sequence: end it between steps.
+      std::lock_guard lock(mu);
+      cancels.push_back(s.seq_id);
+    } else {
+      scheduler.finish(s.seq_id, "abort");
+    }
   }
 }
 
 void Engine::Impl::emit_finished() {
-  for (auto& s : scheduler.take_finished()) {
+  auto finished = scheduler.take_finished();
+  if (finished.empty()) return;
+  // A finished sequence's undelivered tokens go out with its final output (emit reads pending),
+  // and the sequence is destroyed below: to_emit must not keep it.
+  std::erase_if(to_emit, [](const Sequence* s) { return s->status == SequenceStatus::finished; });
+  for (auto& s : finished) {
     {
       std::lock_guard lock(mu);
       live.erase(s->request.id);

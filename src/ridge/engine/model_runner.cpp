@@ -1,7 +1,7 @@
 #include "ridge/engine/model_runner.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 
 #include "ridge/core/error.h"
 
@@ -42,7 +42,7 @@ std::span<float> ModelRunner::execute(const SchedulerOutput& out) {
 
 const Tensor& ModelRunner::execute_on_device(const SchedulerOutput& out) {
   build_batch(out);
-  model_.forward({}, batch_, pool_.layers(), nullptr);
+  model_.enqueue({}, batch_, pool_.layers());
   return model_.device_logits();
 }
 

@@ -25,7 +25,9 @@ class ModelRunner {
   std::span<float> execute(const SchedulerOutput& out);
   // Runs the step and leaves the logits on the backend's device: f32 [>= out.num_logits(),
   // vocab], the first out.num_logits() rows in chunk order (a padded decode graph may add rows);
-  // valid until the next call. For device sampling (DeviceSampler).
+  // valid until the next call. For device sampling (DeviceSampler). The step is only queued
+  // (LlamaModel::enqueue): the stream is synchronized by whoever reads its results (the device
+  // sampler downloads its tokens and waits) before the next call.
   const Tensor& execute_on_device(const SchedulerOutput& out);
   int64_t vocab() const { return vocab_; }
   const model::ForwardBatch& last_batch() const { return batch_; }

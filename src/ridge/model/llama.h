@@ -48,18 +48,25 @@ class LlamaModel {
   // which kv_store skips, a context of one token). Everything else runs op by op.
   void forward(const backend::Stream& stream, const ForwardBatch& batch,
                std::span<backend::KvLayer> kv, float* logits);
+  // forward() with the logits left on the device and no wait at the end: the step is queued on
+  // `stream` (on a GPU it may still run when this returns) and device_logits() is valid in that
+  // stream's order. The caller synchronizes the stream before the next call (the metadata
+  // staging is reused) and before reading anything the step wrote. The serving engine uses this
+  // to hand out the previous step's tokens while the GPU runs this one.
+  void enqueue(const backend::Stream& stream, const ForwardBatch& batch,
+               std::span<backend::KvLayer> kv);
   // The last step's logits on the device, f32 [rows, vocab] (rows: the step's logits rows, or
   // the graph bucket's padded rows of which the first logits_rows.size() are the step's).
   const Tensor& device_logits() const { return logits_dev_; }
   // forward() into a host buffer the model owns (pinned on a GPU: the fastest download); valid
   // until the next call. Rows as batch.logits_rows.
   std::span<float> forward_logits(const backend::Stream& stream, const ForwardBatch& batch,
-                                        std::span<backend::KvLayer> kv);
+                                  std::span<backend::KvLayer> kv);
 
   // Counters for tests and benchmarks.
   struct Stats {
-    int64_t graph_steps = 0;     // steps replayed from a graph
-    int64_t eager_steps = 0;     // steps run op by op
+    int64_t graph_steps = 0;  // steps replayed from a graph
+    int64_t eager_steps = 0;  // steps run op by op
     int64_t graphs_captured = 0;
     // Forward passes whose layers went to one Backend::decode_layers call (eager steps and graph
     // captures; a replay repeats its capture's choice).
@@ -108,7 +115,7 @@ class LlamaModel {
   backend::Backend& backend_;
   // The weights as the backend uses them (host views on the CPU, device copies on a GPU).
   Tensor token_embd_, output_norm_, output_;
-  std::vector<float> ones_host_;   // the norm weight of a folded norm: ones [hidden]
+  std::vector<float> ones_host_;  // the norm weight of a folded norm: ones [hidden]
   Tensor ones_;
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_host_;
