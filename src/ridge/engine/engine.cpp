@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -101,6 +102,11 @@ struct Engine::Impl {
   // leaves it before it is destroyed (emit_finished).
   std::vector<Sequence*> to_emit;
   bool in_flush = false;  // an output callback's failure then ends its sequence between steps
+  // RIDGE_OVERLAP_OUTPUTS=0 hands the tokens out before the next step is queued instead (A/B runs).
+  const bool overlap_outputs = [] {
+    const char* v = std::getenv("RIDGE_OVERLAP_OUTPUTS");
+    return !(v && std::string_view(v) == "0");
+  }();
   // RIDGE_STEP_LOG=FILE: one line per step (when it started, what it held, where its time went),
   // for finding where a serving run's time goes (scripts/device/step_log.py reads it).
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log{nullptr, &std::fclose};
@@ -222,6 +228,7 @@ void Engine::Impl::step() {
     flush_outputs();
     return;
   }
+  if (!overlap_outputs) flush_outputs();
   const auto t_forward = Clock::now();
   const bool on_device = config.device_sampling && device_sampler.available();
   std::span<float> logits;
