@@ -95,17 +95,6 @@ int decode_carveout(int fallback) {
   return percent;
 }
 
-// RIDGE_LAUNCH_CARVEOUT=0..100: one carveout on every ridge launch outside the decode chain
-// (A/B runs on whether shared-memory/L1 reconfigurations between kernels cost; -1 or unset: the
-// driver's choice per kernel).
-int launch_carveout_outside_chain() {
-  static const int percent = [] {
-    const char* v = std::getenv("RIDGE_LAUNCH_CARVEOUT");
-    return v && *v ? std::clamp(std::atoi(v), -1, 100) : -1;
-  }();
-  return percent;
-}
-
 // PagedAttentionArgs::min_split_positions: 256 (H200, run 13: batch 1 at 2048 positions 4.466 ms
 // a step against 4.618 with an even share of the 17 graph splits, i.e. 8 splits of 256; at 128-256
 // positions 3.974 against 3.966, noise). RIDGE_ATTN_MIN_SPLIT=positions for A/B runs (0: even).
@@ -417,7 +406,7 @@ void CudaBackend::begin_forward(int64_t tokens, int64_t max_context) {
   decode_chain_ = tokens >= 1 && tokens <= kDecodeChainTokens &&
                   tokens * std::max<int64_t>(max_context, 1) <= kDecodeChainPositions &&
                   carveout >= 0 && options_.pdl;
-  kernels::pdl::set_launch_carveout(decode_chain_ ? carveout : launch_carveout_outside_chain());
+  kernels::pdl::set_launch_carveout(decode_chain_ ? carveout : -1);
 }
 
 void CudaBackend::embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) {
