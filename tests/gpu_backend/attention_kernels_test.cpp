@@ -327,12 +327,11 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
         vs.push_back({kn::AttentionPath::decode, 0, s, false});
         vs.push_back({kn::AttentionPath::decode, 5, s, false});
       }
-    // Several KV heads per block (unsplit launches; the multi-head forms: hd 128 with 2 or 3
-    // stages, hd 64 with its default 4): each head's tiles, merge and output as a block of its
-    // own computes them, so the output must equal the one-head launch's bit for bit.
+    // Several KV heads per block (unsplit launches): each head's tiles, merge and output as a
+    // block of its own computes them, so the output must equal the one-head launch's bit for bit.
     for (int h : {2, 4})
       if (p.nkv % h == 0)
-        for (int s : p.hd == 128 ? std::vector<int>{0, 2, 3} : std::vector<int>{0})
+        for (int s : {0, 2, 3})
           vs.push_back({kn::AttentionPath::decode, 0, s, true, 0, 0, false, h});
   }
   std::vector<float> one_head;  // the unsplit one-head decode launch's output

@@ -631,12 +631,9 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
     }
   }
 }
-// MULTI: the form that takes KernelArgs::heads_per_block heads a block (bf16 only; its head loop
-// costs registers, so the one-head launches keep a kernel without it).
-template <int HD, int STAGES, bool FP8 = false, bool MULTI = false>
+template <int HD, int STAGES, bool FP8 = false>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>())
     paged_decode_kernel(const KernelArgs a) {
-  static_assert(!(FP8 && MULTI), "several heads a block: bf16 only (the scratch needs the space)");
   static_assert(STAGES >= 2 && STAGES <= 4, "2 to 4 ring stages");
   // The fp32 merge scratch reuses the ring.
   static_assert(kWarps * kDecRows * (HD + 8) * 4 <=
@@ -670,7 +667,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   // tiles), one after the other: the next head's first ring stages and Q are loaded while the
   // current one's warps merge, so the ring does not drain between heads (only unsplit bf16
   // launches; the merge scratch then sits in the ring's last stage, see below).
-  const int hpb = MULTI ? a.heads_per_block : 1;
+  const int hpb = FP8 ? 1 : a.heads_per_block;  // fp8: one head (the scratch does not fit)
   int kvh = blockIdx.x * hpb;
   const int split = blockIdx.y, seq = blockIdx.z;
   const int q_start = a.cu_seqlens_q[seq];
@@ -1176,20 +1173,18 @@ int general_rows_for(int forced, int64_t max_rows, int64_t wide_blocks = 0,
   return target_blocks > 0 && wide_blocks * 2 < target_blocks ? kBM : 2 * kBM;
 }
 
-template <int HD, int STAGES, bool FP8 = false, bool MULTI = false>
+template <int HD, int STAGES, bool FP8 = false>
 void set_decode_smem() {
-  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_decode_kernel<HD, STAGES, FP8, MULTI>,
+  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(paged_decode_kernel<HD, STAGES, FP8>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(decode_smem_bytes<HD, STAGES, FP8>())));
 }
 
-template <int HD, int STAGES, bool FP8 = false, bool MULTI = false>
+template <int HD, int STAGES, bool FP8 = false>
 void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStream_t stream) {
-  const dim3 grid{unsigned(MULTI ? nkv / k.heads_per_block : nkv), unsigned(splits),
-                  unsigned(seqs)};
-  RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_kernel<HD, STAGES, FP8, MULTI>, grid,
-                                   dim3(kThreads), decode_smem_bytes<HD, STAGES, FP8>(), stream,
-                                   k));
+  const dim3 grid{unsigned(nkv / k.heads_per_block), unsigned(splits), unsigned(seqs)};
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_kernel<HD, STAGES, FP8>, grid, dim3(kThreads),
+                                   decode_smem_bytes<HD, STAGES, FP8>(), stream, k));
 }
 
 // fp8 KV: rows of half the bytes and no Q fragments in registers, so more resident blocks: at
@@ -1207,15 +1202,6 @@ void launch_decode_stages(const KernelArgs& k, int stages, bool fp8, int nkv, in
       launch_decode<HD, 2, true>(k, nkv, splits, seqs, stream);
     else
       launch_decode<HD, 3, true>(k, nkv, splits, seqs, stream);
-    return;
-  }
-  if (k.heads_per_block > 1) {  // the plan gives several heads only where a MULTI form exists
-    if constexpr (HD == 64)
-      launch_decode<64, 4, false, true>(k, nkv, splits, seqs, stream);
-    else if (stages <= 2)
-      launch_decode<HD, 2, false, true>(k, nkv, splits, seqs, stream);
-    else
-      launch_decode<HD, 3, false, true>(k, nkv, splits, seqs, stream);
     return;
   }
   switch (stages) {
@@ -1260,9 +1246,6 @@ void init_paged_attention() {
   set_decode_smem<64, 4, true>();
   set_decode_smem<128, 2, true>();
   set_decode_smem<128, 3, true>();
-  set_decode_smem<64, 4, false, true>();
-  set_decode_smem<128, 2, false, true>();
-  set_decode_smem<128, 3, false, true>();
 }
 
 size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim) {
@@ -1400,10 +1383,7 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   // launch still has at least 8 block targets' worth of blocks (a batch of 512 MHA sequences).
   auto heads_per_block = [&](int64_t unsplit_blocks) {
     p.heads_per_block = 1;
-    // The forms with a head loop (MULTI): hd 128 with 2 or 3 stages, hd 64 with 4.
-    const bool multi_form =
-        a.head_dim == 128 ? p.decode_stages == 2 || p.decode_stages == 3 : p.decode_stages == 4;
-    if (!p.decode || a.kv_fp8 || p.num_splits != 1 || !multi_form) return;
+    if (!p.decode || a.kv_fp8 || p.num_splits != 1) return;
     if (a.decode_heads_per_block > 0) {
       p.heads_per_block = a.decode_heads_per_block;
       return;

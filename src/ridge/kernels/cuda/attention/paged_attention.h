@@ -102,8 +102,7 @@ struct PagedAttentionArgs {
   // The decode kernel's KV heads per block (consecutive heads of one sequence, the next head's
   // first tiles loaded while the last one's warps merge): 0 automatic (4 or 2 where an unsplit
   // bf16 launch has at least 8 x target_blocks blocks), else it must divide num_kv_heads; split
-  // and fp8 launches, and rings without a multi-head form (hd 128: 4 stages; hd 64: 2 or 3),
-  // always take 1.
+  // and fp8 launches always take 1.
   int decode_heads_per_block = 0;
 };
 
