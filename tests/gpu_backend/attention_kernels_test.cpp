@@ -184,11 +184,10 @@ struct Variant {
   kn::AttentionPath path = kn::AttentionPath::automatic;
   int fixed_splits = 0;  // > 0: graph mode (host mirrors not given)
   int stages = 0;
-  bool one_wave = false;    // target 1 block: no planned split
-  int block_rows = 0;       // the general kernel's rows per block (0: automatic, 64, 128)
-  int min_split = 0;        // PagedAttentionArgs::min_split_positions
-  bool counters = false;    // split counters given: the decode kernel merges its splits itself
-  int heads_per_block = 0;  // PagedAttentionArgs::decode_heads_per_block (0: automatic)
+  bool one_wave = false;  // target 1 block: no planned split
+  int block_rows = 0;     // the general kernel's rows per block (0: automatic, 64, 128)
+  int min_split = 0;      // PagedAttentionArgs::min_split_positions
+  bool counters = false;  // split counters given: the decode kernel merges its splits itself
   std::string name() const {
     std::string s = path == kn::AttentionPath::general  ? "general"
                     : path == kn::AttentionPath::decode ? "decode"
@@ -199,7 +198,6 @@ struct Variant {
                       : (one_wave ? " planned(1 block)" : " planned");
     if (min_split) s += fmt::format(" min_split={}", min_split);
     if (counters) s += " in-kernel merge";
-    if (heads_per_block) s += fmt::format(" {} heads per block", heads_per_block);
     return s;
   }
 };
@@ -237,7 +235,6 @@ kn::PagedAttentionArgs args_for(const Pools& p, Dev& d, const Batch& b, const Va
   a.general_block_rows = v.block_rows;
   a.fixed_splits = v.fixed_splits;
   a.min_split_positions = v.min_split;
-  a.decode_heads_per_block = v.heads_per_block;
   a.max_q_len = b.max_q_len;
   if (!v.fixed_splits) {  // graph mode gets no host data at all
     a.host_cu_seqlens_q = b.cu.data();
@@ -318,36 +315,17 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
     // Mostly empty splits, where 64 of them fit the workspace (a larger request is refused: the
     // refusal itself is checked in AttentionKernelRefusals).
     if (kn::paged_attention_split_bytes(b.S * int64_t(b.max_q_len), int(p.nkv * p.group),
-                                        int(p.hd)) *
-            64 <=
-        kWorkspaceBytes)
+                                        int(p.hd)) * 64 <= kWorkspaceBytes)
       vs.push_back({kn::AttentionPath::decode, 64, 0, false});
     if (sweep_stages)
       for (int s : {2, 3, 4}) {
         vs.push_back({kn::AttentionPath::decode, 0, s, false});
         vs.push_back({kn::AttentionPath::decode, 5, s, false});
       }
-    // Several KV heads per block (unsplit launches): each head's tiles, merge and output as a
-    // block of its own computes them, so the output must equal the one-head launch's bit for bit.
-    for (int h : {2, 4})
-      if (p.nkv % h == 0)
-        for (int s : {0, 2, 3})
-          vs.push_back({kn::AttentionPath::decode, 0, s, true, 0, 0, false, h});
   }
-  std::vector<float> one_head;  // the unsplit one-head decode launch's output
   for (const Variant& v : vs) {
     load(d, b);
     const kn::PagedAttentionPlan plan = run_variant(p, d, b, v);
-    const bool unsplit_decode = v.path == kn::AttentionPath::decode && !v.fixed_splits &&
-                                v.one_wave && plan.num_splits == 1;
-    if (unsplit_decode && !v.heads_per_block && !v.stages) one_head = download_view(d.out);
-    if (v.heads_per_block) {
-      EXPECT_EQ(plan.heads_per_block, plan.num_splits == 1 ? v.heads_per_block : 1) << b.label;
-      if (unsplit_decode && !one_head.empty()) {
-        EXPECT_TRUE(download_view(d.out) == one_head)
-            << b.label << " [" << v.name() << "]: differs from one head per block";
-      }
-    }
     if (v.path == kn::AttentionPath::automatic) {
       EXPECT_EQ(plan.decode, decode_ok) << b.label;
     }
@@ -529,26 +507,6 @@ TEST_F(GpuBackend, AttentionKernelRefusals) {
   const std::vector<int32_t> long_cu = {0, 2, 3};
   a.host_cu_seqlens_q = long_cu.data();  // q_len 2 > max_q_len 1
   EXPECT_THROW(kn::plan_paged_attention(a, 100, kWorkspaceBytes), std::exception);
-  // Heads per block: forced must divide the KV heads; automatic takes 4, then 2, where an
-  // unsplit bf16 decode launch keeps at least 8 x target_blocks blocks (here 8 x 100), else 1.
-  a = args_for(p, d, b, {kn::AttentionPath::decode, 0, 0, true, 0, 0, false, 3});
-  EXPECT_THROW(kn::plan_paged_attention(a, 1, kWorkspaceBytes), std::exception);
-  {
-    const int S = 600;
-    std::vector<int32_t> cu(S + 1), ctx(S, 200);
-    for (int s = 0; s <= S; ++s) cu[size_t(s)] = s;
-    kn::PagedAttentionArgs big = args_for(p, d, b, {kn::AttentionPath::automatic, 0, 0, false});
-    big.num_seqs = S;
-    big.host_cu_seqlens_q = cu.data();
-    big.host_context_lens = ctx.data();
-    big.max_blocks_per_seq = 16;
-    big.num_kv_heads = big.num_q_heads = 8;  // MHA: 4,800 (sequence, head) pairs
-    EXPECT_EQ(kn::plan_paged_attention(big, 100, kWorkspaceBytes).heads_per_block, 4);
-    EXPECT_EQ(kn::plan_paged_attention(big, 200, kWorkspaceBytes).heads_per_block, 2);
-    EXPECT_EQ(kn::plan_paged_attention(big, 400, kWorkspaceBytes).heads_per_block, 1);
-    big.kv_fp8 = true;
-    EXPECT_EQ(kn::plan_paged_attention(big, 100, kWorkspaceBytes).heads_per_block, 1);
-  }
   // The helper: a bucket that fills the GPU gets 1 split; a small one several, capped.
   EXPECT_EQ(kn::graph_attention_splits(256, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes), 1);
   EXPECT_EQ(kn::graph_attention_splits(16, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes), 1);

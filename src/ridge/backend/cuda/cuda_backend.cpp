@@ -1,7 +1,7 @@
 #include "ridge/backend/cuda/cuda_backend.h"
 
-#include <algorithm>
 #include <cstdint>
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -41,16 +41,6 @@ bool attention_early_kv() {
   return on;
 }
 
-// RIDGE_ATTN_HEADS_PER_BLOCK=1|2|4 forces the decode kernel's KV heads per block where it
-// divides the KV heads (A/B runs; unset or 0: the plan's automatic choice).
-int attention_heads_per_block(int num_kv_heads) {
-  static const int forced = [] {
-    const char* v = std::getenv("RIDGE_ATTN_HEADS_PER_BLOCK");
-    return v && *v ? std::max(0, std::atoi(v)) : 0;
-  }();
-  return forced > 0 && num_kv_heads % forced == 0 ? forced : 0;
-}
-
 // RIDGE_ATTN_SPLIT_MIXED=0 keeps a mixed batch's decode tokens in the general kernel (A/B runs).
 bool attention_split_mixed() {
   static const bool on = [] {
@@ -84,8 +74,7 @@ int attention_decode_stages() {
 // In the decode chain (one carveout of 132 KB) 1, so that two GEMV blocks fit beside an attention
 // block; without it 3 (a block then streams its whole 4096-wide tile early). H200, run 13: the
 // batch-1 step 3.944-3.948 ms (chain, 1) / 3.955 (chain at 44 %, 0); 3.97-3.99 (no chain, 3)
-// against 4.03 (no chain, plain). RIDGE_EARLY_WEIGHTS=-1 (plain launch), 0 (PDL only) or 1..6 for
-// A/B runs.
+// against 4.03 (no chain, plain). RIDGE_EARLY_WEIGHTS=-1 (plain launch), 0 (PDL only) or 1..6 for A/B runs.
 int early_weight_steps(bool decode_chain) {
   static const int forced = [] {
     const char* v = std::getenv("RIDGE_EARLY_WEIGHTS");
@@ -135,8 +124,8 @@ int attention_blocks_per_sm() {
 }
 
 // The persistent batch-1 decode kernel (Backend::decode_layers; BackendOptions::decode_kernel,
-// --decode-kernel, opt-in): RIDGE_DECODE_KERNEL=N sets the largest context capacity (block-table
-// width × block size of the step, a graph's capacity) it runs at, 0 never (A/B runs). Default:
+// --decode-kernel, opt-in): RIDGE_DECODE_KERNEL=N sets the largest context capacity (block-table width
+// × block size of the step, a graph's capacity) it runs at, 0 never (A/B runs). Default:
 // kDecodeKernelPositions.
 int64_t decode_kernel_positions(int64_t fallback) {
   static const int64_t positions = [fallback] {
@@ -147,10 +136,10 @@ int64_t decode_kernel_positions(int64_t fallback) {
   return positions;
 }
 
-constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;     // cuBLASLt's advice for Hopper
-constexpr size_t kAttentionWorkspaceBytes = size_t(64) << 20;  // split-KV partials
-constexpr size_t kSplitCounterBytes = size_t(1) << 20;         // 262144 (sequence, KV head) tickets
-constexpr size_t kUploadChunkBytes = size_t(64) << 20;         // staging for weight conversion
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;    // cuBLASLt's advice for Hopper
+constexpr size_t kAttentionWorkspaceBytes = size_t(64) << 20; // split-KV partials
+constexpr size_t kSplitCounterBytes = size_t(1) << 20;        // 262144 (sequence, KV head) tickets
+constexpr size_t kUploadChunkBytes = size_t(64) << 20;        // staging for weight conversion
 
 void expect(bool ok, const char* op, const std::string& what) {
   if (!ok) fail("cuda backend {}: {}", op, what);
@@ -158,16 +147,17 @@ void expect(bool ok, const char* op, const std::string& what) {
 
 // A 2-D device tensor of `dtype` with contiguous rows (any row stride).
 void expect_2d(const Tensor& t, DType dtype, const char* op, const char* name) {
-  expect(
-      t.device == Device::cuda && t.dtype == dtype && t.ndim == 2 && t.stride[1] == 1 &&
-          t.stride[0] >= t.shape[1] && t.data,
-      op,
-      fmt::format("{} must be a 2-D {} device tensor with contiguous rows, got {}{}", name,
-                  dtype_name(dtype), t.describe(), t.device == Device::cuda ? "" : " on the host"));
+  expect(t.device == Device::cuda && t.dtype == dtype && t.ndim == 2 && t.stride[1] == 1 &&
+             t.stride[0] >= t.shape[1] && t.data,
+         op,
+         fmt::format("{} must be a 2-D {} device tensor with contiguous rows, got {}{}", name,
+                     dtype_name(dtype), t.describe(),
+                     t.device == Device::cuda ? "" : " on the host"));
 }
 
 void expect_i32(const Tensor& t, int64_t n, const char* op, const char* name) {
-  expect(t.device == Device::cuda && t.dtype == DType::i32 && t.numel() == n && (n == 0 || t.data),
+  expect(t.device == Device::cuda && t.dtype == DType::i32 && t.numel() == n &&
+             (n == 0 || t.data),
          op, fmt::format("{} must be {} device i32 values, got {}", name, n, t.describe()));
 }
 
@@ -179,14 +169,10 @@ void expect_vector(const Tensor& t, int64_t n, const char* op, const char* name)
                      n, t.describe()));
 }
 
-uint16_t* bf16(const Tensor& t) {
-  return static_cast<uint16_t*>(t.data);
-}
+uint16_t* bf16(const Tensor& t) { return static_cast<uint16_t*>(t.data); }
 
 // 16-byte aligned: what the vectorized kernels (skinny GEMM, decode kernel) need of a pointer.
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace
 
@@ -238,13 +224,14 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
     w->stream_gemm = cuda::DeviceMemory(stream_gemm_bytes);
     RIDGE_CHECK_CUDA(cudaMemsetAsync(w->stream_gemm.data(), 0, stream_gemm_bytes, stream));
     RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
-    log::debug(
-        "cuda workspace for a stream: {} (cuBLASLt {}, attention {}, split tickets {}, "
-        "weight-stream GEMM {}, sums of squares {})",
-        log::format_bytes(double(w->bytes())), log::format_bytes(double(kCublasWorkspaceBytes)),
-        log::format_bytes(double(kAttentionWorkspaceBytes)),
-        log::format_bytes(double(kSplitCounterBytes)), log::format_bytes(double(stream_gemm_bytes)),
-        log::format_bytes(double(w->sumsq.size())));
+    log::debug("cuda workspace for a stream: {} (cuBLASLt {}, attention {}, split tickets {}, "
+               "weight-stream GEMM {}, sums of squares {})",
+               log::format_bytes(double(w->bytes())),
+               log::format_bytes(double(kCublasWorkspaceBytes)),
+               log::format_bytes(double(kAttentionWorkspaceBytes)),
+               log::format_bytes(double(kSplitCounterBytes)),
+               log::format_bytes(double(stream_gemm_bytes)),
+               log::format_bytes(double(w->sumsq.size())));
   }
   return *w;
 }
@@ -282,8 +269,7 @@ void CudaBackend::synchronize(const Stream& s) {
 
 void CudaBackend::upload_into(const Tensor& host, void* dst, DType target) {
   expect(host.device == Device::cpu && host.data && host.ndim >= 1 && host.is_contiguous(),
-         "upload_weight",
-         fmt::format("expected a contiguous host tensor, got {}", host.describe()));
+         "upload_weight", fmt::format("expected a contiguous host tensor, got {}", host.describe()));
   const int64_t n = host.numel();
   cudaStream_t stream = stream_->get();
   if (host.dtype == target) {
@@ -296,15 +282,15 @@ void CudaBackend::upload_into(const Tensor& host, void* dst, DType target) {
            fmt::format("{} has {} elements, not a multiple of the {}-element block",
                        host.describe(), n, info.block_elems));
     const int64_t blocks = n / info.block_elems;
-    const int64_t chunk_blocks =
-        std::max<int64_t>(1, int64_t(kUploadChunkBytes) / info.block_bytes);
+    const int64_t chunk_blocks = std::max<int64_t>(1, int64_t(kUploadChunkBytes) / info.block_bytes);
     cuda::DeviceMemory staging(size_t(std::min(blocks, chunk_blocks) * info.block_bytes));
     const size_t dst_elem = target == DType::f32 ? 4 : 2;
     for (int64_t b0 = 0; b0 < blocks; b0 += chunk_blocks) {
       const int64_t nb = std::min(chunk_blocks, blocks - b0);
-      RIDGE_CHECK_CUDA(cudaMemcpyAsync(
-          staging.data(), static_cast<const char*>(host.data) + b0 * info.block_bytes,
-          size_t(nb * info.block_bytes), cudaMemcpyHostToDevice, stream));
+      RIDGE_CHECK_CUDA(cudaMemcpyAsync(staging.data(),
+                                       static_cast<const char*>(host.data) + b0 * info.block_bytes,
+                                       size_t(nb * info.block_bytes), cudaMemcpyHostToDevice,
+                                       stream));
       kernels::convert_weight(staging.data(), host.dtype, nb * info.block_elems,
                               static_cast<char*>(dst) + b0 * info.block_elems * dst_elem, target,
                               stream);
@@ -356,8 +342,9 @@ Tensor CudaBackend::upload_weight_rows(std::span<const Tensor> parts) {
 bool CudaBackend::fold_norm_weight(Tensor& w, const Tensor& norm_weight) {
   if (!fuse_norm_ || options_.gemm == "cublas") return false;
   if (!(w.device == Device::cuda && w.dtype == DType::bf16 && w.ndim == 2 && w.is_contiguous() &&
-        w.shape[1] % 8 == 0 && aligned16(w.data) && norm_weight.device == Device::cuda &&
-        norm_weight.dtype == DType::f32 && norm_weight.numel() == w.shape[1]))
+        w.shape[1] % 8 == 0 && aligned16(w.data) &&
+        norm_weight.device == Device::cuda && norm_weight.dtype == DType::f32 &&
+        norm_weight.numel() == w.shape[1]))
     return false;
   kernels::scale_columns_bf16(static_cast<__nv_bfloat16*>(w.data), w.shape[0], w.shape[1],
                               norm_weight.ptr<float>(), stream_->get());
@@ -381,8 +368,7 @@ class CudaGraph final : public Graph {
   CudaGraph(cudaGraphExec_t exec, cudaStream_t home) : exec_(exec), home_(home) {}
   ~CudaGraph() override { (void)cudaGraphExecDestroy(exec_); }
   void replay(const Stream& s) override {
-    RIDGE_CHECK_CUDA(
-        cudaGraphLaunch(exec_, s.handle ? static_cast<cudaStream_t>(s.handle) : home_));
+    RIDGE_CHECK_CUDA(cudaGraphLaunch(exec_, s.handle ? static_cast<cudaStream_t>(s.handle) : home_));
   }
 
  private:
@@ -450,9 +436,9 @@ void CudaBackend::add_rmsnorm(const Stream& s, Tensor& residual, const Tensor& x
   expect_2d(residual, DType::bf16, "add_rmsnorm", "residual");
   expect_2d(x, DType::bf16, "add_rmsnorm", "x");
   expect_2d(out, DType::bf16, "add_rmsnorm", "out");
-  expect(
-      residual.shape == x.shape && out.shape == x.shape, "add_rmsnorm",
-      fmt::format("residual {}, x {}, out {}", residual.describe(), x.describe(), out.describe()));
+  expect(residual.shape == x.shape && out.shape == x.shape, "add_rmsnorm",
+         fmt::format("residual {}, x {}, out {}", residual.describe(), x.describe(),
+                     out.describe()));
   expect_vector(weight, x.shape[1], "add_rmsnorm", "weight");
   kernels::add_rmsnorm_bf16(bf16(residual), residual.stride[0], bf16(x), x.stride[0], weight.data,
                             weight.dtype, x.shape[0], x.shape[1], eps, bf16(out), out.stride[0],
@@ -497,13 +483,14 @@ void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, 
                                 residual);
       return;
     case GemmKernel::skinny_rows:
-      kernels::gemm_bf16_skinny_rows(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
-                                     static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
-                                     residual);
+      kernels::gemm_bf16_skinny_rows(static_cast<const kb*>(x.data),
+                                     static_cast<const kb*>(w.data), static_cast<kb*>(out.data),
+                                     int(T), int(N), int(K), stream, residual);
       return;
     case GemmKernel::sm90:
       kernels::gemm_bf16_sm90(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
-                              static_cast<kb*>(out.data), int(T), int(N), int(K), stream, residual);
+                              static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
+                              residual);
       return;
     case GemmKernel::stream: {
       Workspace& ws = workspace_for(stream);
@@ -524,17 +511,17 @@ void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, 
   }
 }
 
-void CudaBackend::check_matmul(const char* op, const Tensor& x, const Tensor& w, const Tensor& out,
-                               int64_t x_cols) const {
+void CudaBackend::check_matmul(const char* op, const Tensor& x, const Tensor& w,
+                               const Tensor& out, int64_t x_cols) const {
   expect_2d(x, DType::bf16, op, "x");
   expect(out.dtype == DType::bf16 || out.dtype == DType::f32, op,
          fmt::format("out must be bf16 or f32, got {}", out.describe()));
   expect_2d(out, out.dtype, op, "out");
   expect_2d(w, DType::bf16, op, "w (from upload_weight)");
   const int64_t T = x.shape[0], K = w.shape[1], N = w.shape[0];
-  expect(
-      x.shape[1] == x_cols && w.stride[0] == K && out.shape[0] == T && out.shape[1] == N, op,
-      fmt::format("x {} · w {}ᵀ does not give out {}", x.describe(), w.describe(), out.describe()));
+  expect(x.shape[1] == x_cols && w.stride[0] == K && out.shape[0] == T && out.shape[1] == N, op,
+         fmt::format("x {} · w {}ᵀ does not give out {}", x.describe(), w.describe(),
+                     out.describe()));
 }
 
 void CudaBackend::matmul(const Stream& s, const Tensor& x, const Tensor& w, const Tensor* bias,
@@ -597,8 +584,9 @@ void CudaBackend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& 
       (!f.norm_weight || (scratch.dtype == DType::bf16 && scratch.shape == x.shape))) {
     if (f.norm_weight) rmsnorm(s, x, *f.norm_weight, f.eps, scratch);
     using kb = __nv_bfloat16;
-    kernels::gemm_bf16_swiglu(static_cast<const kb*>(gemm_in.data), static_cast<const kb*>(w.data),
-                              static_cast<kb*>(out.data), int(T), int(N / 2), int(K), stream_of(s));
+    kernels::gemm_bf16_swiglu(static_cast<const kb*>(gemm_in.data),
+                              static_cast<const kb*>(w.data), static_cast<kb*>(out.data), int(T),
+                              int(N / 2), int(K), stream_of(s));
     return;
   }
   if (!fused) {
@@ -617,9 +605,9 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   if (f.norm_weight) expect_vector(*f.norm_weight, K, op, "norm weight");
   constexpr int kTags = MatmulFusion::kSumsqTags;
   static_assert(kTags == 2, "the message below names the tags");
-  expect(
-      f.record_sumsq >= 0 && f.record_sumsq <= kTags && f.norm_sumsq >= 0 && f.norm_sumsq <= kTags,
-      op, "sums-of-squares tags are 0 (none), 1 and 2");
+  expect(f.record_sumsq >= 0 && f.record_sumsq <= kTags && f.norm_sumsq >= 0 &&
+             f.norm_sumsq <= kTags,
+         op, "sums-of-squares tags are 0 (none), 1 and 2");
   cudaStream_t stream = stream_of(s);
   Workspace& ws = workspace_for(stream);
   using Record = Workspace::SumsqRecord;
@@ -629,9 +617,9 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   // Whether the skinny kernel's prologues and epilogues can run with `in` as X (with swiglu the
   // caller checked out).
   const auto skinny_ok = [&](const Tensor& in) {
-    return options_.gemm != "cublas" && T <= kFusedMaxTokens && (swiglu || out.stride[0] == N) &&
-           K % 8 == 0 && N % 8 == 0 && N <= 65535 * 16 && in.stride[0] % 8 == 0 &&
-           aligned16(in.data) && aligned16(w.data) && aligned16(out.data) &&
+    return options_.gemm != "cublas" && T <= kFusedMaxTokens &&
+           (swiglu || out.stride[0] == N) && K % 8 == 0 && N % 8 == 0 && N <= 65535 * 16 &&
+           in.stride[0] % 8 == 0 && aligned16(in.data) && aligned16(w.data) && aligned16(out.data) &&
            !(f.accumulate && out.dtype != DType::bf16);
   };
   const Tensor* in = &x;
@@ -656,8 +644,7 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   }
   const bool record = f.record_sumsq && fuse_norm_ && out.dtype == DType::bf16 && skinny_ok(*in) &&
                       kernels::skinny_sumsq_parts(int(N)) * T <= kSumsqFloats;
-  if (!swiglu && !rope_kv && prologue == kernels::SkinnyPrologue::none &&
-      !record) {  // the tuned kernel
+  if (!swiglu && !rope_kv && prologue == kernels::SkinnyPrologue::none && !record) {  // the tuned kernel
     if (f.accumulate)
       matmul_add(s, *in, w, out);
     else
@@ -706,41 +693,28 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
 
 const char* CudaBackend::gemm_name(GemmKernel k) {
   switch (k) {
-    case GemmKernel::skinny:
-      return "ridge_skinny";
-    case GemmKernel::skinny_rows:
-      return "ridge_skinny_rows";
-    case GemmKernel::sm90:
-      return "ridge_sm90";
-    case GemmKernel::stream:
-      return "ridge_stream";
-    case GemmKernel::cublas:
-      return "cublaslt";
-    case GemmKernel::cublas_2:
-      return "cublaslt_2";
-    case GemmKernel::cublas_3:
-      return "cublaslt_3";
-    case GemmKernel::cublas_4:
-      return "cublaslt_4";
+    case GemmKernel::skinny: return "ridge_skinny";
+    case GemmKernel::skinny_rows: return "ridge_skinny_rows";
+    case GemmKernel::sm90: return "ridge_sm90";
+    case GemmKernel::stream: return "ridge_stream";
+    case GemmKernel::cublas: return "cublaslt";
+    case GemmKernel::cublas_2: return "cublaslt_2";
+    case GemmKernel::cublas_3: return "cublaslt_3";
+    case GemmKernel::cublas_4: return "cublaslt_4";
   }
   return "?";
 }
 
 int CudaBackend::cublas_algo(GemmKernel k) {
   switch (k) {
-    case GemmKernel::cublas:
-      return 0;
-    case GemmKernel::cublas_2:
-      return 1;
-    case GemmKernel::cublas_3:
-      return 2;
-    case GemmKernel::cublas_4:
-      return 3;
+    case GemmKernel::cublas: return 0;
+    case GemmKernel::cublas_2: return 1;
+    case GemmKernel::cublas_3: return 2;
+    case GemmKernel::cublas_4: return 3;
     case GemmKernel::skinny:
     case GemmKernel::skinny_rows:
     case GemmKernel::sm90:
-    case GemmKernel::stream:
-      return -1;
+    case GemmKernel::stream: return -1;
   }
   return -1;
 }
@@ -807,15 +781,17 @@ void CudaBackend::rope_kv_store(const Stream& s, Tensor& q, Tensor& k, const Ten
   if (fuse_rope_kv_ && kv_pools_ok(kv, hd) && q.dtype == DType::bf16 && k.dtype == DType::bf16 &&
       v.dtype == DType::bf16 && q.ndim == 2 && k.ndim == 2 && v.ndim == 2 && q.stride[1] == 1 &&
       k.stride[1] == 1 && v.stride[1] == 1 && k.shape[0] == T && v.shape == k.shape &&
-      k.shape[1] == kv.k.shape[2] * hd && q.shape[1] % hd == 0 && inv_freq.device == Device::cuda &&
-      inv_freq.dtype == DType::f32 && positions.device == Device::cuda &&
-      positions.dtype == DType::i32 && positions.numel() == T && slots.device == Device::cuda &&
-      slots.dtype == DType::i32 && slots.numel() == T) {
+      k.shape[1] == kv.k.shape[2] * hd && q.shape[1] % hd == 0 &&
+      inv_freq.device == Device::cuda && inv_freq.dtype == DType::f32 &&
+      positions.device == Device::cuda && positions.dtype == DType::i32 &&
+      positions.numel() == T && slots.device == Device::cuda && slots.dtype == DType::i32 &&
+      slots.numel() == T) {
     if (T == 0) return;
-    if (kernels::rope_kv_store_bf16(
-            bf16(q), q.stride[0], q.shape[1] / hd, bf16(k), k.stride[0], k.shape[1] / hd, bf16(v),
-            v.stride[0], hd, positions.ptr<int32_t>(), inv_freq.ptr<float>(), slots.ptr<int32_t>(),
-            T, kv.k.data, kv.v.data, kv.k.shape[0] * kv.k.shape[1], fp8, stream_of(s)))
+    if (kernels::rope_kv_store_bf16(bf16(q), q.stride[0], q.shape[1] / hd, bf16(k), k.stride[0],
+                                    k.shape[1] / hd, bf16(v), v.stride[0], hd,
+                                    positions.ptr<int32_t>(), inv_freq.ptr<float>(),
+                                    slots.ptr<int32_t>(), T, kv.k.data, kv.v.data,
+                                    kv.k.shape[0] * kv.k.shape[1], fp8, stream_of(s)))
       return;
   }
   Backend::rope_kv_store(s, q, k, v, positions, inv_freq, slots, kv);  // checks, two kernels
@@ -837,8 +813,8 @@ bool CudaBackend::matmul_rope_kv(const Stream& s, const Tensor& x, const Tensor&
                      (!f.norm_weight || (aligned16(scratch.data) && scratch.stride[0] % 8 == 0));
   if (!(T >= 1 && T <= kFusedMaxTokens && q_dim > 0 && q_dim % hd == 0 && K % 8 == 0 &&
         N <= 65535 * 16 && in_ok && aligned16(w.data) && x.dtype == DType::bf16 &&
-        w.dtype == DType::bf16 && qkv.dtype == DType::bf16 && qkv.ndim == 2 && qkv.shape[0] == T &&
-        qkv.shape[1] == N && qkv.stride[0] == N && aligned16(qkv.data) &&
+        w.dtype == DType::bf16 && qkv.dtype == DType::bf16 && qkv.ndim == 2 &&
+        qkv.shape[0] == T && qkv.shape[1] == N && qkv.stride[0] == N && aligned16(qkv.data) &&
         positions.device == Device::cuda && positions.dtype == DType::i32 &&
         positions.numel() == T && slots.device == Device::cuda && slots.dtype == DType::i32 &&
         slots.numel() == T && inv_freq.device == Device::cuda && inv_freq.dtype == DType::f32))
@@ -865,7 +841,8 @@ int32_t leading_decodes(const kernels::PagedAttentionArgs& a) {
     return 0;
   const int group = a.num_q_heads / a.num_kv_heads;
   int32_t n = 0;
-  while (n < a.num_seqs && (a.host_cu_seqlens_q[n + 1] - a.host_cu_seqlens_q[n]) * group <= 16 &&
+  while (n < a.num_seqs &&
+         (a.host_cu_seqlens_q[n + 1] - a.host_cu_seqlens_q[n]) * group <= 16 &&
          a.host_cu_seqlens_q[n + 1] > a.host_cu_seqlens_q[n])
     ++n;
   return n;
@@ -919,7 +896,6 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.host_context_lens = meta.host_context_lens;
   a.general_block_rows = attention_block_rows();
   a.early_kv = attention_early_kv();
-  a.decode_heads_per_block = attention_heads_per_block(a.num_kv_heads);
   a.min_split_positions = attention_min_split();
   if (attention_decode_stages()) a.decode_stages = attention_decode_stages();
   cudaStream_t stream = stream_of(s);
@@ -929,12 +905,13 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   if (meta.fixed_splits != 0) {
     // Graph mode: nothing launched depends on the host mirrors.
     a.max_q_len = std::max(1, meta.max_q_len);
-    a.fixed_splits = meta.fixed_splits > 0 ? meta.fixed_splits
-                                           : kernels::graph_attention_splits(
-                                                 meta.num_seqs, a.max_q_len, a.num_kv_heads,
-                                                 a.num_q_heads / a.num_kv_heads, a.head_dim,
-                                                 meta.max_blocks_per_seq * a.block_size, sm_count_,
-                                                 ws.attention.size(), attention_blocks_per_sm());
+    a.fixed_splits =
+        meta.fixed_splits > 0
+            ? meta.fixed_splits
+            : kernels::graph_attention_splits(
+                  meta.num_seqs, a.max_q_len, a.num_kv_heads, a.num_q_heads / a.num_kv_heads,
+                  a.head_dim, meta.max_blocks_per_seq * a.block_size, sm_count_,
+                  ws.attention.size(), attention_blocks_per_sm());
   }
   const int target = attention_blocks_per_sm() * sm_count_;
   // A mixed batch (the scheduler puts decodes first, then prefill chunks): its leading decode
@@ -944,8 +921,7 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   // 128-row block (group 1) with one warp computing: 15% slower at 512 x 192 positions on the
   // H200 with 64-row blocks, +2.5% offline serving throughput (bench/results/e2e-2026-12-03-run9:
   // a1-attention/a1.log, s2-serve-split against s2a-serve-nosplit).
-  const int32_t decodes =
-      meta.fixed_splits == 0 && attention_split_mixed() ? leading_decodes(a) : 0;
+  const int32_t decodes = meta.fixed_splits == 0 && attention_split_mixed() ? leading_decodes(a) : 0;
   if (decodes > 0 && decodes < a.num_seqs && int64_t(decodes) * a.num_kv_heads >= sm_count_) {
     kernels::PagedAttentionArgs d = a, g = a;
     d.num_seqs = decodes;
@@ -1116,17 +1092,16 @@ void CudaBackend::log_decode_trace() const {
   if (decode_trace_steps_ == 0) return;
   const double n = double(decode_trace_steps_ * decode_trace_layers_);
   static const char* kinds[] = {"q|k|v", "attention", "o", "gate|up", "down"};
-  std::string text = fmt::format(
-      "decode kernel trace over {} steps: kernel {:.1f} us a step; per "
-      "layer (us): ",
-      decode_trace_steps_, decode_trace_[15] / double(decode_trace_steps_) / 1e3);
+  std::string text = fmt::format("decode kernel trace over {} steps: kernel {:.1f} us a step; per "
+                                 "layer (us): ",
+                                 decode_trace_steps_,
+                                 decode_trace_[15] / double(decode_trace_steps_) / 1e3);
   for (int k = 0; k < 5; ++k) {
     const double span = decode_trace_[size_t(k * 3)] / n / 1e3;
-    text += fmt::format(
-        "{}{} span {:.2f} (first release {:.2f} after the previous phase, releases "
-        "spread {:.2f}",
-        k ? "; " : "", kinds[k], span, decode_trace_[size_t(k * 3 + 1)] / n / 1e3,
-        decode_trace_[size_t(k * 3 + 2)] / n / 1e3);
+    text += fmt::format("{}{} span {:.2f} (first release {:.2f} after the previous phase, releases "
+                        "spread {:.2f}",
+                        k ? "; " : "", kinds[k], span, decode_trace_[size_t(k * 3 + 1)] / n / 1e3,
+                        decode_trace_[size_t(k * 3 + 2)] / n / 1e3);
     if (decode_trace_bytes_[size_t(k)] > 0)
       text += fmt::format(", {:.2f} TB/s", decode_trace_bytes_[size_t(k)] / (span * 1e6));
     text += ")";
@@ -1156,8 +1131,7 @@ bool cuda_device_present(std::string* why) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    if (why)
-      *why = fmt::format("CUDA reports {} ({})", cudaGetErrorName(err), cudaGetErrorString(err));
+    if (why) *why = fmt::format("CUDA reports {} ({})", cudaGetErrorName(err), cudaGetErrorString(err));
     return false;
   }
   if (count == 0) {

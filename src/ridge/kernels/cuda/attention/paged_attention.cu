@@ -55,9 +55,9 @@
 //
 // combine_splits_kernel<HD>
 //   Launch: one warp per (token, head) row, 4 rows per 128-thread block, rows from
-//   cu_seqlens_q[0] * nh up to cu_seqlens_q[S] * nh read on the device (the grid covers the plan's
-//   num_tokens). out = sum_i w_i O_i / sum_i w_i with w_i = l_i * 2^(m_i - max m), splits with l_i
-//   = 0 skipped; fixed order (deterministic).
+//   cu_seqlens_q[0] * nh up to cu_seqlens_q[S] * nh read on the device (the grid covers the plan's num_tokens). out =
+//   sum_i w_i O_i / sum_i w_i with w_i = l_i * 2^(m_i - max m), splits with l_i = 0 skipped;
+//   fixed order (deterministic).
 //
 // Numerics (both kernels): scores and softmax in fp32 (exp2 domain), P rounded to bf16 for the
 // P V product, fp32 accumulation, the output rounded to bf16 once.
@@ -92,23 +92,19 @@ constexpr int kBM = 64;        // rows per block of the general kernel with one 
 constexpr int kBN = 64;        // KV positions per tile (both kernels)
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kDecRows = 16;             // rows of the decode kernel's tile
+constexpr int kDecRows = 16;   // rows of the decode kernel's tile
 constexpr int kDecWarpN = kBN / kWarps;  // KV positions per warp per tile (16)
 constexpr int kMaxSplits = 256;
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int HD>
-constexpr int smem_row() {
-  return HD + 8;
-}  // bf16 elements per padded shared row
+constexpr int smem_row() { return HD + 8; }  // bf16 elements per padded shared row
 // fp8 (E4M3) KV rows in the kernels' rings: HD bytes plus 16 of padding.
 template <int HD>
-constexpr int fp8_row() {
-  return HD + 16;
-}
+constexpr int fp8_row() { return HD + 16; }
 template <int HD, int MT, bool FP8 = false>
 constexpr size_t smem_bytes() {  // Q tile (MT * 64 rows), 2 stages of K and V tiles
-  if constexpr (FP8)             // ... of fp8 K and V tiles, and one converted (f16) K and V tile
+  if constexpr (FP8)  // ... of fp8 K and V tiles, and one converted (f16) K and V tile
     return size_t(MT * kBM + 2 * kBN) * smem_row<HD>() * 2 + size_t(4 * kBN) * fp8_row<HD>();
   return size_t(MT * kBM + 4 * kBN) * smem_row<HD>() * 2;
 }
@@ -146,12 +142,10 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   // src-size 0 zero-fills the 16 bytes (rows past the range, padding rows).
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
+               "l"(gmem), "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -205,8 +199,7 @@ __device__ __forceinline__ void fp8x16_to_f16(const uint8_t* src, uint16_t* dst)
   uint32_t out[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const __half2_raw lo =
-        __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] & 0xffffu), __NV_E4M3);
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] & 0xffffu), __NV_E4M3);
     const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w[i] >> 16), __NV_E4M3);
     out[2 * i] = uint32_t(lo.x) | (uint32_t(lo.y) << 16);
     out[2 * i + 1] = uint32_t(hi.x) | (uint32_t(hi.y) << 16);
@@ -268,15 +261,14 @@ struct KernelArgs {
   int nh;
   int group;
   int num_splits;
-  int kv_chunk;         // 0: fixed_chunk(ctx, num_splits, min_chunk) per sequence
-  int min_chunk;        // fixed-split mode: PagedAttentionArgs::min_split_positions in whole tiles
-  int64_t ws_rows;      // num_tokens * nh: rows of one split in the workspace
-  float* ws_o;          // [splits, ws_rows, HD]
-  float* ws_ml;         // [splits, ws_rows, 2]
-  float scale_log2;     // softmax scale * log2(e)
-  int* counters;        // decode kernel: [num_seqs, nkv] split tickets (in-kernel merge), or null
-  bool early_kv;        // decode kernel: earlier positions' first tiles loaded before the PDL wait
-  int heads_per_block;  // decode kernel: consecutive KV heads a block takes (1 when split, fp8)
+  int kv_chunk;      // 0: fixed_chunk(ctx, num_splits, min_chunk) per sequence
+  int min_chunk;     // fixed-split mode: PagedAttentionArgs::min_split_positions in whole tiles
+  int64_t ws_rows;   // num_tokens * nh: rows of one split in the workspace
+  float* ws_o;       // [splits, ws_rows, HD]
+  float* ws_ml;      // [splits, ws_rows, 2]
+  float scale_log2;  // softmax scale * log2(e)
+  int* counters;     // decode kernel: [num_seqs, nkv] split tickets (in-kernel merge), or null
+  bool early_kv;     // decode kernel: earlier positions' first tiles loaded before the PDL wait
 };
 
 // MT: 16-row MMA tiles per warp (1: 64-row blocks; 2: 128-row blocks, FlashAttention-2's
@@ -285,17 +277,17 @@ struct KernelArgs {
 template <int HD, int MT, bool FP8 = false>
 __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
     paged_attention_kernel(const KernelArgs a) {
-  constexpr int BM = kBM * MT;    // rows per block
-  constexpr int WROWS = 16 * MT;  // rows per warp
+  constexpr int BM = kBM * MT;      // rows per block
+  constexpr int WROWS = 16 * MT;    // rows per warp
   constexpr int SROW = smem_row<HD>();
-  constexpr int KSTEPS = HD / 16;              // k-steps of Q K^T
-  constexpr int DTILES = HD / 8;               // n8 tiles of the output
-  constexpr int CHUNKS = HD / 8;               // 16-byte chunks per row
+  constexpr int KSTEPS = HD / 16;   // k-steps of Q K^T
+  constexpr int DTILES = HD / 8;    // n8 tiles of the output
+  constexpr int CHUNKS = HD / 8;    // 16-byte chunks per row
   constexpr int ROW_STEP = kThreads / CHUNKS;  // KV rows between one thread's copies (8 or 16)
   constexpr int COPIES = kBN / ROW_STEP;       // copies of K (and of V) per thread per tile
   extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* qs = smem;            // [BM][SROW]
-  uint16_t* ks = qs + BM * SROW;  // [2][kBN][SROW]
+  uint16_t* qs = smem;              // [BM][SROW]
+  uint16_t* ks = qs + BM * SROW;    // [2][kBN][SROW]
   uint16_t* vs = ks + 2 * kBN * SROW;
   // fp8 KV (as in the decode kernel): E4M3 rows [2][K, V][kBN][FROW] bytes where ks starts, one
   // f16 K and V tile after them; Q is converted to f16 in place once it has landed.
@@ -419,9 +411,9 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
   const int warp_row0 = warp * WROWS;
   const int warp_rows = max(0, min(WROWS, rows_here - warp_row0));
   const int mt_count = (warp_rows + 15) / 16;
-  const int warp_last_pos =
-      warp_rows > 0 ? ctx - q_len + (row0 + warp_row0 + warp_rows - 1) / a.group : -1;
-  const int warp_full_pos = warp_rows == WROWS ? ctx - q_len + (row0 + warp_row0) / a.group : -1;
+  const int warp_last_pos = warp_rows > 0 ? ctx - q_len + (row0 + warp_row0 + warp_rows - 1) / a.group : -1;
+  const int warp_full_pos =
+      warp_rows == WROWS ? ctx - q_len + (row0 + warp_row0) / a.group : -1;
 
   uint32_t qa[MT == 1 ? KSTEPS : 1][4];  // MT 1: Q fragments in registers; MT 2: from shared
   float o[MT][DTILES][4];
@@ -485,11 +477,10 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int n = 0; n < kBN / 8; ++n)
-          s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
-          // S = Q K^T: one ldmatrix.x4 gives the b0/b1 fragments of two n-tiles for one k-step
-          // (a quarter of the shared-memory instructions of 32-bit loads), used by the warp's MT
-          // row tiles; each accumulator sums k ascending.
+        for (int n = 0; n < kBN / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+      // S = Q K^T: one ldmatrix.x4 gives the b0/b1 fragments of two n-tiles for one k-step
+      // (a quarter of the shared-memory instructions of 32-bit loads), used by the warp's MT row
+      // tiles; each accumulator sums k ascending.
 #pragma unroll
       for (int k = 0; k < KSTEPS; ++k) {
         uint32_t qf[MT][4];
@@ -569,9 +560,7 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
         uint32_t pa[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          auto pack_p = [](float lo, float hi) {
-            return FP8 ? pack_f16(lo, hi) : pack_bf16(lo, hi);
-          };
+          auto pack_p = [](float lo, float hi) { return FP8 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
           pa[mt][0] = pack_p(s[mt][2 * kk][0], s[mt][2 * kk][1]);
           pa[mt][1] = pack_p(s[mt][2 * kk][2], s[mt][2 * kk][3]);
           pa[mt][2] = pack_p(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
@@ -640,18 +629,18 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
                     decode_smem_bytes<HD, STAGES, FP8>() - kDecRows * smem_row<HD>() * 2,
                 "merge scratch must fit after the Q tile");
   constexpr int SROW = smem_row<HD>();
-  constexpr int KSTEPS = HD / 16;              // k-steps of Q K^T
-  constexpr int DTILES = HD / 8;               // n8 tiles of the output
-  constexpr int CHUNKS = HD / 8;               // 16-byte chunks per row
-  constexpr int ROW_STEP = kThreads / CHUNKS;  // KV rows between one thread's copies (8 or 16)
-  constexpr int COPIES = kBN / ROW_STEP;       // copies of K (and of V) per thread per tile
-  constexpr int RROW = HD + 8;                 // fp32 row of the merge scratch
+  constexpr int KSTEPS = HD / 16;               // k-steps of Q K^T
+  constexpr int DTILES = HD / 8;                // n8 tiles of the output
+  constexpr int CHUNKS = HD / 8;                // 16-byte chunks per row
+  constexpr int ROW_STEP = kThreads / CHUNKS;   // KV rows between one thread's copies (8 or 16)
+  constexpr int COPIES = kBN / ROW_STEP;        // copies of K (and of V) per thread per tile
+  constexpr int RROW = HD + 8;                  // fp32 row of the merge scratch
   extern __shared__ __align__(16) uint16_t smem[];
   __shared__ float red_m[kWarps][kDecRows], red_l[kWarps][kDecRows];
   __shared__ float row_m[kDecRows], row_l[kDecRows];
-  uint16_t* qs = smem;                      // [16][SROW]
-  uint16_t* ks = qs + kDecRows * SROW;      // [STAGES][kBN][SROW]
-  uint16_t* vs = ks + STAGES * kBN * SROW;  // [STAGES][kBN][SROW]
+  uint16_t* qs = smem;                          // [16][SROW]
+  uint16_t* ks = qs + kDecRows * SROW;          // [STAGES][kBN][SROW]
+  uint16_t* vs = ks + STAGES * kBN * SROW;      // [STAGES][kBN][SROW]
   // fp8 KV: the ring holds E4M3 rows ([STAGES][K, V][kBN][FROW] bytes where ks starts), read
   // straight into f16 MMA fragments (see the tile loop).
   constexpr int FROW = fp8_row<HD>();
@@ -663,13 +652,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   // waiting for the kernels before this one (q, and the new tokens' K/V from rope_kv_store), so
   // that their page-table reads and HBM round trips overlap the previous kernels' tail.
   pdl::launch_dependents();
-  // A block takes heads_per_block consecutive KV heads of one sequence (same context, same
-  // tiles), one after the other: the next head's first ring stages and Q are loaded while the
-  // current one's warps merge, so the ring does not drain between heads (only unsplit bf16
-  // launches; the merge scratch then sits in the ring's last stage, see below).
-  const int hpb = FP8 ? 1 : a.heads_per_block;  // fp8: one head (the scratch does not fit)
-  int kvh = blockIdx.x * hpb;
-  const int split = blockIdx.y, seq = blockIdx.z;
+  const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
   const int q_start = a.cu_seqlens_q[seq];
   const int q_len = a.cu_seqlens_q[seq + 1] - q_start;
   const int ctx = min(a.context_lens[seq], a.max_ctx);
@@ -703,7 +686,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   // COPIES page lookups (independent loads, in flight together), then the 2 * COPIES copies.
   const int j0 = tid / CHUNKS, cc = tid % CHUNKS;
   const int64_t page_elems = int64_t(a.block_size) * a.nkv * HD;  // one page of one pool
-  const int row_elems = a.nkv * HD;                               // one position of one page
+  const int row_elems = a.nkv * HD;                                // one position of one page
+  const int64_t head_off = int64_t(kvh) * HD + cc * 8;
   const int bs_mask = a.block_size - 1;  // the decode kernel takes power-of-two block sizes
   const int last_blk = a.max_blocks_per_seq - 1;  // >= 0 whenever a tile is loaded (ctx >= 1)
   // Positions [stable_end, kv_end) are this step's new tokens (written by the kernel before).
@@ -751,8 +735,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
       const bool fresh = pos >= stable_end && pos < kv_end;
       if (part == 1 ? fresh : part == 2 ? !fresh : false) continue;
       const bool valid = pos < kv_end && unsigned(page[i]) < unsigned(a.num_blocks_i);
-      const int64_t off = int64_t(valid ? page[i] : 0) * page_elems + (pos & bs_mask) * row_elems +
-                          kvh * HD + cc * 8;
+      const int64_t off =
+          int64_t(valid ? page[i] : 0) * page_elems + (pos & bs_mask) * row_elems + head_off;
       cp_async_16(kd + i * ROW_STEP * SROW, a.k_pool + off, valid);
       cp_async_16(vd + i * ROW_STEP * SROW, a.v_pool + off, valid);
     }
@@ -767,19 +751,15 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     cp_async_commit();
   }
   if (a.early_kv) pdl::wait();
-  // Q tile of head kvh -> shared (rows past `rows` zero-filled).
-  auto load_q = [&] {
-    for (int c = tid; c < kDecRows * CHUNKS; c += kThreads) {
-      const int r = c / CHUNKS, cc = c % CHUNKS;
-      const bool valid = r < rows;
-      const int rr = valid ? r : 0;
-      const int64_t token = q_start + rr / a.group;
-      const int head = kvh * a.group + rr % a.group;
-      cp_async_16(qs + r * SROW + cc * 8, a.q + token * a.ld_q + int64_t(head) * HD + cc * 8,
-                  valid);
-    }
-  };
-  load_q();
+  // Q tile -> shared (rows past `rows` zero-filled).
+  for (int c = tid; c < kDecRows * CHUNKS; c += kThreads) {
+    const int r = c / CHUNKS, cc = c % CHUNKS;
+    const bool valid = r < rows;
+    const int rr = valid ? r : 0;
+    const int64_t token = q_start + rr / a.group;
+    const int head = kvh * a.group + rr % a.group;
+    cp_async_16(qs + r * SROW + cc * 8, a.q + token * a.ld_q + int64_t(head) * HD + cc * 8, valid);
+  }
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s)
     if (s < n_tiles) load_kv(s, s, 2);
@@ -796,262 +776,234 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   // Q fragments: in registers (bf16), or read from the shared Q tile each tile (fp8: converted
   // to f16 in place at tile 0; the 32 registers buy a fourth resident block).
   uint32_t qa[FP8 ? 1 : KSTEPS][4];
-  for (int hi = 0;; ++hi) {  // the block's heads (one unless heads_per_block > 1)
-    float o[DTILES][4];
+  float o[DTILES][4];
 #pragma unroll
-    for (int d = 0; d < DTILES; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int d = 0; d < DTILES; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    for (int tile = 0; tile < n_tiles; ++tile) {
-      // This thread's copies of tile `tile` have landed (at tile 0 the prologue's last group holds
-      // Q and the new rows of every prologue tile: all groups).
-      if (tile == 0)
-        cp_async_wait<0>();
-      else
-        cp_async_wait<STAGES - 2>();
-      __syncthreads();  // everyone's have; everyone is done with tile - 1's stage
-      {
-        const int next = tile + STAGES - 1;
-        if (next < n_tiles) load_kv(next, next % STAGES, 0);
-        cp_async_commit();
-      }
-      if constexpr (FP8) {
-        if (tile == 0) {  // the Q tile to f16 in place (every thread's copies have landed)
-          for (int c = tid; c < kDecRows * HD / 2; c += kThreads) {
-            uint32_t* p = reinterpret_cast<uint32_t*>(qs + c / (HD / 2) * SROW) + c % (HD / 2);
-            *p = bf16x2_to_f16x2(*p);
-          }
-          __syncthreads();
-        }
-      } else if (tile == 0) {
-        const uint16_t* qw = qs + g * SROW + 2 * t4;
-#pragma unroll
-        for (int s = 0; s < KSTEPS; ++s) {
-          qa[s][0] = lds32(qw + s * 16);
-          qa[s][1] = lds32(qw + 8 * SROW + s * 16);
-          qa[s][2] = lds32(qw + s * 16 + 8);
-          qa[s][3] = lds32(qw + 8 * SROW + s * 16 + 8);
-        }
-      }
-      const int stage = tile % STAGES;
-      const uint16_t* kt = ks + (stage * kBN + warp * kDecWarpN) * SROW;
-      const uint16_t* vt = vs + (stage * kBN + warp * kDecWarpN) * SROW;
-      // S = Q K^T for this warp's 16 positions.
-      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-      if constexpr (FP8) {
-        // The head dimension of Q and K is permuted within each k-step (the dot product does not
-        // care), so that a thread's four K values of a k-step are 4 adjacent bytes: its fragment
-        // columns 2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9 are head dims 4t4 .. 4t4 + 3. E4M3 K rows
-        // straight into f16 fragments: n-tile n's b0/b1 of k-step k are the 4 bytes at head dims
-        // 16k + 4t4 of position 8n + g (one 32-bit load, two cvt.f16x2.e4m3x2; the 144-byte rows
-        // put a warp's 8 rows x 16 bytes in distinct banks).
-        const uint8_t* k8 = ring8 + ((stage * 2 + 0) * kBN + warp * kDecWarpN + g) * FROW + 4 * t4;
-        const uint16_t* qw = qs + g * SROW + 4 * t4;
-#pragma unroll
-        for (int k = 0; k < KSTEPS; ++k) {
-          const uint32_t q[4] = {lds32(qw + k * 16), lds32(qw + 8 * SROW + k * 16),
-                                 lds32(qw + k * 16 + 2), lds32(qw + 8 * SROW + k * 16 + 2)};
-#pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            const uint32_t w = *reinterpret_cast<const uint32_t*>(k8 + n * 8 * FROW + k * 16);
-            mma_16816<true>(s[n], q, fp8x2_to_f16x2(w), fp8x2_to_f16x2(w >> 16));
-          }
-        }
-      } else {
-        // ldmatrix.x4 gives both n-tiles' b0/b1 per k-step (matrix i = lane / 8: n-tile i / 2, k
-        // half i % 2).
-        const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
-#pragma unroll
-        for (int k = 0; k < KSTEPS; ++k) {
-          uint32_t b[4];
-          ldmatrix_x4(b, krow + k * 16);
-          mma_16816<false>(s[0], qa[k], b[0], b[1]);
-          mma_16816<false>(s[1], qa[k], b[2], b[3]);
-        }
-      }
-      // Mask, scale, online softmax.
-      const int kv0 = kv_begin + tile * kBN + warp * kDecWarpN;
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2;
-          const int pos = kv0 + n * 8 + 2 * t4 + (e & 1);
-          const bool ok = pos <= row_pos[h] && pos < kv_end;
-          s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
-          mx[h] = fmaxf(mx[h], s[n][e]);
-        }
-      float alpha[2], base[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float m_new = fmaxf(m[h], mx[h]);
-        base[h] = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[h] = exp2f(m[h] - base[h]);  // 0 while the row has seen nothing
-        m[h] = m_new;
-        l[h] *= alpha[h];
-      }
-#pragma unroll
-      for (int d = 0; d < DTILES; ++d) {
-        o[d][0] *= alpha[0];
-        o[d][1] *= alpha[0];
-        o[d][2] *= alpha[1];
-        o[d][3] *= alpha[1];
-      }
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[n][e] = exp2f(s[n][e] - base[e / 2]);
-          l[e / 2] += s[n][e];
-        }
-      // O += P V over the warp's 16 positions (one k-step).
-      auto pack_p = [](float lo, float hi) { return FP8 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
-      const uint32_t pa[4] = {pack_p(s[0][0], s[0][1]), pack_p(s[0][2], s[0][3]),
-                              pack_p(s[1][0], s[1][1]), pack_p(s[1][2], s[1][3])};
-      if constexpr (FP8) {
-        // E4M3 V rows straight into f16 fragments. The output's head dims are permuted in groups
-        // of 32: n-tile 4G + j, column c is head dim 32G + 4c + j (the merge below writes them
-        // back in order), so that one 32-bit load per position gives 4 n-tiles' values, and the
-        // 4 positions a thread's b0/b1 need (2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9) make 4 n-tiles'
-        // fragments with 4 byte permutes and 8 conversions. Banks: each of the 4 loads reads 4
-        // rows of 32 bytes at distinct offsets (rows 2 x 144 bytes apart).
-        const uint8_t* v8 =
-            ring8 + ((stage * 2 + 1) * kBN + warp * kDecWarpN + 2 * t4) * FROW + 4 * g;
-#pragma unroll
-        for (int G = 0; G < HD / 32; ++G) {
-          const uint8_t* p = v8 + G * 32;
-          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(p);
-          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(p + FROW);
-          const uint32_t w2 = *reinterpret_cast<const uint32_t*>(p + 8 * FROW);
-          const uint32_t w3 = *reinterpret_cast<const uint32_t*>(p + 9 * FROW);
-          // Bytes j of positions (2t4, 2t4 + 1) and of (2t4 + 8, 2t4 + 9), pairwise.
-          const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), hi01 = __byte_perm(w0, w1, 0x7362);
-          const uint32_t lo23 = __byte_perm(w2, w3, 0x5140), hi23 = __byte_perm(w2, w3, 0x7362);
-          mma_16816<true>(o[4 * G + 0], pa, fp8x2_to_f16x2(lo01), fp8x2_to_f16x2(lo23));
-          mma_16816<true>(o[4 * G + 1], pa, fp8x2_to_f16x2(lo01 >> 16), fp8x2_to_f16x2(lo23 >> 16));
-          mma_16816<true>(o[4 * G + 2], pa, fp8x2_to_f16x2(hi01), fp8x2_to_f16x2(hi23));
-          mma_16816<true>(o[4 * G + 3], pa, fp8x2_to_f16x2(hi01 >> 16), fp8x2_to_f16x2(hi23 >> 16));
-        }
-      } else {
-        const uint16_t* vrow = vt + (lane & 15) * SROW + (lane >> 4) * 8;
-#pragma unroll
-        for (int d = 0; d < DTILES; d += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vrow + d * 8);
-          mma_16816<false>(o[d], pa, b[0], b[1]);
-          mma_16816<false>(o[d + 1], pa, b[2], b[3]);
-        }
-      }
-    }
-    cp_async_wait<0>();        // the ring is reused below (only empty groups can still be pending)
-    __syncthreads();           // every warp is done reading the ring
-    const int head_kvh = kvh;  // the head merged and written below
-    if (hi + 1 < hpb) {
-      // The next head: its first STAGES - 1 tiles (every row: the PDL wait is behind us) in one
-      // group each and its Q in one more, as the prologue did, into stages 0 .. STAGES - 2 while
-      // this head's merge uses stage STAGES - 1.
-      ++kvh;
-#pragma unroll
-      for (int st = 0; st < STAGES - 1; ++st) {
-        if (st < n_tiles) load_kv(st, st, 0);
-        cp_async_commit();
-      }
-      load_q();
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    // This thread's copies of tile `tile` have landed (at tile 0 the prologue's last group holds
+    // Q and the new rows of every prologue tile: all groups).
+    if (tile == 0)
+      cp_async_wait<0>();
+    else
+      cp_async_wait<STAGES - 2>();
+    __syncthreads();  // everyone's have; everyone is done with tile - 1's stage
+    {
+      const int next = tile + STAGES - 1;
+      if (next < n_tiles) load_kv(next, next % STAGES, 0);
       cp_async_commit();
     }
-
-    // Merge the 4 warps' states. Row sums over the quad first (m is quad-uniform already).
+    if constexpr (FP8) {
+      if (tile == 0) {  // the Q tile to f16 in place (every thread's copies have landed)
+        for (int c = tid; c < kDecRows * HD / 2; c += kThreads) {
+          uint32_t* p = reinterpret_cast<uint32_t*>(qs + c / (HD / 2) * SROW) + c % (HD / 2);
+          *p = bf16x2_to_f16x2(*p);
+        }
+        __syncthreads();
+      }
+    } else if (tile == 0) {
+      const uint16_t* qw = qs + g * SROW + 2 * t4;
+#pragma unroll
+      for (int s = 0; s < KSTEPS; ++s) {
+        qa[s][0] = lds32(qw + s * 16);
+        qa[s][1] = lds32(qw + 8 * SROW + s * 16);
+        qa[s][2] = lds32(qw + s * 16 + 8);
+        qa[s][3] = lds32(qw + 8 * SROW + s * 16 + 8);
+      }
+    }
+    const int stage = tile % STAGES;
+    const uint16_t* kt = ks + (stage * kBN + warp * kDecWarpN) * SROW;
+    const uint16_t* vt = vs + (stage * kBN + warp * kDecWarpN) * SROW;
+    // S = Q K^T for this warp's 16 positions.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    if constexpr (FP8) {
+      // The head dimension of Q and K is permuted within each k-step (the dot product does not
+      // care), so that a thread's four K values of a k-step are 4 adjacent bytes: its fragment
+      // columns 2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9 are head dims 4t4 .. 4t4 + 3. E4M3 K rows
+      // straight into f16 fragments: n-tile n's b0/b1 of k-step k are the 4 bytes at head dims
+      // 16k + 4t4 of position 8n + g (one 32-bit load, two cvt.f16x2.e4m3x2; the 144-byte rows
+      // put a warp's 8 rows x 16 bytes in distinct banks).
+      const uint8_t* k8 = ring8 + ((stage * 2 + 0) * kBN + warp * kDecWarpN + g) * FROW + 4 * t4;
+      const uint16_t* qw = qs + g * SROW + 4 * t4;
+#pragma unroll
+      for (int k = 0; k < KSTEPS; ++k) {
+        const uint32_t q[4] = {lds32(qw + k * 16), lds32(qw + 8 * SROW + k * 16),
+                               lds32(qw + k * 16 + 2), lds32(qw + 8 * SROW + k * 16 + 2)};
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(k8 + n * 8 * FROW + k * 16);
+          mma_16816<true>(s[n], q, fp8x2_to_f16x2(w), fp8x2_to_f16x2(w >> 16));
+        }
+      }
+    } else {
+      // ldmatrix.x4 gives both n-tiles' b0/b1 per k-step (matrix i = lane / 8: n-tile i / 2, k
+      // half i % 2).
+      const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int k = 0; k < KSTEPS; ++k) {
+        uint32_t b[4];
+        ldmatrix_x4(b, krow + k * 16);
+        mma_16816<false>(s[0], qa[k], b[0], b[1]);
+        mma_16816<false>(s[1], qa[k], b[2], b[3]);
+      }
+    }
+    // Mask, scale, online softmax.
+    const int kv0 = kv_begin + tile * kBN + warp * kDecWarpN;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int pos = kv0 + n * 8 + 2 * t4 + (e & 1);
+        const bool ok = pos <= row_pos[h] && pos < kv_end;
+        s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
+        mx[h] = fmaxf(mx[h], s[n][e]);
+      }
+    float alpha[2], base[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m[h], mx[h]);
+      base[h] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[h] = exp2f(m[h] - base[h]);  // 0 while the row has seen nothing
+      m[h] = m_new;
+      l[h] *= alpha[h];
     }
-    if (t4 == 0) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        red_m[warp][g + 8 * h] = m[h];
-        red_l[warp][g + 8 * h] = l[h];
+    for (int d = 0; d < DTILES; ++d) {
+      o[d][0] *= alpha[0];
+      o[d][1] *= alpha[0];
+      o[d][2] *= alpha[1];
+      o[d][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2f(s[n][e] - base[e / 2]);
+        l[e / 2] += s[n][e];
+      }
+    // O += P V over the warp's 16 positions (one k-step).
+    auto pack_p = [](float lo, float hi) { return FP8 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
+    const uint32_t pa[4] = {pack_p(s[0][0], s[0][1]), pack_p(s[0][2], s[0][3]),
+                            pack_p(s[1][0], s[1][1]), pack_p(s[1][2], s[1][3])};
+    if constexpr (FP8) {
+      // E4M3 V rows straight into f16 fragments. The output's head dims are permuted in groups
+      // of 32: n-tile 4G + j, column c is head dim 32G + 4c + j (the merge below writes them
+      // back in order), so that one 32-bit load per position gives 4 n-tiles' values, and the
+      // 4 positions a thread's b0/b1 need (2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9) make 4 n-tiles'
+      // fragments with 4 byte permutes and 8 conversions. Banks: each of the 4 loads reads 4
+      // rows of 32 bytes at distinct offsets (rows 2 x 144 bytes apart).
+      const uint8_t* v8 = ring8 + ((stage * 2 + 1) * kBN + warp * kDecWarpN + 2 * t4) * FROW + 4 * g;
+#pragma unroll
+      for (int G = 0; G < HD / 32; ++G) {
+        const uint8_t* p = v8 + G * 32;
+        const uint32_t w0 = *reinterpret_cast<const uint32_t*>(p);
+        const uint32_t w1 = *reinterpret_cast<const uint32_t*>(p + FROW);
+        const uint32_t w2 = *reinterpret_cast<const uint32_t*>(p + 8 * FROW);
+        const uint32_t w3 = *reinterpret_cast<const uint32_t*>(p + 9 * FROW);
+        // Bytes j of positions (2t4, 2t4 + 1) and of (2t4 + 8, 2t4 + 9), pairwise.
+        const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), hi01 = __byte_perm(w0, w1, 0x7362);
+        const uint32_t lo23 = __byte_perm(w2, w3, 0x5140), hi23 = __byte_perm(w2, w3, 0x7362);
+        mma_16816<true>(o[4 * G + 0], pa, fp8x2_to_f16x2(lo01), fp8x2_to_f16x2(lo23));
+        mma_16816<true>(o[4 * G + 1], pa, fp8x2_to_f16x2(lo01 >> 16), fp8x2_to_f16x2(lo23 >> 16));
+        mma_16816<true>(o[4 * G + 2], pa, fp8x2_to_f16x2(hi01), fp8x2_to_f16x2(hi23));
+        mma_16816<true>(o[4 * G + 3], pa, fp8x2_to_f16x2(hi01 >> 16), fp8x2_to_f16x2(hi23 >> 16));
+      }
+    } else {
+      const uint16_t* vrow = vt + (lane & 15) * SROW + (lane >> 4) * 8;
+#pragma unroll
+      for (int d = 0; d < DTILES; d += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vrow + d * 8);
+        mma_16816<false>(o[d], pa, b[0], b[1]);
+        mma_16816<false>(o[d + 1], pa, b[2], b[3]);
       }
     }
-    __syncthreads();
-    // The merge scratch, [kWarps][16][RROW] fp32: the drained ring's K tiles, or with more heads
-    // to come (the next head's tiles are landing in stages 0 .. STAGES - 2) the last stage, warps
-    // 0-1 in its K tile and 2-3 in its V tile (each exactly 2 x 16 rows of RROW floats).
-    auto scratch = [&](int w) -> float* {
-      if (hpb == 1) return reinterpret_cast<float*>(ks) + w * kDecRows * RROW;
-      uint16_t* half = (w < 2 ? ks : vs) + (STAGES - 1) * kBN * SROW;
-      return reinterpret_cast<float*>(half) + (w & 1) * kDecRows * RROW;
-    };
-    static_assert(2 * kDecRows * RROW * 4 == kBN * SROW * 2, "two warps' scratch = one K tile");
+  }
+  cp_async_wait<0>();  // the ring is reused below (only empty groups can still be pending)
+  __syncthreads();     // every warp is done reading the ring
+
+  // Merge the 4 warps' states. Row sums over the quad first (m is quad-uniform already).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  if (t4 == 0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = g + 8 * h;
-      if (r >= rows) continue;  // padding rows: never read below
-      float M = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][r]);
-      const float f = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - M);
-      float* row = scratch(warp) + r * RROW;
-      if constexpr (FP8) {
-        // Back in order: n-tiles 4G .. 4G + 3 at column c are head dims 32G + 4c .. 32G + 4c + 3.
-#pragma unroll
-        for (int G = 0; G < HD / 32; ++G)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            *reinterpret_cast<float4*>(row + 32 * G + 4 * (2 * t4 + e)) =
-                make_float4(o[4 * G][2 * h + e] * f, o[4 * G + 1][2 * h + e] * f,
-                            o[4 * G + 2][2 * h + e] * f, o[4 * G + 3][2 * h + e] * f);
-      } else {
-#pragma unroll
-        for (int d = 0; d < DTILES; ++d)
-          *reinterpret_cast<float2*>(row + 2 * t4 + d * 8) =
-              make_float2(o[d][2 * h] * f, o[d][2 * h + 1] * f);
-      }
+      red_m[warp][g + 8 * h] = m[h];
+      red_l[warp][g + 8 * h] = l[h];
     }
-    if (tid < kDecRows) {
-      float M = -INFINITY, L = 0.0f;
+  }
+  __syncthreads();
+  float* red = reinterpret_cast<float*>(ks);  // [kWarps][16][RROW] fp32
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][tid]);
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    if (r >= rows) continue;  // padding rows: never read below
+    float M = -INFINITY;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w)
-        if (red_m[w][tid] != -INFINITY) L += red_l[w][tid] * exp2f(red_m[w][tid] - M);
-      row_m[tid] = M;
-      row_l[tid] = L;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][r]);
+    const float f = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - M);
+    float* row = red + (warp * kDecRows + r) * RROW;
+    if constexpr (FP8) {
+      // Back in order: n-tiles 4G .. 4G + 3 at column c are head dims 32G + 4c .. 32G + 4c + 3.
+#pragma unroll
+      for (int G = 0; G < HD / 32; ++G)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          *reinterpret_cast<float4*>(row + 32 * G + 4 * (2 * t4 + e)) =
+              make_float4(o[4 * G][2 * h + e] * f, o[4 * G + 1][2 * h + e] * f,
+                          o[4 * G + 2][2 * h + e] * f, o[4 * G + 3][2 * h + e] * f);
+    } else {
+#pragma unroll
+      for (int d = 0; d < DTILES; ++d)
+        *reinterpret_cast<float2*>(row + 2 * t4 + d * 8) =
+            make_float2(o[d][2 * h] * f, o[d][2 * h + 1] * f);
     }
-    __syncthreads();
+  }
+  if (tid < kDecRows) {
+    float M = -INFINITY, L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][tid]);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      if (red_m[w][tid] != -INFINITY) L += red_l[w][tid] * exp2f(red_m[w][tid] - M);
+    row_m[tid] = M;
+    row_l[tid] = L;
+  }
+  __syncthreads();
 
-    // Sum the warps in a fixed order, normalize, write: 2 consecutive elements per thread.
-    for (int idx = tid; idx < rows * (HD / 2); idx += kThreads) {
-      const int r = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
-      float2 acc = *reinterpret_cast<const float2*>(scratch(0) + r * RROW + d);
+  // Sum the warps in a fixed order, normalize, write: 2 consecutive elements per thread.
+  for (int idx = tid; idx < rows * (HD / 2); idx += kThreads) {
+    const int r = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
+    float2 acc = *reinterpret_cast<const float2*>(red + r * RROW + d);
 #pragma unroll
-      for (int w = 1; w < kWarps; ++w) {
-        const float2 v = *reinterpret_cast<const float2*>(scratch(w) + r * RROW + d);
-        acc.x += v.x;
-        acc.y += v.y;
-      }
-      const float L = row_l[r];
-      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-      const int64_t token = q_start + r / a.group;
-      const int head = head_kvh * a.group + r % a.group;
-      if (a.num_splits == 1 || sole) {
-        *reinterpret_cast<uint32_t*>(a.out + token * a.ld_out + int64_t(head) * HD + d) =
-            pack_bf16(acc.x * inv, acc.y * inv);
-      } else {
-        const int64_t row_in_split = token * a.nh + head;
-        if (row_in_split >= a.ws_rows) continue;  // q_len past max_q_len (fixed mode): not ours
-        const int64_t ws_row = int64_t(split) * a.ws_rows + row_in_split;
-        *reinterpret_cast<float2*>(a.ws_o + ws_row * HD + d) =
-            make_float2(acc.x * inv, acc.y * inv);
-        if (d == 0) *reinterpret_cast<float2*>(a.ws_ml + ws_row * 2) = make_float2(row_m[r], L);
-      }
+    for (int w = 1; w < kWarps; ++w) {
+      const float2 v = *reinterpret_cast<const float2*>(red + (w * kDecRows + r) * RROW + d);
+      acc.x += v.x;
+      acc.y += v.y;
     }
-    if (hi + 1 >= hpb) break;
-    __syncthreads();  // every warp is done with the scratch and the statistics: the next head
-  }                   // the block's heads
+    const float L = row_l[r];
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    const int64_t token = q_start + r / a.group;
+    const int head = kvh * a.group + r % a.group;
+    if (a.num_splits == 1 || sole) {
+      *reinterpret_cast<uint32_t*>(a.out + token * a.ld_out + int64_t(head) * HD + d) =
+          pack_bf16(acc.x * inv, acc.y * inv);
+    } else {
+      const int64_t row_in_split = token * a.nh + head;
+      if (row_in_split >= a.ws_rows) continue;  // q_len past max_q_len (fixed mode): not ours
+      const int64_t ws_row = int64_t(split) * a.ws_rows + row_in_split;
+      *reinterpret_cast<float2*>(a.ws_o + ws_row * HD + d) = make_float2(acc.x * inv, acc.y * inv);
+      if (d == 0) *reinterpret_cast<float2*>(a.ws_ml + ws_row * 2) = make_float2(row_m[r], L);
+    }
+  }
   if (a.num_splits == 1 || a.counters == nullptr || sole) return;
 
   // In-kernel merge of the splits: the last block of this (sequence, KV head) to finish takes a
@@ -1075,18 +1027,15 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     const int64_t row = token * a.nh + head;
     if (row >= a.ws_rows) continue;
     float mx = -INFINITY;
-    for (int sp = 0; sp < a.num_splits; ++sp)
-      mx = fmaxf(mx, __ldcg(a.ws_ml + (sp * a.ws_rows + row) * 2));
+    for (int sp = 0; sp < a.num_splits; ++sp) mx = fmaxf(mx, __ldcg(a.ws_ml + (sp * a.ws_rows + row) * 2));
     float2 acc = make_float2(0.0f, 0.0f);
     float total = 0.0f;
     for (int sp = 0; sp < a.num_splits; ++sp) {
-      const float2 ml =
-          __ldcg(reinterpret_cast<const float2*>(a.ws_ml + (sp * a.ws_rows + row) * 2));
+      const float2 ml = __ldcg(reinterpret_cast<const float2*>(a.ws_ml + (sp * a.ws_rows + row) * 2));
       if (ml.y <= 0.0f) continue;  // a split this row saw nothing of
       const float w = ml.y * exp2f(ml.x - mx);
       total += w;
-      const float2 v =
-          __ldcg(reinterpret_cast<const float2*>(a.ws_o + (sp * a.ws_rows + row) * HD + d));
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(a.ws_o + (sp * a.ws_rows + row) * HD + d));
       acc.x += w * v.x;
       acc.y += w * v.y;
     }
@@ -1131,9 +1080,7 @@ __global__ void __launch_bounds__(kThreads)
     dst[lane + 32 * i] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[i] * inv));
 }
 
-std::string int_text(int64_t v) {
-  return std::to_string(v);
-}
+std::string int_text(int64_t v) { return std::to_string(v); }
 
 template <int HD, int MT, bool FP8 = false>
 void set_general_smem() {
@@ -1182,7 +1129,7 @@ void set_decode_smem() {
 
 template <int HD, int STAGES, bool FP8 = false>
 void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStream_t stream) {
-  const dim3 grid{unsigned(nkv / k.heads_per_block), unsigned(splits), unsigned(seqs)};
+  const dim3 grid{unsigned(nkv), unsigned(splits), unsigned(seqs)};
   RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_kernel<HD, STAGES, FP8>, grid, dim3(kThreads),
                                    decode_smem_bytes<HD, STAGES, FP8>(), stream, k));
 }
@@ -1205,15 +1152,9 @@ void launch_decode_stages(const KernelArgs& k, int stages, bool fp8, int nkv, in
     return;
   }
   switch (stages) {
-    case 2:
-      launch_decode<HD, 2>(k, nkv, splits, seqs, stream);
-      break;
-    case 3:
-      launch_decode<HD, 3>(k, nkv, splits, seqs, stream);
-      break;
-    default:
-      launch_decode<HD, 4>(k, nkv, splits, seqs, stream);
-      break;
+    case 2: launch_decode<HD, 2>(k, nkv, splits, seqs, stream); break;
+    case 3: launch_decode<HD, 3>(k, nkv, splits, seqs, stream); break;
+    default: launch_decode<HD, 4>(k, nkv, splits, seqs, stream); break;
   }
 }
 
@@ -1264,10 +1205,10 @@ int graph_attention_splits(int num_seqs, int max_q_len, int num_kv_heads, int gr
   const int64_t target = int64_t(std::max(blocks_per_sm, 1)) * std::max(sm_count, 1);
   if (blocks >= target) return 1;
   int64_t splits = (target + blocks - 1) / blocks;
-  splits = std::min<int64_t>(
-      {splits, std::max(1, (max_context + kBN - 1) / kBN), kMaxSplits, 65535 / num_seqs});
-  const size_t per_split =
-      paged_attention_split_bytes(int64_t(num_seqs) * max_q_len, num_kv_heads * group, head_dim);
+  splits = std::min<int64_t>({splits, std::max(1, (max_context + kBN - 1) / kBN), kMaxSplits,
+                              65535 / num_seqs});
+  const size_t per_split = paged_attention_split_bytes(int64_t(num_seqs) * max_q_len,
+                                                       num_kv_heads * group, head_dim);
   if (splits > 1 && per_split > 0)
     splits = std::min<int64_t>(splits, int64_t(workspace_bytes / per_split));
   return int(std::max<int64_t>(splits, 1));
@@ -1288,17 +1229,19 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                           a.max_blocks_per_seq >= 0 && a.num_blocks >= 0,
                       kName,
                       "block size " + int_text(a.block_size) + ", " + int_text(a.num_seqs) +
-                          " sequences, " + int_text(a.max_blocks_per_seq) + " blocks per sequence");
+                          " sequences, " + int_text(a.max_blocks_per_seq) +
+                          " blocks per sequence");
   RIDGE_KERNEL_EXPECT(fixed || (a.host_cu_seqlens_q && a.host_context_lens), kName,
                       "host mirrors of cu_seqlens_q and context_lens needed to plan the split "
                       "(or a fixed split count)");
-  RIDGE_KERNEL_EXPECT(
-      a.fixed_splits >= 0 && a.fixed_splits <= kMaxSplits &&
-          (!fixed || (a.max_q_len >= 1 && int64_t(a.num_seqs) * a.fixed_splits <= 65535)),
-      kName,
-      "fixed_splits " + int_text(a.fixed_splits) + " (at most " + int_text(kMaxSplits) +
-          ", times " + int_text(a.num_seqs) +
-          " sequences at most 65535) needs max_q_len >= 1, got " + int_text(a.max_q_len));
+  RIDGE_KERNEL_EXPECT(a.fixed_splits >= 0 && a.fixed_splits <= kMaxSplits &&
+                          (!fixed || (a.max_q_len >= 1 &&
+                                      int64_t(a.num_seqs) * a.fixed_splits <= 65535)),
+                      kName,
+                      "fixed_splits " + int_text(a.fixed_splits) + " (at most " +
+                          int_text(kMaxSplits) + ", times " + int_text(a.num_seqs) +
+                          " sequences at most 65535) needs max_q_len >= 1, got " +
+                          int_text(a.max_q_len));
   RIDGE_KERNEL_EXPECT(a.ld_q % 8 == 0 && reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                           a.ld_out % 2 == 0 && reinterpret_cast<uintptr_t>(a.out) % 4 == 0 &&
                           reinterpret_cast<uintptr_t>(a.k_pool) % 16 == 0 &&
@@ -1307,15 +1250,16 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                       "q rows must be 16-byte aligned (row stride " + int_text(a.ld_q) +
                           "), out rows 4-byte aligned (row stride " + int_text(a.ld_out) +
                           "), pools 16-byte aligned");
-  RIDGE_KERNEL_EXPECT(a.decode_stages == 0 || (a.decode_stages >= 2 && a.decode_stages <= 4), kName,
-                      "decode_stages must be 0 (default) or 2..4");
-  RIDGE_KERNEL_EXPECT(
-      a.general_block_rows == 0 || a.general_block_rows == kBM || a.general_block_rows == 2 * kBM,
-      kName,
-      "general_block_rows must be 0 (automatic), 64 or 128, got " + int_text(a.general_block_rows));
-  RIDGE_KERNEL_EXPECT(
-      a.scale > 0.0f && a.scale < INFINITY, kName,
-      "the softmax scale must be positive and finite, got " + std::to_string(a.scale));
+  RIDGE_KERNEL_EXPECT(a.decode_stages == 0 || (a.decode_stages >= 2 && a.decode_stages <= 4),
+                      kName, "decode_stages must be 0 (default) or 2..4");
+  RIDGE_KERNEL_EXPECT(a.general_block_rows == 0 || a.general_block_rows == kBM ||
+                          a.general_block_rows == 2 * kBM,
+                      kName,
+                      "general_block_rows must be 0 (automatic), 64 or 128, got " +
+                          int_text(a.general_block_rows));
+  RIDGE_KERNEL_EXPECT(a.scale > 0.0f && a.scale < INFINITY, kName,
+                      "the softmax scale must be positive and finite, got " +
+                          std::to_string(a.scale));
   const int group = a.num_q_heads / a.num_kv_heads;
 
   // Host mirrors: validation (always when given), and the plan's inputs (planned mode).
@@ -1365,8 +1309,8 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   const int64_t ctx_bound =
       fixed || !have_host ? int64_t(a.max_blocks_per_seq) * a.block_size : int64_t(max_ctx);
   p.decode_stages = a.decode_stages ? a.decode_stages
-                                    : default_decode_stages(
-                                          a.head_dim, int(std::min<int64_t>(ctx_bound, 1 << 30)));
+                                    : default_decode_stages(a.head_dim, int(std::min<int64_t>(
+                                                                            ctx_bound, 1 << 30)));
   if (a.kv_fp8)  // the rings the fp8 forms come in (launch_decode_stages)
     p.decode_stages = a.head_dim == 64 ? 4 : p.decode_stages <= 2 ? 2 : 3;
   // fp8 KV at hd 128 with the default ring: a launch of unsplit (sequence, head) blocks that fill
@@ -1378,31 +1322,9 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
         unsplit_blocks >= target_blocks)
       p.decode_stages = 2;
   };
-  // Decode blocks that take several KV heads each (KernelArgs::heads_per_block): unsplit bf16
-  // launches only, forced by decode_heads_per_block or, automatically, 4 or 2 heads where the
-  // launch still has at least 8 block targets' worth of blocks (a batch of 512 MHA sequences).
-  auto heads_per_block = [&](int64_t unsplit_blocks) {
-    p.heads_per_block = 1;
-    if (!p.decode || a.kv_fp8 || p.num_splits != 1) return;
-    if (a.decode_heads_per_block > 0) {
-      p.heads_per_block = a.decode_heads_per_block;
-      return;
-    }
-    for (int h : {4, 2})
-      if (a.num_kv_heads % h == 0 && unsplit_blocks / h >= 8 * int64_t(target_blocks)) {
-        p.heads_per_block = h;
-        return;
-      }
-  };
-  RIDGE_KERNEL_EXPECT(
-      a.decode_heads_per_block >= 0 &&
-          (a.decode_heads_per_block == 0 || a.num_kv_heads % a.decode_heads_per_block == 0),
-      kName,
-      "decode_heads_per_block " + int_text(a.decode_heads_per_block) +
-          " must be 0 (automatic) or divide the " + int_text(a.num_kv_heads) + " KV heads");
   p.block_rows = p.decode ? kDecRows
-                          : general_rows_for(a.general_block_rows, rows_bound, general_blocks[1],
-                                             fixed ? 0 : target_blocks);
+                           : general_rows_for(a.general_block_rows, rows_bound, general_blocks[1],
+                                              fixed ? 0 : target_blocks);
   const int wide = p.block_rows == 2 * kBM ? 1 : 0;
 
   if (fixed) {
@@ -1420,7 +1342,6 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                             int_text(int64_t(workspace_capacity)) +
                             " available (see graph_attention_splits)");
     fp8_ring(int64_t(a.num_seqs) * a.num_kv_heads);
-    heads_per_block(int64_t(a.num_seqs) * a.num_kv_heads);
     return p;
   }
 
@@ -1431,8 +1352,8 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   int splits = 1;
   const int64_t target = wide ? (int64_t(target_blocks) + 1) / 2 : target_blocks;
   if (blocks > 0 && blocks < target)
-    splits = int(std::min<int64_t>(
-        {(target + blocks - 1) / blocks, max_tiles, kMaxSplits, 65535 / std::max(1, a.num_seqs)}));
+    splits = int(std::min<int64_t>({(target + blocks - 1) / blocks, max_tiles, kMaxSplits,
+                                    65535 / std::max(1, a.num_seqs)}));
   const size_t per_split = paged_attention_split_bytes(p.num_tokens, a.num_q_heads, a.head_dim);
   if (per_split > 0) splits = int(std::min<size_t>(size_t(splits), workspace_capacity / per_split));
   splits = std::max(splits, 1);
@@ -1442,12 +1363,11 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   p.num_splits = (std::max(max_ctx, 1) + p.kv_chunk - 1) / p.kv_chunk;
   p.workspace_bytes = p.num_splits > 1 ? per_split * p.num_splits : 0;
   fp8_ring(decode_blocks);
-  heads_per_block(decode_blocks);
   return p;
 }
 
-void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan& p, void* workspace,
-                          cudaStream_t stream) {
+void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan& p,
+                          void* workspace, cudaStream_t stream) {
   if (p.max_q_tiles == 0 || p.num_tokens == 0 || a.num_seqs == 0) return;
   RIDGE_KERNEL_EXPECT(p.num_splits == 1 || workspace, "paged_attention_bf16",
                       "a split plan needs a workspace");
@@ -1480,7 +1400,6 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.ws_ml = k.ws_o ? k.ws_o + size_t(p.num_splits) * k.ws_rows * a.head_dim : nullptr;
   k.scale_log2 = a.scale * kLog2e;
   k.early_kv = a.early_kv;
-  k.heads_per_block = p.decode ? std::max(1, p.heads_per_block) : 1;
   k.counters = p.decode && p.num_splits > 1 && a.split_counters &&
                        a.split_counters_len >= int64_t(a.num_seqs) * a.num_kv_heads
                    ? a.split_counters
@@ -1497,9 +1416,10 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
       launch_general<64>(k, a.kv_fp8, p.block_rows, grid, stream);
     }
     if (separate_combine) {
-      RIDGE_CHECK_CUDA(pdl::launch_pdl(
-          combine_splits_kernel<64>, dim3(combine_blocks), dim3(kThreads), 0, stream, k.ws_o,
-          k.ws_ml, k.ws_rows, p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out, a.ld_out));
+      RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<64>, dim3(combine_blocks),
+                                       dim3(kThreads), 0, stream, k.ws_o, k.ws_ml, k.ws_rows,
+                                       p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out,
+                                       a.ld_out));
     }
   } else {
     if (p.decode) {
@@ -1511,9 +1431,10 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
       launch_general<128>(k, a.kv_fp8, p.block_rows, grid, stream);
     }
     if (separate_combine) {
-      RIDGE_CHECK_CUDA(pdl::launch_pdl(
-          combine_splits_kernel<128>, dim3(combine_blocks), dim3(kThreads), 0, stream, k.ws_o,
-          k.ws_ml, k.ws_rows, p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out, a.ld_out));
+      RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<128>, dim3(combine_blocks),
+                                       dim3(kThreads), 0, stream, k.ws_o, k.ws_ml, k.ws_rows,
+                                       p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out,
+                                       a.ld_out));
     }
   }
 }

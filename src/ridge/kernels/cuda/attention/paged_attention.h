@@ -99,11 +99,6 @@ struct PagedAttentionArgs {
   // too few: the separate combine kernel (always for the general kernel).
   int* split_counters = nullptr;
   int64_t split_counters_len = 0;
-  // The decode kernel's KV heads per block (consecutive heads of one sequence, the next head's
-  // first tiles loaded while the last one's warps merge): 0 automatic (4 or 2 where an unsplit
-  // bf16 launch has at least 8 x target_blocks blocks), else it must divide num_kv_heads; split
-  // and fp8 launches always take 1.
-  int decode_heads_per_block = 0;
 };
 
 // The plan of one call: which kernel, how many KV splits, and how much workspace they take.
@@ -118,7 +113,6 @@ struct PagedAttentionPlan {
   bool decode = false;         // the decode kernel runs (else the general one)
   int block_rows = 64;         // rows per block: 16 (decode kernel), 64 or 128 (general)
   int decode_stages = 0;       // its cp.async ring depth
-  int heads_per_block = 1;     // the decode kernel's KV heads per block
 };
 
 // Raises the kernels' dynamic shared-memory limit; call once per device before the first launch.
