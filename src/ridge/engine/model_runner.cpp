@@ -1,7 +1,7 @@
 #include "ridge/engine/model_runner.h"
 
-#include <algorithm>
 #include <cstdint>
+#include <algorithm>
 
 #include "ridge/core/error.h"
 

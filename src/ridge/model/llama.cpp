@@ -1,7 +1,7 @@
 #include "ridge/model/llama.h"
 
-#include <unistd.h>
 #include <cstdint>
+#include <unistd.h>
 
 #include <cmath>
 
@@ -156,7 +156,8 @@ size_t LlamaModel::weight_bytes() const {
   for (const Layer& d : layers_) {
     const LayerWeights& l = d.w;
     for (const Tensor* t : {&d.wqkv, &d.bqkv, &d.w_gate_up, &l.attn_norm, &l.wq, &l.wk, &l.wv,
-                            &l.bq, &l.bk, &l.bv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+                            &l.bq, &l.bk, &l.bv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up,
+                            &l.w_down})
       if (t->data) total += t->nbytes();
   }
   return total;
@@ -170,9 +171,7 @@ size_t LlamaModel::workspace_bytes() const {
 
 namespace {
 constexpr size_t kMeta = 0;  // scratch slot of the packed metadata
-int64_t align4(int64_t n) {
-  return (n + 3) / 4 * 4;
-}  // 16-byte aligned arrays
+int64_t align4(int64_t n) { return (n + 3) / 4 * 4; }  // 16-byte aligned arrays
 // Decode graph buckets (sequences per step).
 constexpr int64_t kGraphBuckets[] = {1,   2,   4,   8,   16,  32,  48,  64,  96,
                                      128, 160, 192, 224, 256, 320, 384, 448, 512};
@@ -385,7 +384,7 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
     }
     backend::MatmulFusion down;
     down.accumulate = true;
-    down.record_sumsq = i + 1 < c.n_layers ? 2 : 0;        // the final norm runs on gathered rows
+    down.record_sumsq = i + 1 < c.n_layers ? 2 : 0;  // the final norm runs on gathered rows
     be.matmul_fused(stream, mlp, l.w.w_down, down, h, x);  // x += mlp · w_downᵀ
   }
   if (R == 0) return;
@@ -467,8 +466,8 @@ bool LlamaModel::forward_graph(const backend::Stream& stream, const ForwardBatch
   pb.max_blocks_per_seq = int32_t(MB);
   pb.block_tables.assign(size_t(B * MB), 0);
   for (int64_t s = 0; s < S; ++s)
-    std::copy_n(batch.block_tables.begin() + s * batch.max_blocks_per_seq, batch.max_blocks_per_seq,
-                pb.block_tables.begin() + s * MB);
+    std::copy_n(batch.block_tables.begin() + s * batch.max_blocks_per_seq,
+                batch.max_blocks_per_seq, pb.block_tables.begin() + s * MB);
   pb.logits_rows.resize(size_t(B));
   for (int64_t i = 0; i < B; ++i) pb.logits_rows[size_t(i)] = int32_t(i);
 
@@ -532,8 +531,8 @@ void LlamaModel::forward(const backend::Stream& stream, const ForwardBatch& batc
 }
 
 std::span<float> LlamaModel::forward_logits(const backend::Stream& stream,
-                                            const ForwardBatch& batch,
-                                            std::span<backend::KvLayer> kv) {
+                                                  const ForwardBatch& batch,
+                                                  std::span<backend::KvLayer> kv) {
   const size_t n = batch.logits_rows.size() * size_t(config().vocab);
   if (host_logits_.size() < n * 4) host_logits_ = backend_.allocate_host(n * 4);
   forward(stream, batch, kv, static_cast<float*>(host_logits_.data()));

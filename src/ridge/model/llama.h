@@ -61,12 +61,12 @@ class LlamaModel {
   // forward() into a host buffer the model owns (pinned on a GPU: the fastest download); valid
   // until the next call. Rows as batch.logits_rows.
   std::span<float> forward_logits(const backend::Stream& stream, const ForwardBatch& batch,
-                                  std::span<backend::KvLayer> kv);
+                                        std::span<backend::KvLayer> kv);
 
   // Counters for tests and benchmarks.
   struct Stats {
-    int64_t graph_steps = 0;  // steps replayed from a graph
-    int64_t eager_steps = 0;  // steps run op by op
+    int64_t graph_steps = 0;     // steps replayed from a graph
+    int64_t eager_steps = 0;     // steps run op by op
     int64_t graphs_captured = 0;
     // Forward passes whose layers went to one Backend::decode_layers call (eager steps and graph
     // captures; a replay repeats its capture's choice).
@@ -115,7 +115,7 @@ class LlamaModel {
   backend::Backend& backend_;
   // The weights as the backend uses them (host views on the CPU, device copies on a GPU).
   Tensor token_embd_, output_norm_, output_;
-  std::vector<float> ones_host_;  // the norm weight of a folded norm: ones [hidden]
+  std::vector<float> ones_host_;   // the norm weight of a folded norm: ones [hidden]
   Tensor ones_;
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_host_;
