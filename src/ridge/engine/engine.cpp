@@ -199,6 +199,10 @@ void Engine::Impl::loop() {
       } catch (const std::exception& e) {
         // A broken invariant: end every request with the error rather than the process.
         log::error("engine: step failed, ending all requests: {}", e.what());
+        try {
+          bundle.backend->synchronize({});  // a queued step may still read staging or blocks
+        } catch (const std::exception&) {
+        }
         scheduler.finish_all("error", e.what());
       }
       const auto t_after = Clock::now();

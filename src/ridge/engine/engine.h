@@ -104,10 +104,12 @@ struct EngineMetrics {
   int64_t preemptions = 0;
   int64_t steps = 0;
   // Seconds the engine thread spent, since start, in each part of its loop: scheduling a step,
-  // the model's forward (host launches and the GPU until the logits are ready), sampling (on the
-  // device: its kernels and the copy back), handing tokens out (detokenized streams, stop
-  // strings, callbacks into the server), and the bookkeeping between steps (admission,
-  // cancellations, gauges, finished requests). Where serving throughput goes, without a profiler.
+  // the step on the device (host launches and the GPU until its tokens are back: the forward and,
+  // with device sampling, the sampling kernels and the copy), sampling on the host or reading the
+  // device's results, handing tokens out (detokenized streams, stop strings, callbacks into the
+  // server; with device sampling, the previous step's while the device runs this one), and the
+  // bookkeeping between steps (admission, cancellations, gauges, finished requests). Where
+  // serving throughput goes, without a profiler.
   double seconds_schedule = 0, seconds_forward = 0, seconds_sample = 0, seconds_output = 0,
          seconds_between = 0;
   // The forward split by kind of step: decode steps (every chunk one decode token: the CUDA
