@@ -2,6 +2,8 @@
 // cancellation returns blocks within a step, stop tokens, shutdown with and without drain, and
 // the destructor joining with requests still in flight.
 #include <atomic>
+#include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "engine_test_util.h"
@@ -132,33 +134,89 @@ TEST_F(EngineLifecycle, FullQueueRefuses) {
 }
 
 // Cancelling mid-generation: the final output says "abort" and by then the metrics show its
-// blocks returned. Tokens reach the caller one step late (a step's tokens go out while the next
-// step runs), so when the caller cancels after seeing n tokens, one computed token may not have
-// reached it yet and one more step may be in flight: the final output adds at most those two.
+// blocks returned. With outputs handed out at the end of each step (the CPU's default) at most
+// the step in flight adds a token; with them deferred to the next step's forward (a GPU's
+// default, forced here with defer_outputs = 1) one computed token may not have reached the caller
+// yet as well, so the final output adds at most two.
 TEST_F(EngineLifecycle, CancelReturnsBlocksWithinAStep) {
   SCOPED_TRACE(seed_);
-  for (bool caching : {false, true}) {
+  for (int defer : {-1, 1})
+    for (bool caching : {false, true}) {
+      SCOPED_TRACE(fmt::format("defer_outputs {}, prefix caching {}", defer, caching));
+      EngineConfig c = config_;
+      c.enable_prefix_caching = caching;
+      c.defer_outputs = defer;
+      Engine e(*bundle_, c);
+      Collector col;
+      e.submit(request("c", 40, 500), col.callback());
+      ASSERT_TRUE(col.wait_tokens("c", 3));
+      EXPECT_GT(e.metrics().kv_blocks_used, 0);
+      const size_t before = col.get("c").tokens.size();
+      e.cancel("c");
+      ASSERT_TRUE(col.wait_finished({"c"}, 30));
+      const Collected got = col.get("c");
+      EXPECT_EQ(got.finish_reason, "abort");
+      EXPECT_LE(got.tokens.size(), before + (defer == 1 ? 2 : 1));
+      const EngineMetrics m = e.metrics();
+      EXPECT_EQ(m.kv_blocks_used, 0);
+      EXPECT_EQ(m.running, 0);
+      // Cached: the full blocks of what was computed (the last sampled token never was).
+      const int64_t computed = 40 + int64_t(got.tokens.size()) - 1;
+      EXPECT_EQ(m.kv_blocks_cached, caching ? computed / bundle_->kv_pool->block_size() : 0);
+      e.cancel("c");        // finished: ignored
+      e.cancel("unknown");  // never seen: ignored
+    }
+}
+
+// An output callback that throws ends its own request ("abort", blocks returned) between steps,
+// whether outputs go out at the end of a step or during the next one, and leaves the others
+// alone: a request beside it gets all its tokens, equal to what it gets alone.
+TEST_F(EngineLifecycle, ThrowingCallbackEndsOnlyItsRequest) {
+  SCOPED_TRACE(seed_);
+  const Request steady = request("steady", 12, 24);
+  Collector alone;
+  {
+    Engine e(*bundle_, config_);
+    e.submit(steady, alone.callback());
+    ASSERT_TRUE(alone.wait_finished({"steady"}));
+  }
+  for (int defer : {0, 1}) {
+    SCOPED_TRACE(fmt::format("defer_outputs {}", defer));
     EngineConfig c = config_;
-    c.enable_prefix_caching = caching;
+    c.defer_outputs = defer;
     Engine e(*bundle_, c);
     Collector col;
-    e.submit(request("c", 40, 500), col.callback());
-    ASSERT_TRUE(col.wait_tokens("c", 3));
-    EXPECT_GT(e.metrics().kv_blocks_used, 0);
-    const size_t before = col.get("c").tokens.size();
-    e.cancel("c");
-    ASSERT_TRUE(col.wait_finished({"c"}, 30));
-    const Collected got = col.get("c");
-    EXPECT_EQ(got.finish_reason, "abort");
-    EXPECT_LE(got.tokens.size(), before + 2);
+    std::atomic<int> calls{0}, after_throw{0};
+    std::atomic<bool> finished{false};
+    std::string reason;
+    std::mutex reason_mu;
+    e.submit(request("thrower", 20, 400), [&](RequestOutput&& o) {
+      const int n = ++calls;
+      if (o.finished) {
+        std::lock_guard lock(reason_mu);
+        reason = o.finish_reason;
+        finished = true;
+        return;
+      }
+      if (n > 3) ++after_throw;
+      if (n == 3) throw std::runtime_error("client went away");
+    });
+    e.submit(steady, col.callback());
+    ASSERT_TRUE(col.wait_finished({"steady"}));
+    for (int i = 0; i < 3000 && !finished; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(finished) << "the throwing request never got its final output";
+    {
+      std::lock_guard lock(reason_mu);
+      EXPECT_EQ(reason, "abort");
+    }
+    EXPECT_EQ(after_throw.load(), 0) << "outputs kept coming after the callback threw";
+    EXPECT_EQ(col.get("steady").tokens.size(), alone.get("steady").tokens.size());
+    for (size_t i = 0; i < alone.get("steady").tokens.size(); ++i)
+      EXPECT_EQ(col.get("steady").tokens[i].token, alone.get("steady").tokens[i].token) << i;
     const EngineMetrics m = e.metrics();
     EXPECT_EQ(m.kv_blocks_used, 0);
     EXPECT_EQ(m.running, 0);
-    // Cached: the full blocks of what was computed (the last sampled token never was).
-    const int64_t computed = 40 + int64_t(got.tokens.size()) - 1;
-    EXPECT_EQ(m.kv_blocks_cached, caching ? computed / bundle_->kv_pool->block_size() : 0);
-    e.cancel("c");        // finished: ignored
-    e.cancel("unknown");  // never seen: ignored
   }
 }
 

@@ -41,6 +41,7 @@ std::map<std::string, Collected> run(ModelBundle& b, const std::vector<Request>&
   EngineConfig c;
   c.max_num_seqs = 8;
   c.max_num_batched_tokens = 64;
+  c.defer_outputs = 1;  // the GPU's path: each step's tokens handed out during the next step
   Collector col;
   std::vector<std::string> ids;
   {

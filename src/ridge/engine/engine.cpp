@@ -76,8 +76,8 @@ struct Engine::Impl {
   void step();
   void emit(Sequence& s, bool finished);
   void emit_finished();
-  // Hands out the tokens of the sequences in to_emit (the last step's, deferred so that they go
-  // out while the device runs the next step); returns the seconds it took.
+  // Hands out the tokens of the sequences in to_emit (the step's, at its end; or, deferred, the
+  // last step's while the device runs the next one); returns the seconds it took.
   double flush_outputs();
   void refresh_metrics();
   void add_seconds(double EngineMetrics::*field, Clock::time_point since);
@@ -101,12 +101,11 @@ struct Engine::Impl {
   // Running sequences with tokens of the last step still to hand out (flush_outputs). A sequence
   // leaves it before it is destroyed (emit_finished).
   std::vector<Sequence*> to_emit;
-  bool in_flush = false;  // an output callback's failure then ends its sequence between steps
-  // RIDGE_OVERLAP_OUTPUTS=0 hands the tokens out before the next step is queued instead (A/B runs).
-  const bool overlap_outputs = [] {
+  // EngineConfig::defer_outputs, with RIDGE_OVERLAP_OUTPUTS=0 forcing 0 (A/B runs).
+  const int defer_outputs = [](int configured) {
     const char* v = std::getenv("RIDGE_OVERLAP_OUTPUTS");
-    return !(v && std::string_view(v) == "0");
-  }();
+    return v && std::string_view(v) == "0" ? 0 : configured;
+  }(config.defer_outputs);
   // RIDGE_STEP_LOG=FILE: one line per step (when it started, what it held, where its time went),
   // for finding where a serving run's time goes (scripts/device/step_log.py reads it).
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log{nullptr, &std::fclose};
@@ -210,7 +209,6 @@ void Engine::Impl::loop() {
       emit_finished();
       add_seconds(&EngineMetrics::seconds_between, t_after);
     }
-    if (!scheduler.has_work()) flush_outputs();
     if (exit_when_idle && !scheduler.has_work()) {
       std::lock_guard lock(mu);
       if (inbox.empty()) break;  // nothing can arrive any more: submit refuses while stopping
@@ -232,9 +230,14 @@ void Engine::Impl::step() {
     flush_outputs();
     return;
   }
-  if (!overlap_outputs) flush_outputs();
-  const auto t_forward = Clock::now();
   const bool on_device = config.device_sampling && device_sampler.available();
+  // Deferred hand-out only where the step is queued and runs while the host works (a GPU with
+  // device sampling), unless configured: on the CPU the forward runs in execute(), so deferring
+  // would only make every token a step later.
+  const bool defer = defer_outputs == 1 ||
+                     (defer_outputs == -1 && on_device && bundle.backend->device() != Device::cpu);
+  const double flush_before = defer ? 0.0 : flush_outputs();  // what a deferring step left
+  const auto t_forward = Clock::now();
   std::span<float> logits;
   const Tensor* device_logits = nullptr;
   try {
@@ -268,7 +271,7 @@ void Engine::Impl::step() {
     }
     launched = device_sampler.launch({}, *device_logits, device_rows);
   }
-  const double flush_s = flush_outputs();
+  const double flush_during = defer ? flush_outputs() : 0.0;
   if (on_device) {
     if (launched && !device_rows.empty()) {
       device_sampler.finish({}, device_rows, device_results);
@@ -289,7 +292,7 @@ void Engine::Impl::step() {
     }
   }
   // The step on the device (its sampling kernels included), less the outputs handed out meanwhile.
-  const double forward_s = seconds(Clock::now() - t_forward) - flush_s;
+  const double forward_s = seconds(Clock::now() - t_forward) - flush_during;
   {
     const bool decode_only = size_t(out.num_decodes) == out.chunks.size();
     std::lock_guard lock(metrics_mu);
@@ -329,18 +332,19 @@ void Engine::Impl::step() {
     ++metrics.steps;
     metrics.generation_tokens_total += int64_t(sampled.size());
   }
-  // Handed out during the next step's forward (or before, when nothing runs then: see
-  // flush_outputs); a sequence that finished goes out with its final output instead.
+  // Handed out now, or (defer) during the next step's forward; a sequence that finished goes out
+  // with its final output instead.
   for (const ScheduledChunk& c : out.chunks)
     if (c.wants_logits && c.seq->status != SequenceStatus::finished) to_emit.push_back(c.seq);
   add_seconds(&EngineMetrics::seconds_output, t_output);
+  if (!defer) flush_outputs();
   if (step_log) {
     const auto end = Clock::now();
     fmt::print(step_log.get(), "{:.3f},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n",
                1e3 * seconds(t_schedule - started), out.chunks.size(), out.num_decodes,
                out.num_tokens - out.num_decodes, sampled.size(), scheduler.num_running(),
                scheduler.num_waiting(), 1e3 * forward_s, 1e3 * seconds(t_output - t_sample),
-               1e3 * (seconds(end - t_output) + flush_s));
+               1e3 * (seconds(end - t_output) + flush_before + flush_during));
     std::fflush(step_log.get());  // read while the server runs
   }
 }
@@ -348,10 +352,8 @@ void Engine::Impl::step() {
 double Engine::Impl::flush_outputs() {
   if (to_emit.empty()) return 0;
   const auto t0 = Clock::now();
-  in_flush = true;
   for (Sequence* s : to_emit)
     if (s->status != SequenceStatus::finished && !s->pending.empty()) emit(*s, false);
-  in_flush = false;
   to_emit.clear();
   const double s = seconds(Clock::now() - t0);
   std::lock_guard lock(metrics_mu);
@@ -379,13 +381,10 @@ void Engine::Impl::emit(Sequence& s, bool finished) {
     log::warn("engine: the output callback of request '{}' threw ({}); cancelling it", s.request.id,
               e.what());
     if (finished) return;
-    if (in_flush) {
-      // Handed out while a step runs that may hold this sequence: end it between steps.
-      std::lock_guard lock(mu);
-      cancels.push_back(s.seq_id);
-    } else {
-      scheduler.finish(s.seq_id, "abort");
-    }
+    // Ended between steps, as a cancel: a deferred hand-out runs while a step that may hold
+    // this sequence is in flight.
+    std::lock_guard lock(mu);
+    cancels.push_back(s.seq_id);
   }
 }
 

@@ -28,23 +28,27 @@
 namespace ridge::engine {
 
 struct EngineConfig {
-  int32_t max_num_seqs = 256;            // sequences running at once
+  int32_t max_num_seqs = 256;             // sequences running at once
   int32_t max_num_batched_tokens = 2048;  // tokens per step (decodes + prefill chunks)
-  int32_t max_queue = 4096;              // waiting requests beyond which submit() refuses
+  int32_t max_queue = 4096;               // waiting requests beyond which submit() refuses
   bool enable_prefix_caching = true;
-  int64_t max_model_len = 0;             // 0: the model's context (capped by the KV pool)
+  int64_t max_model_len = 0;  // 0: the model's context (capped by the KV pool)
   // Sample on the backend's device when it can (Backend::sample: only tokens and logprobs come
   // back); false: always on the host with engine::Sampler. Greedy tokens are the same either way;
   // seeded random draws differ (the device has its own generator, see device_sampler.h).
   bool device_sampling = true;
+  // Hand a step's tokens to the callbacks while the device runs the next step (they then reach
+  // callers one step later): -1 where the step runs asynchronously (a GPU with device sampling),
+  // 1 always (tests of that path on the CPU), 0 never. RIDGE_OVERLAP_OUTPUTS=0 forces 0 (A/B).
+  int defer_outputs = -1;
 };
 
 struct Request {
-  std::string id;                 // unique among live requests
-  std::vector<int32_t> prompt;    // token ids
+  std::string id;               // unique among live requests
+  std::vector<int32_t> prompt;  // token ids
   SamplingParams sampling;
-  int32_t max_tokens = 16;        // >= 1
-  bool ignore_eos = false;        // turns off the model's stop tokens, not stop_token_ids
+  int32_t max_tokens = 16;              // >= 1
+  bool ignore_eos = false;              // turns off the model's stop tokens, not stop_token_ids
   std::vector<int32_t> stop_token_ids;  // in addition to the model's own stop tokens
 };
 
@@ -58,11 +62,11 @@ struct RequestOutput {
   std::string id;
   std::vector<TokenOutput> tokens;  // tokens produced since the previous output
   bool finished = false;
-  std::string finish_reason;        // when finished: "stop" | "length" | "abort" | "error"
-  std::string error;                // when finish_reason == "error"
+  std::string finish_reason;  // when finished: "stop" | "length" | "abort" | "error"
+  std::string error;          // when finish_reason == "error"
   int32_t prompt_tokens = 0;
-  int32_t cached_tokens = 0;        // prompt tokens served from the prefix cache
-  int32_t completion_tokens = 0;    // generated so far
+  int32_t cached_tokens = 0;      // prompt tokens served from the prefix cache
+  int32_t completion_tokens = 0;  // generated so far
 };
 
 using OutputCallback = std::function<void(RequestOutput&&)>;
