@@ -79,6 +79,7 @@ struct Engine::Impl {
   // Hands out the tokens of the sequences in to_emit (the step's, at its end; or, deferred, the
   // last step's while the device runs the next one); returns the seconds it took.
   double flush_outputs();
+  void wait_for_device() noexcept;
   void refresh_metrics();
   void add_seconds(double EngineMetrics::*field, Clock::time_point since);
   void stop(bool drain);
@@ -152,8 +153,8 @@ Engine::Impl::Impl(ModelBundle& b, const EngineConfig& c)
       log::warn("engine: RIDGE_STEP_LOG: cannot write '{}'; no step log", path);
     else
       std::fputs(
-          "t_ms,seqs,decodes,prefill_tokens,sampled,running,waiting,forward_ms,sample_ms,output_"
-          "ms\n",
+          "t_ms,seqs,decodes,prefill_tokens,sampled,running,waiting,"
+          "forward_ms,sample_ms,output_ms\n",
           step_log.get());
   }
   log::info(
@@ -198,10 +199,7 @@ void Engine::Impl::loop() {
       } catch (const std::exception& e) {
         // A broken invariant: end every request with the error rather than the process.
         log::error("engine: step failed, ending all requests: {}", e.what());
-        try {
-          bundle.backend->synchronize({});  // a queued step may still read staging or blocks
-        } catch (const std::exception&) {
-        }
+        wait_for_device();
         scheduler.finish_all("error", e.what());
       }
       const auto t_after = Clock::now();
@@ -247,10 +245,7 @@ void Engine::Impl::step() {
       logits = runner.execute(out);
   } catch (const std::exception& e) {
     log::error("engine: step of {} tokens failed: {}", out.num_tokens, e.what());
-    try {
-      bundle.backend->synchronize({});  // nothing queued may still use the blocks freed below
-    } catch (const std::exception&) {
-    }
+    wait_for_device();
     for (const ScheduledChunk& c : out.chunks) scheduler.finish(c.seq->seq_id, "error", e.what());
     return;
   }
@@ -346,6 +341,15 @@ void Engine::Impl::step() {
                scheduler.num_waiting(), 1e3 * forward_s, 1e3 * seconds(t_output - t_sample),
                1e3 * (seconds(end - t_output) + flush_before + flush_during));
     std::fflush(step_log.get());  // read while the server runs
+  }
+}
+
+// Before requests end on an error: a queued step may still read the metadata staging or write
+// the blocks about to be freed. A device that fails here is past saving; the error was logged.
+void Engine::Impl::wait_for_device() noexcept {
+  try {
+    bundle.backend->synchronize({});
+  } catch (const std::exception&) {
   }
 }
 
