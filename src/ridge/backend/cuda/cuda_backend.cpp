@@ -598,7 +598,7 @@ void CudaBackend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& 
 
 void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
                             const MatmulFusion& f, Tensor& scratch, Tensor& out, bool swiglu,
-                            const kernels::SkinnyArgs* rope_kv) {
+                            const kernels::SkinnyRopeKv* rope_kv) {
   const int64_t K = w.shape[1];
   const int64_t T = x.shape[0], N = w.shape[0];
   const char* op = swiglu ? "matmul_swiglu" : "matmul_fused";
@@ -676,17 +676,7 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   a.pdl_launch = early >= 0 || decode_chain_;
   a.stage_steps = std::max(early, 0);
   a.M = int(T), a.N = int(N), a.K = int(K);
-  if (rope_kv) {
-    const kernels::SkinnyArgs& r = *rope_kv;
-    a.rope_positions = r.rope_positions;
-    a.rope_inv_freq = r.rope_inv_freq;
-    a.rope_slots = r.rope_slots;
-    a.k_pool = r.k_pool;
-    a.v_pool = r.v_pool;
-    a.num_slots = r.num_slots;
-    a.kv_fp8 = r.kv_fp8;
-    a.q_dim = r.q_dim, a.kv_dim = r.kv_dim, a.head_dim = r.head_dim;
-  }
+  if (rope_kv) a.rope = *rope_kv;
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};
 }
@@ -820,10 +810,10 @@ bool CudaBackend::matmul_rope_kv(const Stream& s, const Tensor& x, const Tensor&
         slots.numel() == T && inv_freq.device == Device::cuda && inv_freq.dtype == DType::f32))
     return false;
   check_matmul("matmul_rope_kv", x, w, qkv, K);
-  kernels::SkinnyArgs r;
-  r.rope_positions = positions.ptr<int32_t>();
-  r.rope_inv_freq = inv_freq.ptr<float>();
-  r.rope_slots = slots.ptr<int32_t>();
+  kernels::SkinnyRopeKv r;
+  r.positions = positions.ptr<int32_t>();
+  r.inv_freq = inv_freq.ptr<float>();
+  r.slots = slots.ptr<int32_t>();
   r.k_pool = kv.k.data;
   r.v_pool = kv.v.data;
   r.num_slots = kv.k.shape[0] * kv.k.shape[1];

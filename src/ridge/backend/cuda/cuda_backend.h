@@ -28,7 +28,7 @@
 #include "ridge/backend/cuda/cuda_resources.h"
 
 namespace ridge::kernels {
-struct SkinnyArgs;
+struct SkinnyRopeKv;
 }
 
 namespace ridge::backend {
@@ -157,11 +157,11 @@ class CudaBackend final : public Backend {
   bool ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const;
   // matmul_fused / matmul_swiglu (the SwiGLU epilogue: out [T, N/2]) after their checks: the
   // skinny kernel with the fusions that apply, else composed.
-  // rope_kv: the rope_kv epilogue's fields (SkinnyArgs::rope_positions ...; the skinny kernel then
+  // rope_kv: the rope_kv epilogue's inputs (SkinnyArgs::rope; the skinny kernel then
   // runs whatever the prologue; the caller checked that it can).
   void run_fused(const Stream& s, const Tensor& x, const Tensor& w, const MatmulFusion& f,
                  Tensor& scratch, Tensor& out, bool swiglu,
-                 const kernels::SkinnyArgs* rope_kv = nullptr);
+                 const kernels::SkinnyRopeKv* rope_kv = nullptr);
   // accumulate: out += x·wᵀ (the residual epilogue; cuBLASLt with beta = 1).
   void run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, Tensor& out,
                 cudaStream_t stream, bool accumulate = false);

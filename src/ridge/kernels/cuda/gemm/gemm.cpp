@@ -108,20 +108,22 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
               "{}: split_k {} must be 0..{}, and above 1 only with at most 16 tokens (M = {}) "
               "and no staged steps",
               what, a.split_k, skinny_max_split_k, a.M);
-  if (a.rope_positions) {
-    const int hd = a.head_dim;
-    RIDGE_CHECK(hd > 0 && hd % 16 == 0 && a.q_dim > 0 && a.q_dim % hd == 0 && a.kv_dim > 0 &&
-                    a.kv_dim % hd == 0 && a.N == a.q_dim + 2 * a.kv_dim,
+  if (a.rope.positions) {
+    const int hd = a.rope.head_dim;
+    RIDGE_CHECK(hd > 0 && hd % 16 == 0 && a.rope.q_dim > 0 && a.rope.q_dim % hd == 0 &&
+                    a.rope.kv_dim > 0 && a.rope.kv_dim % hd == 0 &&
+                    a.N == a.rope.q_dim + 2 * a.rope.kv_dim,
                 "{}: the rope_kv epilogue needs head_dim % 16 == 0 (got {}) and N = q_dim + 2 "
                 "kv_dim in whole heads (N = {}, q_dim {}, kv_dim {})",
-                what, hd, a.N, a.q_dim, a.kv_dim);
+                what, hd, a.N, a.rope.q_dim, a.rope.kv_dim);
     RIDGE_CHECK(a.M <= skinny_prologue_max_tokens && !a.swiglu && !a.residual && !a.y_f32 &&
                     !a.sumsq_out && a.stage_steps == 0 && a.split_k <= 1,
                 "{}: the rope_kv epilogue runs up to {} tokens (M = {}) with a bf16 output and no "
                 "swiglu, residual, sums of squares, staged steps or split",
                 what, skinny_prologue_max_tokens, a.M);
-    RIDGE_CHECK(a.rope_inv_freq && a.rope_slots && a.k_pool && a.v_pool && a.num_slots >= 0,
-                "{}: the rope_kv epilogue needs inv_freq, slots and both KV pools", what);
+    RIDGE_CHECK(
+        a.rope.inv_freq && a.rope.slots && a.rope.k_pool && a.rope.v_pool && a.rope.num_slots >= 0,
+        "{}: the rope_kv epilogue needs inv_freq, slots and both KV pools", what);
   }
   detail::launch_skinny(a, prologue, stream);
 }

@@ -82,6 +82,18 @@ void gemm_bf16_stream(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // Preconditions as gemm_bf16_skinny, plus ld_x ≥ K, ld_x % 8 == 0.
 // Launched with programmatic dependent launch (pdl.cuh).
 enum class SkinnyPrologue { none, rms_sumsq };
+// The rope_kv epilogue's inputs (SkinnyArgs::rope, described there).
+struct SkinnyRopeKv {
+  const int32_t* positions = nullptr;  // [M]
+  const float* inv_freq = nullptr;     // [head_dim / 2]
+  const int32_t* slots = nullptr;      // [M]
+  void* k_pool = nullptr;              // [num_slots, kv_dim] bf16 or E4M3
+  void* v_pool = nullptr;
+  int64_t num_slots = 0;
+  bool kv_fp8 = false;
+  int q_dim = 0, kv_dim = 0, head_dim = 0;
+};
+
 struct SkinnyArgs {
   const bf16* X = nullptr;
   int64_t ld_x = 0;
@@ -116,7 +128,7 @@ struct SkinnyArgs {
   // stage_steps). Measured on the H200 (run 14): 512×8192 at M = 1 9.0 → 6.1 µs, 1024×4096
   // 5.9 → 5.8; on the Llama projections the automatic choice is no split (forced 2 or 4 lose).
   int split_k = 0;
-  // Epilogue rope_kv (decode q|k|v; on when rope_positions is set): W stacks q, k and v rows
+  // Epilogue rope_kv (decode q|k|v; on when rope.positions is set): W stacks q, k and v rows
   // (N = q_dim + 2·kv_dim, head_dim % 16 == 0), and each block takes 8 rows i of a q or k head's
   // first half with their partners i + head_dim/2 as the two 8-row halves of its MMA tile (v rows
   // in plain 16-row tiles), so that a rotated pair meets in one thread: the RoPE of
@@ -125,14 +137,7 @@ struct SkinnyArgs {
   // token's slot (skipped outside [0, num_slots); E4M3 when kv_fp8). Bitwise what the plain
   // product followed by rope_kv_store_bf16 leaves in Y and the pools. No residual, no f32 output,
   // no sums of squares, no swiglu, no staged steps, no split.
-  const int32_t* rope_positions = nullptr;  // [M]
-  const float* rope_inv_freq = nullptr;     // [head_dim / 2]
-  const int32_t* rope_slots = nullptr;      // [M]
-  void* k_pool = nullptr;                   // [num_slots, kv_dim] bf16 or E4M3
-  void* v_pool = nullptr;
-  int64_t num_slots = 0;
-  bool kv_fp8 = false;
-  int q_dim = 0, kv_dim = 0, head_dim = 0;
+  SkinnyRopeKv rope;
 };
 constexpr int skinny_max_stage_steps = 6;
 constexpr int skinny_max_split_k = 8;

@@ -150,14 +150,14 @@ struct RopeRows {
   int first, second, freq;
 };
 __device__ __forceinline__ RopeRows rope_rows(const SkinnyArgs& a, int u, int g) {
-  const int half = a.head_dim / 2, per_head = half / 8;
-  const int qk_units = (a.q_dim + a.kv_dim) / 16;
+  const int half = a.rope.head_dim / 2, per_head = half / 8;
+  const int qk_units = (a.rope.q_dim + a.rope.kv_dim) / 16;
   if (u < qk_units) {
     const int i = (u % per_head) * 8 + g;
-    const int n = (u / per_head) * a.head_dim + i;
+    const int n = (u / per_head) * a.rope.head_dim + i;
     return {n, n + half, i};
   }
-  const int n = a.q_dim + a.kv_dim + (u - qk_units) * 16 + g;
+  const int n = a.rope.q_dim + a.rope.kv_dim + (u - qk_units) * 16 + g;
   return {n, n + 8, -1};
 }
 
@@ -235,7 +235,7 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
     // As swiglu: registers r < 2 hold the first rows of the unit's pairs, r + 2 their partners;
     // one thread per pair, each value rounded to bf16 first (as the plain product stores it and
     // rope_kv_store_bf16 reads it back).
-    const int half = a.head_dim / 2;
+    const int half = a.rope.head_dim / 2;
     for (int e = threadIdx.x; e < kRegs * 16; e += kSkinnyThreads) {
       const int pair = e >> 5, ln = e & 31;
       const int reg = (pair >> 1) * 4 + (pair & 1);
@@ -249,22 +249,22 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
       bf16 o1 = __float2bfloat16(s1), o2 = __float2bfloat16(s2);
       if (r.freq >= 0) {
         float ra, rb;
-        rope_rotate(__bfloat162float(o1), __bfloat162float(o2), float(a.rope_positions[m]),
-                    a.rope_inv_freq[r.freq], ra, rb);
+        rope_rotate(__bfloat162float(o1), __bfloat162float(o2), float(a.rope.positions[m]),
+                    a.rope.inv_freq[r.freq], ra, rb);
         o1 = __float2bfloat16(ra), o2 = __float2bfloat16(rb);
       }
       bf16* y = static_cast<bf16*>(a.Y) + static_cast<size_t>(m) * N;
       y[r.first] = o1;
       y[r.second] = o2;
-      if (r.first < a.q_dim) continue;  // q: Y only
-      const int64_t slot = a.rope_slots[m];
-      if (slot < 0 || slot >= a.num_slots) continue;
+      if (r.first < a.rope.q_dim) continue;  // q: Y only
+      const int64_t slot = a.rope.slots[m];
+      if (slot < 0 || slot >= a.rope.num_slots) continue;
       const bool is_v = r.freq < 0;
-      const int col = r.first - a.q_dim - (is_v ? a.kv_dim : 0);
-      void* pool = is_v ? a.v_pool : a.k_pool;
-      const int64_t at = slot * a.kv_dim + col;
-      store_pool(pool, a.kv_fp8, at, o1);
-      store_pool(pool, a.kv_fp8, at + (r.second - r.first), o2);
+      const int col = r.first - a.rope.q_dim - (is_v ? a.rope.kv_dim : 0);
+      void* pool = is_v ? a.rope.v_pool : a.rope.k_pool;
+      const int64_t at = slot * a.rope.kv_dim + col;
+      store_pool(pool, a.rope.kv_fp8, at, o1);
+      store_pool(pool, a.rope.kv_fp8, at + (r.second - r.first), o2);
     }
     return true;
   }
@@ -642,7 +642,7 @@ void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t st
                    int tokens_per_block) {
   // The prologues and the rope_kv epilogue exist for up to 16 tokens (decode at small batch), the
   // plain kernel for any M.
-  if (a.rope_positions) {
+  if (a.rope.positions) {
     if (prologue == SkinnyPrologue::rms_sumsq)
       launch_with_prologue<SkinnyPrologue::rms_sumsq, true>(a, stream);
     else
