@@ -13,7 +13,10 @@ the sum of its ops alone is idle time between kernels or kernels running slower 
 """
 import argparse
 import csv
+import gzip
 import re
+import shutil
+import subprocess
 import sys
 from collections import defaultdict
 
@@ -38,9 +41,19 @@ def family(name):
     return base[:48]
 
 
+def demangle(names):
+    """Itanium-mangled kernel names (CUPTI gives ridge's that way) made readable with c++filt."""
+    names = sorted(set(names))
+    if not shutil.which("c++filt"):
+        return {n: n for n in names}
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout
+    return dict(zip(names, out.split("\n")))
+
+
 def load(path):
     rows = []
-    with open(path, newline="") as f:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
         for r in csv.DictReader(f):
             rows.append({
                 "kind": r["kind"],
@@ -53,6 +66,9 @@ def load(path):
                 "bytes": int(r["bytes"]),
                 "name": r["name"],
             })
+    readable = demangle(r["name"] for r in rows)
+    for r in rows:
+        r["name"] = readable.get(r["name"], r["name"])
     rows.sort(key=lambda r: r["start"])
     return rows
 

@@ -3,7 +3,7 @@
 
 The log's columns: t_ms (when the step's scheduling began, since the engine started), seqs,
 decodes, prefill_tokens, sampled (tokens the step produced), running, waiting (after the step),
-forward_ms, sample_ms, output_ms.
+forward_ms, sample_ms, output_ms, wall_ms (the step's start, ms since the Unix epoch).
 
 Steps are cut into runs where the engine drained (nothing running or waiting after a step) or
 idled for --gap seconds: a warm-up and the measured run come out apart. For each run it prints where the wall time went: pure decode steps by batch

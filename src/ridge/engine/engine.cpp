@@ -4,6 +4,7 @@
 #include "ridge/engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -154,7 +155,7 @@ Engine::Impl::Impl(ModelBundle& b, const EngineConfig& c)
     else
       std::fputs(
           "t_ms,seqs,decodes,prefill_tokens,sampled,running,waiting,"
-          "forward_ms,sample_ms,output_ms\n",
+          "forward_ms,sample_ms,output_ms,wall_ms\n",
           step_log.get());
   }
   log::info(
@@ -335,11 +336,17 @@ void Engine::Impl::step() {
   if (!defer) flush_outputs();
   if (step_log) {
     const auto end = Clock::now();
-    fmt::print(step_log.get(), "{:.3f},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n",
+    // wall_ms: the step's start on the system clock (ms since the Unix epoch), to line the log up
+    // with samples taken outside the process (nvidia-smi's clocks and power).
+    const double wall_ms =
+        1e3 * std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                  .count() -
+        1e3 * seconds(end - t_schedule);
+    fmt::print(step_log.get(), "{:.3f},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.1f}\n",
                1e3 * seconds(t_schedule - started), out.chunks.size(), out.num_decodes,
                out.num_tokens - out.num_decodes, sampled.size(), scheduler.num_running(),
                scheduler.num_waiting(), 1e3 * forward_s, 1e3 * seconds(t_output - t_sample),
-               1e3 * (seconds(end - t_output) + flush_before + flush_during));
+               1e3 * (seconds(end - t_output) + flush_before + flush_during), wall_ms);
     std::fflush(step_log.get());  // read while the server runs
   }
 }
