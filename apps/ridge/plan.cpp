@@ -35,6 +35,7 @@ struct PlanFlags {
   uint64_t seed = 1;
   int top = 16;
   bool json = false;
+  bool no_power_cap = false;
   std::string plot;
 };
 
@@ -74,6 +75,7 @@ void run(const PlanFlags& f) {
     req.opt.precision.kv_bytes = double(kv.block_bytes) / double(kv.block_elems);
     req.opt.precision.name += "+kv-" + f.kv_dtype;
   }
+  req.opt.power_cap = !f.no_power_cap;  // serving runs steps back to back: sustained work
   req.workload.isl = perf::LengthDist::parse(f.isl);
   req.workload.osl = perf::LengthDist::parse(f.osl);
   req.workload.rate = f.rate;
@@ -133,6 +135,9 @@ void setup(CLI::App& sub) {
   sub.add_option("--seed", f->seed, "seed of the workload")->capture_default_str();
   sub.add_option("--top", f->top, "configurations that get a highest-sustainable-rate search")->capture_default_str();
   sub.add_flag("--json", f->json, "print JSON");
+  sub.add_flag("--no-power-cap", f->no_power_cap,
+               "steps ignore the card's power cap (by default a step takes at least what its FLOPs and "
+               "bytes need at the cap, where the hardware entry measures it: power_capped_flops/bandwidth)");
   sub.add_option("--plot", f->plot, "write roofline.png and splits.png (via gnuplot) into this folder");
   sub.callback([f] { run(*f); });
 }

@@ -261,3 +261,90 @@ TEST(Planner, RanksConfigurationsAndNamesTheBindingResource) {
 
 }  // namespace
 }  // namespace ridge::perf
+
+namespace ridge::perf {
+namespace {
+
+// The power cap (CostOptions::power_cap, Hardware::capped_flops / capped_bandwidth): a step takes
+// at least flops / capped_flops + bytes / capped_bandwidth, checked by hand on the step's own
+// FLOPs and bytes; a step whose roofline time is already longer is left alone; the simulator
+// names the cap as what binds and its energy is the TDP's.
+TEST(PowerCap, StepTakesItsEnergyAtTheCap) {
+  const auto cfg = model::ModelConfig::named("llama-2-7b");
+  Hardware hw = db().get("h200");
+  ASSERT_TRUE(hw.tdp_w.has_value());
+  hw.capped_flops = 700e12, hw.capped_bandwidth = 4.0e12;
+  CostOptions on;
+  on.power_cap = true;
+  // A prefill of 8192 tokens: GEMM-bound; its FLOPs alone at 700 TFLOP/s exceed its roofline time
+  // at the datasheet's 989 TFLOP/s.
+  const StepCost free = predict_step(cfg, hw, StepShape::prefill(8192, 64));
+  const StepCost capped = predict_step(cfg, hw, StepShape::prefill(8192, 64), on);
+  const double t_power = free.flops / 700e12 + free.bytes / 4.0e12;
+  EXPECT_GT(t_power, free.time);
+  EXPECT_TRUE(capped.power_bound);
+  EXPECT_DOUBLE_EQ(capped.t_power, t_power);
+  EXPECT_DOUBLE_EQ(capped.time, t_power);
+  EXPECT_DOUBLE_EQ(capped.power_w, *hw.tdp_w);
+  EXPECT_DOUBLE_EQ(capped.energy_j, *hw.tdp_w * t_power);
+  // Batch-1 decode streams the weights at ~1 FLOP a byte: with the cap's bandwidth above
+  // memory_bw (8 TB/s: streaming alone stays under the cap) its bound is below the roofline time,
+  // which stands.
+  hw.capped_bandwidth = 8.0e12;
+  const StepCost d_free = predict_step(cfg, hw, StepShape::decode(1, 512));
+  const StepCost d_cap = predict_step(cfg, hw, StepShape::decode(1, 512), on);
+  EXPECT_FALSE(d_cap.power_bound);
+  EXPECT_DOUBLE_EQ(d_cap.time, d_free.time);
+  EXPECT_NEAR(d_cap.t_power, d_free.flops / 700e12 + d_free.bytes / 8.0e12, 1e-15);
+  // fp8 math: the capped rate scales with the format's peak (twice bf16's on an H200).
+  hw.capped_bandwidth = 4.0e12;
+  CostOptions fp8 = on;
+  fp8.precision = Precision::named("fp8");
+  const StepCost f8 = predict_step(cfg, hw, StepShape::prefill(8192, 64), fp8);
+  const double scale = hw.peak("fp8") / hw.peak("bf16");
+  EXPECT_DOUBLE_EQ(f8.t_power, f8.flops / (700e12 * scale) + f8.bytes / 4.0e12);
+  // Without the fields the option changes nothing.
+  const Hardware& plain = db().get("h200");
+  EXPECT_FALSE(plain.capped_flops.has_value());
+  EXPECT_DOUBLE_EQ(predict_step(cfg, plain, StepShape::prefill(8192, 64), on).time, free.time);
+
+  // Offline-like load: the capped simulation is slower and says the cap binds.
+  Workload w;
+  w.requests = 256, w.rate = 1e5, w.isl = LengthDist::fixed(128), w.osl = LengthDist::fixed(32);
+  ServingConfig sc;
+  sc.max_batch = 256, sc.token_budget = 8192;
+  const SimResult rf = simulate(cfg, hw, w, sc, {}, {});
+  const SimResult rc = simulate(cfg, hw, w, sc, on, {});
+  EXPECT_LT(rc.output_tok_s, rf.output_tok_s);
+  EXPECT_EQ(rc.binding.rfind("power cap", 0), 0u) << rc.binding;
+  EXPECT_EQ(rf.binding.find("power cap"), std::string::npos) << rf.binding;
+}
+
+TEST(PowerCap, ProfileFieldsAreReadAndCheckedTogether) {
+  auto both = make_profile("h200-cap", "h200", "x",
+                           {{"power_capped_flops", 709, "TFLOP/s", "test"},
+                            {"power_capped_bandwidth", 4.24, "TB/s", "test"}});
+  HardwareDb copy = db();
+  copy.merge(both, "cap.json");
+  EXPECT_DOUBLE_EQ(*copy.get("h200-cap").capped_flops, 709e12);
+  EXPECT_DOUBLE_EQ(*copy.get("h200-cap").capped_bandwidth, 4.24e12);
+  try {
+    copy.merge(make_profile("h200-half", "h200", "x", {{"power_capped_flops", 709, "TFLOP/s", "t"}}),
+               "half.json");
+    FAIL() << "one field without the other must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("power_capped_bandwidth"), std::string::npos) << e.what();
+  }
+  try {
+    copy.merge(make_profile("h200-unit", "h200", "x",
+                            {{"power_capped_flops", 709, "TB/s", "t"},
+                             {"power_capped_bandwidth", 4.24, "TB/s", "t"}}),
+               "unit.json");
+    FAIL() << "a bandwidth unit for FLOP/s must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("power_capped_flops"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ridge::perf

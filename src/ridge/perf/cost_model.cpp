@@ -593,12 +593,24 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
                   double(R) * V * 4.0 / (kp.pinned_host ? hw.pinned_copy_bw : hw.host_copy_bw);
   }
   c.time = c.t_gpu + c.t_launch_stall + c.t_host;
+  if (opt.power_cap && hw.capped_flops && hw.capped_bandwidth) {
+    // Each FLOP and byte spends a share of the cap's energy budget; the GPU's clock drops until
+    // the step's power fits the cap (memory traffic at full bandwidth costs nearly the whole cap
+    // on an H200, so mixing attention with GEMMs does not hide either).
+    const double capped =
+        hw.has_peak("bf16") ? *hw.capped_flops * peak / hw.peak("bf16") : *hw.capped_flops;
+    c.t_power = c.flops / capped + c.bytes / *hw.capped_bandwidth;
+    if (c.t_power > c.time) c.time = c.t_power, c.power_bound = true;
+  }
   c.lower_bound = std::max(c.t_math, c.t_mem);
   c.upper_bound = c.t_math + c.t_mem + c.t_overhead + c.t_launch_stall + c.t_host;
   c.flop_utilization = c.flops / (c.time * peak);
   c.bw_utilization = c.bytes / (c.time * hw.memory_bw);
   if (hw.tdp_w) {
-    if (hw.idle_w) {
+    if (c.power_bound) {
+      c.energy_at_tdp = false;
+      c.power_w = *hw.tdp_w;  // held at the cap
+    } else if (hw.idle_w) {
       c.energy_at_tdp = false;
       c.power_w = *hw.idle_w + (*hw.tdp_w - *hw.idle_w) * std::min(1.0, busy / c.time);
     } else {

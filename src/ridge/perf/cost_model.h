@@ -258,6 +258,11 @@ struct CostOptions {
   Launch launch = Launch::graph;
   KernelPlan kernels;
   bool achievable = false;
+  // Sustained work (a serving run, steps back to back for seconds): a step takes at least the
+  // time its FLOPs and bytes need at the card's power cap (Hardware::capped_flops and
+  // capped_bandwidth; no effect where the entry lacks them). Off for single benchmarked steps,
+  // which finish before the power controller acts.
+  bool power_cap = false;
 
   // ridge as built on `launch`, with the efficiency factors: what `ridge bench model` compares.
   // persistent_decode: BackendOptions::decode_kernel (KernelPlan::persistent_decode).
@@ -275,7 +280,11 @@ struct StepCost {
   double t_launch_stall = 0;  // GPU time spent waiting for launches: a graph's one launch, or the
                               // eager issue of kernels shorter than their launch
   double t_host = 0;          // host copies: the plan's uploads before, the logits after
-  double time = 0;            // t_gpu + t_launch_stall + t_host: the prediction
+  double time = 0;            // t_gpu + t_launch_stall + t_host, or t_power when larger: the
+                              // prediction
+  double t_power = 0;         // under CostOptions::power_cap: flops / capped_flops + bytes /
+                              // capped_bandwidth (0 otherwise)
+  bool power_bound = false;   // t_power set the time
   double lower_bound = 0;  // max(sum T_math, sum T_mem): no overlap lost anywhere
   double upper_bound = 0;  // sum of T_math + T_mem + overhead: nothing overlaps
   double peak_flops = 0, memory_bw = 0;

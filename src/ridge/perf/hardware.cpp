@@ -126,7 +126,8 @@ const std::set<std::string> kEntryKeys = {
     "memory_bandwidth",     "l2",           "sms",         "max_warps_per_sm", "links",
     "tdp",       "idle_power", "price",     "kernel_overhead", "base",         "measured",
     "notes",     "launch_overhead", "gemm_launch_overhead", "host_copy_latency",
-    "host_copy_bandwidth", "pinned_copy_bandwidth", "efficiency", "layer_sync"};
+    "host_copy_bandwidth", "pinned_copy_bandwidth", "efficiency", "layer_sync",
+    "power_capped_flops", "power_capped_bandwidth"};
 const std::set<std::string> kEfficiencyKeys = {"gemm_math", "gemm_memory", "attention_math",
                                                "attention_memory", "elementwise"};
 
@@ -206,6 +207,14 @@ Hardware convert(const std::string& origin, const std::string& id, const nlohman
   if (auto o = r.number(e, "pinned_copy_bandwidth", "pinned_copy_bandwidth", {"bandwidth", 1e8, 1e13}))
     hw.pinned_copy_bw = *o;
   if (auto o = r.number(e, "layer_sync", "layer_sync", {"time", 0, 1e-3})) hw.layer_sync_s = *o;
+  hw.capped_flops = r.number(e, "power_capped_flops", "power_capped_flops", {"flops", 1e12, 1e17});
+  hw.capped_bandwidth =
+      r.number(e, "power_capped_bandwidth", "power_capped_bandwidth", {"bandwidth", 1e9, 1e14});
+  if ((hw.capped_flops || hw.capped_bandwidth) && !(hw.capped_flops && hw.capped_bandwidth))
+    r.bad(hw.capped_flops ? "power_capped_bandwidth" : "power_capped_flops",
+          "missing: the power cap needs both power_capped_flops and power_capped_bandwidth");
+  if (hw.capped_flops && !hw.tdp_w)
+    r.bad("power_capped_flops", "needs the entry's tdp (the cap it was measured at)");
   if (e.contains("efficiency")) {
     const auto& ef = e["efficiency"];
     if (!ef.is_object()) r.bad("efficiency", "must be an object of op classes");

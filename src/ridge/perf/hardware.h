@@ -39,6 +39,15 @@ struct Hardware {
   std::optional<double> tdp_w;
   std::optional<double> idle_w;         // measured idle power (profiles)
   std::optional<double> price_per_hour; // USD
+  // Sustained work under the power cap (profiles; docs/PERF.md, "The power cap"). Work that runs
+  // for long enough that the card's power controller acts (a serving run's back-to-back steps,
+  // not one benchmarked step) spends energy per FLOP and per byte; at the cap (tdp) a step then
+  // takes at least flops / capped_flops + bytes / capped_bandwidth. capped_flops: dense bf16
+  // FLOP/s a GEMM sustains at the cap (other formats scale with their peaks); capped_bandwidth:
+  // the bytes/s that would spend the whole cap on memory traffic alone (above memory_bw when
+  // streaming alone stays under the cap).
+  std::optional<double> capped_flops;
+  std::optional<double> capped_bandwidth;
   // Launch and host costs of a step (docs/PERF.md, "Execution"). kernel_overhead: GPU time per
   // kernel beyond its roofline when kernels run back to back (a CUDA graph's node: the gap, ramp
   // and tail); launch_overhead: host time per eager launch (the issue interval of back-to-back

@@ -155,6 +155,7 @@ struct Instance {
   // accounting
   double busy_time = 0, flops = 0, bytes = 0, energy = 0, overhead = 0;
   double prefill_time = 0, prefill_bytes = 0, link_busy = 0;
+  double power_time = 0;  // time of steps the power cap set (CostOptions::power_cap)
   bool energy_known = true;
 };
 
@@ -309,6 +310,7 @@ class Sim {
     in.flops += c.flops;
     in.bytes += c.bytes;
     in.overhead += c.t_overhead;
+    if (c.power_bound) in.power_time += c.time;
     if (std::isnan(c.energy_j)) in.energy_known = false; else in.energy += c.energy_j;
     if (any_prefill) in.prefill_time += c.time, in.prefill_bytes += c.bytes;
     push(now_ + c.time, 1, i, -1);
@@ -467,7 +469,9 @@ SimResult simulate(const model::ModelConfig& cfg, const Hardware& hw, const Work
   // Energy, cost, utilization by side.
   bool energy_known = true, price_known = true;
   double energy = 0, usd = 0, bw_time = 0, moved = 0, pre_bw_time = 0, pre_moved = 0;
-  struct Side { double busy = 0, n = 0, flops = 0, peak_time = 0, bytes = 0, bw_time = 0, overhead = 0; };
+  struct Side {
+    double busy = 0, n = 0, flops = 0, peak_time = 0, bytes = 0, bw_time = 0, overhead = 0, power = 0;
+  };
   Side pre, dec;
   double link_busy = 0, kv_fill = 0;
   for (const auto& in : sim.instances()) {
@@ -483,6 +487,7 @@ SimResult simulate(const model::ModelConfig& cfg, const Hardware& hw, const Work
     pre_moved += in.prefill_bytes;
     Side& s = in.role == Role::decode ? dec : pre;
     s.busy += in.busy_time, s.n += 1, s.flops += in.flops, s.bytes += in.bytes, s.overhead += in.overhead;
+    s.power += in.power_time;
     s.peak_time += in.hw.peak(opt.precision.math) * span;
     s.bw_time += in.hw.memory_bw * span;
     link_busy += in.link_busy;
@@ -507,6 +512,7 @@ SimResult simulate(const model::ModelConfig& cfg, const Hardware& hw, const Work
     u.push_back({side->flops / side->peak_time, fmt::format("{}compute", name)});
     u.push_back({side->bytes / side->bw_time, fmt::format("{}memory bandwidth", name)});
     u.push_back({side->overhead / (side->n * span), fmt::format("{}kernel launch overhead", name)});
+    if (side->power > 0) u.push_back({side->power / (side->n * span), fmt::format("{}power cap", name)});
   }
   if (prefill_gpus > 0 && link_bw > 0) u.push_back({link_busy / (prefill_gpus * span), "KV transfer link"});
   u.push_back({kv_fill, "KV cache memory"});
