@@ -1,18 +1,26 @@
-// Unit tests of the server's pieces that need no socket: stop-string matching across pieces,
-// JSON text escaping, request validation, the stub engine's contract.
+// Unit tests of the server's pieces (most need no socket): stop-string matching across pieces,
+// JSON text escaping, request validation, the stub engine's contract; and, on loopback, the GPU
+// power metrics with the load generator's energy per token.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <random>
 #include <thread>
 
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
 #include "ridge/io/gguf.h"
+#include "ridge/server/http_server.h"
 #include "ridge/server/json_text.h"
+#include "ridge/server/load_generator.h"
 #include "ridge/server/openai_api.h"
 #include "ridge/server/stop_matcher.h"
 #include "ridge/server/stub_engine.h"
@@ -211,4 +219,98 @@ TEST(StubEngine, KeepsTheEngineContract) {
   EXPECT_EQ(e.metrics().running, 0);
   e.shutdown(true);
   expect_kind(req("e", 4), K::shutting_down);
+}
+
+// The GPU's power in /metrics and the load generator's energy per token: over a stub engine whose
+// "GPU" draws a fixed 250 W on an energy counter that starts at 5,000 J, /metrics shows the power
+// gauges and counts energy from the server's start; `ridge bench serve` (run_load) reads that
+// counter around its run, so its energy is 250 W x the run's span within the scrapes' slack.
+// Without a power source neither appears.
+namespace {
+
+std::string http_get(uint16_t port, const std::string& path) {
+  namespace net = boost::asio;
+  namespace http = boost::beast::http;
+  net::io_context ioc;
+  boost::beast::tcp_stream s(ioc);
+  s.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+  http::request<http::empty_body> req{http::verb::get, path, 11};
+  req.set(http::field::host, "127.0.0.1");
+  http::write(s, req);
+  boost::beast::flat_buffer buf;
+  http::response<http::string_body> res;
+  http::read(s, buf, res);
+  return res.body();
+}
+
+double metric(const std::string& text, const std::string& name) {
+  for (size_t at = text.find(name + " "); at != std::string::npos; at = text.find(name + " ", at + 1))
+    if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + name.size() + 1));
+  return std::nan("");
+}
+
+}  // namespace
+
+TEST(ServerPower, MetricsAndEnergyPerToken) {
+  const auto* tok = default_tokenizer();
+  if (!tok) GTEST_SKIP() << "default model not installed";
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  for (bool with_power : {true, false}) {
+    rs::StubEngineConfig sc;
+    sc.cycle = tok->encode(" one two three four five six seven eight nine ten", false, false);
+    sc.stop_ids = tok->stop_ids();
+    sc.step_seconds = 0.002;
+    if (with_power)
+      sc.power = [t0] {
+        ridge::backend::PowerReading p;
+        p.power_w = 250;
+        p.energy_j = 5000 + 250 * std::chrono::duration<double>(Clock::now() - t0).count();
+        p.sm_clock_mhz = 1500;
+        p.power_limit_w = 700;
+        p.power_capped = true;
+        return std::optional<ridge::backend::PowerReading>(p);
+      };
+    rs::StubEngine eng(sc);
+    rs::ServerOptions opt;
+    opt.port = 0;
+    opt.served_model_names = {"stub"};
+    rs::HttpServer server(opt, *tok, eng);
+    server.start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string before = http_get(server.port(), "/metrics");
+    rs::LoadConfig lc;
+    lc.port = server.port();
+    lc.num_requests = 32, lc.concurrency = 8, lc.input_len = 16, lc.output_len = 24, lc.seed = 3;
+    const auto t_run = Clock::now();
+    const rs::LoadReport rep = rs::run_load(lc);
+    const double span = std::chrono::duration<double>(Clock::now() - t_run).count();
+    const std::string after = http_get(server.port(), "/metrics");
+    EXPECT_EQ(rep.completed, 32);
+    if (with_power) {
+      EXPECT_DOUBLE_EQ(metric(after, "ridge_gpu_power_watts"), 250);
+      EXPECT_DOUBLE_EQ(metric(after, "ridge_gpu_power_limit_watts"), 700);
+      EXPECT_DOUBLE_EQ(metric(after, "ridge_gpu_power_capped"), 1);
+      EXPECT_DOUBLE_EQ(metric(after, "ridge_gpu_sm_clock_mhz"), 1500);
+      // Counted from the server's start (not the counter's 5,000 J), growing at 250 W.
+      const double e0 = metric(before, "ridge_gpu_energy_joules_total");
+      const double e1 = metric(after, "ridge_gpu_energy_joules_total");
+      EXPECT_GE(e0, 0);
+      EXPECT_LT(e0, 250 * 5.0);
+      EXPECT_GT(e1, e0);
+      ASSERT_TRUE(rep.energy_j.has_value());
+      // The scrapes bracket the requests' span (rep.duration_s) and lie within this test's span.
+      EXPECT_GE(*rep.energy_j, 250 * rep.duration_s * 0.999);
+      EXPECT_LE(*rep.energy_j, 250 * span * 1.001);
+      const auto j = rep.to_json();
+      EXPECT_NEAR(j["joules_per_output_token"].get<double>(), *rep.energy_j / double(rep.output_tokens), 1e-12);
+      EXPECT_NE(rep.table().find("mJ per output token"), std::string::npos);
+    } else {
+      EXPECT_EQ(after.find("ridge_gpu_"), std::string::npos);
+      EXPECT_FALSE(rep.energy_j.has_value());
+      EXPECT_FALSE(rep.to_json().contains("energy_j"));
+    }
+    server.request_stop(0);
+    server.wait();
+  }
 }

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -177,6 +178,16 @@ struct SamplingBatch {
   std::span<const int32_t> penalty_counts;
 };
 
+// The device's power state at one moment (Backend::power_reading): what the card's power
+// controller is doing to the clocks, and the energy counter that energy per token is read from.
+struct PowerReading {
+  double power_w = 0;         // board power now
+  double energy_j = 0;        // the card's energy counter (since its driver loaded)
+  double sm_clock_mhz = 0;    // SM clock now
+  double power_limit_w = 0;   // the enforced power limit
+  bool power_capped = false;  // the clock is held down by the power cap now
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -220,6 +231,9 @@ class Backend {
   // workspace, split-KV partials, tickets), apart from what allocate() returned. For the start-up
   // memory statement.
   virtual size_t workspace_bytes() const { return 0; }
+  // Optional: the device's power now (thread safe: callable from any thread while steps run).
+  // Absent on the CPU, and on a GPU whose driver gives no power readings.
+  virtual std::optional<PowerReading> power_reading() const { return std::nullopt; }
   // Optional: the matmul shapes the model runs, before its first step, so that the backend can
   // choose (and tune) a kernel per shape and token count up to max_tokens.
   virtual void prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) {

@@ -539,6 +539,10 @@ EngineMetrics Engine::metrics() const {
 const EngineConfig& Engine::config() const {
   return impl_->config;
 }
+std::optional<backend::PowerReading> Engine::device_power() const {
+  return impl_->bundle.backend->power_reading();
+}
+
 int64_t Engine::max_model_len() const {
   return impl_->max_model_len;
 }

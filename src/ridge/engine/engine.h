@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,9 @@ class Engine {
   void shutdown(bool drain);
 
   EngineMetrics metrics() const;
+  // The device's power and energy counter now (Backend::power_reading; thread safe); absent on the
+  // CPU and without a driver that reports it.
+  std::optional<backend::PowerReading> device_power() const;
   const EngineConfig& config() const;
   int64_t max_model_len() const;
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ridge/engine/engine.h"
@@ -21,6 +22,8 @@ class EnginePort {
   virtual void shutdown(bool drain) = 0;
   virtual engine::EngineMetrics metrics() const = 0;
   virtual int64_t max_model_len() const = 0;
+  // The engine's device power now (thread safe); absent when the device reports none.
+  virtual std::optional<backend::PowerReading> device_power() const { return std::nullopt; }
 };
 
 // The real engine behind the port.
@@ -34,6 +37,7 @@ class EngineAdapter final : public EnginePort {
   void shutdown(bool drain) override { engine_.shutdown(drain); }
   engine::EngineMetrics metrics() const override { return engine_.metrics(); }
   int64_t max_model_len() const override { return engine_.max_model_len(); }
+  std::optional<backend::PowerReading> device_power() const override { return engine_.device_power(); }
 
  private:
   engine::Engine& engine_;

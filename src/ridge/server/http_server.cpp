@@ -143,8 +143,15 @@ struct HttpServer::Impl {
   Clock::time_point deadline;
   std::thread stopper;
 
+  // The GPU's energy counter when the server started: /metrics counts energy from there.
+  const std::optional<double> energy_at_start;
+
   Impl(ServerOptions o, const tokenizer::Tokenizer& t, EnginePort& e)
-      : opt(std::move(o)), tok(t), engine(e) {}
+      : opt(std::move(o)), tok(t), engine(e), energy_at_start(start_energy(e)) {}
+  static std::optional<double> start_energy(const EnginePort& e) {
+    if (auto p = e.device_power()) return p->energy_j;
+    return std::nullopt;
+  }
   ~Impl() {
     // Connections (held by pending handlers) go with their io_context, before the counters.
     guards.clear();
@@ -1031,6 +1038,18 @@ std::string HttpServer::Impl::metrics_text() {
   append_histogram(out, "ridge_time_to_first_token_seconds", "Time to first token.", m.ttft);
   append_histogram(out, "ridge_time_per_output_token_seconds", "Mean time between output tokens of a request.", m.tpot);
   append_histogram(out, "ridge_e2e_request_latency_seconds", "Request latency, arrival to last token.", m.e2e);
+  // The GPU's power (NVML, where the driver reports it): whether the power cap holds the clocks
+  // down, and the energy since start that energy per token is read from (docs/SERVING.md).
+  if (auto p = engine.device_power()) {
+    append_metric(out, "ridge_gpu_power_watts", "gauge", "Board power of the engine's GPU now.", p->power_w);
+    append_metric(out, "ridge_gpu_power_limit_watts", "gauge", "The GPU's enforced power limit.", p->power_limit_w);
+    append_metric(out, "ridge_gpu_power_capped", "gauge", "1 while the power cap holds the GPU's clocks down, else 0.",
+                  p->power_capped ? 1.0 : 0.0);
+    append_metric(out, "ridge_gpu_sm_clock_mhz", "gauge", "The GPU's SM clock now.", p->sm_clock_mhz);
+    if (energy_at_start)  // set once, before any request thread runs
+      append_metric(out, "ridge_gpu_energy_joules_total", "counter", "Energy the GPU used since the server started.",
+                    std::max(0.0, p->energy_j - *energy_at_start));
+  }
   append_metric(out, "ridge_http_connections", "gauge", "Open HTTP connections.", double(connections.load()));
   append_metric(out, "ridge_http_connections_total", "counter", "HTTP connections accepted.", double(connections_total.load()));
   append_metric(out, "ridge_http_requests_in_flight", "gauge", "HTTP requests whose response is not yet written.", double(busy.load()));

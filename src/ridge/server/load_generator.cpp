@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <random>
+#include <string_view>
 
 #include <sys/resource.h>
 
@@ -323,17 +325,48 @@ struct Runner {
     }
   }
 
-  awaitable<void> fetch_model() {
+  awaitable<http::response<http::string_body>> get(const char* path) {
     beast::tcp_stream s(ioc);
     s.expires_after(std::chrono::seconds(30));
     co_await s.async_connect(endpoint, use_awaitable);
-    http::request<http::empty_body> req{http::verb::get, "/v1/models", 11};
+    http::request<http::empty_body> req{http::verb::get, path, 11};
     req.set(http::field::host, endpoint.address().to_string());
     if (!c.api_key.empty()) req.set(http::field::authorization, "Bearer " + c.api_key);
     co_await http::async_write(s, req, use_awaitable);
     beast::flat_buffer buf;
     http::response<http::string_body> res;
     co_await http::async_read(s, buf, res, use_awaitable);
+    co_return res;
+  }
+
+  // The server's GPU energy counter from /metrics (ridge serve's ridge_gpu_energy_joules_total);
+  // absent when the server has none, or no /metrics at all (another engine): never an error.
+  awaitable<void> fetch_energy(std::optional<double>* out) {
+    *out = std::nullopt;
+    try {
+      const auto res = co_await get("/metrics");
+      if (res.result_int() != 200) co_return;
+      static constexpr std::string_view kName = "ridge_gpu_energy_joules_total ";
+      const std::string& body = res.body();
+      for (size_t at = 0; at < body.size();) {
+        size_t end = body.find('\n', at);
+        if (end == std::string::npos) end = body.size();
+        const std::string_view line(body.data() + at, end - at);
+        if (line.substr(0, kName.size()) == kName) {
+          const std::string v(line.substr(kName.size()));
+          char* stop = nullptr;
+          const double x = std::strtod(v.c_str(), &stop);
+          if (stop != v.c_str()) *out = x;
+          co_return;
+        }
+        at = end + 1;
+      }
+    } catch (const std::exception&) {
+    }
+  }
+
+  awaitable<void> fetch_model() {
+    const auto res = co_await get("/v1/models");
     json j = json::parse(res.body(), nullptr, false);
     if (res.result_int() != 200 || j.is_discarded() || !j.contains("data") || j["data"].empty())
       fail("GET /v1/models answered {}: {}", res.result_int(), res.body().substr(0, 200));
@@ -380,6 +413,13 @@ LoadReport run_load(const LoadConfig& c) {
       }
     }
   }
+  std::optional<double> energy_before, energy_after;
+  auto read_energy = [&](std::optional<double>* out) {
+    net::co_spawn(run.ioc, run.fetch_energy(out), net::detached);
+    run.ioc.run();
+    run.ioc.restart();
+  };
+  read_energy(&energy_before);
   run.t0 = Clock::now();
   if (c.request_rate > 0) {
     net::co_spawn(run.ioc, run.poisson(), net::detached);
@@ -392,6 +432,11 @@ LoadReport run_load(const LoadConfig& c) {
   LoadReport rep;
   rep.config = c;
   rep.duration_s = std::chrono::duration<double>(Clock::now() - run.t0).count();
+  if (energy_before) {
+    run.ioc.restart();
+    read_energy(&energy_after);
+    if (energy_after && *energy_after >= *energy_before) rep.energy_j = *energy_after - *energy_before;
+  }
   rep.records = std::move(run.records);
   std::vector<double> ttft, tpot, itl, e2e;
   for (const auto& r : rep.records) {
@@ -478,6 +523,11 @@ ojson LoadReport::to_json() const {
   j["tpot_ms"] = stats_json(tpot_ms);
   j["itl_ms"] = stats_json(itl_ms);
   j["e2e_ms"] = stats_json(e2e_ms);
+  if (energy_j) {
+    j["energy_j"] = *energy_j;
+    j["mean_power_w"] = duration_s > 0 ? *energy_j / duration_s : 0.0;
+    j["joules_per_output_token"] = output_tokens > 0 ? *energy_j / double(output_tokens) : 0.0;
+  }
   j["errors"] = sample_errors;
   return j;
 }
@@ -499,6 +549,10 @@ std::string LoadReport::table() const {
   if (c.slo_ttft_ms > 0 || c.slo_tpot_ms > 0 || c.slo_e2e_ms > 0)
     t += fmt::format("goodput       {:.2f} req/s ({} of {} met TTFT<={} TPOT<={} E2E<={} ms)\n",
                      goodput, good, completed, c.slo_ttft_ms, c.slo_tpot_ms, c.slo_e2e_ms);
+  if (energy_j)
+    t += fmt::format("energy        {:.1f} J ({:.0f} W mean), {:.2f} mJ per output token\n", *energy_j,
+                     duration_s > 0 ? *energy_j / duration_s : 0.0,
+                     output_tokens > 0 ? 1e3 * *energy_j / double(output_tokens) : 0.0);
   t += fmt::format("{:<12}{:>11}{:>11}{:>11}{:>11}{:>11}\n", "latency ms", "mean", "p50", "p90", "p99", "max");
   auto row = [&](const char* name, const LatencyStats& s) {
     t += fmt::format("{:<12}{:>11.2f}{:>11.2f}{:>11.2f}{:>11.2f}{:>11.2f}\n", name, s.mean, s.p50,

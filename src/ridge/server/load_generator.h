@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,9 @@ struct LoadReport {
   int64_t good = 0;
   LatencyStats ttft_ms, tpot_ms, itl_ms, e2e_ms;
   std::vector<std::string> sample_errors;
+  // Energy of the run, where the server reports its GPU's energy counter in /metrics
+  // (ridge_gpu_energy_joules_total, read before and after; absent for other servers).
+  std::optional<double> energy_j;
 
   nlohmann::ordered_json to_json() const;
   std::string table() const;

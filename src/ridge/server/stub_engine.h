@@ -12,7 +12,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -33,6 +35,8 @@ struct StubEngineConfig {
   int64_t kv_blocks = 8192;
   int32_t block_size = 16;
   double step_seconds = 0;  // the stubbed model step's duration (0: as fast as it can)
+  // The device power the stub reports (tests of the server's GPU metrics); empty: none.
+  std::function<std::optional<backend::PowerReading>()> power;
 };
 
 class StubEngine final : public EnginePort {
@@ -45,6 +49,9 @@ class StubEngine final : public EnginePort {
   void shutdown(bool drain) override;
   engine::EngineMetrics metrics() const override;
   int64_t max_model_len() const override { return config_.max_model_len; }
+  std::optional<backend::PowerReading> device_power() const override {
+    return config_.power ? config_.power() : std::nullopt;
+  }
 
  private:
   struct Seq;

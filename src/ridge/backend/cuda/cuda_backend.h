@@ -26,6 +26,7 @@
 #include "ridge/tune/build_cache.h"
 #include "ridge/backend/cuda/cuda_matmul.h"
 #include "ridge/backend/cuda/cuda_resources.h"
+#include "ridge/backend/cuda/nvml_power.h"
 
 namespace ridge::kernels {
 struct SkinnyRopeKv;
@@ -50,6 +51,8 @@ class CudaBackend final : public Backend {
   Tensor upload_weight_rows(std::span<const Tensor> parts) override;
   Buffer allocate_host(size_t bytes) override;
   size_t workspace_bytes() const override;
+  // Through NVML (nvml_power.h); absent where the driver gives none.
+  std::optional<PowerReading> power_reading() const override;
   // Folds when the "norm" fusion is on (--fuse norm) and w is a dense bf16 weight.
   bool fold_norm_weight(Tensor& w, const Tensor& norm_weight) override;
   void prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) override;
@@ -218,6 +221,7 @@ class CudaBackend final : public Backend {
   int sm_count_ = 0;
   std::string name_;
   std::unique_ptr<cuda::OwnedStream> stream_;
+  std::unique_ptr<cuda::NvmlPower> nvml_;  // null without NVML
   std::unique_ptr<cuda::CublasLtHandle> lt_;
   std::unique_ptr<cuda::LtMatmul> matmul_;
   mutable std::mutex workspace_mutex_;
