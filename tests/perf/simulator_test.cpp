@@ -308,6 +308,11 @@ TEST(PowerCap, StepTakesItsEnergyAtTheCap) {
   EXPECT_FALSE(plain.capped_flops.has_value());
   EXPECT_DOUBLE_EQ(predict_step(cfg, plain, StepShape::prefill(8192, 64), on).time, free.time);
 
+  // An SM partition gets its share of the cap, as of the TDP.
+  const Hardware quarter = hw.partition(0.25);
+  EXPECT_DOUBLE_EQ(*quarter.capped_flops, 700e12 * 0.25);
+  EXPECT_DOUBLE_EQ(*quarter.capped_bandwidth, 4.0e12 * 0.25);
+
   // Offline-like load: the capped simulation is slower and says the cap binds.
   Workload w;
   w.requests = 256, w.rate = 1e5, w.isl = LengthDist::fixed(128), w.osl = LengthDist::fixed(32);

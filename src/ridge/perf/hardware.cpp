@@ -290,6 +290,9 @@ Hardware Hardware::partition(double fraction) const {
   if (h.sms) h.sms = std::max(1, int(std::lround(*sms * fraction)));
   if (h.tdp_w) h.tdp_w = *tdp_w * fraction;
   if (h.idle_w) h.idle_w = *idle_w * fraction;
+  // The partitions share the card's power cap as they share its TDP.
+  if (h.capped_flops) h.capped_flops = *capped_flops * fraction;
+  if (h.capped_bandwidth) h.capped_bandwidth = *capped_bandwidth * fraction;
   if (h.price_per_hour) h.price_per_hour = *price_per_hour * fraction;
   return h;
 }

@@ -88,7 +88,8 @@ struct Hardware {
   // Per-direction bandwidth of a named link; throws if the device has no such link.
   const Link& link(std::string_view name) const;
   // A copy whose compute, bandwidth and SMs are a fraction of this device (an SM partition of
-  // one GPU, e.g. through green contexts). Bandwidth is assumed to split with the SMs.
+  // one GPU, e.g. through green contexts). Bandwidth, power and the power cap's rates are
+  // assumed to split with the SMs.
   Hardware partition(double fraction) const;
   std::string describe() const;
 };
