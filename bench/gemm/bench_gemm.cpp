@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 
 #include "bench_device.h"
 #include "decode_chain.h"
+#include "ridge/backend/cuda/nvml_power.h"
 #include "gemv_layout_probe.h"
 #include "ridge/core/error.h"
 #include "ridge/kernels/cuda/gemm/check.h"
@@ -549,6 +551,49 @@ json run_ladder(int size, ridge::kernels::CublasLtGemm& cublas, const Ceilings& 
   return out;
 }
 
+// --sustained S: after a --shapes row is checked and timed, each kernel that stores runs back to
+// back for S seconds and NVML's energy counter is read around the last 60 % of that: the rate it
+// sustains under the card's power cap and its joules per FLOP, which is what a serving run's
+// steps get (docs/PERF.md, "The power cap"); the burst timings above run at full clocks.
+double g_sustained_s = 0;
+std::unique_ptr<ridge::backend::cuda::NvmlPower> g_nvml;
+
+struct Sustained {
+  bool ok = false;
+  double tflops = 0, watts = 0, pj_per_flop = 0, mhz = 0;
+  bool capped = false;
+};
+
+Sustained run_sustained(Problem& p, const Gemm& fn, cudaStream_t s, double flops, double burst_us) {
+  Sustained r;
+  if (!g_nvml || g_sustained_s <= 0) return r;
+  using Clock = std::chrono::steady_clock;
+  const int per_sync = std::clamp(static_cast<int>(20000.0 / std::max(burst_us, 1.0)), 1, 4096);
+  int set = 0;
+  auto batch = [&] {
+    for (int i = 0; i < per_sync; ++i, set = (set + 1) % p.sets)
+      fn(p.x[set]->bf(), p.w[set]->bf(), p.y[set]->bf(), p.M, p.N, p.K, s);
+    CK(cudaStreamSynchronize(s));
+  };
+  const auto t0 = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  while (elapsed() < 0.4 * g_sustained_s) batch();
+  const auto e0 = g_nvml->read();
+  const double ta = elapsed();
+  int64_t calls = 0;
+  while (elapsed() < g_sustained_s) batch(), calls += per_sync;
+  const double tb = elapsed();
+  const auto e1 = g_nvml->read();
+  if (!e0 || !e1 || tb <= ta) return r;
+  r.ok = true;
+  r.tflops = double(calls) * flops / (tb - ta) / 1e12;
+  r.watts = (e1->energy_j - e0->energy_j) / (tb - ta);
+  r.pj_per_flop = (e1->energy_j - e0->energy_j) / (double(calls) * flops) * 1e12;
+  r.mhz = e1->sm_clock_mhz;
+  r.capped = e1->power_capped;
+  return r;
+}
+
 // Custom shapes (--shapes MxNxK,...): cuBLASLt, the sm90 kernel's production choice and its
 // variants (tile width, raster, and a diagnostic that stores nothing: the main loop's time
 // alone). Every variant that stores is checked before it is timed.
@@ -648,6 +693,23 @@ json run_variants(const std::vector<std::array<int, 3>>& shapes,
     }
     std::printf("   %.1f TF, %.2fx cuBLAS\n", flops / (best * 1e-6) / 1e12, mr.us / best);
     std::fflush(stdout);
+    if (g_nvml && g_sustained_s > 0) {
+      std::printf("      sustained %.1f s each: kernel TFLOP/s W pJ/FLOP (SM MHz at the end, capped)\n",
+                  g_sustained_s);
+      for (size_t k = 0; k < entries.size(); ++k) {
+        const bool store = k == 0 || variants[k - 1].o.store;
+        if (!m[k].ok || !store) continue;
+        const std::string name = k == 0 ? std::string("cublas") : variants[k - 1].name;
+        const Sustained su = run_sustained(p, *entries[k].fn, s, flops, m[k].us);
+        if (!su.ok) continue;
+        std::printf("      %-9s %7.1f %5.0f %6.3f (%4.0f MHz%s)\n", name.c_str(), su.tflops, su.watts,
+                    su.pj_per_flop, su.mhz, su.capped ? ", capped" : "");
+        std::fflush(stdout);
+        row[name]["sustained"] = {{"seconds", g_sustained_s}, {"tflops", su.tflops}, {"watts", su.watts},
+                                  {"pj_per_flop", su.pj_per_flop}, {"sm_mhz", su.mhz},
+                                  {"power_capped", su.capped}};
+      }
+    }
     rows.push_back(row);
   }
   return rows;
@@ -703,6 +765,10 @@ int main(int argc, char** argv) {
                  "timing rounds per row (shapes and --shapes): each round times every kernel of "
                  "the row in a rotated order; the median over rounds is kept")
       ->check(CLI::Range(1, 20));
+  app.add_option("--sustained", g_sustained_s,
+                 "with --shapes: also run each kernel back to back for this many seconds and read "
+                 "its sustained TFLOP/s, watts and pJ per FLOP from NVML (the power cap's view)")
+      ->check(CLI::Range(0.0, 60.0));
   app.add_flag("--once", once,
                "with --shapes: no ceilings, no checks, no timing; one launch of each kernel (for "
                "a profiler)");
@@ -737,6 +803,13 @@ int main(int argc, char** argv) {
                    {"gpu_state_before", gpu_state()}};
     std::printf("%s, %d SMs, L2 %d MB; state: %s\n", prop.name, prop.multiProcessorCount,
                 prop.l2CacheSize >> 20, gpu_state().c_str());
+    if (g_sustained_s > 0) {
+      char bus[32] = {};
+      std::string why = "no PCI bus id";
+      if (cudaDeviceGetPCIBusId(bus, int(sizeof bus), 0) == cudaSuccess)
+        g_nvml = ridge::backend::cuda::NvmlPower::open(bus, &why);
+      if (!g_nvml) std::fprintf(stderr, "--sustained: no NVML readings (%s)\n", why.c_str());
+    }
     const Ceilings c = once ? Ceilings{} : measure_ceilings();
     out["ceilings"] = {{"copy_tbps", c.copy_tbps}, {"memcpy_tbps", c.memcpy_tbps},
                        {"copy_kernel_tbps", c.copy_kernel_tbps}, {"read_tbps", c.read_tbps},
