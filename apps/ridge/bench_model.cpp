@@ -265,6 +265,7 @@ struct Phase {
   perf::Launch launch = perf::Launch::eager;
   bool persistent = false;  // its steps ran in the persistent decode kernel (--decode-kernel)
   perf::StepCost predicted, alternative, roofline;
+  perf::StepCost sustained;  // predicted as a serving run's steps run: under the power cap
   std::vector<app::OpTime> ops;
   // The step's GPU time by events on its stream (< 0: not measured): as issued (host gaps
   // included), and queued behind a hold kernel (every launch queued before the GPU starts).
@@ -344,6 +345,9 @@ void bench(BenchModelFlags& f) {
     p.predicted = perf::predict_step(cfg, hw, p.shape, options(p.launch, persistent));
     p.alternative = perf::predict_step(cfg, hw, p.shape, options(other, persistent));
     p.roofline = perf::predict_step(cfg, hw, p.shape, roof_opt);
+    perf::CostOptions capped = options(p.launch, persistent);
+    capped.power_cap = true;
+    p.sustained = perf::predict_step(cfg, hw, p.shape, capped);
     fmt::print("{:<32} {:>9.3f} ms {:>10.1f} {:<9}  predicted {:>8.3f} ms ({:+4.0f}%) {}; {} {:.3f}, roofline {:.3f}{}\n",
                p.name, p.measured * 1e3, p.throughput, p.unit, p.predicted.time * 1e3,
                100 * error_of(p.predicted.time, p.measured), perf::launch_name(p.launch),
@@ -440,15 +444,23 @@ void bench(BenchModelFlags& f) {
   if (hwo) fmt::print("\ncalibration: the cost model (ridge as built, achievable efficiencies) vs the steps "
              "measured; hardware {}\n",
              hw.id);
+  // With the hardware's power-cap figures, also what the step takes sustained (a serving run's
+  // steps back to back, clocks held down by the cap; docs/PERF.md "The power cap"): the steps
+  // measured here are single bursts, mostly before the cap acts.
+  const bool cap = hwo && hw.capped_flops.has_value();
   if (hwo)
-    fmt::print("  {:<32} {:>6} {:>12} {:>13} {:>7} {:>13}\n", "phase", "launch", "measured ms",
-               "predicted ms", "error", "roofline ms");
+    fmt::print("  {:<32} {:>6} {:>12} {:>13} {:>7} {:>13}{}\n", "phase", "launch", "measured ms",
+               "predicted ms", "error", "roofline ms", cap ? "  sustained ms (power cap)" : "");
   for (const auto& p : phases) {
     if (!hwo) break;
     const double e = error_of(p.predicted.time, p.measured);
-    fmt::print("  {:<32} {:>6} {:>12.3f} {:>13.3f} {:>+6.0f}% {:>13.3f}{}\n", p.name,
+    fmt::print("  {:<32} {:>6} {:>12.3f} {:>13.3f} {:>+6.0f}% {:>13.3f}{}{}\n", p.name,
                perf::launch_name(p.launch), p.measured * 1e3, p.predicted.time * 1e3, 100 * e,
-               p.roofline.time * 1e3, std::abs(e) > 0.25 ? "  (> ±25%)" : "");
+               p.roofline.time * 1e3,
+               cap ? fmt::format("  {:>10.3f}{}", p.sustained.time * 1e3,
+                                 p.sustained.power_bound ? " (cap binds)" : "")
+                   : std::string(),
+               std::abs(e) > 0.25 ? "  (> ±25%)" : "");
   }
 
   // Per op: every op of each phase timed alone, next to its prediction.
@@ -605,6 +617,10 @@ void bench(BenchModelFlags& f) {
         jp["predicted"] = perf::to_json(p.predicted);
         jp["predicted_other_launch_seconds"] = p.alternative.time;
         jp["roofline_seconds"] = p.roofline.time;
+        if (hw.capped_flops) {
+          jp["sustained_seconds"] = p.sustained.time;
+          jp["sustained_power_bound"] = p.sustained.power_bound;
+        }
       }
       jphases.push_back(jp);
       if (p.name.rfind("prefill", 0) == 0)
