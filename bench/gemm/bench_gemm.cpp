@@ -584,11 +584,12 @@ Sustained run_sustained(Problem& p, const Gemm& fn, cudaStream_t s, double flops
   while (elapsed() < g_sustained_s) batch(), calls += per_sync;
   const double tb = elapsed();
   const auto e1 = g_nvml->read();
-  if (!e0 || !e1 || tb <= ta) return r;
+  if (!e0 || !e1 || !e0->energy_j || !e1->energy_j || tb <= ta) return r;
+  const double joules = *e1->energy_j - *e0->energy_j;
   r.ok = true;
   r.tflops = double(calls) * flops / (tb - ta) / 1e12;
-  r.watts = (e1->energy_j - e0->energy_j) / (tb - ta);
-  r.pj_per_flop = (e1->energy_j - e0->energy_j) / (double(calls) * flops) * 1e12;
+  r.watts = joules / (tb - ta);
+  r.pj_per_flop = joules / (double(calls) * flops) * 1e12;
   r.mhz = e1->sm_clock_mhz;
   r.capped = e1->power_capped;
   return r;

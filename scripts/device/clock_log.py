@@ -14,10 +14,14 @@ tokens, and idle. Reading only; the card's settings are never touched (the devic
 import argparse
 import bisect
 import csv
+import os
 import signal
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import step_log  # noqa: E402  (the step log's reader, beside this script)
 
 FIELDS = "clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active"
 # nvidia-smi's clocks_event_reasons bits (nvml.h, nvmlClocksEventReason*).
@@ -29,12 +33,23 @@ REASONS = {
 
 
 def record(path, interval_ms):
+    # The handlers go in before nvidia-smi starts, so that a stop at any moment ends it too.
+    proc = None
+    stopped = False
+
+    def stop(*_):
+        nonlocal stopped
+        stopped = True
+        if proc:
+            proc.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     proc = subprocess.Popen(
         ["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits", "-lms", str(interval_ms)],
         stdout=subprocess.PIPE, text=True, bufsize=1)
-    stop = lambda *_: proc.terminate()
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    if stopped:
+        proc.terminate()
     with open(path, "w") as out:
         out.write("unix_s,sm_mhz,mem_mhz,power_w,temp_c,util_pct,reasons\n")
         for line in proc.stdout:
@@ -92,16 +107,15 @@ def report(a):
     describe("all", samples)
     if not a.steps:
         return
-    with open(a.steps, newline="") as f:
-        steps = [r for r in csv.DictReader(f) if r.get("wall_ms")]
+    steps = [r for r in step_log.load(a.steps) if r.get("wall_ms")]
     if not steps:
         print("  (the step log has no wall_ms column: no split by step kind)")
         return
     spans = []  # (start s, end s, kind)
     for r in steps:
-        start = float(r["wall_ms"]) / 1e3
-        dur = (float(r["forward_ms"]) + float(r["sample_ms"]) + float(r["output_ms"])) / 1e3
-        kind = "steps with prompts" if float(r["prefill_tokens"]) > 0 else "pure decode steps"
+        start = r["wall_ms"] / 1e3
+        dur = (r["forward_ms"] + r["sample_ms"] + r["output_ms"]) / 1e3
+        kind = "steps with prompts" if r["prefill_tokens"] > 0 else "pure decode steps"
         spans.append((start, start + dur, kind))
     spans.sort()
     starts = [s[0] for s in spans]

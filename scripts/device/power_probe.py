@@ -87,13 +87,15 @@ def main():
         calls, dt, t0, t1 = sustained(fn, a.seconds, 20)
         phases.append({"name": name, "flops_per_s": 0.0, "bytes_per_s": calls * byts / dt, "t0": t0, "t1": t1})
 
-    gemm("gemm 8192x8192x8192", 8192, 8192, 8192)
-    gemm("gemm 512x22016x4096", 512, 22016, 4096)
-    stream("copy 2 GiB", "copy", 2)
-    stream("read 4 GiB", "read", 4)
-    time.sleep(0.5)
-    rec.terminate()
-    rec.wait()
+    try:
+        gemm("gemm 8192x8192x8192", 8192, 8192, 8192)
+        gemm("gemm 512x22016x4096", 512, 22016, 4096)
+        stream("copy 2 GiB", "copy", 2)
+        stream("read 4 GiB", "read", 4)
+        time.sleep(0.5)
+    finally:  # never leave the recorder (and its nvidia-smi) behind
+        rec.terminate()
+        rec.wait()
 
     # Samples per phase.
     import csv

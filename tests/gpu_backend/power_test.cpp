@@ -13,7 +13,8 @@ namespace {
 
 TEST_F(GpuBackend, PowerReading) {
   const auto first = cuda().power_reading();
-  ASSERT_TRUE(first.has_value()) << "no NVML power readings on this GPU (the log at debug says why)";
+  if (!first) GTEST_SKIP() << "no NVML power readings here (a container without the driver's "
+                              "management library?); the debug log says why";
   EXPECT_GT(first->power_limit_w, 100);
   EXPECT_LT(first->power_limit_w, 2500);
   EXPECT_GT(first->power_w, 10);
@@ -37,9 +38,10 @@ TEST_F(GpuBackend, PowerReading) {
   }
   const auto e1 = cuda().power_reading();
   ASSERT_TRUE(e1.has_value());
-  const double mean_w = (e1->energy_j - e0->energy_j) / seconds;
+  ASSERT_TRUE(e0->energy_j && e1->energy_j) << "no energy counter (every Hopper GPU has one)";
+  const double mean_w = (*e1->energy_j - *e0->energy_j) / seconds;
   RecordProperty("mean_power_w", std::to_string(mean_w));
-  EXPECT_GT(mean_w, 30) << "energy counter " << e0->energy_j << " -> " << e1->energy_j << " J";
+  EXPECT_GT(mean_w, 30) << "energy counter " << *e0->energy_j << " -> " << *e1->energy_j << " J";
   EXPECT_LT(mean_w, e1->power_limit_w * 1.2);
 }
 

@@ -287,6 +287,12 @@ TEST(PowerCap, StepTakesItsEnergyAtTheCap) {
   EXPECT_DOUBLE_EQ(capped.time, t_power);
   EXPECT_DOUBLE_EQ(capped.power_w, *hw.tdp_w);
   EXPECT_DOUBLE_EQ(capped.energy_j, *hw.tdp_w * t_power);
+  // The bounds hold the prediction (lower <= time <= upper) with the cap too.
+  EXPECT_LE(capped.lower_bound, capped.time);
+  EXPECT_GE(capped.upper_bound, capped.time);
+  EXPECT_GT(capped.upper_bound, free.upper_bound);
+  EXPECT_EQ(to_json(capped)["power_bound"], true);
+  EXPECT_DOUBLE_EQ(to_json(capped)["t_power_s"].get<double>(), t_power);
   // Batch-1 decode streams the weights at ~1 FLOP a byte: with the cap's bandwidth above
   // memory_bw (8 TB/s: streaming alone stays under the cap) its bound is below the roofline time,
   // which stands.

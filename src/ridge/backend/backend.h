@@ -182,7 +182,8 @@ struct SamplingBatch {
 // controller is doing to the clocks, and the energy counter that energy per token is read from.
 struct PowerReading {
   double power_w = 0;         // board power now
-  double energy_j = 0;        // the card's energy counter (since its driver loaded)
+  std::optional<double> energy_j;  // the card's energy counter (since its driver loaded), where it
+                                   // has one
   double sm_clock_mhz = 0;    // SM clock now
   double power_limit_w = 0;   // the enforced power limit
   bool power_capped = false;  // the clock is held down by the power cap now

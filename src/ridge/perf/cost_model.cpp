@@ -602,8 +602,10 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     c.t_power = c.flops / capped + c.bytes / *hw.capped_bandwidth;
     if (c.t_power > c.time) c.time = c.t_power, c.power_bound = true;
   }
-  c.lower_bound = std::max(c.t_math, c.t_mem);
-  c.upper_bound = c.t_math + c.t_mem + c.t_overhead + c.t_launch_stall + c.t_host;
+  // Under the cap (t_power > 0) no step goes below its energy's time: both bounds include it.
+  c.lower_bound = std::max({c.t_math, c.t_mem, c.t_power});
+  c.upper_bound =
+      std::max(c.t_math + c.t_mem + c.t_overhead + c.t_launch_stall + c.t_host, c.t_power);
   c.flop_utilization = c.flops / (c.time * peak);
   c.bw_utilization = c.bytes / (c.time * hw.memory_bw);
   if (hw.tdp_w) {

@@ -285,8 +285,8 @@ struct StepCost {
   double t_power = 0;         // under CostOptions::power_cap: flops / capped_flops + bytes /
                               // capped_bandwidth (0 otherwise)
   bool power_bound = false;   // t_power set the time
-  double lower_bound = 0;  // max(sum T_math, sum T_mem): no overlap lost anywhere
-  double upper_bound = 0;  // sum of T_math + T_mem + overhead: nothing overlaps
+  double lower_bound = 0;  // max(sum T_math, sum T_mem[, t_power]): no overlap lost anywhere
+  double upper_bound = 0;  // sum of T_math + T_mem + overhead (at least t_power): nothing overlaps
   double peak_flops = 0, memory_bw = 0;
   double critical_intensity = 0;
   double flop_utilization = 0;   // flops / (time * peak)

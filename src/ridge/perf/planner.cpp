@@ -158,6 +158,7 @@ nlohmann::json to_json(const StepCost& c) {
   return {{"time_s", c.time}, {"lower_bound_s", c.lower_bound}, {"upper_bound_s", c.upper_bound},
           {"launch", launch_name(c.launch)}, {"kernels", c.kernels}, {"t_gpu_s", c.t_gpu},
           {"t_launch_stall_s", c.t_launch_stall}, {"t_host_s", c.t_host},
+          {"t_power_s", c.t_power}, {"power_bound", c.power_bound},
           {"flops", c.flops}, {"bytes", c.bytes}, {"critical_intensity", c.critical_intensity},
           {"flop_utilization", c.flop_utilization}, {"bw_utilization", c.bw_utilization},
           {"power_w", num(c.power_w)}, {"energy_j", num(c.energy_j)}, {"energy_at_tdp", c.energy_at_tdp},

@@ -143,14 +143,20 @@ struct HttpServer::Impl {
   Clock::time_point deadline;
   std::thread stopper;
 
-  // The GPU's energy counter when the server started: /metrics counts energy from there.
-  const std::optional<double> energy_at_start;
+  // The GPU's energy counter when the server started (or at its first reading, if that one
+  // failed): /metrics counts energy from there. Set under energy_mu by any /metrics thread.
+  std::mutex energy_mu;
+  std::optional<double> energy_at_start;
 
   Impl(ServerOptions o, const tokenizer::Tokenizer& t, EnginePort& e)
-      : opt(std::move(o)), tok(t), engine(e), energy_at_start(start_energy(e)) {}
-  static std::optional<double> start_energy(const EnginePort& e) {
-    if (auto p = e.device_power()) return p->energy_j;
-    return std::nullopt;
+      : opt(std::move(o)), tok(t), engine(e) {
+    if (auto p = engine.device_power()) energy_at_start = p->energy_j;
+  }
+  // Energy since the server started, from a reading's counter.
+  double energy_since_start(double counter) {
+    std::lock_guard lock(energy_mu);
+    if (!energy_at_start) energy_at_start = counter;
+    return std::max(0.0, counter - *energy_at_start);
   }
   ~Impl() {
     // Connections (held by pending handlers) go with their io_context, before the counters.
@@ -1046,9 +1052,9 @@ std::string HttpServer::Impl::metrics_text() {
     append_metric(out, "ridge_gpu_power_capped", "gauge", "1 while the power cap holds the GPU's clocks down, else 0.",
                   p->power_capped ? 1.0 : 0.0);
     append_metric(out, "ridge_gpu_sm_clock_mhz", "gauge", "The GPU's SM clock now.", p->sm_clock_mhz);
-    if (energy_at_start)  // set once, before any request thread runs
+    if (p->energy_j)
       append_metric(out, "ridge_gpu_energy_joules_total", "counter", "Energy the GPU used since the server started.",
-                    std::max(0.0, p->energy_j - *energy_at_start));
+                    energy_since_start(*p->energy_j));
   }
   append_metric(out, "ridge_http_connections", "gauge", "Open HTTP connections.", double(connections.load()));
   append_metric(out, "ridge_http_connections_total", "counter", "HTTP connections accepted.", double(connections_total.load()));

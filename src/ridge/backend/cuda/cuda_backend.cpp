@@ -185,11 +185,6 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
   name_ = fmt::format("cuda ({}, {} SMs, sm_{}{}, {:.0f} GiB)", prop.name, sm_count_, prop.major,
                       prop.minor, double(prop.totalGlobalMem) / double(1ull << 30));
   stream_ = std::make_unique<cuda::OwnedStream>();
-  char bus_id[32] = {};
-  std::string why = "no PCI bus id";
-  if (cudaDeviceGetPCIBusId(bus_id, int(sizeof bus_id), device_) == cudaSuccess)
-    nvml_ = cuda::NvmlPower::open(bus_id, &why);
-  if (!nvml_) log::debug("cuda: no power readings ({})", why);
   lt_ = std::make_unique<cuda::CublasLtHandle>();
   matmul_ = std::make_unique<cuda::LtMatmul>(lt_->get());
   kernels::init_paged_attention();
@@ -203,6 +198,14 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
 }
 
 std::optional<PowerReading> CudaBackend::power_reading() const {
+  // NVML opens on the first reading (only a server or a benchmark asks), not in every start-up.
+  std::call_once(nvml_once_, [this] {
+    char bus_id[32] = {};
+    std::string why = "no PCI bus id";
+    if (cudaDeviceGetPCIBusId(bus_id, int(sizeof bus_id), device_) == cudaSuccess)
+      nvml_ = cuda::NvmlPower::open(bus_id, &why);
+    if (!nvml_) log::debug("cuda: no power readings ({})", why);
+  });
   return nvml_ ? nvml_->read() : std::nullopt;
 }
 

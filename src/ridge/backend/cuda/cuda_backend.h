@@ -221,7 +221,8 @@ class CudaBackend final : public Backend {
   int sm_count_ = 0;
   std::string name_;
   std::unique_ptr<cuda::OwnedStream> stream_;
-  std::unique_ptr<cuda::NvmlPower> nvml_;  // null without NVML
+  mutable std::once_flag nvml_once_;               // power_reading() opens NVML once
+  mutable std::unique_ptr<cuda::NvmlPower> nvml_;  // null without NVML
   std::unique_ptr<cuda::CublasLtHandle> lt_;
   std::unique_ptr<cuda::LtMatmul> matmul_;
   mutable std::mutex workspace_mutex_;

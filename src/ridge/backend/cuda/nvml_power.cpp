@@ -20,7 +20,7 @@ struct NvmlPower::Api {
   int (*total_energy)(Device, unsigned long long*) = nullptr;
   int (*clock_info)(Device, int, unsigned*) = nullptr;
   int (*enforced_limit)(Device, unsigned*) = nullptr;
-  int (*throttle_reasons)(Device, unsigned long long*) = nullptr;
+  int (*event_reasons)(Device, unsigned long long*) = nullptr;  // optional
   ~Api() {
     if (shutdown) shutdown();
     if (lib) dlclose(lib);
@@ -53,12 +53,15 @@ std::unique_ptr<NvmlPower> NvmlPower::open(const std::string& pci_bus_id, std::s
       !resolve(api->lib, "nvmlDeviceGetPowerUsage", api->power_usage) ||
       !resolve(api->lib, "nvmlDeviceGetTotalEnergyConsumption", api->total_energy) ||
       !resolve(api->lib, "nvmlDeviceGetClockInfo", api->clock_info) ||
-      !resolve(api->lib, "nvmlDeviceGetEnforcedPowerLimit", api->enforced_limit) ||
-      !resolve(api->lib, "nvmlDeviceGetCurrentClocksThrottleReasons", api->throttle_reasons)) {
+      !resolve(api->lib, "nvmlDeviceGetEnforcedPowerLimit", api->enforced_limit)) {
     if (why) *why = "libnvidia-ml.so.1 lacks an entry point it needs";
     api->shutdown = nullptr;  // never initialized
     return nullptr;
   }
+  // Why the clocks are held down: the current name (drivers >= 535), else the deprecated one;
+  // without either, power_capped stays false.
+  if (!resolve(api->lib, "nvmlDeviceGetCurrentClocksEventReasons", api->event_reasons))
+    resolve(api->lib, "nvmlDeviceGetCurrentClocksThrottleReasons", api->event_reasons);
   if (int rc = init(); rc != 0) {
     if (why) *why = fmt::format("nvmlInit failed: {}", api->error_string(rc));
     api->shutdown = nullptr;
@@ -77,17 +80,18 @@ NvmlPower::~NvmlPower() = default;
 
 std::optional<PowerReading> NvmlPower::read() const {
   unsigned mw = 0, limit_mw = 0, sm = 0;
-  unsigned long long mj = 0, reasons = 0;
-  if (api_->power_usage(device_, &mw) != 0 || api_->total_energy(device_, &mj) != 0 ||
-      api_->clock_info(device_, kClockSm, &sm) != 0 || api_->enforced_limit(device_, &limit_mw) != 0)
+  if (api_->power_usage(device_, &mw) != 0 || api_->clock_info(device_, kClockSm, &sm) != 0 ||
+      api_->enforced_limit(device_, &limit_mw) != 0)
     return std::nullopt;
-  if (api_->throttle_reasons(device_, &reasons) != 0) reasons = 0;
   PowerReading r;
   r.power_w = mw / 1e3;
-  r.energy_j = double(mj) / 1e3;
   r.sm_clock_mhz = sm;
   r.power_limit_w = limit_mw / 1e3;
-  r.power_capped = (reasons & kReasonSwPowerCap) != 0;
+  // Boards without an energy counter (pre-Volta) and drivers without event reasons still give
+  // the rest.
+  if (unsigned long long mj = 0; api_->total_energy(device_, &mj) == 0) r.energy_j = double(mj) / 1e3;
+  if (unsigned long long reasons = 0; api_->event_reasons && api_->event_reasons(device_, &reasons) == 0)
+    r.power_capped = (reasons & kReasonSwPowerCap) != 0;
   return r;
 }
 
