@@ -4,6 +4,8 @@
 //
 //   ridge-bench-gemm [--op gemm] [--ladder] [--models llama2-7b,llama3-8b] [--m 1,8,...]
 //                    [--json FILE]
+//   ridge-bench-gemm --no-shapes --shapes MxNxK,... [--sustained S]   (sm90 variants; S seconds
+//                    each back to back with NVML's energy: sustained TFLOP/s and pJ per FLOP)
 // Ceilings: perf/gpu (the same code as `ridge bench ceilings`).
 // Timing: warm-up, then a CUDA graph of L back-to-back launches rotating over enough input sets
 // to defeat the 50 MB L2 for memory-bound shapes; median of 9 replays, per launch (the ladder),
