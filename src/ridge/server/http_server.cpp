@@ -150,7 +150,12 @@ struct HttpServer::Impl {
 
   Impl(ServerOptions o, const tokenizer::Tokenizer& t, EnginePort& e)
       : opt(std::move(o)), tok(t), engine(e) {
-    if (auto p = engine.device_power()) energy_at_start = p->energy_j;
+    if (auto p = engine.device_power()) {
+      energy_at_start = p->energy_j;
+      log::info("server: GPU power limit {:.0f} W (now {:.0f} W, SM {:.0f} MHz); /metrics reports the "
+                "GPU's power{}",
+                p->power_limit_w, p->power_w, p->sm_clock_mhz, p->energy_j ? " and energy" : "");
+    }
   }
   // Energy since the server started, from a reading's counter.
   double energy_since_start(double counter) {
