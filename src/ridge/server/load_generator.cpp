@@ -341,11 +341,10 @@ struct Runner {
 
   // The server's GPU energy counter from /metrics (ridge serve's ridge_gpu_energy_joules_total);
   // absent when the server has none, or no /metrics at all (another engine): never an error.
-  awaitable<void> fetch_energy(std::optional<double>* out) {
-    *out = std::nullopt;
+  awaitable<std::optional<double>> fetch_energy() {
     try {
       const auto res = co_await get("/metrics");
-      if (res.result_int() != 200) co_return;
+      if (res.result_int() != 200) co_return std::nullopt;
       static constexpr std::string_view kName = "ridge_gpu_energy_joules_total ";
       const std::string& body = res.body();
       for (size_t at = 0; at < body.size();) {
@@ -356,13 +355,13 @@ struct Runner {
           const std::string v(line.substr(kName.size()));
           char* stop = nullptr;
           const double x = std::strtod(v.c_str(), &stop);
-          if (stop != v.c_str()) *out = x;
-          co_return;
+          co_return stop != v.c_str() ? std::optional<double>(x) : std::nullopt;
         }
         at = end + 1;
       }
     } catch (const std::exception&) {
     }
+    co_return std::nullopt;
   }
 
   awaitable<void> fetch_model() {
@@ -413,13 +412,16 @@ LoadReport run_load(const LoadConfig& c) {
       }
     }
   }
-  std::optional<double> energy_before, energy_after;
-  auto read_energy = [&](std::optional<double>* out) {
-    net::co_spawn(run.ioc, run.fetch_energy(out), net::detached);
+  auto read_energy = [&run] {
+    std::optional<double> v;
+    net::co_spawn(run.ioc, run.fetch_energy(),
+                  [&v](std::exception_ptr, std::optional<double> r) { v = r; });
+    run.ioc.restart();  // after fetch_model's or the run's own ioc.run()
     run.ioc.run();
-    run.ioc.restart();
+    return v;
   };
-  read_energy(&energy_before);
+  const std::optional<double> energy_before = read_energy();
+  run.ioc.restart();
   run.t0 = Clock::now();
   if (c.request_rate > 0) {
     net::co_spawn(run.ioc, run.poisson(), net::detached);
@@ -433,8 +435,7 @@ LoadReport run_load(const LoadConfig& c) {
   rep.config = c;
   rep.duration_s = std::chrono::duration<double>(Clock::now() - run.t0).count();
   if (energy_before) {
-    run.ioc.restart();
-    read_energy(&energy_after);
+    const std::optional<double> energy_after = read_energy();
     if (energy_after && *energy_after >= *energy_before) rep.energy_j = *energy_after - *energy_before;
   }
   rep.records = std::move(run.records);
