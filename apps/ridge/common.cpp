@@ -51,6 +51,12 @@ void add_model_options(CLI::App& app, engine::BundleOptions& o) {
                  "KV cache dtype: auto (f32 on CPU, bf16 on CUDA) | f32 | bf16 | f16 (CPU) | fp8_e4m3")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16", "f16", "fp8_e4m3"}));
+  app.add_option("--quantization", o.quantization,
+                 "weights of the layers' projections: none (as stored; bf16 on CUDA) | fp8 "
+                 "(CUDA: E4M3 with per-row scales, activations quantized per token, as vLLM's "
+                 "--quantization fp8; the embedding and LM head stay bf16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_option("--prefill-chunk", o.prefill_chunk, "largest prefill step in tokens")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

@@ -3,10 +3,14 @@
 // they test.
 #pragma once
 
+#include <list>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "ridge/backend/backend.h"
 #include "ridge/backend/cpu/cpu_backend.h"
+#include "ridge/backend/cpu/quant.h"
 
 namespace ridge::model {
 
@@ -58,6 +62,22 @@ class CpuDelegate : public backend::Backend {
 
  protected:
   backend::CpuBackend cpu_{2};
+
+  // parts stacked along dim 0 into an f32 matrix this backend owns (as the CUDA backend stacks
+  // q|k|v and gate|up), each row dequantized from its stored dtype; empty for vectors.
+  Tensor stack_rows(std::span<const Tensor> parts) {
+    if (parts.empty() || parts[0].ndim != 2) return {};
+    const int64_t K = parts[0].shape[1];
+    int64_t rows = 0;
+    for (const Tensor& p : parts) rows += p.shape[0];
+    std::vector<float>& w = owned_.emplace_back(size_t(rows * K));
+    int64_t r0 = 0;
+    for (const Tensor& p : parts)
+      for (int64_t r = 0; r < p.shape[0]; ++r, ++r0)
+        backend::cpu::dequantize_row(p.dtype, p.row(r), &w[size_t(r0 * K)], K);
+    return Tensor(w.data(), DType::f32, {rows, K});
+  }
+  std::list<std::vector<float>> owned_;  // matrices made by stack_rows and subclasses
 };
 
 }  // namespace ridge::model

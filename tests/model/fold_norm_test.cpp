@@ -28,17 +28,8 @@ namespace {
 class FoldingBackend final : public CpuDelegate {
  public:
   std::string name() const override { return "cpu-folding"; }
-  Tensor upload_weight_rows(std::span<const Tensor> parts) override {
-    if (parts.empty() || parts[0].ndim != 2) return {};  // matrices only (no stacked biases)
-    const int64_t K = parts[0].shape[1];
-    int64_t rows = 0;
-    for (const Tensor& p : parts) rows += p.shape[0];
-    std::vector<float>& w = owned_.emplace_back(size_t(rows * K));
-    int64_t r0 = 0;
-    for (const Tensor& p : parts)
-      for (int64_t r = 0; r < p.shape[0]; ++r, ++r0)
-        backend::cpu::dequantize_row(p.dtype, p.row(r), &w[size_t(r0 * K)], K);
-    return Tensor(w.data(), DType::f32, {rows, K});
+  Tensor upload_weight_rows(std::span<const Tensor> parts) override {  // matrices only
+    return stack_rows(parts);
   }
   bool fold_norm_weight(Tensor& w, const Tensor& norm_weight) override {
     if (w.dtype != DType::f32) return false;  // only the stacked weights this backend owns
@@ -61,9 +52,6 @@ class FoldingBackend final : public CpuDelegate {
   }
 
   int folds = 0, norm_calls = 0, folded_calls = 0;
-
- private:
-  std::list<std::vector<float>> owned_;
 };
 
 std::string model_path() {

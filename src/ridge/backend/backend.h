@@ -226,6 +226,16 @@ class Backend {
     (void)w, (void)norm_weight;
     return false;
   }
+  // Optional: re-encodes a weight matrix w [N, K] from upload_weight / upload_weight_rows in
+  // `dtype` for matmul, in place (w then views the new encoding; the old one is freed). fp8_e4m3:
+  // E4M3 codes with one fp32 scale per row (Tensor::scales; amax / 448, as
+  // kernels::quantize_rows_fp8), and every matmul with it quantizes its activations per token the
+  // same way. Returns false, changing nothing, where the backend or the shape does not allow it
+  // (the CPU backend; on CUDA, K not a multiple of 16).
+  virtual bool quantize_weight(Tensor& w, DType dtype) {
+    (void)w, (void)dtype;
+    return false;
+  }
   // Host memory the device copies to and from fastest (pinned on a GPU); plain memory on the CPU.
   virtual Buffer allocate_host(size_t bytes);
   // Device memory the backend holds for its own ops' scratch (on the GPU: per stream, cuBLASLt's

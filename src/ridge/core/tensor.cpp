@@ -53,13 +53,14 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   Tensor t = *this;
   t.shape[0] = end - begin;
   t.data = static_cast<char*>(data) + begin * int64_t(ridge::row_bytes(dtype, stride[0]));
+  if (scales) t.scales = scales + begin;
   return t;
 }
 
 std::string Tensor::describe() const {
   std::string s = fmt::format("{}[", dtype_name(dtype));
   for (int d = 0; d < ndim; ++d) s += fmt::format("{}{}", d ? ", " : "", shape[d]);
-  return s + "]";
+  return s + (scales ? "] (row-scaled)" : "]");
 }
 
 }  // namespace ridge

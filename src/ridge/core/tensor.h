@@ -23,6 +23,10 @@ struct Tensor {
   std::array<int64_t, kMaxDims> shape{};
   std::array<int64_t, kMaxDims> stride{};
   Device device = Device::cpu;
+  // A row-scaled matrix (fp8_e4m3 weights from Backend::quantize_weight): one fp32 scale per row
+  // of the outermost dimension, on the tensor's device; element (i, j) = scales[i] × code(i, j).
+  // Null for every other tensor.
+  const float* scales = nullptr;
 
   Tensor() = default;
   // A contiguous view of `data` with the given shape.

@@ -45,7 +45,14 @@ std::unique_ptr<ModelBundle> ModelBundle::load(const BundleOptions& opt) {
   }
   b->backend = backend::make_backend(opt.device, opt.backend_options());
   log::info("backend: {}", b->backend->name());
-  b->model = std::make_unique<model::LlamaModel>(*b->weights, *b->backend);
+  model::LoadOptions load;
+  if (opt.quantization == "fp8") {
+    load.quantize = DType::fp8_e4m3;
+  } else {
+    RIDGE_CHECK(opt.quantization == "none" || opt.quantization.empty(),
+                "quantization '{}' is not one of: none, fp8", opt.quantization);
+  }
+  b->model = std::make_unique<model::LlamaModel>(*b->weights, *b->backend, load);
 
   DType kv_dtype;
   if (opt.kv_dtype == "auto") {

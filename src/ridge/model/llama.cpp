@@ -46,7 +46,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const Tensor& rope_freqs)
   return f;
 }
 
-LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
+LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be,
+                       const LoadOptions& options)
     : weights_(weights), backend_(be) {
   // Progress on a terminal: weights go to the backend one tensor at a time.
   const size_t total = weights.bytes();
@@ -81,6 +82,33 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
     if (r.data) progress(bytes);
     return r;
   };
+  // --quantization: each layer's projections re-encoded right after its upload (the bf16 copies
+  // of one layer at a time on the device, not the model's), before the norm folding below (a
+  // folded column scale would widen every row's range; fold_norm_weight takes bf16 only).
+  size_t quant_before = 0, quant_after = 0;
+  int64_t quant_count = 0;
+  auto quantize_layer = [&](size_t i, Layer& d) {
+    const DType q = *options.quantize;
+    LayerWeights& l = d.w;
+    const std::pair<Tensor*, const char*> mats[] = {
+        {&d.wqkv, "q|k|v"},  {&l.wq, "q"},    {&l.wk, "k"},
+        {&l.wv, "v"},        {&l.wo, "o"},    {&d.w_gate_up, "gate|up"},
+        {&l.w_gate, "gate"}, {&l.w_up, "up"}, {&l.w_down, "down"}};
+    for (auto [t, name] : mats) {
+      if (!t->data) continue;
+      const std::string was = t->describe();
+      const size_t bytes = t->nbytes();
+      if (!be.quantize_weight(*t, q))
+        fail("--quantization {}: the {} backend cannot hold layer {}'s {} weight {} as {} ({})",
+             q == DType::fp8_e4m3 ? "fp8" : dtype_name(q), be.name(), i, name, was, dtype_name(q),
+             be.device() == Device::cpu
+                 ? "quantized weights need the CUDA backend"
+                 : "fp8 matmuls need row and column counts that are multiples of 16");
+      quant_before += bytes;
+      quant_after += t->nbytes() + (t->scales ? size_t(t->shape[0]) * sizeof(float) : 0);
+      ++quant_count;
+    }
+  };
   token_embd_ = up(weights.token_embd);
   output_norm_ = up(weights.output_norm);
   output_ = weights.output.data == weights.token_embd.data ? token_embd_ : up(weights.output);
@@ -107,8 +135,13 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be)
            gu_fused ? Tensor{} : up(l.w_up),
            up(l.w_down)};
     layers_.push_back(std::move(d));
+    if (options.quantize) quantize_layer(layers_.size() - 1, layers_.back());
   }
   if (shown >= 0) fmt::print(stderr, "\n");
+  if (options.quantize)
+    log::info("weights: {} layer matrices quantized to {} with per-row scales: {} -> {}",
+              quant_count, dtype_name(*options.quantize), log::format_bytes(double(quant_before)),
+              log::format_bytes(double(quant_after)));
   // Fold each block's input RMSNorm weight into the matmul after it where the backend runs the
   // norm as a per-token scale of the product (--fuse norm); the norm then takes a weight of ones.
   // Not the final norm: it runs on the gathered logits rows, for which no matmul left the sums of
@@ -158,7 +191,7 @@ size_t LlamaModel::weight_bytes() const {
     for (const Tensor* t : {&d.wqkv, &d.bqkv, &d.w_gate_up, &l.attn_norm, &l.wq, &l.wk, &l.wv,
                             &l.bq, &l.bk, &l.bv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up,
                             &l.w_down})
-      if (t->data) total += t->nbytes();
+      if (t->data) total += t->nbytes() + (t->scales ? size_t(t->shape[0]) * sizeof(float) : 0);
   }
   return total;
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -23,9 +24,18 @@ namespace ridge::model {
 // (including llama3 and linear scaling, and GGUF's rope_freqs divisors when present).
 std::vector<float> rope_inv_freq(const ModelConfig& config, const Tensor& rope_freqs = {});
 
+// How the model holds its weights on the backend.
+struct LoadOptions {
+  // Re-encode every layer's projection matrices (q|k|v, o, gate|up, down) in this dtype at load
+  // (Backend::quantize_weight; fp8_e4m3: per-row scales, per-token activation scales at run
+  // time). The embedding, the LM head and the norms stay as they are. Unset: as uploaded.
+  std::optional<DType> quantize;
+};
+
 class LlamaModel {
  public:
-  LlamaModel(const ModelWeights& weights, backend::Backend& backend);
+  LlamaModel(const ModelWeights& weights, backend::Backend& backend,
+             const LoadOptions& options = {});
 
   const ModelConfig& config() const { return weights_.config(); }
   backend::Backend& backend() const { return backend_; }

@@ -194,6 +194,10 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
   fuse_silu_ = fuse.silu;
   fuse_rope_kv_ = fuse.rope_kv;
   fuse_swiglu_gemm_ = fuse.swiglu_gemm;
+  // RIDGE_FP8_SCALE_KERNEL=1: fp8 products scaled by ridge's kernel even where cuBLASLt takes
+  // per-row scales (tests of that path, A/B runs).
+  if (const char* e = std::getenv("RIDGE_FP8_SCALE_KERNEL"); e && e[0] == '1')
+    fp8_force_scale_kernel_ = true;
   workspace_for(stream_->get());
 }
 
@@ -229,6 +233,11 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
     w->attention = cuda::DeviceMemory(kAttentionWorkspaceBytes);
     w->split_counters = cuda::DeviceMemory(kSplitCounterBytes);
     w->sumsq = cuda::DeviceMemory(size_t(MatmulFusion::kSumsqTags * kSumsqFloats) * sizeof(float));
+    if (fp8_tokens_ > 0) {
+      w->fp8_x = cuda::DeviceMemory(size_t(fp8_tokens_ * fp8_max_cols_));
+      w->fp8_scales = cuda::DeviceMemory(size_t(fp8_tokens_) * sizeof(float));
+      w->fp8_product = cuda::DeviceMemory(kFp8ProductBytes);
+    }
     // Zeroed on this stream and waited for: the ticket scheme never repairs a counter that starts
     // non-zero, and a plain cudaMemset (legacy stream) is not ordered before a non-blocking one.
     RIDGE_CHECK_CUDA(cudaMemsetAsync(w->split_counters.data(), 0, kSplitCounterBytes, stream));
@@ -364,6 +373,99 @@ bool CudaBackend::fold_norm_weight(Tensor& w, const Tensor& norm_weight) {
   return true;
 }
 
+bool CudaBackend::quantize_weight(Tensor& w, DType dtype) {
+  if (dtype != DType::fp8_e4m3) return false;
+  // K % 16: fp8 operands' rows in 16-byte multiples; N % 16: the output rows likewise, for bf16
+  // and f32 outputs alike (cuBLASLt's fp8 conditions on m and ldc).
+  if (!(w.device == Device::cuda && w.dtype == DType::bf16 && w.ndim == 2 && w.is_contiguous() &&
+        w.shape[1] >= 16 && w.shape[1] % 16 == 0 && w.shape[0] >= 16 && w.shape[0] % 16 == 0 &&
+        aligned16(w.data) && !w.scales))
+    return false;
+  const int64_t N = w.shape[0], K = w.shape[1];
+  cuda::DeviceMemory codes(size_t(N * K)), scales(size_t(N) * sizeof(float));
+  kernels::quantize_rows_fp8(static_cast<const uint16_t*>(w.data), K, N, K,
+                             static_cast<uint8_t*>(codes.data()),
+                             static_cast<float*>(scales.data()), stream_->get());
+  RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
+  // The bf16 encoding goes where this backend holds it as one allocation (upload_weight's).
+  const auto old = std::find_if(weights_.begin(), weights_.end(), [&](const auto& m) {
+    return m.data() == w.data && m.size() == size_t(N * K) * 2;
+  });
+  if (old != weights_.end()) weights_.erase(old);
+  const int64_t shape[2] = {N, K};
+  Tensor q = Tensor::contiguous(codes.data(), DType::fp8_e4m3, shape, 2, Device::cuda);
+  q.scales = static_cast<const float*>(scales.data());
+  weights_.push_back(std::move(codes));
+  weights_.push_back(std::move(scales));
+  w = q;
+  fp8_max_cols_ = std::max(fp8_max_cols_, K);
+  return true;
+}
+
+void CudaBackend::reserve_fp8_activations(Workspace& ws, int64_t tokens, int64_t cols,
+                                          cudaStream_t stream) {
+  const size_t need_x = size_t(tokens * cols), need_s = size_t(tokens) * sizeof(float);
+  if (ws.fp8_x.size() >= need_x && ws.fp8_scales.size() >= need_s &&
+      ws.fp8_product.size() >= kFp8ProductBytes)
+    return;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  RIDGE_CHECK_CUDA(cudaStreamIsCapturing(stream, &capturing));
+  expect(capturing == cudaStreamCaptureStatusNone, "matmul",
+         fmt::format("the fp8 activations of {} tokens × {} do not fit the stream's workspace "
+                     "({} bytes, sized by prepare_matmuls) and the stream is being captured",
+                     tokens, cols, ws.fp8_x.size()));
+  RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));  // queued work may still read the old ones
+  if (ws.fp8_x.size() < need_x) ws.fp8_x = cuda::DeviceMemory(need_x);
+  if (ws.fp8_scales.size() < need_s) ws.fp8_scales = cuda::DeviceMemory(need_s);
+  if (ws.fp8_product.size() < kFp8ProductBytes)
+    ws.fp8_product = cuda::DeviceMemory(kFp8ProductBytes);
+}
+
+void CudaBackend::run_gemm_fp8(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t stream,
+                               bool accumulate) {
+  const int64_t T = x.shape[0], K = x.shape[1], N = w.shape[0];
+  expect(K % 16 == 0 && x.stride[0] % 8 == 0 && aligned16(x.data) && w.scales, "matmul",
+         fmt::format("fp8 weight {} needs x {} with K % 16 == 0, a row stride % 8 == 0 and "
+                     "16-byte alignment",
+                     w.describe(), x.describe()));
+  if (T == 0) return;
+  Workspace& ws = workspace_for(stream);
+  reserve_fp8_activations(ws, T, K, stream);
+  auto* xq = static_cast<uint8_t*>(ws.fp8_x.data());
+  auto* sx = static_cast<float*>(ws.fp8_scales.data());
+  kernels::quantize_rows_fp8(static_cast<const uint16_t*>(x.data), x.stride[0], T, K, xq, sx,
+                             stream);
+  const auto* wq = w.ptr<uint8_t>();
+  if (!fp8_force_scale_kernel_ &&
+      matmul_->run_fp8(xq, sx, K, wq, w.scales, T, N, K, out.data, out.dtype, out.stride[0],
+                       ws.cublas.data(), ws.cublas.size(), stream, accumulate)) {
+    ++fp8_per_row_calls_;
+    return;
+  }
+  if (!fp8_force_scale_kernel_ && !fp8_refusal_logged_.exchange(true))
+    log::warn(
+        "cuBLASLt takes no per-row fp8 scales for a {}x{}x{} product{} here: such products "
+        "are scaled by ridge's kernel (logged once)",
+        T, N, K, accumulate ? " with a residual add" : "");
+  ++fp8_scale_kernel_calls_;
+  // The unscaled product in fp32, then out (+)= product · sx[t] · sw[n], in row chunks that fit
+  // the stream's product buffer.
+  expect(size_t(N) * 4 <= ws.fp8_product.size(), "matmul",
+         fmt::format("fp8 weight {}: a row of {} fp32 products exceeds the {}-byte product buffer",
+                     w.describe(), N, ws.fp8_product.size()));
+  const int64_t rows = int64_t(ws.fp8_product.size() / (size_t(N) * 4));
+  auto* raw = static_cast<float*>(ws.fp8_product.data());
+  for (int64_t t0 = 0; t0 < T; t0 += rows) {
+    const int64_t n = std::min(rows, T - t0);
+    matmul_->run_fp8(xq + t0 * K, nullptr, K, wq, nullptr, n, N, K, raw, DType::f32, N,
+                     ws.cublas.data(), ws.cublas.size(), stream, false);
+    kernels::scale_fp8_product(raw, N, n, N, sx + t0, w.scales,
+                               static_cast<char*>(out.data) +
+                                   size_t(t0 * out.stride[0]) * (out.dtype == DType::f32 ? 4 : 2),
+                               out.dtype, out.stride[0], accumulate, stream);
+  }
+}
+
 Buffer CudaBackend::allocate_host(size_t bytes) {
   void* p = nullptr;
   const cudaError_t err = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
@@ -459,9 +561,9 @@ void CudaBackend::add_rmsnorm(const Stream& s, Tensor& residual, const Tensor& x
 
 bool CudaBackend::ridge_gemm_applies(const Tensor& x, const Tensor& w, const Tensor& out) const {
   const int64_t K = x.shape[1], N = w.shape[0];
-  return out.dtype == DType::bf16 && x.stride[0] == K && out.stride[0] == N && K % 8 == 0 &&
-         N % 8 == 0 && N <= 65535 * 16 && aligned16(x.data) && aligned16(w.data) &&
-         aligned16(out.data);
+  return out.dtype == DType::bf16 && w.dtype == DType::bf16 && x.stride[0] == K &&
+         out.stride[0] == N && K % 8 == 0 && N % 8 == 0 && N <= 65535 * 16 && aligned16(x.data) &&
+         aligned16(w.data) && aligned16(out.data);
 }
 
 CudaBackend::GemmKernel CudaBackend::choose_gemm(int64_t T, int64_t N, int64_t K) const {
@@ -529,7 +631,14 @@ void CudaBackend::check_matmul(const char* op, const Tensor& x, const Tensor& w,
   expect(out.dtype == DType::bf16 || out.dtype == DType::f32, op,
          fmt::format("out must be bf16 or f32, got {}", out.describe()));
   expect_2d(out, out.dtype, op, "out");
-  expect_2d(w, DType::bf16, op, "w (from upload_weight)");
+  if (w.dtype == DType::fp8_e4m3) {
+    expect_2d(w, DType::fp8_e4m3, op, "w (from quantize_weight)");
+    expect(w.scales != nullptr && w.stride[0] == w.shape[1], op,
+           fmt::format("fp8 weight {} must be a contiguous row-scaled matrix from quantize_weight",
+                       w.describe()));
+  } else {
+    expect_2d(w, DType::bf16, op, "w (from upload_weight)");
+  }
   const int64_t T = x.shape[0], K = w.shape[1], N = w.shape[0];
   expect(x.shape[1] == x_cols && w.stride[0] == K && out.shape[0] == T && out.shape[1] == N, op,
          fmt::format("x {} · w {}ᵀ does not give out {}", x.describe(), w.describe(),
@@ -543,9 +652,13 @@ void CudaBackend::matmul(const Stream& s, const Tensor& x, const Tensor& w, cons
   if (bias) expect_vector(*bias, N, "matmul", "bias");
   if (T == 0) return;
   cudaStream_t stream = stream_of(s);
-  const GemmKernel kernel =
-      ridge_gemm_applies(x, w, out) ? choose_gemm(T, N, K) : GemmKernel::cublas;
-  run_gemm(kernel, x, w, out, stream);
+  if (w.dtype == DType::fp8_e4m3) {
+    run_gemm_fp8(x, w, out, stream, /*accumulate*/ false);
+  } else {
+    const GemmKernel kernel =
+        ridge_gemm_applies(x, w, out) ? choose_gemm(T, N, K) : GemmKernel::cublas;
+    run_gemm(kernel, x, w, out, stream);
+  }
   if (bias)
     kernels::add_bias(out.data, out.dtype, out.stride[0], T, N, bias->data, bias->dtype, stream);
 }
@@ -556,6 +669,10 @@ void CudaBackend::matmul_add(const Stream& s, const Tensor& x, const Tensor& w, 
          fmt::format("out must be bf16, got {}", out.describe()));
   const int64_t T = x.shape[0], K = x.shape[1], N = w.shape[0];
   if (T == 0) return;
+  if (w.dtype == DType::fp8_e4m3) {
+    run_gemm_fp8(x, w, out, stream_of(s), /*accumulate*/ true);
+    return;
+  }
   const GemmKernel kernel =
       ridge_gemm_applies(x, w, out) ? choose_gemm(T, N, K) : GemmKernel::cublas;
   run_gemm(kernel, x, w, out, stream_of(s), /*accumulate*/ true);
@@ -583,16 +700,18 @@ void CudaBackend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& 
   // The SwiGLU epilogue (--fuse silu): the skinny kernel at up to kFusedMaxTokens, else composed.
   // (A norm prologue that cannot fuse writes the backend's scratch, aligned like x.)
   const int64_t K = w.shape[1];
-  const bool fused = fuse_silu_ && options_.gemm != "cublas" && T <= kFusedMaxTokens &&
+  const bool bf16_w = w.dtype == DType::bf16;  // (fp8 weights: composed, cuBLASLt's fp8 GEMM)
+  const bool fused = fuse_silu_ && bf16_w && options_.gemm != "cublas" && T <= kFusedMaxTokens &&
                      N % 16 == 0 && N <= 65535 * 16 && K % 8 == 0 && x.stride[0] % 8 == 0 &&
                      aligned16(x.data) && aligned16(w.data) && aligned16(out.data) &&
                      out.stride[0] == N / 2;
   // --fuse swiglu_gemm: at prefill sizes, the sm90 GEMM with its SwiGLU epilogue (no [T, 2F]
   // product written and read back); the norm prologue, if any, as the composed path runs it.
   const Tensor& gemm_in = f.norm_weight ? scratch : x;
-  if (!fused && fuse_swiglu_gemm_ && options_.gemm != "cublas" && T >= kSwigluGemmMinTokens &&
-      (N / 2) % 128 == 0 && K % 8 == 0 && gemm_in.stride[0] == K && aligned16(gemm_in.data) &&
-      aligned16(w.data) && aligned16(out.data) && out.stride[0] == N / 2 &&
+  if (!fused && bf16_w && fuse_swiglu_gemm_ && options_.gemm != "cublas" &&
+      T >= kSwigluGemmMinTokens && (N / 2) % 128 == 0 && K % 8 == 0 && gemm_in.stride[0] == K &&
+      aligned16(gemm_in.data) && aligned16(w.data) && aligned16(out.data) &&
+      out.stride[0] == N / 2 &&
       (!f.norm_weight || (scratch.dtype == DType::bf16 && scratch.shape == x.shape))) {
     if (f.norm_weight) rmsnorm(s, x, *f.norm_weight, f.eps, scratch);
     using kb = __nv_bfloat16;
@@ -629,10 +748,10 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   // Whether the skinny kernel's prologues and epilogues can run with `in` as X (with swiglu the
   // caller checked out).
   const auto skinny_ok = [&](const Tensor& in) {
-    return options_.gemm != "cublas" && T <= kFusedMaxTokens &&
+    return options_.gemm != "cublas" && w.dtype == DType::bf16 && T <= kFusedMaxTokens &&
            (swiglu || out.stride[0] == N) && K % 8 == 0 && N % 8 == 0 && N <= 65535 * 16 &&
-           in.stride[0] % 8 == 0 && aligned16(in.data) && aligned16(w.data) && aligned16(out.data) &&
-           !(f.accumulate && out.dtype != DType::bf16);
+           in.stride[0] % 8 == 0 && aligned16(in.data) && aligned16(w.data) &&
+           aligned16(out.data) && !(f.accumulate && out.dtype != DType::bf16);
   };
   const Tensor* in = &x;
   kernels::SkinnyPrologue prologue = kernels::SkinnyPrologue::none;
@@ -722,6 +841,22 @@ int CudaBackend::cublas_algo(GemmKernel k) {
 }
 
 void CudaBackend::prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) {
+  if (fp8_max_cols_ > 0) {
+    // Every stream's fp8 activation buffers for the largest step, before any graph is captured.
+    {
+      std::lock_guard lock(workspace_mutex_);
+      fp8_tokens_ = std::max(fp8_tokens_, max_tokens);
+    }
+    std::vector<std::pair<cudaStream_t, Workspace*>> all;
+    {
+      std::lock_guard lock(workspace_mutex_);
+      for (auto& [stream, w] : workspaces_) all.emplace_back(stream, w.get());
+    }
+    for (auto [stream, w] : all) reserve_fp8_activations(*w, fp8_tokens_, fp8_max_cols_, stream);
+    // The bf16 GEMM choices are not what fp8 weights run (cuBLASLt's fp8 GEMM, its first
+    // heuristic algorithm): no tuning.
+    return;
+  }
   if (!options_.tune || options_.gemm != "auto" || shapes.empty()) return;
   tune_gemms(shapes, max_tokens);
 }

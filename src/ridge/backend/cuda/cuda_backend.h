@@ -13,9 +13,10 @@
 // use, so two ForwardBatches on two streams never share scratch memory.
 #pragma once
 
+#include <atomic>
 #include <memory>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -55,6 +56,13 @@ class CudaBackend final : public Backend {
   std::optional<PowerReading> power_reading() const override;
   // Folds when the "norm" fusion is on (--fuse norm) and w is a dense bf16 weight.
   bool fold_norm_weight(Tensor& w, const Tensor& norm_weight) override;
+  bool quantize_weight(Tensor& w, DType dtype) override;
+  // How many fp8 matmuls ran each way (enqueued, eager or captured): tests and logs.
+  struct Fp8Paths {
+    int64_t per_row = 0;       // cuBLASLt with both scale vectors
+    int64_t scale_kernel = 0;  // unscaled, then ridge's scaling kernel
+  };
+  Fp8Paths fp8_paths() const { return {fp8_per_row_calls_.load(), fp8_scale_kernel_calls_.load()}; }
   void prepare_matmuls(std::span<const MatmulShape> shapes, int64_t max_tokens) override;
   std::unique_ptr<Graph> capture(const Stream& s,
                                  const std::function<void(const Stream&)>& body) override;
@@ -138,6 +146,11 @@ class CudaBackend final : public Backend {
     // MatmulFusion::record_sumsq: per tag, the skinny GEMM's partial sums of squares of the rows
     // it stored (kSumsqFloats each) and what they describe.
     cuda::DeviceMemory sumsq;
+    // The fp8 matmul's activations: E4M3 codes [tokens, K] and per-token scales, sized by
+    // prepare_matmuls for the model's largest step (or grown by an eager call that needs more).
+    cuda::DeviceMemory fp8_x, fp8_scales;
+    // Where cuBLASLt refuses per-row scales: its unscaled fp32 product, scaled by ridge's kernel.
+    cuda::DeviceMemory fp8_product;
     struct SumsqRecord {
       const void* out = nullptr;
       int64_t rows = 0, cols = 0;
@@ -145,7 +158,7 @@ class CudaBackend final : public Backend {
     SumsqRecord sumsq_records[MatmulFusion::kSumsqTags];
     size_t bytes() const {
       return cublas.size() + attention.size() + split_counters.size() + stream_gemm.size() +
-             sumsq.size();
+             sumsq.size() + fp8_x.size() + fp8_scales.size() + fp8_product.size();
     }
   };
   static constexpr int64_t kSumsqFloats = 16384;  // per tag: partial sums × rows
@@ -170,6 +183,12 @@ class CudaBackend final : public Backend {
                 cudaStream_t stream, bool accumulate = false);
   void check_matmul(const char* op, const Tensor& x, const Tensor& w, const Tensor& out,
                     int64_t x_cols) const;
+  // out (+)= x · wᵀ for an fp8_e4m3 row-scaled w (quantize_weight): x quantized per token into
+  // the stream's workspace, then cuBLASLt's fp8 GEMM with both scale vectors.
+  void run_gemm_fp8(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t stream,
+                    bool accumulate);
+  // Grows ws's fp8 activation buffers to tokens × cols (never while `stream` is capturing).
+  void reserve_fp8_activations(Workspace& ws, int64_t tokens, int64_t cols, cudaStream_t stream);
   // Times the GEMM candidates for every shape and token bucket up to max_tokens (cuda_tune.cpp).
   void tune_gemms(std::span<const MatmulShape> shapes, int64_t max_tokens);
   static int64_t token_bucket(int64_t T);
@@ -228,6 +247,15 @@ class CudaBackend final : public Backend {
   mutable std::mutex workspace_mutex_;
   std::unordered_map<cudaStream_t, std::unique_ptr<Workspace>> workspaces_;
   std::vector<cuda::DeviceMemory> weights_;
+  int64_t fp8_max_cols_ = 0;  // the widest K of a quantize_weight'ed matrix (0: none)
+  int64_t fp8_tokens_ = 0;    // the fp8 activation buffers' tokens (prepare_matmuls)
+  // fp8 matmuls by path: cuBLASLt's per-row scales, or (where it refuses them for a shape, or
+  // RIDGE_FP8_SCALE_KERNEL=1 forces it) its unscaled product scaled by kernels::scale_fp8_product
+  // out of a per-stream buffer of kFp8ProductBytes.
+  bool fp8_force_scale_kernel_ = false;
+  std::atomic<bool> fp8_refusal_logged_{false};
+  std::atomic<int64_t> fp8_per_row_calls_{0}, fp8_scale_kernel_calls_{0};
+  static constexpr size_t kFp8ProductBytes = size_t(64) << 20;
   int last_attention_splits_ = 0;
   int last_attention_parts_ = 0;
   int graphs_captured_ = 0;

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <tuple>
 
 #include <cublasLt.h>
@@ -37,6 +38,18 @@ class LtMatmul {
            void* out, DType out_dtype, int64_t ld_out, void* workspace, size_t workspace_bytes,
            cudaStream_t stream, bool accumulate = false, int algo = 0);
 
+  // The fp8 form: out[T, N] (+)= (sx[t] · sw[n]) · Σ_k xq[t, k] · wq[n, k], xq and wq E4M3 codes
+  // ([T, K] with row stride ld_x, [N, K] contiguous; K % 16 == 0), sx and sw their per-row fp32
+  // scales (device pointers: cuBLASLt's outer-vector scaling), fp32 accumulation, bf16 or f32 out.
+  // sx and sw both null: the unscaled product (scales of 1), for a caller that scales it itself
+  // where this library refuses per-row scales. Returns false, enqueuing nothing, where it refuses
+  // them for these operands (its heuristic or its matmul call says so; remembered per plan and
+  // beta, so a refused shape is asked once); the unscaled form throws ridge::Error instead.
+  bool run_fp8(const uint8_t* xq, const float* sx, int64_t ld_x, const uint8_t* wq, const float* sw,
+               int64_t T, int64_t N, int64_t K, void* out, DType out_dtype, int64_t ld_out,
+               void* workspace, size_t workspace_bytes, cudaStream_t stream,
+               bool accumulate = false);
+
   // The algorithms the heuristic offers for these operands (1 to kMaxAlgos), as run() sees them.
   static constexpr int kMaxAlgos = 4;
   int algorithms(const uint16_t* x, int64_t ld_x, const uint16_t* w, int64_t T, int64_t N,
@@ -54,12 +67,15 @@ class LtMatmul {
                      size_t workspace_bytes);
   static Key key_for(uint32_t align_x, uint32_t align_w, uint32_t align_out, int64_t ld_x,
                      int64_t T, int64_t N, int64_t K, DType out_dtype, int64_t ld_out,
-                     size_t workspace_bytes);
-  Plan& plan_for(const Key& key, size_t workspace_bytes);
+                     size_t workspace_bytes, int fp8 = 0);  // 1 scaled, 2 unscaled
+  // scale_a, scale_b: an fp8 plan's first scale vectors (set before its heuristic query).
+  Plan& plan_for(const Key& key, size_t workspace_bytes, const float* scale_a = nullptr,
+                 const float* scale_b = nullptr);
 
   cublasLtHandle_t handle_;
   std::mutex mutex_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::set<std::pair<Key, bool>> refused_;  // fp8 per-row scales refused: (plan, accumulate)
 };
 
 }  // namespace ridge::backend::cuda

@@ -78,4 +78,20 @@ void add_bias(void* out, DType out_dtype, int64_t ld_out, int64_t T, int64_t N, 
 void convert_weight(const void* src, DType src_dtype, int64_t n, void* dst, DType dst_dtype,
                     cudaStream_t stream);
 
+// Per-row E4M3 quantization (fp8 weights at load, and each fp8 matmul's activations per token):
+// for each row r of x (bf16 [rows, cols], row stride ld_x), amax = max |x[r, :]|,
+// scales[r] = amax / 448 (1 for a row of zeros), q[r, c] = e4m3(x[r, c] / scales[r]) (IEEE
+// division, rounded to nearest even, saturating at +-448: the host's f32_to_fp8e4m3 of the same
+// quotient). q is [rows, cols] contiguous. x and q 16-byte aligned, cols % 16 == 0 and ld_x % 8
+// == 0 (the fp8 matmul's own condition), rows < 2^31.
+void quantize_rows_fp8(const uint16_t* x, int64_t ld_x, int64_t rows, int64_t cols, uint8_t* q,
+                       float* scales, cudaStream_t stream);
+
+// The scales of an unscaled fp8 product, where the GEMM cannot apply per-row ones:
+// out[t, n] (+)= raw[t, n] · (sx[t] · sw[n]) in fp32, out bf16 (rounded once) or f32; raw f32
+// [T, N] with row stride ld_raw.
+void scale_fp8_product(const float* raw, int64_t ld_raw, int64_t T, int64_t N, const float* sx,
+                       const float* sw, void* out, DType out_dtype, int64_t ld_out, bool accumulate,
+                       cudaStream_t stream);
+
 }  // namespace ridge::kernels

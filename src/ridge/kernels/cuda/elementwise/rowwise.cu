@@ -153,6 +153,43 @@ void gather_rows(const void* x, int64_t ld_x, int64_t rows_x, const int32_t* row
   });
 }
 
+namespace {
+__global__ void scale_fp8_product_kernel(const float* __restrict__ raw, int64_t ld_raw,
+                                         const float* __restrict__ sx, const float* __restrict__ sw,
+                                         void* out, bool out_f32, int64_t ld_out, int64_t N,
+                                         bool accumulate, int64_t row0) {
+  pdl::begin();  // launched with PDL (pdl.cuh)
+  const int64_t t = row0 + blockIdx.y;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N) return;
+  float v = raw[t * ld_raw + i] * (sx[t] * sw[i]);
+  if (out_f32) {
+    float* o = static_cast<float*>(out) + t * ld_out + i;
+    *o = accumulate ? *o + v : v;
+  } else {
+    uint16_t* o = static_cast<uint16_t*>(out) + t * ld_out + i;
+    if (accumulate) v += bf16_bits_to_f32(*o);
+    *o = f32_to_bf16_bits(v);
+  }
+}
+}  // namespace
+
+void scale_fp8_product(const float* raw, int64_t ld_raw, int64_t T, int64_t N, const float* sx,
+                       const float* sw, void* out, DType out_dtype, int64_t ld_out, bool accumulate,
+                       cudaStream_t stream) {
+  RIDGE_KERNEL_EXPECT((out_dtype == DType::f32 || out_dtype == DType::bf16) && T >= 0 && N >= 1 &&
+                          ld_out >= N && ld_raw >= N && raw && sx && sw,
+                      "scale_fp8_product",
+                      "out " + std::string(dtype_name(out_dtype)) +
+                          detail::shape_text(T, N, ld_out) + ", raw " +
+                          detail::shape_text(T, N, ld_raw));
+  for_row_chunks(T, N, [&](dim3 grid, int64_t r0) {
+    RIDGE_CHECK_CUDA(pdl::launch_pdl(scale_fp8_product_kernel, grid, dim3(kThreads), 0, stream, raw,
+                                     ld_raw, sx, sw, out, out_dtype == DType::f32, ld_out, N,
+                                     accumulate, r0));
+  });
+}
+
 void add_bias(void* out, DType out_dtype, int64_t ld_out, int64_t T, int64_t N, const void* bias,
               DType bias_dtype, cudaStream_t stream) {
   RIDGE_KERNEL_EXPECT((out_dtype == DType::f32 || out_dtype == DType::bf16) &&

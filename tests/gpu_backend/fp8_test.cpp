@@ -1,0 +1,322 @@
+// fp8 weights on the CUDA backend (--quantization fp8): Backend::quantize_weight re-encodes a bf16
+// matrix as E4M3 codes with one fp32 scale per row, and matmul / matmul_add / matmul_fused /
+// matmul_swiglu with such a weight quantize their activations per token the same way and run
+// cuBLASLt's fp8 GEMM with both scale vectors.
+//
+// References, computed here on the host from the same bf16 inputs:
+//   - the quantization itself, bit for bit: amax / 448 per row, each value divided by it and
+//     rounded by f32_to_fp8e4m3 (the CPU backend's E4M3 encoder);
+//   - the products in fp64 from the host-quantized codes and scales: the GPU's result may differ
+//     by its fp32 accumulation and one bf16 rounding of the output (bound 4e-3, normalized);
+//   - the bf16 product without quantization, to bound what E4M3's 3 mantissa bits cost (each
+//     operand off by at most 2^-4 relative, ~2.5 % RMS after rounding to nearest; bound 0.06).
+// Fresh random inputs with rows of different magnitudes (so that per-row scales matter), and
+// outputs poisoned before each run.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "harness.h"
+#include "ridge/backend/cuda/cuda_backend.h"
+#include "ridge/backend/factory.h"
+#include "ridge/core/error.h"
+
+namespace ridge::backend::gpu_test {
+namespace {
+
+// Host reference of kernels::quantize_rows_fp8 over bf16-exact floats [rows, cols].
+struct HostFp8 {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+HostFp8 quantize_host(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  HostFp8 q;
+  q.codes.resize(size_t(rows * cols));
+  q.scales.resize(size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    float amax = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(x[size_t(r * cols + c)]));
+    const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+    q.scales[size_t(r)] = s;
+    for (int64_t c = 0; c < cols; ++c)
+      q.codes[size_t(r * cols + c)] = f32_to_fp8e4m3(x[size_t(r * cols + c)] / s);
+  }
+  return q;
+}
+
+// Values whose rows span five decades (row r scaled by 10^u, u uniform in [-3, 2]), bf16-exact.
+std::vector<float> ragged_rows(int64_t rows, int64_t cols, float scale) {
+  std::vector<float> v = random_bf16(size_t(rows * cols), scale);
+  std::uniform_real_distribution<float> u(-3.0f, 2.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float f = std::pow(10.0f, u(rng()));
+    for (int64_t c = 0; c < cols; ++c) {
+      float& e = v[size_t(r * cols + c)];
+      e = bf16_to_f32(f32_to_bf16(e * f));
+    }
+  }
+  return v;
+}
+
+struct Fp8Weight {
+  std::vector<float> values;  // bf16-exact [N, K]
+  std::vector<uint16_t> bits;
+  Tensor dev;  // fp8_e4m3, row-scaled
+};
+Fp8Weight fp8_weight(int64_t N, int64_t K, Backend& be = cuda()) {
+  Fp8Weight w;
+  w.values = ragged_rows(N, K, 0.05f);
+  w.bits = to_bf16_bits(w.values);
+  w.dev = be.upload_weight(Tensor(w.bits.data(), DType::bf16, {N, K}));
+  EXPECT_TRUE(be.quantize_weight(w.dev, DType::fp8_e4m3)) << w.dev.describe();
+  return w;
+}
+
+// A CUDA backend whose fp8 matmuls scale the unscaled product in ridge's kernel
+// (RIDGE_FP8_SCALE_KERNEL=1: the path taken where cuBLASLt refuses per-row scales).
+Backend& scaling_kernel_backend() {
+  static std::unique_ptr<Backend> b = [] {
+    setenv("RIDGE_FP8_SCALE_KERNEL", "1", 1);
+    auto be = make_backend("cuda");
+    unsetenv("RIDGE_FP8_SCALE_KERNEL");
+    return be;
+  }();
+  return *b;
+}
+
+template <typename T>
+std::vector<T> download_raw(const void* src, size_t n) {
+  std::vector<T> v(n);
+  cuda().download({}, v.data(), src, n * sizeof(T));
+  cuda().synchronize({});
+  return v;
+}
+
+// ref[t, n] = sx[t] · sw[n] · Σ_k x_code · w_code in fp64 (+ residual, + bias).
+std::vector<float> reference(const HostFp8& x, const HostFp8& w, int64_t T, int64_t N, int64_t K,
+                             const std::vector<float>* residual, const std::vector<float>* bias) {
+  std::vector<double> wd(w.codes.size());
+  for (size_t i = 0; i < wd.size(); ++i) wd[i] = fp8e4m3_to_f32(w.codes[i]);
+  std::vector<float> out(size_t(T * N));
+  std::vector<double> xd(static_cast<size_t>(K));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) xd[size_t(k)] = fp8e4m3_to_f32(x.codes[size_t(t * K + k)]);
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      const double* wr = wd.data() + n * K;
+      for (int64_t k = 0; k < K; ++k) acc += xd[size_t(k)] * wr[k];
+      double v = acc * double(x.scales[size_t(t)]) * double(w.scales[size_t(n)]);
+      if (residual) v += (*residual)[size_t(t * N + n)];
+      if (bias) v += (*bias)[size_t(n)];
+      out[size_t(t * N + n)] = float(v);
+    }
+  }
+  return out;
+}
+
+// The unquantized product in fp64 (what bf16 weights would give, before output rounding).
+std::vector<float> reference_bf16(const std::vector<float>& x, const std::vector<float>& w,
+                                  int64_t T, int64_t N, int64_t K) {
+  std::vector<float> out(size_t(T * N));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += double(x[size_t(t * K + k)]) * double(w[size_t(n * K + k)]);
+      out[size_t(t * N + n)] = float(acc);
+    }
+  return out;
+}
+
+TEST_F(GpuBackend, QuantizeWeightFp8MatchesHost) {
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{16, 16}, {48, 576}, {304, 4096}, {16, 11008}}) {
+    std::vector<float> v = ragged_rows(N, K, 0.05f);
+    std::fill(v.begin() + K, v.begin() + 2 * K, 0.0f);  // a row of zeros: scale 1
+    const std::vector<uint16_t> bits = to_bf16_bits(v);
+    Tensor w =
+        cuda().upload_weight(Tensor(const_cast<uint16_t*>(bits.data()), DType::bf16, {N, K}));
+    ASSERT_TRUE(cuda().quantize_weight(w, DType::fp8_e4m3)) << N << "x" << K;
+    ASSERT_EQ(w.dtype, DType::fp8_e4m3);
+    ASSERT_NE(w.scales, nullptr);
+    ASSERT_EQ(w.shape[0], N);
+    ASSERT_EQ(w.shape[1], K);
+    const HostFp8 ref = quantize_host(v, N, K);
+    const auto codes = download_raw<uint8_t>(w.data, size_t(N * K));
+    const auto scales = download_raw<float>(w.scales, size_t(N));
+    int64_t code_mismatch = 0, scale_mismatch = 0;
+    for (size_t i = 0; i < codes.size(); ++i) code_mismatch += codes[i] != ref.codes[i];
+    for (size_t i = 0; i < scales.size(); ++i) scale_mismatch += scales[i] != ref.scales[i];
+    EXPECT_EQ(code_mismatch, 0) << N << "x" << K;
+    EXPECT_EQ(scale_mismatch, 0) << N << "x" << K;
+    EXPECT_EQ(scales[1], 1.0f);
+    // A row-scaled slice keeps its rows' scales.
+    EXPECT_EQ(w.slice_rows(1, N).scales, w.scales + 1);
+  }
+}
+
+TEST_F(GpuBackend, QuantizeWeightFp8RefusesWhatItCannotHold) {
+  std::vector<float> v = random_bf16(48 * 40, 0.05f);
+  const std::vector<uint16_t> bits = to_bf16_bits(v);
+  // K % 16 != 0 ([48, 40]), N % 16 != 0 ([40, 48]): nothing changes.
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{48, 40}, {40, 48}}) {
+    Tensor w =
+        cuda().upload_weight(Tensor(const_cast<uint16_t*>(bits.data()), DType::bf16, {N, K}));
+    const Tensor before = w;
+    EXPECT_FALSE(cuda().quantize_weight(w, DType::fp8_e4m3)) << N << "x" << K;
+    EXPECT_EQ(w.data, before.data);
+    EXPECT_EQ(w.dtype, DType::bf16);
+    EXPECT_EQ(w.scales, nullptr);
+  }
+  Tensor w =
+      cuda().upload_weight(Tensor(const_cast<uint16_t*>(bits.data()), DType::bf16, {48, 40}));
+  EXPECT_FALSE(cuda().quantize_weight(w, DType::q8_0));  // not a dtype it quantizes to
+  // The CPU backend holds its weights as the file's views: no fp8.
+  Tensor h(const_cast<uint16_t*>(bits.data()), DType::bf16, {48, 32});
+  EXPECT_FALSE(cpu().quantize_weight(h, DType::fp8_e4m3));
+}
+
+// Per output row: ||got_t - ref_t|| / ||ref_t|| within bound (rows span ten decades here, so the
+// harness's one norm over the matrix would see the largest rows alone).
+void expect_rows_close(const std::string& what, const std::vector<float>& got,
+                       const std::vector<float>& ref, int64_t T, int64_t N, double bound) {
+  double worst = 0;
+  int64_t worst_row = -1;
+  for (int64_t t = 0; t < T; ++t) {
+    double num = 0, den = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const double g = got[size_t(t * N + n)], r = ref[size_t(t * N + n)];
+      ASSERT_TRUE(std::isfinite(g)) << what << " row " << t;
+      num += (g - r) * (g - r);
+      den += r * r;
+    }
+    const double e = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    if (e > worst) worst = e, worst_row = t;
+  }
+  EXPECT_LE(worst, bound) << what << ": row " << worst_row;
+}
+
+CudaBackend& as_cuda(Backend& be) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  if (!c) throw Error("not a CUDA backend");
+  return *c;
+}
+
+void run_fp8_matmul(int64_t T, int64_t N, int64_t K, bool accumulate, bool with_bias,
+                    Backend& be = cuda(), int64_t ld_x = 0) {
+  const std::string what =
+      fmt::format("T={} N={} K={}{}{}{}", T, N, K, accumulate ? " +residual" : "",
+                  with_bias ? " +bias" : "", &be == &cuda() ? "" : " (scale kernel)");
+  const Fp8Weight w = fp8_weight(N, K, be);
+  const std::vector<float> x = ragged_rows(T, K, 1.0f);
+  const HostFp8 xq = quantize_host(x, T, K), wq = quantize_host(w.values, N, K);
+  const std::vector<float> residual = random_bf16(size_t(T * N));
+  std::vector<float> bias = random_bf16(size_t(N), 0.5f);
+  DeviceMatrix xd = device_bf16(T, K, x, ld_x);
+  DeviceMatrix out = device_bf16(T, N, accumulate ? residual : std::vector<float>{});
+  const CudaBackend::Fp8Paths before = as_cuda(be).fp8_paths();
+  std::vector<float> got, ref;
+  if (accumulate) {
+    be.matmul_add({}, xd.view, w.dev, out.view);
+    ref = reference(xq, wq, T, N, K, &residual, nullptr);
+  } else {
+    Buffer keep;
+    Tensor b;
+    if (with_bias) {
+      keep = be.allocate(size_t(N) * sizeof(float));
+      be.upload({}, keep.data(), bias.data(), size_t(N) * sizeof(float));
+      b = Tensor(keep.data(), DType::f32, {N}, Device::cuda);
+    }
+    be.matmul({}, xd.view, w.dev, with_bias ? &b : nullptr, out.view);
+    ref = reference(xq, wq, T, N, K, nullptr, with_bias ? &bias : nullptr);
+  }
+  be.synchronize({});  // (download_view reads on the default backend's stream)
+  const CudaBackend::Fp8Paths after = as_cuda(be).fp8_paths();
+  EXPECT_EQ(after.per_row + after.scale_kernel, before.per_row + before.scale_kernel + 1) << what;
+  if (&be != &cuda()) {
+    EXPECT_EQ(after.scale_kernel, before.scale_kernel + 1) << what;
+  }
+  got = download_view(out);
+  expect_close("matmul fp8", what, got, ref, 4e-3);
+  expect_rows_close("matmul fp8 " + what, got, ref, T, N, 4e-3);
+  expect_untouched_outside("matmul fp8", out);
+  if (!accumulate && !with_bias) {
+    // What E4M3 costs against bf16 weights and activations.
+    const std::vector<float> ref16 = reference_bf16(x, w.values, T, N, K);
+    expect_close("matmul fp8 vs bf16", what, got, ref16, 0.06);
+    expect_rows_close("matmul fp8 vs bf16 " + what, got, ref16, T, N, 0.06);
+  }
+}
+
+TEST_F(GpuBackend, MatmulFp8Weights) {
+  // 1-8 tokens (decode), odd counts, a prefill chunk; N not a multiple of the tile; K from 16.
+  for (auto [T, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 576, 576},
+                         {3, 1008, 320},
+                         {8, 1536, 576},
+                         {17, 256, 16},
+                         {64, 1024, 2048},
+                         {300, 768, 1024}}) {
+    run_fp8_matmul(T, N, K, false, false);
+    run_fp8_matmul(T, N, K, true, false);
+    run_fp8_matmul(T, N, K, false, false, scaling_kernel_backend());
+    run_fp8_matmul(T, N, K, true, false, scaling_kernel_backend());
+  }
+  run_fp8_matmul(5, 640, 576, false, true);
+  // Activations with a row stride past K (a column slice of a wider buffer).
+  run_fp8_matmul(6, 512, 320, true, false, cuda(), 336);
+  // Which path the default backend took (cuBLASLt's per-row scales, or its refusal: the
+  // scaling kernel) is the finding of the run that records this.
+  const CudaBackend::Fp8Paths p = as_cuda(cuda()).fp8_paths();
+  RecordProperty("fp8_per_row_calls", std::to_string(p.per_row));
+  RecordProperty("fp8_scale_kernel_calls", std::to_string(p.scale_kernel));
+  fmt::print(
+      "fp8 matmuls on the default backend: {} with cuBLASLt's per-row scales, {} scaled by "
+      "ridge's kernel\n",
+      p.per_row, p.scale_kernel);
+  // Past the product buffer's rows (64 MiB of fp32: 1,489 rows of 11,264): chunked.
+  run_fp8_matmul(1600, 11264, 64, true, false, scaling_kernel_backend());
+}
+
+// The fused entry points the model calls take an fp8 weight through the composed path: the norm
+// as a kernel (an fp8 weight is never norm-folded), SwiGLU after the product.
+TEST_F(GpuBackend, MatmulFusedAndSwigluWithFp8Weights) {
+  for (int64_t T : {int64_t(1), int64_t(6), int64_t(40)}) {
+    const int64_t K = 576, F = 768;
+    const Fp8Weight w = fp8_weight(2 * F, K);
+    const std::vector<float> x = random_bf16(size_t(T * K));
+    std::vector<float> norm = random_bf16(size_t(K), 0.5f);
+    for (float& e : norm) e += 1.0f;
+    Buffer norm_keep = cuda().allocate(size_t(K) * sizeof(float));
+    cuda().upload({}, norm_keep.data(), norm.data(), size_t(K) * sizeof(float));
+    const Tensor norm_dev(norm_keep.data(), DType::f32, {K}, Device::cuda);
+    // The norm as the CUDA backend's rmsnorm computes it (that op is checked against the CPU in
+    // ops_test), then quantized on the host.
+    DeviceMatrix xd = device_bf16(T, K, x), scratch = device_bf16(T, K, {}),
+                 gu = device_bf16(T, 2 * F, {}), out = device_bf16(T, F, {}),
+                 normed = device_bf16(T, K, {});
+    cuda().rmsnorm({}, xd.view, norm_dev, 1e-5f, normed.view);
+    const std::vector<float> h = download_view(normed);
+    const HostFp8 hq = quantize_host(h, T, K), wq = quantize_host(w.values, 2 * F, K);
+    const std::vector<float> gate_up = reference(hq, wq, T, 2 * F, K, nullptr, nullptr);
+    std::vector<float> ref(size_t(T * F));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < F; ++j) {
+        // SiLU·mul of the bf16-rounded product, as silu_mul reads it.
+        const float g = bf16_to_f32(f32_to_bf16(gate_up[size_t(t * 2 * F + j)]));
+        const float u = bf16_to_f32(f32_to_bf16(gate_up[size_t(t * 2 * F + F + j)]));
+        ref[size_t(t * F + j)] = g / (1.0f + std::exp(-g)) * u;
+      }
+    MatmulFusion f;
+    f.norm_weight = &norm_dev;
+    f.eps = 1e-5f;
+    cuda().matmul_swiglu({}, xd.view, w.dev, f, scratch.view, gu.view, out.view);
+    cuda().synchronize({});
+    expect_close("matmul_swiglu fp8", fmt::format("T={}", T), download_view(out), ref, 4e-3);
+  }
+}
+
+}  // namespace
+}  // namespace ridge::backend::gpu_test
