@@ -300,18 +300,22 @@ void bench(BenchModelFlags& f) {
   // the CUDA backend's rules (Fusions::parse). The norm and silu prologues live in ridge's skinny
   // GEMM, so with --gemm cublas neither folds (CudaBackend::matmul_fused); the CPU backend
   // composes every fused call.
+  // --quantization fp8: cuBLASLt's fp8 GEMM for every projection (none of the skinny GEMV's
+  // prologues and epilogues), fp8 weights and math.
+  const bool fp8_weights = f.model.quantization == "fp8";
   perf::Fusions fusions = perf::Fusions::none();
   if (on_gpu) {
     fusions = perf::Fusions::parse(f.model.backend.fuse);
-    if (f.model.backend.gemm == "cublas") fusions.norm = fusions.silu = false;
+    if (f.model.backend.gemm == "cublas" || fp8_weights) fusions.norm = fusions.silu = false;
+    if (fp8_weights) fusions.swiglu_gemm = false;  // (the sm90 GEMM's epilogue: bf16 weights)
   }
   // persistent: the phase's steps ran in the persistent decode kernel (as the model counted them).
   auto options = [&](perf::Launch l, bool persistent) {
     perf::CostOptions o = perf::CostOptions::ridge(l, fused, pinned, fusions, persistent);
     // The rope_kv epilogue is the skinny GEMV's: none with --gemm cublas (matmul_rope_kv).
-    if (f.model.backend.gemm == "cublas") o.kernels.rope_kv_epilogue_max_rows = 0;
+    if (f.model.backend.gemm == "cublas" || fp8_weights) o.kernels.rope_kv_epilogue_max_rows = 0;
     o.precision = perf::Precision::of(cfg);
-    if (on_gpu) o.precision = perf::Precision::named("bf16");  // the GPU runs bf16 weights
+    if (on_gpu) o.precision = perf::Precision::named(fp8_weights ? "fp8" : "bf16");  // as held
     // The KV cache as allocated (--kv-dtype): an fp8 cache halves the attention's bytes.
     const DTypeInfo& kv = dtype_info(bundle->kv_pool->dtype());
     o.precision.kv_bytes = double(kv.block_bytes) / double(kv.block_elems);

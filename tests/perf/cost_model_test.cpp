@@ -99,10 +99,12 @@ TEST(CostModel, DecodeTurnsComputeBoundNearTheCriticalIntensity) {
   EXPECT_NEAR(double(b_bf16) / h100.critical_intensity("bf16"), 1.0, 0.12);
   EXPECT_EQ(b_bf16, 2 * b_w8);
   // With fp8 math as well (w8a8, CI = 1979/3.35 = 590.7) the weights-only batch is back at 296;
-  // the bf16 activations now weigh more against 1-byte weights:
-  //   590.7 x 7.5047e9 / (1.50093e10 - 590.7 x 4,977,664) = 4.4331e12 / 1.2069e10 = 367.3 -> 368.
+  // the bf16 activations now weigh more against 1-byte weights, and the LM head (128256 x 4096 =
+  // 525,336,576 elements) stays bf16 (Precision::head_bytes), so the weights' bytes are
+  // P + 525,336,576 = 8,029,995,008:
+  //   590.7 x 8.0300e9 / (1.50093e10 - 590.7 x 4,977,664) = 4.7437e12 / 1.2069e10 = 393.05 -> 394.
   const int64_t b_fp8 = decode_compute_bound_batch(llama3_8b(), h100, with("fp8"));
-  EXPECT_EQ(b_fp8, 368);
+  EXPECT_EQ(b_fp8, 394);
 
   // At batch 64 every GEMM is memory-bound, at 1024 every one but the thinnest is compute-bound.
   const StepCost d64 = predict_step(llama3_8b(), h100, StepShape::decode(64, 0));
@@ -208,6 +210,30 @@ TEST(CostModel, PrecisionsAndBytes) {
   auto q8 = llama2_7b();
   q8.weight_dtype = DType::q8_0;
   EXPECT_DOUBLE_EQ(Precision::of(q8).weight_bytes, 34.0 / 32.0);  // GGUF q8_0 block
+}
+
+TEST(CostModel, Fp8KeepsTheEmbeddingAndHeadInBf16) {
+  // fp8 as ridge's --quantization fp8 (and vLLM's) holds it: the layers' projections in E4M3,
+  // the embedding table and the LM head in bf16 at the bf16 peak.
+  const auto cfg = llama2_7b();  // untied: 2 x 32000 x 4096 head/embedding parameters
+  const Precision fp8 = Precision::named("fp8"), bf16 = Precision::named("bf16");
+  const double head = 2.0 * 32000 * 4096, layers = double(cfg.param_count()) - head;
+  EXPECT_DOUBLE_EQ(weight_bytes(cfg, fp8), layers * 1.0 + head * 2.0);
+  EXPECT_DOUBLE_EQ(weight_bytes(cfg, bf16), double(cfg.param_count()) * 2.0);
+  const Hardware h200 = db().get("h200");
+  CostOptions o8, o16;
+  o8.precision = fp8;
+  o16.precision = bf16;
+  const StepShape s = StepShape::decode(1, 512);
+  const StepCost c8 = predict_step(cfg, h200, s, o8), c16 = predict_step(cfg, h200, s, o16);
+  // The head reads the same bytes in both; each projection half of them.
+  EXPECT_DOUBLE_EQ(c8.op("lm_head").bytes, c16.op("lm_head").bytes);
+  EXPECT_DOUBLE_EQ(c8.op("embedding").bytes, c16.op("embedding").bytes);
+  EXPECT_NEAR(c8.op("down_proj").bytes - 32.0 * 4096 * 11008 * 1.0,
+              c16.op("down_proj").bytes - 32.0 * 4096 * 11008 * 2.0, 1.0);
+  // And the head's math runs at the bf16 peak: the same compute term as the bf16 run's.
+  EXPECT_DOUBLE_EQ(c8.op("lm_head").t_math, c16.op("lm_head").t_math);
+  EXPECT_LT(c8.op("down_proj").t_math, c16.op("down_proj").t_math);
 }
 
 }  // namespace

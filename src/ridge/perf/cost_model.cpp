@@ -26,6 +26,7 @@ Precision Precision::named(std::string_view name) {
     p.weight_bytes = 1.0;
   } else if (name == "fp8") {
     p.weight_bytes = 1.0, p.kv_bytes = 1.0, p.math = "fp8";
+    p.head_bytes = 2.0, p.head_math = "bf16";
   } else if (name == "w4a16") {
     p.weight_bytes = 18.0 / 32.0;  // q4_0: 32 weights in 16 bytes + an f16 scale
   } else if (name == "fp4") {
@@ -116,7 +117,8 @@ double kv_bytes_per_token(const model::ModelConfig& cfg, const Precision& p) {
 }
 
 double weight_bytes(const model::ModelConfig& cfg, const Precision& p) {
-  return double(cfg.param_count()) * p.weight_bytes;
+  const double head = double(cfg.vocab) * double(cfg.hidden) * (cfg.tied_embeddings ? 1 : 2);
+  return (double(cfg.param_count()) - head) * p.weight_bytes + head * p.head_weight_bytes();
 }
 
 const OpCost& StepCost::op(std::string_view name) const {
@@ -142,6 +144,7 @@ struct GemmExtra {
   double in_cols = 0;  // columns of the input read per row (0: K)
   double bytes = 0;
   double flops = 0;
+  bool head = false;  // the LM head: Precision::head_bytes and head_math
 };
 
 struct Builder {
@@ -165,9 +168,11 @@ struct Builder {
   // Fills the derived fields of o from its flops and bytes; `tm_eff` is T_math after wave
   // quantization and efficiency when the caller summed parts itself (< 0: derive it here).
   OpCost finish(OpCost o, double wave_eff = 1.0, double tm_eff = -1, double tb_eff = -1) const {
-    o.format = opt.precision.math;
+    // (An op may run at another format's peak: the LM head of an fp8 run, Precision::head_math.)
+    const double pk = o.format.empty() || o.format == opt.precision.math ? peak : hw.peak(o.format);
+    if (o.format.empty()) o.format = opt.precision.math;
     o.intensity = o.bytes > 0 ? o.flops / o.bytes : std::numeric_limits<double>::infinity();
-    o.t_math = o.flops / peak;
+    o.t_math = o.flops / pk;
     o.t_mem = o.bytes / hw.memory_bw;
     o.wave_efficiency = wave_eff;
     std::tie(o.e_math, o.e_mem) = efficiency(o.kind);
@@ -211,6 +216,7 @@ struct Builder {
     o.kernels = count * int64_t(parts.size());
     o.per_layer = count == cfg_layers;
     o.m = m, o.k = k;
+    if (extra.head) o.format = p.head_math_or_math();
     const auto [em, eb] = efficiency(OpKind::gemm);
     double tm_sum = 0, tb_sum = 0, t_sum = 0, tm_raw = 0;
     bool first = true;
@@ -219,18 +225,19 @@ struct Builder {
       const double in_cols = first && extra.in_cols > 0 ? extra.in_cols : double(k);
       const double fl = double(count) * (2.0 * double(m) * double(n) * double(k) +
                                          (first ? extra.flops : 0.0));
-      const double by = double(count) * (double(n) * double(k) * p.weight_bytes +
-                                         double(m) * in_cols * p.act_bytes +
-                                         double(m) * double(n) * out_bytes_per_elem +
-                                         (first ? extra.bytes : 0.0));
+      const double wb = extra.head ? p.head_weight_bytes() : p.weight_bytes;
+      const double by = double(count) *
+                        (double(n) * double(k) * wb + double(m) * in_cols * p.act_bytes +
+                         double(m) * double(n) * out_bytes_per_elem + (first ? extra.bytes : 0.0));
       first = false;
       o.flops += fl;
       o.bytes += by;
       int64_t split = 1;
       const double w = gemm_waves(m, n, k, &split);
       o.split_k = std::max(o.split_k, split);
-      const double tm = fl / peak / (w * em), tb = by / hw.memory_bw / eb;
-      tm_raw += fl / peak;
+      const double pk = extra.head ? hw.peak(p.head_math_or_math()) : peak;
+      const double tm = fl / pk / (w * em), tb = by / hw.memory_bw / eb;
+      tm_raw += fl / pk;
       tm_sum += tm, tb_sum += tb;
       t_sum += std::max(tm, tb);
     }
@@ -385,7 +392,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
 
   {
     OpCost o = make_op("embedding", OpKind::embedding, 1);
-    o.bytes = Td * h * (p.weight_bytes + ab);
+    o.bytes = Td * h * (p.head_weight_bytes() + ab);
     b.add(o);
   }
   // RMSNorm as a kernel of its own. With the residual add in the GEMM epilogues
@@ -527,8 +534,9 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   if (!fold_final_norm) norm("final_norm", 1, kp.gather_logits_rows && R > 0 ? double(R) : Td);
   if (R > 0) {
     // fp32 logits; the final norm of the R rows in the prologue where folded.
-    b.gemm("lm_head", 1, R, {cfg.vocab}, cfg.hidden, 4.0,
-           fold_final_norm ? norm_prologue(double(R)) : GemmExtra{});
+    GemmExtra head = fold_final_norm ? norm_prologue(double(R)) : GemmExtra{};
+    head.head = true;
+    b.gemm("lm_head", 1, R, {cfg.vocab}, cfg.hidden, 4.0, head);
     if (kp.sampling_on_device) {
       OpCost o = make_op("sampling", OpKind::sampling, 1);
       o.flops = 5.0 * double(R) * V;

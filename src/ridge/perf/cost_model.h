@@ -40,6 +40,13 @@ struct Precision {
   double kv_bytes = 2.0;      // per KV element
   double act_bytes = 2.0;     // per activation element between kernels
   std::string math = "bf16";  // the peak (Hardware::dense_flops key) GEMMs and attention run at
+  // The embedding table and the LM head, where they are held apart from the layers' weights (fp8
+  // keeps them bf16, as ridge's --quantization fp8 and vLLM's do): bytes per element and math.
+  // 0 / "": as weight_bytes / math.
+  double head_bytes = 0.0;
+  std::string head_math;
+  double head_weight_bytes() const { return head_bytes > 0 ? head_bytes : weight_bytes; }
+  const std::string& head_math_or_math() const { return head_math.empty() ? math : head_math; }
 
   // bf16 | fp16 | w8a16 (int8 or fp8 weights, bf16 math; alias int8) | fp8 (fp8 weights, fp8
   // KV, fp8 math) | w4a16 (q4_0-like 4.5-bit weights, bf16 math) | fp4 (NVFP4 weights: 4 bits +
