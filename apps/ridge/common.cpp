@@ -53,8 +53,9 @@ void add_model_options(CLI::App& app, engine::BundleOptions& o) {
       ->check(CLI::IsMember({"auto", "f32", "bf16", "f16", "fp8_e4m3"}));
   app.add_option("--quantization", o.quantization,
                  "weights of the layers' projections: none (as stored; bf16 on CUDA) | fp8 "
-                 "(CUDA: E4M3 with per-row scales, activations quantized per token, as vLLM's "
-                 "--quantization fp8; the embedding and LM head stay bf16)")
+                 "(E4M3 with per-row scales, activations quantized per token, as vLLM's "
+                 "--quantization fp8; the embedding and LM head stay as they are; on the CPU a "
+                 "slow reference)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "fp8"}));
   app.add_option("--prefill-chunk", o.prefill_chunk, "largest prefill step in tokens")

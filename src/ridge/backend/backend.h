@@ -227,11 +227,13 @@ class Backend {
     return false;
   }
   // Optional: re-encodes a weight matrix w [N, K] from upload_weight / upload_weight_rows in
-  // `dtype` for matmul, in place (w then views the new encoding; the old one is freed). fp8_e4m3:
+  // `dtype` for matmul, in place (w then views the new encoding; the old one is freed where the
+  // backend owns it). fp8_e4m3:
   // E4M3 codes with one fp32 scale per row (Tensor::scales; amax / 448, as
   // kernels::quantize_rows_fp8), and every matmul with it quantizes its activations per token the
   // same way. Returns false, changing nothing, where the backend or the shape does not allow it
-  // (the CPU backend; on CUDA, K not a multiple of 16).
+  // (N or K not a multiple of 16 on both backends; the CPU backend owns its fp8 copy, the
+  // reference for the GPU's).
   virtual bool quantize_weight(Tensor& w, DType dtype) {
     (void)w, (void)dtype;
     return false;

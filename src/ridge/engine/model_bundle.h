@@ -24,7 +24,7 @@ struct BundleOptions {
   int64_t block_size = 16;
   std::string kv_dtype = "auto";  // auto (f32 on CPU, bf16 on GPU) | f32 | bf16 | f16 | fp8_e4m3
   int64_t prefill_chunk = 512;    // largest step, in tokens (the workspace is sized for it)
-  // none | fp8 (the layers' projection weights in E4M3 with per-row scales: CUDA only;
+  // none | fp8 (the layers' projection weights in E4M3 with per-row scales;
   // model::LoadOptions::quantize)
   std::string quantization = "none";
   backend::BackendOptions backend;  // cache root, tuning, GEMM choice, CUDA graphs

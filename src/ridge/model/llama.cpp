@@ -101,9 +101,7 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be,
       if (!be.quantize_weight(*t, q))
         fail("--quantization {}: the {} backend cannot hold layer {}'s {} weight {} as {} ({})",
              q == DType::fp8_e4m3 ? "fp8" : dtype_name(q), be.name(), i, name, was, dtype_name(q),
-             be.device() == Device::cpu
-                 ? "quantized weights need the CUDA backend"
-                 : "fp8 matmuls need row and column counts that are multiples of 16");
+             "its fp8 matmuls take matrices whose row and column counts are multiples of 16");
       quant_before += bytes;
       quant_after += t->nbytes() + (t->scales ? size_t(t->shape[0]) * sizeof(float) : 0);
       ++quant_count;

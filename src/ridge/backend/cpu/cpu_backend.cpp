@@ -1,8 +1,9 @@
 #include "ridge/backend/cpu/cpu_backend.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include "ridge/backend/cpu/quant.h"
 #include "ridge/core/error.h"
+#include "ridge/core/half.h"
 
 namespace ridge::backend {
 
@@ -116,6 +118,84 @@ void CpuBackend::matmul_add(const Stream&, const Tensor& x, const Tensor& w, Ten
   matmul_impl(x, w, nullptr, out, true);
 }
 
+namespace {
+// The 256 E4M3 codes' values.
+const float* fp8_values() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[size_t(c)] = fp8e4m3_to_f32(uint8_t(c));
+    return t;
+  }();
+  return table.data();
+}
+
+// The CUDA backend's per-row rule (kernels::quantize_rows_fp8) on n fp32 values: the scale, and
+// the codes' values (unscaled) in v.
+float fp8_row(const float* x, int64_t n, uint8_t* codes, float* values) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t c = f32_to_fp8e4m3(x[i] / s);
+    if (codes) codes[i] = c;
+    if (values) values[i] = fp8_values()[c];
+  }
+  return s;
+}
+}  // namespace
+
+bool CpuBackend::quantize_weight(Tensor& w, DType dtype) {
+  if (dtype != DType::fp8_e4m3 || w.ndim != 2 || w.scales || w.dtype == DType::fp8_e4m3 ||
+      !w.data || w.shape[0] < 16 || w.shape[0] % 16 != 0 || w.shape[1] < 16 || w.shape[1] % 16 != 0)
+    return false;
+  const int64_t N = w.shape[0], K = w.shape[1];
+  std::vector<uint8_t>& codes = fp8_codes_.emplace_back(size_t(N * K));
+  std::vector<float>& scales = fp8_scales_.emplace_back(size_t(N));
+  const Tensor src = w;
+  pool_.parallel_for(
+      N,
+      [&](int64_t n0, int64_t n1) {
+        std::vector<float> row(static_cast<size_t>(K));
+        for (int64_t n = n0; n < n1; ++n) {
+          dequantize_row(src.dtype, src.row(n), row.data(), K);
+          for (float& v : row) v = bf16_to_f32(f32_to_bf16(v));
+          scales[size_t(n)] = fp8_row(row.data(), K, &codes[size_t(n * K)], nullptr);
+        }
+      },
+      16);
+  Tensor q(codes.data(), DType::fp8_e4m3, {N, K});
+  q.scales = scales.data();
+  w = q;
+  return true;
+}
+
+void CpuBackend::matmul_fp8(const Tensor& x, const Tensor& w, const float* bias, Tensor& out,
+                            bool accumulate) {
+  const int64_t T = x.shape[0], K = x.shape[1], N = w.shape[0];
+  // Each token's activations as E4M3 values (unscaled) and its scale.
+  std::vector<float> xv(static_cast<size_t>(T * K)), sx(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t)
+    sx[size_t(t)] = fp8_row(frow(x, t), K, nullptr, &xv[size_t(t * K)]);
+  pool_.parallel_for(
+      N,
+      [&](int64_t n0, int64_t n1) {
+        std::vector<float> wv(static_cast<size_t>(K));
+        for (int64_t n = n0; n < n1; ++n) {
+          const uint8_t* c = w.row<uint8_t>(n);
+          const float* table = fp8_values();
+          for (int64_t k = 0; k < K; ++k) wv[size_t(k)] = table[c[k]];
+          const float sw = w.scales[n];
+          for (int64_t t = 0; t < T; ++t) {
+            const float dot = cpu::dot_row(DType::f32, wv.data(), &xv[size_t(t * K)], nullptr, K);
+            const float v = dot * (sx[size_t(t)] * sw) + (bias ? bias[n] : 0.0f);
+            float& o = frow(out, t)[n];
+            o = accumulate ? o + v : v;
+          }
+        }
+      },
+      16);
+}
+
 void CpuBackend::matmul_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,
                              bool accumulate) {
   expect_f32_2d(x, "matmul", "x");
@@ -130,6 +210,10 @@ void CpuBackend::matmul_impl(const Tensor& x, const Tensor& w, const Tensor* bia
   if (bias) {
     b.resize(N);
     dequantize_row(bias->dtype, bias->data, b.data(), N);
+  }
+  if (w.dtype == DType::fp8_e4m3 && w.scales) {
+    matmul_fp8(x, w, bias ? b.data() : nullptr, out, accumulate);
+    return;
   }
   if (T <= 4) {
     // Decode: the weight row is converted inside the dot product (one pass over the weights).

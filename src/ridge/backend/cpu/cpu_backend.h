@@ -3,7 +3,10 @@
 // matmul. Multithreaded over output rows/heads with a static split (deterministic results).
 #pragma once
 
+#include <cstdint>
+#include <list>
 #include <memory>
+#include <vector>
 
 #include "ridge/backend/backend.h"
 #include "ridge/core/thread_pool.h"
@@ -26,6 +29,11 @@ class CpuBackend final : public Backend {
   void download(const Stream& s, void* dst, const void* src, size_t bytes) override;
   void synchronize(const Stream&) override {}
   Tensor upload_weight(const Tensor& host) override { return host; }
+  // fp8_e4m3 with per-row scales, as the CUDA backend's (N and K multiples of 16): each row's
+  // values rounded to bf16 first (what the GPU holds before it quantizes), amax / 448, E4M3 codes
+  // of value / scale; the codes and scales are owned here. Its matmuls quantize each token's fp32
+  // activations the same way and return sx[t] · sw[n] · Σ code values, accumulated in fp32.
+  bool quantize_weight(Tensor& w, DType dtype) override;
 
   void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) override;
   void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
@@ -47,7 +55,11 @@ class CpuBackend final : public Backend {
  private:
   void matmul_impl(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,
                    bool accumulate);
+  void matmul_fp8(const Tensor& x, const Tensor& w, const float* bias, Tensor& out,
+                  bool accumulate);
   ThreadPool pool_;
+  std::list<std::vector<uint8_t>> fp8_codes_;  // quantize_weight's
+  std::list<std::vector<float>> fp8_scales_;
 };
 
 }  // namespace ridge::backend
