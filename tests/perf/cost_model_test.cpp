@@ -234,6 +234,17 @@ TEST(CostModel, Fp8KeepsTheEmbeddingAndHeadInBf16) {
   // And the head's math runs at the bf16 peak: the same compute term as the bf16 run's.
   EXPECT_DOUBLE_EQ(c8.op("lm_head").t_math, c16.op("lm_head").t_math);
   EXPECT_LT(c8.op("down_proj").t_math, c16.op("down_proj").t_math);
+
+  // ridge's fp8 matmuls quantize their inputs in a kernel each (KernelPlan::activation_quant):
+  // 4 a layer with fused q|k|v and gate|up; at 3 tokens each reads 3 x K bf16 values and writes
+  // 3 x K codes and 3 scales: K = 4096 (h), 4096 (attention out), 4096 (h), 11008 (SwiGLU out).
+  CostOptions q = o8;
+  q.kernels.activation_quant = true;
+  const StepCost cq = predict_step(cfg, h200, StepShape::decode(3, 512), q);
+  const OpCost& qa = cq.op("quantize_act");
+  EXPECT_EQ(qa.kernels, 32 * 4);
+  EXPECT_DOUBLE_EQ(qa.bytes, 32.0 * (3.0 * (3 * 4096 + 11008) * 3.0 + 4.0 * 3 * 4));
+  EXPECT_THROW(c8.op("quantize_act"), Error);  // not without the flag
 }
 
 }  // namespace

@@ -522,6 +522,19 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     b.add(o);
   }
   b.gemm("down_proj", L, T, {cfg.hidden}, cfg.ffn, ab, down_extra);
+  if (kp.activation_quant) {
+    // One quantization per matmul launch, of that matmul's input: h (q|k|v, once per launch),
+    // the attention output (o), h again (gate|up), the SwiGLU output (down).
+    const double qkv_in = double(kp.qkv_matmuls) * h, gu_in = double(kp.gate_up_matmuls) * h;
+    const double cols = qkv_in + q + gu_in + f;
+    OpCost o = make_op("quantize_act", OpKind::elementwise,
+                       L * (kp.qkv_matmuls + 1 + kp.gate_up_matmuls + 1));
+    o.per_layer = true;
+    o.flops = Ld * Td * 3.0 * cols;  // |x|, max, x / s
+    o.bytes =
+        Ld * (Td * cols * (ab + 1.0) + 4.0 * Td * (kp.qkv_matmuls + 1 + kp.gate_up_matmuls + 1));
+    b.add(o);
+  }
   if (kp.gather_logits_rows && R > 0) {
     // The logits rows gathered before the final norm (which then runs on R rows, not T): the
     // residual stream, and without residual_in_matmul the last projection too (added in the norm).

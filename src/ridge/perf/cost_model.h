@@ -159,6 +159,10 @@ struct KernelPlan {
   // through the last down_proj become one op, "decode_layers", that streams their bytes at the
   // GEMV's efficiency and adds Hardware::layer_sync per layer; its own kernel overhead once.
   bool persistent_decode = false;
+  // Each layer GEMM's input quantized by a kernel of its own before it (ridge's --quantization
+  // fp8: kernels::quantize_rows_fp8, one launch per matmul): reads T x K activations, writes T x K
+  // one-byte codes and T scales. One op, "quantize_act", for all of a step's.
+  bool activation_quant = false;
 
   // Whether the norm before / the SiLU·mul after a GEMM of `rows` rows runs inside that GEMM.
   bool norm_folded(int64_t rows) const { return rows >= 1 && rows <= norm_prologue_max_rows; }

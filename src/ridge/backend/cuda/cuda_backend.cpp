@@ -414,11 +414,16 @@ void CudaBackend::reserve_fp8_activations(Workspace& ws, int64_t tokens, int64_t
          fmt::format("the fp8 activations of {} tokens × {} do not fit the stream's workspace "
                      "({} bytes, sized by prepare_matmuls) and the stream is being captured",
                      tokens, cols, ws.fp8_x.size()));
-  RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));  // queued work may still read the old ones
-  if (ws.fp8_x.size() < need_x) ws.fp8_x = cuda::DeviceMemory(need_x);
-  if (ws.fp8_scales.size() < need_s) ws.fp8_scales = cuda::DeviceMemory(need_s);
-  if (ws.fp8_product.size() < kFp8ProductBytes)
-    ws.fp8_product = cuda::DeviceMemory(kFp8ProductBytes);
+  // The old buffers are kept, not freed: a CUDA graph captured before this growth may still
+  // read them (growth happens only when an eager call needs more than prepare_matmuls reserved).
+  auto grow = [&](cuda::DeviceMemory& m, size_t bytes) {
+    if (m.size() >= bytes) return;
+    if (m.size() > 0) ws.fp8_retired.push_back(std::move(m));
+    m = cuda::DeviceMemory(bytes);
+  };
+  grow(ws.fp8_x, need_x);
+  grow(ws.fp8_scales, need_s);
+  grow(ws.fp8_product, kFp8ProductBytes);
 }
 
 void CudaBackend::run_gemm_fp8(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t stream,

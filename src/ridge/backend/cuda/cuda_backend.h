@@ -151,14 +151,20 @@ class CudaBackend final : public Backend {
     cuda::DeviceMemory fp8_x, fp8_scales;
     // Where cuBLASLt refuses per-row scales: its unscaled fp32 product, scaled by ridge's kernel.
     cuda::DeviceMemory fp8_product;
+    std::vector<cuda::DeviceMemory> fp8_retired;  // outgrown fp8 buffers (graphs may hold them)
     struct SumsqRecord {
       const void* out = nullptr;
       int64_t rows = 0, cols = 0;
     };
     SumsqRecord sumsq_records[MatmulFusion::kSumsqTags];
+    size_t retired() const {
+      size_t n = 0;
+      for (const auto& m : fp8_retired) n += m.size();
+      return n;
+    }
     size_t bytes() const {
       return cublas.size() + attention.size() + split_counters.size() + stream_gemm.size() +
-             sumsq.size() + fp8_x.size() + fp8_scales.size() + fp8_product.size();
+             sumsq.size() + fp8_x.size() + fp8_scales.size() + fp8_product.size() + retired();
     }
   };
   static constexpr int64_t kSumsqFloats = 16384;  // per tag: partial sums × rows
