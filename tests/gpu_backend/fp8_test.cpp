@@ -76,15 +76,22 @@ Fp8Weight fp8_weight(int64_t N, int64_t K, Backend& be = cuda()) {
   return w;
 }
 
-// A CUDA backend whose fp8 matmuls scale the unscaled product in ridge's kernel
-// (RIDGE_FP8_SCALE_KERNEL=1: the path taken where cuBLASLt refuses per-row scales).
+// A CUDA backend made with one environment switch set.
+std::unique_ptr<Backend> backend_with(const char* env) {
+  setenv(env, "1", 1);
+  auto be = make_backend("cuda");
+  unsetenv(env);
+  return be;
+}
+// fp8 matmuls that scale the unscaled product in ridge's kernel (RIDGE_FP8_SCALE_KERNEL=1: the
+// path taken where cuBLASLt refuses per-row scales).
 Backend& scaling_kernel_backend() {
-  static std::unique_ptr<Backend> b = [] {
-    setenv("RIDGE_FP8_SCALE_KERNEL", "1", 1);
-    auto be = make_backend("cuda");
-    unsetenv("RIDGE_FP8_SCALE_KERNEL");
-    return be;
-  }();
+  static std::unique_ptr<Backend> b = backend_with("RIDGE_FP8_SCALE_KERNEL");
+  return *b;
+}
+// fp8 matmuls of 1-4 tokens through kernels::gemv_fp8 (RIDGE_FP8_GEMV=1).
+Backend& gemv_backend() {
+  static std::unique_ptr<Backend> b = backend_with("RIDGE_FP8_GEMV");
   return *b;
 }
 
@@ -232,9 +239,11 @@ CudaBackend& as_cuda(Backend& be) {
 
 void run_fp8_matmul(int64_t T, int64_t N, int64_t K, bool accumulate, bool with_bias,
                     Backend& be = cuda(), int64_t ld_x = 0) {
-  const std::string what =
-      fmt::format("T={} N={} K={}{}{}{}", T, N, K, accumulate ? " +residual" : "",
-                  with_bias ? " +bias" : "", &be == &cuda() ? "" : " (scale kernel)");
+  const std::string what = fmt::format("T={} N={} K={}{}{}{}", T, N, K,
+                                       accumulate ? " +residual" : "", with_bias ? " +bias" : "",
+                                       &be == &cuda()                     ? ""
+                                       : &be == &scaling_kernel_backend() ? " (scale kernel)"
+                                                                          : " (gemv)");
   const Fp8Weight w = fp8_weight(N, K, be);
   const std::vector<float> x = ragged_rows(T, K, 1.0f);
   const HostFp8 xq = quantize_host(x, T, K), wq = quantize_host(w.values, N, K);
@@ -260,9 +269,14 @@ void run_fp8_matmul(int64_t T, int64_t N, int64_t K, bool accumulate, bool with_
   }
   be.synchronize({});  // (download_view reads on the default backend's stream)
   const CudaBackend::Fp8Paths after = as_cuda(be).fp8_paths();
-  EXPECT_EQ(after.per_row + after.scale_kernel, before.per_row + before.scale_kernel + 1) << what;
-  if (&be != &cuda()) {
+  EXPECT_EQ(after.total(), before.total() + 1) << what;
+  if (&be == &scaling_kernel_backend()) {
     EXPECT_EQ(after.scale_kernel, before.scale_kernel + 1) << what;
+  } else if (&be == &gemv_backend()) {
+    // 1-4 tokens through the GEMV, more through cuBLASLt (or its fallback).
+    EXPECT_EQ(after.gemv, before.gemv + (T <= 4 ? 1 : 0)) << what;
+  } else {
+    EXPECT_EQ(after.gemv, before.gemv) << what;  // opt-in only
   }
   got = download_view(out);
   expect_close("matmul fp8", what, got, ref, 4e-3);
@@ -288,6 +302,14 @@ TEST_F(GpuBackend, MatmulFp8Weights) {
     run_fp8_matmul(T, N, K, true, false);
     run_fp8_matmul(T, N, K, false, false, scaling_kernel_backend());
     run_fp8_matmul(T, N, K, true, false, scaling_kernel_backend());
+    run_fp8_matmul(T, N, K, false, false, gemv_backend());
+    run_fp8_matmul(T, N, K, true, false, gemv_backend());
+  }
+  // The GEMV at token counts it takes, on Llama-2-7B's o (with the residual add) and down (its
+  // input strided) shapes.
+  for (int64_t T : {int64_t(1), int64_t(2), int64_t(4)}) {
+    run_fp8_matmul(T, 4096, 4096, true, false, gemv_backend());
+    run_fp8_matmul(T, 4096, 11008, false, false, gemv_backend(), 11024);
   }
   run_fp8_matmul(5, 640, 576, false, true);
   // Activations with a row stride past K (a column slice of a wider buffer).

@@ -198,6 +198,9 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
   // per-row scales (tests of that path, A/B runs).
   if (const char* e = std::getenv("RIDGE_FP8_SCALE_KERNEL"); e && e[0] == '1')
     fp8_force_scale_kernel_ = true;
+  // RIDGE_FP8_GEMV=1: fp8 matmuls of 1-4 tokens through kernels::gemv_fp8 instead of cuBLASLt
+  // (opt-in until the H200 has timed the two).
+  if (const char* e = std::getenv("RIDGE_FP8_GEMV"); e && e[0] == '1') fp8_gemv_ = true;
   workspace_for(stream_->get());
 }
 
@@ -441,6 +444,12 @@ void CudaBackend::run_gemm_fp8(const Tensor& x, const Tensor& w, Tensor& out, cu
   kernels::quantize_rows_fp8(static_cast<const uint16_t*>(x.data), x.stride[0], T, K, xq, sx,
                              stream);
   const auto* wq = w.ptr<uint8_t>();
+  if (fp8_gemv_ && !fp8_force_scale_kernel_ && T <= kernels::kGemvFp8MaxTokens) {
+    kernels::gemv_fp8(xq, K, sx, wq, w.scales, int(T), int(N), int(K), out.data,
+                      out.dtype == DType::f32, out.stride[0], accumulate, stream);
+    ++fp8_gemv_calls_;
+    return;
+  }
   if (!fp8_force_scale_kernel_ &&
       matmul_->run_fp8(xq, sx, K, wq, w.scales, T, N, K, out.data, out.dtype, out.stride[0],
                        ws.cublas.data(), ws.cublas.size(), stream, accumulate)) {

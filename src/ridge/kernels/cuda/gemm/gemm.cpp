@@ -164,6 +164,19 @@ void scale_columns_bf16(bf16* W, int64_t N, int64_t K, const float* scale, cudaS
   detail::launch_scale_columns(W, N, K, scale, stream);
 }
 
+void gemv_fp8(const uint8_t* xq, int64_t ld_x, const float* sx, const uint8_t* wq, const float* sw,
+              int T, int N, int K, void* y, bool y_f32, int64_t ld_y, bool accumulate,
+              cudaStream_t stream) {
+  RIDGE_CHECK(T >= 1 && T <= kGemvFp8MaxTokens && N >= 1 && K >= 16 && K % 16 == 0 && ld_x >= K &&
+                  ld_x % 16 == 0 && ld_y >= N,
+              "gemv_fp8: T={} N={} K={} ld_x={} ld_y={} (1 <= T <= {}, K and ld_x multiples of "
+              "16, ld_y >= N)",
+              T, N, K, ld_x, ld_y, kGemvFp8MaxTokens);
+  RIDGE_CHECK(xq && sx && wq && sw && y && aligned16(xq) && aligned16(wq),
+              "gemv_fp8: null pointer or codes not 16-byte aligned");
+  detail::launch_gemv_fp8(xq, ld_x, sx, wq, sw, T, N, K, y, y_f32, ld_y, accumulate, stream);
+}
+
 // Measured on the H200 (docs/KERNELS.md, run 2): the skinny kernel wins up to M = 32; from
 // M = 64 the wgmma kernel is faster on every Llama projection shape.
 void gemm_bf16(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K, cudaStream_t stream,

@@ -181,4 +181,14 @@ void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                     cudaStream_t stream, const bf16* residual = nullptr,
                     const Sm90GemmOptions& options = {});
 
+// The fp8 decode GEMV (fp8_gemv.cu; --quantization fp8 at 1..kGemvFp8MaxTokens tokens):
+// y[t, n] (+)= sx[t] · sw[n] · Σ_k e4m3(xq[t, k]) · e4m3(wq[n, k]), the product cuBLASLt's fp8
+// GEMM with outer-vector scales gives, fp32 sums of exact code products; y bf16 (rounded once) or
+// f32 with row stride ld_y. xq [T, K] E4M3 codes (row stride ld_x), sx [T] their scales; wq [N, K]
+// contiguous codes, sw [N]. K and ld_x multiples of 16, codes 16-byte aligned.
+constexpr int kGemvFp8MaxTokens = 4;
+void gemv_fp8(const uint8_t* xq, int64_t ld_x, const float* sx, const uint8_t* wq, const float* sw,
+              int T, int N, int K, void* y, bool y_f32, int64_t ld_y, bool accumulate,
+              cudaStream_t stream);
+
 }  // namespace ridge::kernels
