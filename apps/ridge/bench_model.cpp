@@ -314,7 +314,7 @@ void bench(BenchModelFlags& f) {
     perf::CostOptions o = perf::CostOptions::ridge(l, fused, pinned, fusions, persistent);
     // The rope_kv epilogue is the skinny GEMV's: none with --gemm cublas (matmul_rope_kv).
     if (f.model.backend.gemm == "cublas" || fp8_weights) o.kernels.rope_kv_epilogue_max_rows = 0;
-    o.kernels.activation_quant = fp8_weights;
+    o.kernels.activation_quant = on_gpu && fp8_weights;  // (the CPU quantizes inside its matmul)
     o.precision = perf::Precision::of(cfg);
     if (on_gpu) o.precision = perf::Precision::named(fp8_weights ? "fp8" : "bf16");  // as held
     // The KV cache as allocated (--kv-dtype): an fp8 cache halves the attention's bytes.

@@ -208,26 +208,51 @@ TEST_F(GpuBackend, QuantizeWeightFp8RefusesWhatItCannotHold) {
 // fp8 matmul), so they make the same codes; the results differ by accumulation order and the
 // GPU's bf16 output rounding.
 TEST_F(GpuBackend, MatmulFp8MatchesTheCpuBackend) {
-  for (auto [T, N, K] :
-       {std::tuple<int64_t, int64_t, int64_t>{1, 4096, 4096}, {4, 1024, 2048}, {37, 768, 576}}) {
-    const std::string what = fmt::format("T={} N={} K={}", T, N, K);
-    std::vector<float> wv = ragged_rows(N, K, 0.05f);
-    const std::vector<uint16_t> bits = to_bf16_bits(wv);
-    Tensor wd =
-        cuda().upload_weight(Tensor(const_cast<uint16_t*>(bits.data()), DType::bf16, {N, K}));
-    Tensor wh(const_cast<uint16_t*>(bits.data()), DType::bf16, {N, K});
-    ASSERT_TRUE(cuda().quantize_weight(wd, DType::fp8_e4m3)) << what;
-    ASSERT_TRUE(cpu().quantize_weight(wh, DType::fp8_e4m3)) << what;
-    std::vector<float> x = ragged_rows(T, K, 1.0f), r = random_bf16(size_t(T * N));
-    std::vector<float> ref(r);
-    Tensor ref_t = host_f32(ref, T, N);
-    cpu().matmul_add({}, host_f32(x, T, K), wh, ref_t);
-    DeviceMatrix xd = device_bf16(T, K, x), out = device_bf16(T, N, r);
-    cuda().matmul_add({}, xd.view, wd, out.view);
-    cuda().synchronize({});
-    const std::vector<float> got = download_view(out);
-    expect_close("matmul_add fp8 vs cpu", what, got, ref, 4e-3);
-    expect_rows_close("matmul_add fp8 vs cpu " + what, got, ref, T, N, 4e-3);
+  for (Backend* be : {&cuda(), &gemv_backend()}) {
+    for (auto [T, N, K] :
+         {std::tuple<int64_t, int64_t, int64_t>{1, 4096, 4096}, {4, 1024, 2048}, {37, 768, 576}}) {
+      const std::string what =
+          fmt::format("T={} N={} K={}{}", T, N, K, be == &cuda() ? "" : " (gemv where T <= 4)");
+      std::vector<float> wv = ragged_rows(N, K, 0.05f);
+      const std::vector<uint16_t> bits = to_bf16_bits(wv);
+      Tensor wd =
+          be->upload_weight(Tensor(const_cast<uint16_t*>(bits.data()), DType::bf16, {N, K}));
+      Tensor wh(const_cast<uint16_t*>(bits.data()), DType::bf16, {N, K});
+      ASSERT_TRUE(be->quantize_weight(wd, DType::fp8_e4m3)) << what;
+      ASSERT_TRUE(cpu().quantize_weight(wh, DType::fp8_e4m3)) << what;
+      // The same codes and scales, bit for bit.
+      std::vector<uint8_t> codes(size_t(N * K));
+      std::vector<float> scales(static_cast<size_t>(N));
+      be->download({}, codes.data(), wd.data, codes.size());
+      be->download({}, scales.data(), wd.scales, scales.size() * sizeof(float));
+      be->synchronize({});
+      EXPECT_EQ(std::memcmp(codes.data(), wh.data, codes.size()), 0) << what;
+      EXPECT_EQ(std::memcmp(scales.data(), wh.scales, scales.size() * sizeof(float)), 0) << what;
+      const std::vector<float> x = ragged_rows(T, K, 1.0f), r = random_bf16(size_t(T * N));
+      // A plain product (its rows span the x rows' ten decades) and one with the residual.
+      for (bool accumulate : {false, true}) {
+        std::vector<float> ref = accumulate ? r : std::vector<float>(size_t(T * N));
+        Tensor ref_t = host_f32(ref, T, N);
+        std::vector<float> xh = x;
+        if (accumulate)
+          cpu().matmul_add({}, host_f32(xh, T, K), wh, ref_t);
+        else
+          cpu().matmul({}, host_f32(xh, T, K), wh, nullptr, ref_t);
+        DeviceMatrix xd = device_bf16(T, K, x),
+                     out = device_bf16(T, N, accumulate ? r : std::vector<float>{});
+        if (accumulate)
+          be->matmul_add({}, xd.view, wd, out.view);
+        else
+          be->matmul({}, xd.view, wd, nullptr, out.view);
+        be->synchronize({});
+        const std::vector<float> got = download_view(out);
+        // One bf16 rounding of the output (2^-9 relative at most) over fp32 sums in another
+        // order: 4e-3 per row.
+        const std::string w2 = what + (accumulate ? " +residual" : "");
+        expect_close("matmul fp8 vs cpu", w2, got, ref, 4e-3);
+        expect_rows_close("matmul fp8 vs cpu " + w2, got, ref, T, N, 4e-3);
+      }
+    }
   }
 }
 
@@ -305,8 +330,9 @@ TEST_F(GpuBackend, MatmulFp8Weights) {
     run_fp8_matmul(T, N, K, false, false, gemv_backend());
     run_fp8_matmul(T, N, K, true, false, gemv_backend());
   }
-  // The GEMV at token counts it takes, on Llama-2-7B's o (with the residual add) and down (its
-  // input strided) shapes.
+  // The GEMV at token counts it takes, on Llama-2-7B's o (with the residual add) and down shapes
+  // (the second with its bf16 input strided: the quantize kernel's stride; the GEMV reads the
+  // contiguous codes).
   for (int64_t T : {int64_t(1), int64_t(2), int64_t(4)}) {
     run_fp8_matmul(T, 4096, 4096, true, false, gemv_backend());
     run_fp8_matmul(T, 4096, 11008, false, false, gemv_backend(), 11024);

@@ -149,8 +149,15 @@ bool CpuBackend::quantize_weight(Tensor& w, DType dtype) {
       !w.data || w.shape[0] < 16 || w.shape[0] % 16 != 0 || w.shape[1] < 16 || w.shape[1] % 16 != 0)
     return false;
   const int64_t N = w.shape[0], K = w.shape[1];
-  std::vector<uint8_t>& codes = fp8_codes_.emplace_back(size_t(N * K));
-  std::vector<float>& scales = fp8_scales_.emplace_back(size_t(N));
+  std::vector<uint8_t>* codes_p;
+  std::vector<float>* scales_p;
+  {
+    std::lock_guard lock(fp8_mutex_);
+    codes_p = &fp8_codes_.emplace_back(size_t(N * K));
+    scales_p = &fp8_scales_.emplace_back(size_t(N));
+  }
+  std::vector<uint8_t>& codes = *codes_p;
+  std::vector<float>& scales = *scales_p;
   const Tensor src = w;
   pool_.parallel_for(
       N,

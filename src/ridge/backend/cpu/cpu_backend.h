@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "ridge/backend/backend.h"
@@ -58,7 +59,8 @@ class CpuBackend final : public Backend {
   void matmul_fp8(const Tensor& x, const Tensor& w, const float* bias, Tensor& out,
                   bool accumulate);
   ThreadPool pool_;
-  std::list<std::vector<uint8_t>> fp8_codes_;  // quantize_weight's
+  std::mutex fp8_mutex_;  // quantize_weight may be called from several loading threads
+  std::list<std::vector<uint8_t>> fp8_codes_;  // quantize_weight's, kept for the backend's life
   std::list<std::vector<float>> fp8_scales_;
 };
 

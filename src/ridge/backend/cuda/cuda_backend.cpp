@@ -419,10 +419,12 @@ void CudaBackend::reserve_fp8_activations(Workspace& ws, int64_t tokens, int64_t
                      tokens, cols, ws.fp8_x.size()));
   // The old buffers are kept, not freed: a CUDA graph captured before this growth may still
   // read them (growth happens only when an eager call needs more than prepare_matmuls reserved).
+  // At least doubling, so that a series of growing eager calls keeps O(log) buffers.
   auto grow = [&](cuda::DeviceMemory& m, size_t bytes) {
     if (m.size() >= bytes) return;
+    const size_t size = std::max(bytes, 2 * m.size());
     if (m.size() > 0) ws.fp8_retired.push_back(std::move(m));
-    m = cuda::DeviceMemory(bytes);
+    m = cuda::DeviceMemory(size);
   };
   grow(ws.fp8_x, need_x);
   grow(ws.fp8_scales, need_s);
