@@ -108,45 +108,56 @@ std::string model_path() {
   return std::string(RIDGE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-// A random prompt's prefill (all but its last token), then the decode step after it, through both
-// models (each with its own KV pool); for each, the relative error of the quantized model's
-// logits against the reference's (checked finite). after_quantized(what) runs after each of the
-// quantized model's forwards.
+// Random prompts' prefills (all but their last token), each then the decode step after it,
+// through both models (each with its own KV pool). For each step kind, the median over the prompts
+// of the relative error of the quantized model's logits against the reference's (every logit
+// checked finite): one prompt whose activations happen to have an outlier channel can be far off
+// under per-token scales (0.87 seen once in CI), which says little about the wiring; a median over
+// five does not move for one. after_quantized(what) runs after each of the quantized model's
+// forwards.
 std::vector<std::pair<std::string, double>> compare_logits(
     const ModelConfig& c, LlamaModel& reference, backend::Backend& reference_be,
     LlamaModel& quantized, backend::Backend& quantized_be, int64_t prompt_len,
-    const std::function<void(const char*)>& after_quantized = {}) {
+    const std::function<void(const char*)>& after_quantized = {}, int prompts = 5) {
   constexpr int64_t kBlock = 16, kBlocks = 8;
-  kv::KvPool pool_a(reference_be, c, kBlocks, kBlock, DType::f32);
-  kv::KvPool pool_b(quantized_be, c, kBlocks, kBlock, DType::f32);
   const unsigned seed = std::random_device{}();
   std::mt19937 rng(seed);
   SCOPED_TRACE("prompt seed " + std::to_string(seed));
   std::uniform_int_distribution<int32_t> tok(0, int32_t(c.vocab) - 1);
-  std::vector<int32_t> tokens(size_t(prompt_len) + 1);
-  for (auto& t : tokens) t = tok(rng);
   const std::vector<int32_t> table = {2, 6, 0};
   const size_t V = size_t(c.vocab);
+  std::vector<double> errors[2];
+  for (int p = 0; p < prompts; ++p) {
+    kv::KvPool pool_a(reference_be, c, kBlocks, kBlock, DType::f32);
+    kv::KvPool pool_b(quantized_be, c, kBlocks, kBlock, DType::f32);
+    std::vector<int32_t> tokens(size_t(prompt_len) + 1);
+    for (auto& t : tokens) t = tok(rng);
+    for (int step = 0; step < 2; ++step) {
+      const char* what = step == 0 ? "prefill" : "decode step";
+      ForwardBatch b;
+      if (step == 0)
+        b.add_sequence(std::vector<int32_t>(tokens.begin(), tokens.end() - 1), prompt_len, table,
+                       kBlock, true);
+      else
+        b.add_sequence({tokens.back()}, prompt_len + 1, table, kBlock, true);
+      std::vector<float> la(V), lb(V);
+      reference.forward({}, b, pool_a.layers(), la.data());
+      quantized.forward({}, b, pool_b.layers(), lb.data());
+      if (after_quantized) after_quantized(what);
+      double num = 0, den = 0;
+      for (size_t i = 0; i < V; ++i) {
+        EXPECT_TRUE(std::isfinite(lb[i])) << what << " logit " << i;
+        num += (double(la[i]) - lb[i]) * (double(la[i]) - lb[i]);
+        den += double(la[i]) * la[i];
+      }
+      errors[step].push_back(std::sqrt(num / den));
+    }
+  }
   std::vector<std::pair<std::string, double>> out;
   for (int step = 0; step < 2; ++step) {
-    const char* what = step == 0 ? "prefill" : "decode step";
-    ForwardBatch b;
-    if (step == 0)
-      b.add_sequence(std::vector<int32_t>(tokens.begin(), tokens.end() - 1), prompt_len, table,
-                     kBlock, true);
-    else
-      b.add_sequence({tokens.back()}, prompt_len + 1, table, kBlock, true);
-    std::vector<float> la(V), lb(V);
-    reference.forward({}, b, pool_a.layers(), la.data());
-    quantized.forward({}, b, pool_b.layers(), lb.data());
-    if (after_quantized) after_quantized(what);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < V; ++i) {
-      EXPECT_TRUE(std::isfinite(lb[i])) << what << " logit " << i;
-      num += (double(la[i]) - lb[i]) * (double(la[i]) - lb[i]);
-      den += double(la[i]) * la[i];
-    }
-    out.emplace_back(what, std::sqrt(num / den));
+    std::vector<double>& e = errors[step];
+    std::nth_element(e.begin(), e.begin() + e.size() / 2, e.end());
+    out.emplace_back(step == 0 ? "prefill" : "decode step", e[e.size() / 2]);
   }
   return out;
 }
@@ -154,9 +165,9 @@ std::vector<std::pair<std::string, double>> compare_logits(
 // Each operand of each product is off by ~2.5 % RMS (E4M3 rounds to 1/16 relative at worst), on
 // every projection of 30 layers; a token whose activations have one outlier channel gets a coarse
 // per-token scale for all the others. Over 20 random prompts the logits were 2-25 % off (median
-// 5 %). The bound catches what breaks every projection (a scale dropped or applied twice puts the
-// logits off by 100 % or more); one wrong matrix among 210 may stay under it, which is why the
-// emulation's counts are exact.
+// 5 %), once in CI 87 %. The bound on the median of five catches what breaks every projection (a
+// scale dropped or applied twice puts the logits off by 100 % or more); one wrong matrix among
+// 210 may stay under it, which is why the emulation's counts are exact.
 constexpr double kFp8LogitsBound = 0.5;
 
 void check_fp8_model(bool stack) {
@@ -186,7 +197,7 @@ void check_fp8_model(bool stack) {
   EXPECT_NE(quantized.weight_bytes(), plain.weight_bytes());
 
   int before = 0;
-  const auto errors = compare_logits(c, plain, cpu, quantized, fp8, 40, [&](const char* what) {
+  const auto errors = compare_logits(c, plain, cpu, quantized, fp8, 16, [&](const char* what) {
     EXPECT_EQ(fp8.fp8_matmuls - before, per_layer * c.n_layers) << what;
     before = fp8.fp8_matmuls;
   });
@@ -303,7 +314,7 @@ TEST(QuantizeWeights, CpuBackendRunsAnFp8Model) {
   LlamaModel plain(*weights, plain_be), quantized(*weights, fp8_be, load);
   // The held bytes: the Q4_1 file's layers (4.5 bits a weight) become one byte and a scale a row.
   EXPECT_GT(quantized.weight_bytes(), plain.weight_bytes());
-  for (const auto& [what, rel] : compare_logits(c, plain, plain_be, quantized, fp8_be, 29)) {
+  for (const auto& [what, rel] : compare_logits(c, plain, plain_be, quantized, fp8_be, 16)) {
     EXPECT_LT(rel, kFp8LogitsBound) << what;
     EXPECT_GT(rel, 1e-4) << what;  // it did quantize
   }
