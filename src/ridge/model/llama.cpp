@@ -46,6 +46,13 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const Tensor& rope_freqs)
   return f;
 }
 
+namespace {
+// A weight's device bytes: its elements, and the per-row scales of a row-scaled (fp8) matrix.
+size_t held_bytes(const Tensor& t) {
+  return t.nbytes() + (t.scales ? size_t(t.shape[0]) * sizeof(float) : 0);
+}
+}  // namespace
+
 LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be,
                        const LoadOptions& options)
     : weights_(weights), backend_(be) {
@@ -103,7 +110,7 @@ LlamaModel::LlamaModel(const ModelWeights& weights, backend::Backend& be,
              q == DType::fp8_e4m3 ? "fp8" : dtype_name(q), be.name(), i, name, was, dtype_name(q),
              "its fp8 matmuls take matrices whose row and column counts are multiples of 16");
       quant_before += bytes;
-      quant_after += t->nbytes() + (t->scales ? size_t(t->shape[0]) * sizeof(float) : 0);
+      quant_after += held_bytes(*t);
       ++quant_count;
     }
   };
@@ -189,7 +196,7 @@ size_t LlamaModel::weight_bytes() const {
     for (const Tensor* t : {&d.wqkv, &d.bqkv, &d.w_gate_up, &l.attn_norm, &l.wq, &l.wk, &l.wv,
                             &l.bq, &l.bk, &l.bv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up,
                             &l.w_down})
-      if (t->data) total += t->nbytes() + (t->scales ? size_t(t->shape[0]) * sizeof(float) : 0);
+      if (t->data) total += held_bytes(*t);
   }
   return total;
 }
