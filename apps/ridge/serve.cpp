@@ -157,6 +157,11 @@ void setup(CLI::App& sub) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 16));
   sub.add_option("--max-num-batched-tokens", e.max_num_batched_tokens, "tokens per engine step")
       ->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  sub.add_option("--max-prompt-logprob-rows", e.max_prompt_logprob_rows,
+                 "prompt positions a step may score for echo + logprobs (each a logits row of "
+                 "the vocabulary in the workspace; 0 refuses such requests)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
   sub.add_option("--max-queue", e.max_queue, "waiting requests beyond which new ones get 429")
       ->capture_default_str()->check(CLI::Range(0, 1 << 24));
   sub.add_option("--max-model-len", e.max_model_len, "context limit per request (0: the model's)")

@@ -100,6 +100,19 @@ TEST_F(EngineLifecycle, SubmitValidationNamesTheField) {
   expect_rejected(e, r, K::invalid, {"stop_token_ids", std::to_string(vocab_)});
   r = request("", 5, 4);
   expect_rejected(e, r, K::invalid, {"request id"});
+  r = request("x", 5, 4);
+  r.min_tokens = 5;
+  expect_rejected(e, r, K::invalid, {"min_tokens 5", "max_tokens = 4"});
+  r.min_tokens = -1;
+  expect_rejected(e, r, K::invalid, {"min_tokens -1"});
+  r = request("x", 5, 4);
+  r.sampling.logit_bias = {{2, 1.0f}, {int32_t(vocab_), 1.0f}};
+  expect_rejected(e, r, K::invalid, {"logit_bias", std::to_string(vocab_)});
+  r.sampling.logit_bias = {{2, 1.0f}, {2, -1.0f}};
+  expect_rejected(e, r, K::invalid, {"logit_bias", "twice"});
+  r = request("x", 5, 4);
+  r.prompt_logprobs = 21;
+  expect_rejected(e, r, K::invalid, {"prompt_logprobs 21"});
 
   // A live id cannot be reused; once finished it can.
   Collector col;
@@ -259,6 +272,130 @@ TEST_F(EngineLifecycle, StopTokenFinishesWithStop) {
   const size_t first =
       size_t(std::find(free_run.begin(), free_run.end(), free_run[k]) - free_run.begin());
   EXPECT_EQ(got.ids(), std::vector<int32_t>(free_run.begin(), free_run.begin() + long(first) + 1));
+}
+
+// min_tokens: the stop tokens are not drawn before it. The request's first token then is the raw
+// ranking's best that is not a stop token (the free run's top logprobs name it), and it runs on
+// past the stop token that ended it without min_tokens.
+TEST_F(EngineLifecycle, MinTokensHoldsBackStopTokens) {
+  SCOPED_TRACE(seed_);
+  Engine e(*bundle_, config_);
+  Collector col;
+  Request r = request("free", 20, 1);
+  r.sampling.top_logprobs = 10;
+  e.submit(r, col.callback());
+  ASSERT_TRUE(col.wait_finished({"free"}));
+  const TokenOutput first = col.get("free").tokens.at(0);
+  const std::vector<int32_t> model_stops = bundle_->tokenizer->stop_ids();
+  auto is_stop = [&](int32_t t) {
+    return t == first.token ||
+           std::find(model_stops.begin(), model_stops.end(), t) != model_stops.end();
+  };
+  int32_t expected = -1;
+  for (const TokenLogprob& alt : first.top)
+    if (!is_stop(alt.token)) {
+      expected = alt.token;
+      break;
+    }
+  ASSERT_GE(expected, 0) << "the top 10 are all stop tokens";
+
+  // Without min_tokens the free run's first token stops the request at once.
+  r.id = "stopped";
+  r.max_tokens = 6;
+  r.ignore_eos = false;
+  r.stop_token_ids = {first.token};
+  e.submit(r, col.callback());
+  const int32_t min_tokens = std::uniform_int_distribution<int32_t>(2, 6)(rng_);
+  r.id = "held";
+  r.min_tokens = min_tokens;
+  e.submit(r, col.callback());
+  ASSERT_TRUE(col.wait_finished({"stopped", "held"}));
+  EXPECT_EQ(col.get("stopped").ids(), std::vector<int32_t>{first.token});
+  EXPECT_EQ(col.get("stopped").finish_reason, "stop");
+  const Collected held = col.get("held");
+  ASSERT_GE(held.tokens.size(), size_t(min_tokens)) << held.finish_reason;
+  EXPECT_EQ(held.tokens[0].token, expected);
+  for (int32_t i = 0; i < min_tokens; ++i)
+    EXPECT_FALSE(is_stop(held.tokens[size_t(i)].token)) << "a stop token at " << i;
+  // After min_tokens a stop token may end it as usual (then it is the last token).
+  if (held.finish_reason == "stop")
+    EXPECT_TRUE(is_stop(held.tokens.back().token));
+  else
+    EXPECT_EQ(held.tokens.size(), 6u);
+}
+
+// logit_bias: +100 on one token makes greedy decoding repeat it; the reported logprobs stay the
+// raw ones (the free run's, for the first token).
+TEST_F(EngineLifecycle, LogitBiasSteersGreedyDecoding) {
+  SCOPED_TRACE(seed_);
+  Engine e(*bundle_, config_);
+  Collector col;
+  Request r = request("free", 12, 1);
+  r.sampling.top_logprobs = 20;
+  e.submit(r, col.callback());
+  ASSERT_TRUE(col.wait_finished({"free"}));
+  const TokenOutput free = col.get("free").tokens.at(0);
+  // A token ranked 5th-20th by the raw logits, pushed to the top.
+  const TokenLogprob pick =
+      free.top.at(std::uniform_int_distribution<size_t>(4, free.top.size() - 1)(rng_));
+  r.id = "biased";
+  r.max_tokens = 4;
+  r.sampling.top_logprobs = 0;
+  r.sampling.logit_bias = {{pick.token, 100.0f}, {free.token, -100.0f}};
+  e.submit(r, col.callback());
+  ASSERT_TRUE(col.wait_finished({"biased"}));
+  const Collected got = col.get("biased");
+  ASSERT_EQ(got.tokens.size(), 4u);
+  for (const TokenOutput& t : got.tokens) EXPECT_EQ(t.token, pick.token);
+  EXPECT_NEAR(got.tokens[0].logprob, pick.logprob, 1e-5);
+}
+
+// Prompt logprobs: the logprob of prompt token j is what the model gives it after tokens 0..j-1.
+// The reference: for each j, a request with the prompt's first j tokens whose logit_bias makes
+// token j the greedy choice, which reports its raw logprob from an ordinary sampling row. The
+// prompt runs in chunks of a small token budget, with fewer prompt rows a step than it needs,
+// beside other requests, and with its prefix in the cache (which such a request must not use).
+TEST_F(EngineLifecycle, PromptLogprobsMatchTeacherForcedSampling) {
+  SCOPED_TRACE(seed_);
+  EngineConfig c = config_;
+  c.max_num_batched_tokens = 16;
+  c.max_prompt_logprob_rows = 5;
+  Engine e(*bundle_, c);
+  Collector col;
+  const int n = std::uniform_int_distribution<int>(20, 40)(rng_);
+  Request r = request("warm", n, 1);  // puts the prompt's blocks in the prefix cache
+  e.submit(r, col.callback());
+  ASSERT_TRUE(col.wait_finished({"warm"}));
+  r.id = "p";
+  r.max_tokens = 3;
+  r.prompt_logprobs = 4;
+  e.submit(r, col.callback());
+  e.submit(request("other", 30, 4), col.callback());
+  std::vector<std::string> ids = {"p", "other"};
+  for (int j = 1; j < n; ++j) {
+    Request t = greedy_request("t" + std::to_string(j),
+                               std::vector<int32_t>(r.prompt.begin(), r.prompt.begin() + j), 1);
+    t.sampling.top_logprobs = 0;
+    t.sampling.logit_bias = {{r.prompt[size_t(j)], 100.0f}};
+    e.submit(t, col.callback());
+    ids.push_back(t.id);
+  }
+  ASSERT_TRUE(col.wait_finished(ids));
+  const Collected p = col.get("p");
+  EXPECT_EQ(p.cached_tokens, 0);
+  ASSERT_EQ(p.prompt_logprobs.size(), size_t(n - 1));
+  for (int j = 1; j < n; ++j) {
+    const TokenOutput& got = p.prompt_logprobs[size_t(j - 1)];
+    EXPECT_EQ(got.token, r.prompt[size_t(j)]) << j;
+    const TokenOutput want = col.get("t" + std::to_string(j)).tokens.at(0);
+    ASSERT_EQ(want.token, r.prompt[size_t(j)]) << j;
+    EXPECT_NEAR(got.logprob, want.logprob, 1e-3) << "prompt token " << j;
+    ASSERT_EQ(got.top.size(), 4u);
+    for (size_t k = 1; k < got.top.size(); ++k)
+      EXPECT_GE(got.top[k - 1].logprob, got.top[k].logprob);
+    EXPECT_GE(got.top[0].logprob, got.logprob - 1e-6f);
+  }
+  EXPECT_EQ(p.ids().size(), 3u);
 }
 
 TEST_F(EngineLifecycle, ShutdownWithoutDrainAbortsEverything) {

@@ -45,6 +45,7 @@ inline ModelBundle* cpu_bundle(int64_t kv_tokens) {
 
 struct Collected {
   std::vector<TokenOutput> tokens;
+  std::vector<TokenOutput> prompt_logprobs;
   int outputs = 0;
   bool finished = false;
   std::string finish_reason, error;
@@ -65,6 +66,7 @@ class Collector {
       Collected& c = got_[o.id];
       EXPECT_FALSE(c.finished) << "output for " << o.id << " after its final one";
       for (auto& t : o.tokens) c.tokens.push_back(std::move(t));
+      for (auto& t : o.prompt_logprobs) c.prompt_logprobs.push_back(std::move(t));
       ++c.outputs;
       c.finished = o.finished;
       c.finish_reason = o.finish_reason;

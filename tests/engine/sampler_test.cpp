@@ -170,6 +170,59 @@ TEST(Sampler, PenaltiesFollowHfAndOpenAiDefinitions) {
   }
 }
 
+// logit_bias is added before the penalties (vLLM's order), banned tokens become -inf, and the
+// reported logprobs stay the raw ones.
+TEST(Sampler, LogitBiasAndBannedTokensComeBeforePenalties) {
+  const std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f, 0.0f};
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.repetition_penalty = 2.0f;
+  sp.logit_bias = {{1, 4.0f}, {3, -1.5f}, {7, 100.0f}};  // 7 is past this row: skipped
+  Sampler s(sp);
+  auto l = logits;
+  const std::vector<int32_t> prompt = {1, 3};
+  const std::vector<int32_t> banned = {0, -2, 9};
+  const SampleResult r = s.sample(l, prompt, {}, banned);
+  EXPECT_FLOAT_EQ(l[1], (-1.0f + 4.0f) / 2.0f);  // biased to 3, then positive: divided
+  EXPECT_FLOAT_EQ(l[3], (3.0f - 1.5f) / 2.0f);
+  EXPECT_EQ(l[0], -INFINITY);
+  EXPECT_FLOAT_EQ(l[2], 0.5f);
+  EXPECT_EQ(r.token, 1);  // 1.5 beats 0.75, 0.5 and 0; token 0 (2.0) would win but is banned
+  std::vector<float> raw;
+  log_softmax(logits, raw);
+  EXPECT_FLOAT_EQ(r.logprob, raw[1]);
+}
+
+// Random draws never pick a banned token, and a large bias moves the mass as exp(bias) does.
+TEST(Sampler, DrawsHonourBiasesAndBans) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(seed);
+  auto logits = random_logits(40, seed, 1.0f);
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.seed = seed;
+  sp.logit_bias = {{5, 6.0f}, {11, -100.0f}};
+  auto expected = logits;
+  expected[5] += 6.0f;
+  expected[11] += -100.0f;
+  const std::vector<int32_t> banned = {
+      int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()), 17};
+  for (int32_t b : banned) expected[size_t(b)] = -1e30f;
+  const auto p = softmax(expected);
+  Sampler s(sp);
+  const int kDraws = 20000;
+  std::vector<int> counts(logits.size());
+  for (int i = 0; i < kDraws; ++i) {
+    auto copy = logits;
+    ++counts[size_t(s.sample(copy, {}, {}, banned).token)];
+  }
+  for (int32_t b : banned) EXPECT_EQ(counts[size_t(b)], 0) << "banned token " << b << " drawn";
+  EXPECT_EQ(counts[11], 0);
+  // Token 5's share within 5 standard deviations of its biased probability.
+  const double p5 = p[5], sd = std::sqrt(p5 * (1 - p5) / kDraws);
+  EXPECT_NEAR(double(counts[5]) / kDraws, p5, 5 * sd + 1e-9);
+}
+
 TEST(Sampler, RejectsOutOfRangeParameters) {
   SamplingParams sp;
   sp.top_p = 0;
@@ -183,6 +236,20 @@ TEST(Sampler, RejectsOutOfRangeParameters) {
   sp = {};
   sp.temperature = NAN;
   EXPECT_THROW(Sampler{sp}, Error);
+  sp = {};
+  sp.logit_bias = {{3, 100.5f}};
+  EXPECT_THROW(Sampler{sp}, Error);
+  sp.logit_bias = {{3, NAN}};
+  EXPECT_THROW(Sampler{sp}, Error);
+  sp.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW(Sampler{sp}, Error);
+  sp.logit_bias = {{3, 1.0f}, {4, 2.0f}, {3, -1.0f}};
+  EXPECT_THROW(Sampler{sp}, Error);
+  sp.logit_bias.assign(SamplingParams::kMaxLogitBias + 1, {});
+  for (size_t i = 0; i < sp.logit_bias.size(); ++i) sp.logit_bias[i].token = int32_t(i);
+  EXPECT_THROW(Sampler{sp}, Error);
+  sp.logit_bias.pop_back();
+  EXPECT_NO_THROW(Sampler{sp});
 }
 
 }  // namespace

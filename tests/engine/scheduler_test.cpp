@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -83,8 +84,10 @@ class Harness {
         bs_(block_size),
         slots_(size_t(num_blocks) * size_t(block_size), 0) {}
 
-  Sequence* add(std::vector<int32_t> prompt, int32_t max_tokens) {
+  // prompt_logprobs >= 0: the sequence owes the logprobs of its prompt (Request::prompt_logprobs).
+  Sequence* add(std::vector<int32_t> prompt, int32_t max_tokens, int32_t prompt_logprobs = -1) {
     auto s = make_seq(next_id_++, std::move(prompt), max_tokens, stops);
+    s->request.prompt_logprobs = prompt_logprobs;
     Sequence* p = s.get();
     expected_[p->seq_id] = expected_output(std::vector<int32_t>(p->tokens), max_tokens, stops);
     sched.add(std::move(s));
@@ -97,11 +100,17 @@ class Harness {
       if (s->num_uncomputed() == 1) decoding_before.insert(s->seq_id);
     SchedulerOutput out = sched.schedule();
     check_plan(out, decoding_before);
-    for (const ScheduledChunk& c : out.chunks)
-      if (admitted_.insert(c.seq->seq_id).second) admission_order.push_back(c.seq->seq_id);
+    // First admissions (a sequence owing prompt logprobs may be admitted without a chunk when
+    // the step's prompt rows are used up); running() is in seq_id order.
+    for (Sequence* s : sched.running())
+      if (admitted_.insert(s->seq_id).second) admission_order.push_back(s->seq_id);
     std::vector<int32_t> sampled;
     for (const ScheduledChunk& c : out.chunks) {
       Sequence& s = *c.seq;
+      // Prompt logprobs of this chunk's positions, as the engine records them.
+      const auto [lo, hi] = s.prompt_logprob_positions(s.num_computed, c.num_new_tokens);
+      for (int32_t p = lo; p < hi; ++p) prompt_reported_[s.seq_id].push_back(p + 1);
+      if (lo < hi) s.prompt_logprobs_next = hi + 1;
       const auto h = prefix_hashes(s.tokens);
       const int32_t end = s.num_computed + c.num_new_tokens;
       for (int32_t p = s.num_computed; p < end; ++p) slots_[size_t(slot(s, p))] = h[size_t(p)];
@@ -118,6 +127,12 @@ class Harness {
       EXPECT_EQ(std::vector<int32_t>(s->output().begin(), s->output().end()), tokens)
           << "sequence " << s->seq_id;
       EXPECT_EQ(s->finish_reason, reason);
+      if (s->request.prompt_logprobs >= 0) {  // every prompt token after the first, once, in order
+        std::vector<int32_t> want(size_t(s->num_prompt_tokens() - 1));
+        std::iota(want.begin(), want.end(), 1);
+        EXPECT_EQ(prompt_reported_[s->seq_id], want) << "sequence " << s->seq_id;
+        EXPECT_EQ(s->num_cached_prompt, 0) << "prefix hits where prompt logprobs are owed";
+      }
       finished_.push_back(std::move(s));
     }
     check_counts();
@@ -126,11 +141,13 @@ class Harness {
 
   void check_plan(const SchedulerOutput& out, const std::set<int64_t>& decoding_before) {
     const SchedulerConfig& cfg = sched.config();
-    int32_t total = 0;
+    int32_t total = 0, prompt_rows = 0;
     std::set<int64_t> in_step;
     for (size_t i = 0; i < out.chunks.size(); ++i) {
       const ScheduledChunk& c = out.chunks[i];
       total += c.num_new_tokens;
+      const auto [lo, hi] = c.seq->prompt_logprob_positions(c.seq->num_computed, c.num_new_tokens);
+      prompt_rows += hi - lo;
       EXPECT_TRUE(in_step.insert(c.seq->seq_id).second) << "a sequence twice in one step";
       EXPECT_EQ(c.seq->status, SequenceStatus::running);
       EXPECT_GE(c.num_new_tokens, 1);
@@ -147,6 +164,7 @@ class Harness {
       EXPECT_GE(int64_t(c.seq->block_table.size()) * bs_, c.seq->num_tokens());
     }
     EXPECT_EQ(total, out.num_tokens);
+    EXPECT_LE(prompt_rows, cfg.max_prompt_logprob_rows);
     EXPECT_LE(out.num_tokens, cfg.max_num_batched_tokens);
     EXPECT_LE(sched.num_running(), cfg.max_num_seqs);
     // Every running decode that survived the step's preemptions is in the step.
@@ -155,9 +173,13 @@ class Harness {
         EXPECT_TRUE(in_step.contains(s->seq_id));
       }
     }
-    // Budget left over means nobody runnable was left out.
+    // Budget left over means nobody runnable was left out, but for sequences owing prompt
+    // logprobs in a step whose prompt rows are all used.
     if (out.num_tokens < cfg.max_num_batched_tokens) {
-      for (Sequence* s : sched.running()) EXPECT_TRUE(in_step.contains(s->seq_id));
+      for (Sequence* s : sched.running())
+        EXPECT_TRUE(in_step.contains(s->seq_id) ||
+                    (s->owes_prompt_logprobs() && prompt_rows == cfg.max_prompt_logprob_rows))
+            << "sequence " << s->seq_id << " left out";
     }
     if (out.num_preempted) ++steps_with_preemption;
   }
@@ -203,6 +225,7 @@ class Harness {
   int64_t next_id_ = 0;
   std::vector<uint64_t> slots_;
   std::set<int64_t> admitted_;
+  std::map<int64_t, std::vector<int32_t>> prompt_reported_;  // prompt tokens given logprobs
   std::map<int64_t, std::pair<std::vector<int32_t>, std::string>> expected_;
 };
 
@@ -375,10 +398,11 @@ TEST(Scheduler, RandomMixesOverTinyPoolsAllFinish) {
     const int32_t max_seqs = std::uniform_int_distribution<int32_t>(1, 8)(rng);
     const int32_t budget = std::uniform_int_distribution<int32_t>(max_seqs, 96)(rng);
     const bool caching = std::bernoulli_distribution(0.6)(rng);
+    const int32_t prompt_rows = std::uniform_int_distribution<int32_t>(1, 40)(rng);
     SCOPED_TRACE(::testing::Message()
                  << "mix " << mix_i << ": " << blocks << " blocks, seqs " << max_seqs << ", budget "
-                 << budget << ", caching " << caching);
-    Harness h(blocks, bs, {max_seqs, budget, caching});
+                 << budget << ", caching " << caching << ", prompt rows " << prompt_rows);
+    Harness h(blocks, bs, {max_seqs, budget, caching, prompt_rows});
     std::vector<std::vector<int32_t>> stems;
     for (int i = 0; i < 3; ++i) stems.push_back(random_prompt(rng, max_prompt));
     const int n_requests = std::uniform_int_distribution<int>(10, 50)(rng);
@@ -396,7 +420,8 @@ TEST(Scheduler, RandomMixesOverTinyPoolsAllFinish) {
         } else {
           prompt = random_prompt(rng, len);
         }
-        h.add(prompt, std::uniform_int_distribution<int32_t>(1, max_gen)(rng));
+        const bool prompt_lp = std::bernoulli_distribution(0.25)(rng);
+        h.add(prompt, std::uniform_int_distribution<int32_t>(1, max_gen)(rng), prompt_lp ? 0 : -1);
         ++added;
       }
       h.step();

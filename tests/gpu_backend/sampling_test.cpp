@@ -3,7 +3,8 @@
 //     logprob and the raw top-n (ids exactly, logprobs vs the CPU's double log-softmax within
 //     fp32 tolerance), for vocabularies staged in shared memory and not, aligned and misaligned
 //     rows;
-//   - penalties (repetition / presence / frequency): the CPU's penalized argmax exactly;
+//   - penalties (repetition / presence / frequency), logit biases and banned tokens: the CPU's
+//     adjusted argmax exactly;
 //   - top-k / top-p / min-p: every drawn token lies in the CPU's allowed set, and over many draws
 //     the frequencies match the CPU-computed probabilities (Pearson chi-square, alpha = 1e-6);
 //   - the same (seed, step) gives the same token in any batch; outputs outside [R] untouched.
@@ -36,12 +37,17 @@ SampleRow to_row(const SamplingParams& sp, uint64_t step) { return engine::to_sa
 struct Rows {
   std::vector<SampleRow> rows;
   std::vector<int32_t> pen_ids, pen_counts;
+  std::vector<int32_t> bias_ids;
+  std::vector<float> bias_values;
   int32_t top_n = 0;
+  // sp.logit_bias and `banned` become the row's bias list.
   void add(const SamplingParams& sp, uint64_t step, const std::vector<int32_t>& prompt = {},
-           const std::vector<int32_t>& output = {}) {
+           const std::vector<int32_t>& output = {}, const std::vector<int32_t>& banned = {}) {
     SampleRow r = to_row(sp, step);
     std::tie(r.penalty_begin, r.penalty_end) =
         sampling_test::append_penalties(prompt, output, pen_ids, pen_counts);
+    std::tie(r.bias_begin, r.bias_end) =
+        sampling_test::append_biases(sp, banned, bias_ids, bias_values);
     rows.push_back(r);
     top_n = std::max(top_n, sp.top_logprobs);
   }
@@ -87,7 +93,7 @@ class DeviceLogits {
       top_ids = Tensor(tid.data(), DType::i32, {R, N}, Device::cuda);
       top_lp = Tensor(tlp.data(), DType::f32, {R, N}, Device::cuda);
     }
-    SamplingBatch batch{b.rows, b.pen_ids, b.pen_counts};
+    SamplingBatch batch{b.rows, b.pen_ids, b.pen_counts, b.bias_ids, b.bias_values};
     const bool ran = cuda().sample({}, m_.view, batch, tokens, logprobs, top_ids, top_lp);
     EXPECT_TRUE(ran);
     Outputs o;
@@ -205,10 +211,11 @@ void check_penalties(int64_t V, int64_t R) {
   std::uniform_real_distribution<float> u(0, 1);
   std::vector<float> host;
   std::vector<SamplingParams> sps;
-  std::vector<std::vector<int32_t>> prompts, outputs;
+  std::vector<std::vector<int32_t>> prompts, outputs, bans;
   Rows b;
   for (int64_t r = 0; r < R; ++r) {
-    // A dozen near-equal leaders among the first 64 ids, so that the penalties decide.
+    // A dozen near-equal leaders among the first 64 ids, so that the penalties (and biases and
+    // bans) decide.
     std::vector<float> l = normal_logits(V, 1.0f);
     std::uniform_int_distribution<int32_t> lead(0, 63), any(0, int32_t(V - 1));
     for (int j = 0; j < 12; ++j) l[size_t(lead(rng()))] = 4.0f + 0.25f * float(j % 3);
@@ -221,19 +228,32 @@ void check_penalties(int64_t V, int64_t R) {
     std::vector<int32_t> prompt, output;
     for (int j = 0; j < 40; ++j) prompt.push_back(j % 2 ? lead(rng()) : any(rng()));
     for (int j = 0; j < 30; ++j) output.push_back(j % 2 ? lead(rng()) : any(rng()));
+    // Biases on odd rows (some on penalized tokens, one id past the vocabulary), bans of the raw
+    // argmax on rows 3 mod 4; rows 5 mod 6 have biases and no penalties (a copy all the same).
+    std::vector<int32_t> banned;
+    if (r % 2 == 1) {
+      std::set<int32_t> ids = {prompt[0], output[1]};
+      while (ids.size() < 6) ids.insert(lead(rng()));
+      for (int32_t t : ids) sp.logit_bias.push_back({t, -5.0f + 10.0f * u(rng())});
+      sp.logit_bias.push_back({int32_t(V) + 1, 20.0f});
+    }
+    if (r % 4 == 3) banned = {int32_t(std::max_element(l.begin(), l.end()) - l.begin()), -1};
+    if (r % 6 == 5) sp.repetition_penalty = 1.0f, sp.presence_penalty = sp.frequency_penalty = 0;
     host.insert(host.end(), l.begin(), l.end());
     sps.push_back(sp);
     prompts.push_back(prompt);
     outputs.push_back(output);
-    b.add(sp, uint64_t(output.size()), prompt, output);
+    bans.push_back(banned);
+    b.add(sp, uint64_t(output.size()), prompt, output, banned);
   }
   DeviceLogits d(host, R, V);
   const Outputs o = d.sample(b);
   for (int64_t r = 0; r < R; ++r) {
     std::vector<float> row(host.begin() + r * V, host.begin() + (r + 1) * V);
     engine::Sampler cpu(sps[size_t(r)]);
-    const engine::SampleResult ref = cpu.sample(row, prompts[size_t(r)], outputs[size_t(r)]);
-    const std::string what = fmt::format("penalties V={} row {}", V, r);
+    const engine::SampleResult ref =
+        cpu.sample(row, prompts[size_t(r)], outputs[size_t(r)], bans[size_t(r)]);
+    const std::string what = fmt::format("penalties and biases V={} row {}", V, r);
     EXPECT_EQ(o.tokens[size_t(r)], ref.token) << what;
     expect_logprob(o.logprobs[size_t(r)], ref.logprob, what);
     for (size_t j = 0; j < ref.top.size(); ++j)  // raw: before penalties
@@ -465,6 +485,25 @@ TEST_F(GpuBackend, SampleChecksItsArguments) {
   wants_top.rows[0].top_logprobs = 3;
   SamplingBatch batch4{wants_top.rows, wants_top.pen_ids, wants_top.pen_counts};
   EXPECT_THROW(cuda().sample({}, d.view(), batch4, tokens, logprobs, none, none), Error);
+  // A bias range past the lists, lists of different lengths, a NaN or +inf bias.
+  Rows biased = b;
+  biased.rows[0].bias_end = 2;
+  biased.bias_ids = {3};
+  biased.bias_values = {1.0f};
+  SamplingBatch batch5{biased.rows, biased.pen_ids, biased.pen_counts, biased.bias_ids,
+                       biased.bias_values};
+  EXPECT_THROW(cuda().sample({}, d.view(), batch5, tokens, logprobs, none, none), Error);
+  biased.rows[0].bias_end = 1;
+  biased.bias_values = {1.0f, 2.0f};
+  SamplingBatch batch6{biased.rows, biased.pen_ids, biased.pen_counts, biased.bias_ids,
+                       biased.bias_values};
+  EXPECT_THROW(cuda().sample({}, d.view(), batch6, tokens, logprobs, none, none), Error);
+  for (float v : {NAN, INFINITY}) {
+    biased.bias_values = {v};
+    SamplingBatch batch7{biased.rows, biased.pen_ids, biased.pen_counts, biased.bias_ids,
+                         biased.bias_values};
+    EXPECT_THROW(cuda().sample({}, d.view(), batch7, tokens, logprobs, none, none), Error) << v;
+  }
   // The CPU backend has no device sampler.
   std::vector<float> host = l;
   std::vector<int32_t> t(1);

@@ -154,6 +154,8 @@ class SamplingBackend final : public backend::Backend {
       p.step = s.step;
       p.penalty_begin = s.penalty_begin;
       p.penalty_end = s.penalty_end;
+      p.bias_begin = s.bias_begin;
+      p.bias_end = s.bias_end;
     }
     SampleArgs a;
     a.logits = logits.ptr<float>();
@@ -163,6 +165,8 @@ class SamplingBackend final : public backend::Backend {
     a.params = params.data();
     a.penalty_ids = batch.penalty_tokens.data();
     a.penalty_counts = batch.penalty_counts.data();
+    a.bias_ids = batch.bias_tokens.data();
+    a.bias_values = batch.bias_values.data();
     a.tokens = tokens.ptr<int32_t>();
     a.logprobs = logprobs.ptr<float>();
     a.top_n = top_ids.data ? int32_t(top_ids.shape[1]) : 0;

@@ -2,6 +2,7 @@
 // backend whose sample() is the GPU kernel emulated on fibers (emulated_sampling.h). Greedy
 // requests (with penalties and top logprobs) give the tokens of host sampling on the plain CPU
 // backend; a seeded random request gives the same tokens run twice.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -98,6 +99,49 @@ TEST_F(EngineDeviceSampling, GreedyEqualsHostSampling) {
       ASSERT_EQ(d.tokens[i].top.size(), h.tokens[i].top.size());
       for (size_t j = 0; j < d.tokens[i].top.size(); ++j)
         EXPECT_EQ(d.tokens[i].top[j].token, h.tokens[i].top[j].token);
+    }
+  }
+}
+
+// Logit biases and min_tokens (banned stop tokens) on the device path: the host's greedy tokens.
+TEST_F(EngineDeviceSampling, BiasesAndMinTokensEqualHostSampling) {
+  const int64_t V = host_->config().vocab;
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(V) - 1);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 4; ++i) {
+    Request r = testing::greedy_request("b" + std::to_string(i),
+                                        testing::random_prompt(rng_, V, 6 + 7 * i), 6);
+    for (int j = 0; j < 3 + 40 * i; ++j) r.sampling.logit_bias.push_back({tok(rng_), 0.0f});
+    std::sort(r.sampling.logit_bias.begin(), r.sampling.logit_bias.end(),
+              [](const TokenBias& a, const TokenBias& b) { return a.token < b.token; });
+    r.sampling.logit_bias.erase(
+        std::unique(r.sampling.logit_bias.begin(), r.sampling.logit_bias.end(),
+                    [](const TokenBias& a, const TokenBias& b) { return a.token == b.token; }),
+        r.sampling.logit_bias.end());
+    // Rows with min_tokens: the other biases are <= 0, so that the favoured stop token wins
+    // once it may (a logit spread under 100).
+    const float hi = i % 2 == 1 ? 0.0f : 100.0f;
+    for (TokenBias& b : r.sampling.logit_bias)
+      b.bias = std::uniform_real_distribution<float>(-100.0f, hi)(rng_);
+    if (i % 2 == 1) {
+      // Stop tokens, one of them favoured by the bias, held back for 4 tokens.
+      r.ignore_eos = false;
+      r.stop_token_ids = {r.sampling.logit_bias[0].token, r.sampling.logit_bias[1].token};
+      r.sampling.logit_bias[0].bias = 100.0f;
+      r.min_tokens = 4;
+    }
+    if (i == 3) r.sampling.repetition_penalty = 1.3f;
+    reqs.push_back(r);
+  }
+  auto dev = run(*device_, reqs);
+  auto host = run(*host_, reqs);
+  for (const Request& r : reqs) {
+    EXPECT_EQ(dev[r.id].ids(), host[r.id].ids()) << r.id;
+    EXPECT_EQ(dev[r.id].finish_reason, host[r.id].finish_reason) << r.id;
+    if (r.min_tokens > 0) {
+      // The favoured stop token comes right after min_tokens.
+      ASSERT_EQ(host[r.id].ids().size(), size_t(r.min_tokens) + 1) << r.id;
+      EXPECT_EQ(host[r.id].ids().back(), r.stop_token_ids[0]) << r.id;
     }
   }
 }

@@ -103,20 +103,26 @@ struct Batch {
   std::vector<float> storage;
   std::vector<SampleRowParams> params;
   std::vector<int32_t> pen_ids, pen_counts;
+  std::vector<int32_t> bias_ids;
+  std::vector<float> bias_values;
   int32_t top_n = 0;
 
   Batch(int64_t vocab, int64_t row_stride, int64_t first)
       : V(vocab), ld(row_stride), offset(first) {}
   float* row(size_t r) { return storage.data() + offset + int64_t(r) * ld; }
   // Appends a row; prompt/output become its penalty list (distinct tokens, output counts).
+  // sp.logit_bias and `banned` become its bias list.
   void add(const std::vector<float>& logits, const SamplingParams& sp, uint64_t step,
-           const std::vector<int32_t>& prompt = {}, const std::vector<int32_t>& output = {}) {
+           const std::vector<int32_t>& prompt = {}, const std::vector<int32_t>& output = {},
+           const std::vector<int32_t>& banned = {}) {
     const size_t r = params.size();
     storage.resize(size_t(offset + int64_t(r + 1) * ld + 8), 0.0f);
     std::copy(logits.begin(), logits.end(), row(r));
     SampleRowParams p = to_row(sp, step);
     std::tie(p.penalty_begin, p.penalty_end) =
         sampling_test::append_penalties(prompt, output, pen_ids, pen_counts);
+    std::tie(p.bias_begin, p.bias_end) =
+        sampling_test::append_biases(sp, banned, bias_ids, bias_values);
     params.push_back(p);
     top_n = std::max(top_n, sp.top_logprobs);
   }
@@ -144,6 +150,10 @@ Result run(Batch& b, bool staged, simt::Order order, uint32_t schedule_seed = 1)
   std::vector<int32_t> ids = b.pen_ids, counts = b.pen_counts;
   ids.push_back(0);
   counts.push_back(0);
+  std::vector<int32_t> bias_ids = b.bias_ids;
+  std::vector<float> bias_values = b.bias_values;
+  bias_ids.push_back(0);
+  bias_values.push_back(0.0f);
   SampleArgs a;
   a.logits = b.row(0);
   a.ld = b.ld;
@@ -152,6 +162,8 @@ Result run(Batch& b, bool staged, simt::Order order, uint32_t schedule_seed = 1)
   a.params = b.params.data();
   a.penalty_ids = ids.data();
   a.penalty_counts = counts.data();
+  a.bias_ids = bias_ids.data();
+  a.bias_values = bias_values.data();
   a.workspace = staged ? nullptr : reinterpret_cast<float*>(workspace.data());
   a.tokens = res.tokens.data();
   a.logprobs = res.logprobs.data();
@@ -315,6 +327,100 @@ TEST(SamplingEmulation, PenaltiesMatchCpuSampler) {
       expect_logprob(got.logprobs[r], ref.logprob, "raw logprob of the penalized choice");
     }
   }
+}
+
+// Random logit biases (ids outside the vocabulary included) and banned tokens, alone and with
+// penalties on the same tokens: the CPU Sampler's greedy token and raw logprob.
+TEST(SamplingEmulation, BiasesAndBansMatchCpuSampler) {
+  const uint32_t seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0, 1);
+  for (bool staged : {true, false}) {
+    const int64_t V = 301;
+    Batch b(V, V, 0);
+    std::vector<std::vector<float>> rows;
+    std::vector<SamplingParams> sps;
+    std::vector<std::vector<int32_t>> prompts, outputs, bans;
+    std::uniform_int_distribution<int32_t> tok(0, 12);
+    for (int r = 0; r < 24; ++r) {
+      std::vector<float> l = normal_logits(V, rng, 1.0f);
+      for (int j = 0; j < 12; ++j) l[size_t(tok(rng))] = 4.0f + 0.25f * float(j % 3);
+      SamplingParams sp;
+      sp.temperature = 0;
+      if (r % 2 == 0) {
+        sp.repetition_penalty = 0.5f + 2.0f * u(rng);
+        sp.presence_penalty = -2.0f + 4.0f * u(rng);
+      }
+      std::set<int32_t> ids;
+      while (ids.size() < size_t(r % 7)) ids.insert(tok(rng));
+      for (int32_t t : ids) sp.logit_bias.push_back({t, -6.0f + 12.0f * u(rng)});
+      if (r == 3) sp.logit_bias.push_back({int32_t(V) + 5, 50.0f});  // outside: skipped
+      std::vector<int32_t> banned;
+      if (r % 3 != 0) {
+        // The raw argmax (so that a ban changes the winner), and one of the biased ids.
+        banned.push_back(int32_t(std::max_element(l.begin(), l.end()) - l.begin()));
+        if (!ids.empty()) banned.push_back(*ids.begin());
+        if (r == 4) banned.push_back(-3);  // outside: skipped
+      }
+      std::vector<int32_t> prompt, output;
+      for (int j = 0; j < 6; ++j) prompt.push_back(tok(rng));
+      for (int j = 0; j < 8; ++j) output.push_back(tok(rng));
+      rows.push_back(l);
+      sps.push_back(sp);
+      prompts.push_back(prompt);
+      outputs.push_back(output);
+      bans.push_back(banned);
+      b.add(l, sp, 0, prompt, output, banned);
+    }
+    const Result got = run<64>(b, staged, kOrders[seed % 3], seed);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      engine::Sampler cpu(sps[r]);
+      std::vector<float> copy = rows[r];
+      const engine::SampleResult ref = cpu.sample(copy, prompts[r], outputs[r], bans[r]);
+      EXPECT_EQ(got.tokens[r], ref.token) << "row " << r << " seed " << seed;
+      for (int32_t t : bans[r]) EXPECT_NE(got.tokens[r], t) << "banned, row " << r;
+      expect_logprob(got.logprobs[r], ref.logprob, "raw logprob of the adjusted choice");
+    }
+  }
+}
+
+// Draws with biases and bans lie in the CPU Sampler's set for the adjusted logits, never on a
+// banned token.
+TEST(SamplingEmulation, DrawsWithBiasesAndBansStayInTheCpuSamplersSet) {
+  const uint32_t seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  const int64_t V = 200;
+  int checked = 0;
+  for (bool staged : {true, false})
+    for (int c = 0; c < 6; ++c) {
+      const std::vector<float> logits = normal_logits(V, rng, 2.0f);
+      SamplingParams sp;
+      sp.temperature = c % 2 ? 0.8f : 1.3f;
+      sp.top_k = c % 3 == 0 ? 8 : 0;
+      sp.top_p = c % 3 == 1 ? 0.8f : 1.0f;
+      sp.seed = rng();
+      std::uniform_int_distribution<int32_t> tok(0, int32_t(V) - 1);
+      for (int32_t t : {tok(rng), tok(rng)}) sp.logit_bias.push_back({t, 8.0f});
+      if (sp.logit_bias[0].token == sp.logit_bias[1].token) sp.logit_bias.pop_back();
+      const std::vector<int32_t> banned = {
+          int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()),
+          sp.logit_bias[0].token};
+      const auto adjusted = sampling_test::penalized(logits, sp, {}, {}, banned);
+      SamplingParams plain = sp;
+      plain.logit_bias.clear();
+      const auto allowed = allowed_set(adjusted, plain);
+      if (allowed.margin < 1e-4) continue;
+      Batch b(V, V, 0);
+      for (uint64_t step = 0; step < 16; ++step) b.add(logits, sp, step * 31 + 2, {}, {}, banned);
+      const Result got = run<64>(b, staged, kOrders[checked % 3], seed);
+      for (size_t r = 0; r < b.params.size(); ++r) {
+        EXPECT_TRUE(allowed.contains(got.tokens[r]))
+            << "drew " << got.tokens[r] << " seed " << seed;
+        for (int32_t t : banned) EXPECT_NE(got.tokens[r], t) << "banned, seed " << seed;
+      }
+      ++checked;
+    }
+  EXPECT_GT(checked, 6);
 }
 
 // Sampling: the token always lies in the CPU Sampler's allowed set.

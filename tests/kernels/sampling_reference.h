@@ -114,15 +114,34 @@ inline std::pair<int32_t, int32_t> append_penalties(const std::vector<int32_t>& 
   return {begin, int32_t(ids.size())};
 }
 
-// The logits after engine::Sampler's penalties (prompt, output as the Sampler takes them).
+// Appends one row's bias list as Backend::sample takes it: the parameters' logit_bias, then each
+// banned token as -inf (replacing its bias where it has one). Returns its [begin, end).
+inline std::pair<int32_t, int32_t> append_biases(const engine::SamplingParams& sp,
+                                                 const std::vector<int32_t>& banned,
+                                                 std::vector<int32_t>& ids,
+                                                 std::vector<float>& values) {
+  const int32_t begin = int32_t(ids.size());
+  std::map<int32_t, float> b;
+  for (const engine::TokenBias& e : sp.logit_bias) b[e.token] = e.bias;
+  for (int32_t t : banned) b[t] = -INFINITY;
+  for (auto [t, v] : b) {
+    ids.push_back(t);
+    values.push_back(v);
+  }
+  return {begin, int32_t(ids.size())};
+}
+
+// The logits after engine::Sampler's biases, bans and penalties (prompt, output as the Sampler
+// takes them).
 inline std::vector<float> penalized(std::vector<float> logits, const engine::SamplingParams& sp,
                                     std::span<const int32_t> prompt,
-                                    std::span<const int32_t> output) {
+                                    std::span<const int32_t> output,
+                                    std::span<const int32_t> banned = {}) {
   engine::SamplingParams g = sp;
   g.temperature = 0;
   g.top_logprobs = 0;
   engine::Sampler s(g);
-  s.sample(logits, prompt, output);
+  s.sample(logits, prompt, output, banned);
   return logits;
 }
 

@@ -140,14 +140,22 @@ TEST(ParseGeneration, ValidatesAndNamesParameters) {
   auto c = parse(rs::Api::completions, R"({"prompt":[[1,2],[3]],"logprobs":0})");
   EXPECT_EQ(c.prompts.size(), 2u);
   EXPECT_TRUE(c.logprobs);
+  EXPECT_FALSE(c.echo);
+  auto e = parse(rs::Api::completions,
+                 R"({"prompt":"a","echo":true,"logit_bias":{"9":-2.5,"3":100},"min_tokens":2})");
+  EXPECT_TRUE(e.echo);
+  EXPECT_EQ(e.min_tokens, 2);
+  EXPECT_EQ(e.sampling.logit_bias,
+            (std::vector<ridge::engine::TokenBias>{{3, 100.0f}, {9, -2.5f}}));  // sorted by id
   struct Case { const char* body; const char* param; };
-  for (const Case& k : {Case{R"({"prompt":"a","temperature":3})", "temperature"},
-                        Case{R"({"prompt":"a","max_tokens":"4"})", "max_tokens"},
-                        Case{R"({"prompt":[1,"a"]})", "prompt"},
-                        Case{R"({"prompt":"a","stop":[1]})", "stop[0]"},
-                        Case{R"({"prompt":"a","logprobs":true})", "logprobs"},
-                        Case{R"({"prompt":"a","echo":true})", "echo"},
-                        Case{R"({})", "prompt"}}) {
+  for (const Case& k :
+       {Case{R"({"prompt":"a","temperature":3})", "temperature"},
+        Case{R"({"prompt":"a","max_tokens":"4"})", "max_tokens"},
+        Case{R"({"prompt":[1,"a"]})", "prompt"}, Case{R"({"prompt":"a","stop":[1]})", "stop[0]"},
+        Case{R"({"prompt":"a","logprobs":true})", "logprobs"},
+        Case{R"({"prompt":"a","echo":1})", "echo"},
+        Case{R"({"prompt":"a","logit_bias":{"1":"x"}})", "logit_bias"},
+        Case{R"({"prompt":"a","min_tokens":-2})", "min_tokens"}, Case{R"({})", "prompt"}}) {
     try {
       parse(rs::Api::completions, k.body);
       ADD_FAILURE() << k.body;

@@ -38,7 +38,8 @@ def test_malformed_json(server):
 @pytest.mark.parametrize("field,value", [
     ("temperature", "hot"), ("max_tokens", 1.5), ("n", "2"), ("stream", "yes"), ("top_p", [1]),
     ("seed", 1.25), ("stop", 5), ("logprobs", 2), ("messages", "hi"), ("top_k", 0.5),
-    ("presence_penalty", {}), ("user", 7)])
+    ("presence_penalty", {}), ("user", 7), ("logit_bias", [[5, 1]]), ("logit_bias", {"5": "up"}),
+    ("min_tokens", "3")])
 def test_wrong_types_name_the_parameter(server, field, value):
     body = {"model": server.model, "messages": MSGS, "max_tokens": 2, field: value}
     status, e = error_of(post(server, "/v1/chat/completions", body))
@@ -49,7 +50,10 @@ def test_wrong_types_name_the_parameter(server, field, value):
 @pytest.mark.parametrize("field,value", [
     ("temperature", 2.5), ("temperature", -0.1), ("top_p", 0), ("top_p", 1.5), ("max_tokens", 0),
     ("max_tokens", -3), ("n", 0), ("n", 1000), ("presence_penalty", 3), ("frequency_penalty", -2.5),
-    ("top_logprobs", 21), ("min_p", 1.5), ("repetition_penalty", 0), ("top_k", -5)])
+    ("top_logprobs", 21), ("min_p", 1.5), ("repetition_penalty", 0), ("top_k", -5),
+    ("logit_bias", {"5": 100.5}), ("logit_bias", {"5": -101}), ("logit_bias", {"five": 1}),
+    ("logit_bias", {"-5": 1}), ("logit_bias", {"999999999": 1}), ("logit_bias", {"7": 1, "07": 2}),
+    ("logit_bias", {str(i): 1 for i in range(1025)}), ("min_tokens", -1), ("min_tokens", 3)])
 def test_out_of_range_values_name_the_parameter(server, field, value):
     body = {"model": server.model, "messages": MSGS, "max_tokens": 2, "logprobs": True, field: value}
     status, e = error_of(post(server, "/v1/chat/completions", body))

@@ -1,12 +1,13 @@
 """ridge serve through the official openai client (and raw HTTP where the client hides the
 wire): chat and completions, streaming and not, n > 1, stop strings, seeds, logprobs, usage,
+logit_bias and min_tokens (token ids from HF transformers' reading of the model's tokenizer),
 equal outputs with the prefix cache on and off and alone vs in a concurrent batch."""
 import concurrent.futures as cf
 import json
 
 import pytest
 
-from server_harness import Server, sse_events
+from server_harness import DEFAULT_MODEL, Server, sse_events
 
 CHAT = [{"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "Write one sentence about the sea."}]
@@ -258,3 +259,156 @@ def test_metrics_exposition(server):
         assert name in m, name
     assert m["ridge_generation_tokens_total"] > 0
     assert m['ridge_e2e_request_latency_seconds_bucket{le="+Inf"}'] == m["ridge_e2e_request_latency_seconds_count"]
+
+
+@pytest.fixture(scope="module")
+def hf_tok(server):
+    """The default model's tokenizer as HF transformers reads it from the GGUF file."""
+    if server.stub:
+        pytest.skip("the stub engine has no model")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    return transformers.AutoTokenizer.from_pretrained(str(DEFAULT_MODEL.parent),
+                                                      gguf_file=DEFAULT_MODEL.name)
+
+
+def _complete(server, **kw):
+    kw.setdefault("model", server.model)
+    kw.setdefault("temperature", 0)
+    extra = kw.pop("extra_body", {})
+    extra.setdefault("ignore_eos", True)
+    return server.client().completions.create(extra_body=extra, **kw).choices[0]
+
+
+def _single_token_id(hf_tok, text):
+    ids = hf_tok.encode(text, add_special_tokens=False)
+    return ids[0] if len(ids) == 1 else None
+
+
+def test_logit_bias_steers_greedy_decoding(server, hf_tok):
+    import random
+    rng = random.Random()
+    prompt = "The capital of France is"
+    free = _complete(server, prompt=prompt, max_tokens=1, logprobs=5)
+    top = free.logprobs.top_logprobs[0]  # raw logprobs, best first
+    ranked = sorted(top.items(), key=lambda kv: -kv[1])
+    # +100 on an ordinary token: greedy decoding repeats it; the logprobs reported stay raw.
+    while True:
+        t = rng.randrange(300, len(hf_tok))
+        piece = hf_tok.decode([t])
+        if piece.isascii() and piece.strip().isalnum() and hf_tok.decode([t] * 4) == piece * 4:
+            break
+    got = _complete(server, prompt=prompt, max_tokens=4, logprobs=1, logit_bias={str(t): 100})
+    assert got.text == piece * 4, (t, piece, got.text)
+    assert got.logprobs.tokens == [piece] * 4
+    assert got.logprobs.token_logprobs[0] < -1.0  # raw: an unlikely token, however biased
+    # -100 on the greedy token: the raw ranking's second token comes first, with its raw logprob.
+    first_id = _single_token_id(hf_tok, ranked[0][0])
+    if first_id is None:
+        pytest.skip(f"the greedy token {ranked[0][0]!r} does not encode to one id")
+    second = _complete(server, prompt=prompt, max_tokens=1, logprobs=1,
+                       logit_bias={str(first_id): -100})
+    assert second.logprobs.tokens[0] == ranked[1][0]
+    assert second.logprobs.token_logprobs[0] == pytest.approx(ranked[1][1], abs=1e-4)
+
+
+def test_min_tokens_holds_back_stop_tokens_and_strings(server, hf_tok):
+    prompt = "1, 2, 3, 4,"
+    free = _complete(server, prompt=prompt, max_tokens=12, logprobs=2)
+    toks, text = free.logprobs.tokens, free.text
+    first_id = _single_token_id(hf_tok, toks[0])
+    if first_id is None:
+        pytest.skip(f"the greedy token {toks[0]!r} does not encode to one id")
+    # Without min_tokens the first token stops the completion at once (a stop token is no text).
+    stopped = _complete(server, prompt=prompt, max_tokens=12,
+                        extra_body={"stop_token_ids": [first_id]})
+    assert stopped.text == "" and stopped.finish_reason == "stop"
+    # With it, the stop token cannot come for 5 tokens: the raw second choice comes first.
+    r = server.client().completions.create(
+        model=server.model, prompt=prompt, temperature=0, max_tokens=12, logprobs=2,
+        extra_body={"ignore_eos": True, "stop_token_ids": [first_id], "min_tokens": 5})
+    held = r.choices[0]
+    assert r.usage.completion_tokens >= 5
+    second = sorted(free.logprobs.top_logprobs[0].items(), key=lambda kv: -kv[1])[1][0]
+    assert held.logprobs.tokens[0] == second
+    assert toks[0] not in held.logprobs.tokens[:5]
+    # Stop strings are matched only in the text after the first min_tokens tokens.
+    stop = next((p.strip() for p in toks[1:4] if p.strip()), None)
+    if stop is None:
+        pytest.skip("no visible text in tokens 1-3")
+    for m in (0, 2, 6):
+        got = _complete(server, prompt=prompt, max_tokens=12, stop=[stop],
+                        extra_body={"min_tokens": m})
+        head = "".join(toks[:m])
+        rest = text[len(head):]
+        want = head + rest[:rest.index(stop)] if stop in rest else text
+        assert got.text == want, (m, stop, got.text, text)
+        assert got.finish_reason == ("stop" if stop in rest else "length")
+
+
+@pytest.fixture(scope="module")
+def hf_model(server):
+    """The default model in HF transformers (fp32, dequantized from the GGUF file)."""
+    if server.stub:
+        pytest.skip("the stub engine has no model")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    m = transformers.AutoModelForCausalLM.from_pretrained(
+        str(DEFAULT_MODEL.parent), gguf_file=DEFAULT_MODEL.name, dtype=torch.float32)
+    m.eval()
+    return m
+
+
+def test_echo_returns_the_prompt_and_its_logprobs_as_transformers_scores_them(server, hf_model):
+    """Completions with echo (lm-evaluation-harness's loglikelihood request): the prompt's text
+    first, its tokens' logprobs (the first null) within fp32 tolerance of HF's teacher-forced pass,
+    then the completion's; streamed and not; prompts as text and as token ids."""
+    import torch
+    cl = server.client()
+    text = "The quick brown fox jumps over the lazy dog because"
+    plain = cl.completions.create(model=server.model, prompt=text, temperature=0, max_tokens=3,
+                                  logprobs=2, extra_body={"ignore_eos": True}).choices[0]
+    r = cl.completions.create(model=server.model, prompt=text, temperature=0, max_tokens=3,
+                              logprobs=2, echo=True, extra_body={"ignore_eos": True})
+    c = r.choices[0]
+    assert c.text == text + plain.text
+    lp = c.logprobs
+    n = r.usage.prompt_tokens
+    assert len(lp.tokens) == n + 3 == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert "".join(lp.tokens[:n]) == text
+    assert lp.text_offset[:n] == [len("".join(lp.tokens[:j])) for j in range(n)]
+    assert lp.tokens[n:] == plain.logprobs.tokens
+    assert lp.token_logprobs[n:] == pytest.approx(plain.logprobs.token_logprobs, abs=1e-5)
+    assert lp.text_offset[n:] == [len(text) + o for o in plain.logprobs.text_offset]
+    # The prompt's logprobs as HF computes them over the same ids.
+    ids = _prompt_ids(server, text)
+    with torch.no_grad():
+        ref = torch.log_softmax(hf_model(torch.tensor([ids])).logits[0].double(), dim=-1)
+    for j in range(1, n):
+        assert lp.token_logprobs[j] == pytest.approx(ref[j - 1, ids[j]].item(), abs=5e-4), j
+        assert len(lp.top_logprobs[j]) <= 2
+        best = max(lp.top_logprobs[j].values())
+        assert best == pytest.approx(ref[j - 1].max().item(), abs=5e-4)
+    # The same prompt as token ids, streamed: the same text and logprobs.
+    chunks = list(cl.completions.create(model=server.model, prompt=ids, temperature=0, max_tokens=3,
+                                        logprobs=2, echo=True, stream=True,
+                                        extra_body={"ignore_eos": True}))
+    assert "".join(ch.choices[0].text for ch in chunks) == c.text
+    streamed = [x for ch in chunks if ch.choices[0].logprobs for x in ch.choices[0].logprobs.token_logprobs]
+    assert streamed[0] is None
+    assert streamed[1:] == pytest.approx(lp.token_logprobs[1:], abs=1e-5)
+    # Echo without logprobs: the text alone.
+    e = cl.completions.create(model=server.model, prompt=text, temperature=0, max_tokens=3, echo=True,
+                              extra_body={"ignore_eos": True}).choices[0]
+    assert e.text == c.text and e.logprobs is None
+
+
+def _prompt_ids(server, text):
+    """The prompt's token ids as ridge encodes them (usage and a token-id prompt must agree)."""
+    from transformers import AutoTokenizer
+    hf = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL.parent), gguf_file=DEFAULT_MODEL.name)
+    ids = hf.encode(text, add_special_tokens=False)
+    r = server.client().completions.create(model=server.model, prompt=text, max_tokens=1, temperature=0)
+    assert r.usage.prompt_tokens == len(ids), (r.usage.prompt_tokens, ids)
+    return ids

@@ -165,6 +165,9 @@ struct SampleRow {
   // This row's entries in SamplingBatch::penalty_tokens / penalty_counts: [begin, end).
   int32_t penalty_begin = 0;
   int32_t penalty_end = 0;
+  // This row's entries in SamplingBatch::bias_tokens / bias_values: [begin, end).
+  int32_t bias_begin = 0;
+  int32_t bias_end = 0;
 };
 
 // The host side of one Backend::sample call.
@@ -176,6 +179,10 @@ struct SamplingBatch {
   // without penalties need no entries.
   std::span<const int32_t> penalty_tokens;
   std::span<const int32_t> penalty_counts;
+  // Per row (its [bias_begin, bias_end)): distinct tokens and what is added to their logits before
+  // the penalties (-inf bans a token). Ids outside [0, vocab) are skipped.
+  std::span<const int32_t> bias_tokens;
+  std::span<const float> bias_values;
 };
 
 // The device's power state at one moment (Backend::power_reading): what the card's power

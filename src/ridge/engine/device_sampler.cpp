@@ -1,6 +1,7 @@
 #include "ridge/engine/device_sampler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -80,6 +81,8 @@ bool DeviceSampler::launch(const backend::Stream& stream, const Tensor& logits,
   rows_.clear();
   penalty_tokens_.clear();
   penalty_counts_.clear();
+  bias_tokens_.clear();
+  bias_values_.clear();
   int32_t top_n = 0;
   for (const DeviceSampleRow& r : rows) {
     const SamplingParams& p = *r.params;
@@ -92,6 +95,26 @@ bool DeviceSampler::launch(const backend::Stream& stream, const Tensor& logits,
       penalty_counts_.insert(penalty_counts_.end(), c.begin(), c.end());
       s.penalty_end = int32_t(penalty_tokens_.size());
     }
+    // The row's biases, and its banned tokens as -inf (replacing a bias of the same token: the
+    // kernel wants each token once a row).
+    s.bias_begin = int32_t(bias_tokens_.size());
+    for (const TokenBias& b : p.logit_bias)
+      if (b.token >= 0 && b.token < vocab_) {
+        bias_tokens_.push_back(b.token);
+        bias_values_.push_back(b.bias);
+      }
+    for (int32_t t : r.banned) {
+      if (t < 0 || t >= vocab_) continue;
+      const auto first = bias_tokens_.begin() + s.bias_begin;
+      const auto at = std::find(first, bias_tokens_.end(), t);
+      if (at == bias_tokens_.end()) {
+        bias_tokens_.push_back(t);
+        bias_values_.push_back(-INFINITY);
+      } else {
+        bias_values_[size_t(at - bias_tokens_.begin())] = -INFINITY;
+      }
+    }
+    s.bias_end = int32_t(bias_tokens_.size());
     rows_.push_back(s);
     top_n = std::max(top_n, p.top_logprobs);
   }
@@ -109,7 +132,7 @@ bool DeviceSampler::launch(const backend::Stream& stream, const Tensor& logits,
     top_logprobs = Tensor(base + 2 * R + R * top_n, DType::f32, {R, top_n}, dev);
   }
   const Tensor step_logits = logits.slice_rows(0, R);
-  backend::SamplingBatch batch{rows_, penalty_tokens_, penalty_counts_};
+  backend::SamplingBatch batch{rows_, penalty_tokens_, penalty_counts_, bias_tokens_, bias_values_};
   if (!backend_.sample(stream, step_logits, batch, tokens, logprobs, top_ids, top_logprobs)) {
     available_ = false;
     return false;

@@ -52,12 +52,14 @@ class PenaltyHistory {
 // The backend's row for a sequence's parameters at generated-token index `step` (no penalty range).
 backend::SampleRow to_sample_row(const SamplingParams& params, uint64_t step);
 
-// One row of a step: the sequence's parameters, how many tokens it has generated, and its penalty
-// history (null, or ignored, when the parameters use no penalty).
+// One row of a step: the sequence's parameters, how many tokens it has generated, its penalty
+// history (null, or ignored, when the parameters use no penalty) and the tokens it must not draw
+// now (Sampler::sample's `banned`).
 struct DeviceSampleRow {
   const SamplingParams* params = nullptr;
   uint64_t step = 0;
   const PenaltyHistory* history = nullptr;
+  std::span<const int32_t> banned;
 };
 
 class DeviceSampler {
@@ -86,6 +88,8 @@ class DeviceSampler {
   bool available_ = true;
   std::vector<backend::SampleRow> rows_;
   std::vector<int32_t> penalty_tokens_, penalty_counts_;
+  std::vector<int32_t> bias_tokens_;
+  std::vector<float> bias_values_;
   backend::Buffer device_;  // tokens [R], logprobs [R], top ids [R, N], top logprobs [R, N]
   int32_t top_n_ = 0;       // of the launched step
   int64_t vocab_ = 0;

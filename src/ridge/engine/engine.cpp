@@ -65,7 +65,10 @@ int64_t resolve_max_model_len(const ModelBundle& bundle, const EngineConfig& c) 
 
 SchedulerConfig scheduler_config(const EngineConfig& c) {
   RIDGE_CHECK(c.max_queue >= 0, "max_queue {} must be >= 0", c.max_queue);
-  return {c.max_num_seqs, c.max_num_batched_tokens, c.enable_prefix_caching};
+  RIDGE_CHECK(c.max_prompt_logprob_rows >= 0, "max_prompt_logprob_rows {} must be >= 0",
+              c.max_prompt_logprob_rows);
+  return {c.max_num_seqs, c.max_num_batched_tokens, c.enable_prefix_caching,
+          c.max_prompt_logprob_rows};
 }
 
 }  // namespace
@@ -76,6 +79,8 @@ struct Engine::Impl {
   void loop();
   void step();
   void emit(Sequence& s, bool finished);
+  void collect_prompt_logprobs(size_t sampling_rows, std::span<const float> host,
+                               const Tensor* device);
   void emit_finished();
   // Hands out the tokens of the sequences in to_emit (the step's, at its end; or, deferred, the
   // last step's while the device runs the next one); returns the seconds it took.
@@ -100,6 +105,7 @@ struct Engine::Impl {
   std::vector<DeviceSampleRow> device_rows;
   std::vector<SampleResult> device_results;
   std::vector<float> host_logits;  // device logits copied back when the device declines
+  std::vector<float> prompt_logits;  // a step's prompt-logprob rows copied back from the device
   // Running sequences with tokens of the last step still to hand out (flush_outputs). A sequence
   // leaves it before it is destroyed (emit_finished).
   std::vector<Sequence*> to_emit;
@@ -142,7 +148,8 @@ Engine::Impl::Impl(ModelBundle& b, const EngineConfig& c)
       pool(int32_t(b.kv_pool->num_blocks())),
       cache(pool, int32_t(b.kv_pool->block_size())),
       scheduler(scheduler_config(c), cache),
-      runner(*b.model, *b.kv_pool, c.max_num_batched_tokens, c.max_num_seqs),
+      runner(*b.model, *b.kv_pool, c.max_num_batched_tokens, c.max_num_seqs,
+             c.max_prompt_logprob_rows),
       device_sampler(*b.backend) {
   metrics.ttft = Histogram(ttft_bounds());
   metrics.tpot = Histogram(tpot_bounds());
@@ -263,7 +270,8 @@ void Engine::Impl::step() {
       const SamplingParams& sp = s.request.sampling;
       if (uses_penalties(sp))
         s.penalties.update(s.prompt(), s.output(), vocab, sp.repetition_penalty != 1.0f);
-      device_rows.push_back({&sp, uint64_t(s.num_output_tokens()), &s.penalties});
+      device_rows.push_back(
+          {&sp, uint64_t(s.num_output_tokens()), &s.penalties, s.banned_tokens()});
     }
     launched = device_sampler.launch({}, *device_logits, device_rows);
   }
@@ -276,7 +284,7 @@ void Engine::Impl::step() {
       bundle.backend->synchronize({});
       device_sampled = true;
     } else {
-      const size_t n = device_rows.size() * size_t(vocab);
+      const size_t n = (device_rows.size() + runner.prompt_rows().size()) * size_t(vocab);
       if (device_logits->device == Device::cpu) {
         logits = {device_logits->ptr<float>(), n};
       } else {
@@ -309,7 +317,7 @@ void Engine::Impl::step() {
       res = std::move(device_results[row++]);
     } else {
       std::span<float> r = logits.subspan(row++ * size_t(vocab), size_t(vocab));
-      res = s.sampler.sample(r, s.prompt(), s.output());
+      res = s.sampler.sample(r, s.prompt(), s.output(), s.banned_tokens());
     }
     sampled.push_back(res.token);
     s.pending.push_back({res.token, res.logprob, std::move(res.top)});
@@ -320,6 +328,7 @@ void Engine::Impl::step() {
     }
     s.last_token = now;
   }
+  collect_prompt_logprobs(row, logits, device_sampled ? device_logits : nullptr);
   add_seconds(&EngineMetrics::seconds_sample, t_sample);
   const auto t_output = Clock::now();
   scheduler.update(out, sampled);
@@ -372,11 +381,44 @@ double Engine::Impl::flush_outputs() {
   return s;
 }
 
+// The step's prompt-logprob rows follow its `sampling_rows` sampling rows: in `host` (the logits
+// on the host), else on the device (`device`, copied back here).
+void Engine::Impl::collect_prompt_logprobs(size_t sampling_rows, std::span<const float> host,
+                                           const Tensor* device) {
+  const auto& rows = runner.prompt_rows();
+  if (rows.empty()) return;
+  const size_t V = size_t(vocab), n = rows.size() * V;
+  std::span<const float> all;
+  if (device == nullptr) {
+    RIDGE_CHECK(host.size() >= (sampling_rows + rows.size()) * V,
+                "engine: {} logits floats for {} sampling and {} prompt rows", host.size(),
+                sampling_rows, rows.size());
+    all = host.subspan(sampling_rows * V, n);
+  } else if (device->device == Device::cpu) {
+    all = {device->ptr<float>() + sampling_rows * V, n};
+  } else {
+    prompt_logits.resize(n);
+    bundle.backend->download({}, prompt_logits.data(), device->ptr<float>() + sampling_rows * V,
+                             n * 4);
+    bundle.backend->synchronize({});
+    all = prompt_logits;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Sequence& s = *rows[i].seq;
+    const int32_t token = s.tokens[size_t(rows[i].token)];
+    SampleResult r = raw_logprobs(all.subspan(i * V, V), token, s.request.prompt_logprobs);
+    s.prompt_logprobs.push_back({r.token, r.logprob, std::move(r.top)});
+    s.prompt_logprobs_next = rows[i].token + 1;
+  }
+}
+
 void Engine::Impl::emit(Sequence& s, bool finished) {
   RequestOutput o;
   o.id = s.request.id;
   o.tokens = std::move(s.pending);
   s.pending.clear();
+  o.prompt_logprobs = std::move(s.prompt_logprobs);
+  s.prompt_logprobs.clear();
   o.finished = finished;
   if (finished) {
     o.finish_reason = s.finish_reason;
@@ -478,6 +520,13 @@ void Engine::submit(Request r, OutputCallback on_output) {
       invalid(fmt::format("prompt token id {} at position {} is outside the vocabulary of {}",
                           r.prompt[i], i, I.vocab));
   if (r.max_tokens < 1) invalid(fmt::format("max_tokens {} must be >= 1", r.max_tokens));
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > 20)
+    invalid(fmt::format("prompt_logprobs {} is outside [-1, 20]", r.prompt_logprobs));
+  if (r.prompt_logprobs >= 0 && I.config.max_prompt_logprob_rows == 0)
+    invalid("prompt logprobs are off in this engine (max_prompt_logprob_rows is 0)");
+  if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
+    invalid(
+        fmt::format("min_tokens {} is outside [0, max_tokens = {}]", r.min_tokens, r.max_tokens));
   const int64_t want = int64_t(r.prompt.size()) + r.max_tokens;
   if (want > I.max_model_len)
     invalid(
@@ -487,6 +536,10 @@ void Engine::submit(Request r, OutputCallback on_output) {
   for (int32_t t : r.stop_token_ids)
     if (t < 0 || t >= I.vocab)
       invalid(fmt::format("stop_token_ids entry {} is outside the vocabulary of {}", t, I.vocab));
+  for (const TokenBias& b : r.sampling.logit_bias)
+    if (b.token >= I.vocab)
+      invalid(
+          fmt::format("logit_bias token id {} is outside the vocabulary of {}", b.token, I.vocab));
   try {
     r.sampling.validate();
   } catch (const Error& e) {

@@ -42,6 +42,9 @@ struct EngineConfig {
   // callers one step later): -1 where the step runs asynchronously (a GPU with device sampling),
   // 1 always (tests of that path on the CPU), 0 never. RIDGE_OVERLAP_OUTPUTS=0 forces 0 (A/B).
   int defer_outputs = -1;
+  // Logits rows a step may compute for prompt logprobs (Request::prompt_logprobs), beyond one per
+  // sequence: the workspace holds this many more rows of the vocabulary. 0 refuses such requests.
+  int32_t max_prompt_logprob_rows = 128;
 };
 
 struct Request {
@@ -51,6 +54,13 @@ struct Request {
   int32_t max_tokens = 16;              // >= 1
   bool ignore_eos = false;              // turns off the model's stop tokens, not stop_token_ids
   std::vector<int32_t> stop_token_ids;  // in addition to the model's own stop tokens
+  // The stop tokens (the model's unless ignore_eos, and stop_token_ids) are not drawn until this
+  // many tokens have been generated (vLLM's min_tokens); 0 <= min_tokens <= max_tokens.
+  int32_t min_tokens = 0;
+  // >= 0: report the raw logprob of every prompt token after the first, each with this many
+  // top alternatives (0..20; vLLM's prompt_logprobs). Such a request computes its whole prompt
+  // (no prefix-cache hits). -1: none.
+  int32_t prompt_logprobs = -1;
 };
 
 struct TokenOutput {
@@ -62,6 +72,9 @@ struct TokenOutput {
 struct RequestOutput {
   std::string id;
   std::vector<TokenOutput> tokens;  // tokens produced since the previous output
+  // Request::prompt_logprobs: prompt tokens 1.. (token 0 has none), in the first output that
+  // carries tokens.
+  std::vector<TokenOutput> prompt_logprobs;
   bool finished = false;
   std::string finish_reason;  // when finished: "stop" | "length" | "abort" | "error"
   std::string error;          // when finish_reason == "error"

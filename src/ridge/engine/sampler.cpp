@@ -25,14 +25,60 @@ void SamplingParams::validate() const {
               "frequency_penalty {} is outside [-2, 2]", frequency_penalty);
   RIDGE_CHECK(top_logprobs >= 0 && top_logprobs <= 20, "top_logprobs {} is outside [0, 20]",
               top_logprobs);
+  RIDGE_CHECK(logit_bias.size() <= kMaxLogitBias, "logit_bias has {} entries, at most {}",
+              logit_bias.size(), kMaxLogitBias);
+  std::vector<int32_t> ids;
+  ids.reserve(logit_bias.size());
+  for (const TokenBias& b : logit_bias) {
+    RIDGE_CHECK(b.token >= 0, "logit_bias token id {} is negative", b.token);
+    RIDGE_CHECK(std::isfinite(b.bias) && b.bias >= -100 && b.bias <= 100,
+                "logit_bias of token {} is {}, outside [-100, 100]", b.token, b.bias);
+    ids.push_back(b.token);
+  }
+  std::sort(ids.begin(), ids.end());
+  const auto dup = std::adjacent_find(ids.begin(), ids.end());
+  RIDGE_CHECK(dup == ids.end(), "logit_bias names token {} twice", dup == ids.end() ? 0 : *dup);
 }
 
-void log_softmax(std::span<const float> logits, std::vector<float>& out) {
+namespace {
+// log(sum(exp(logits))), summed in double from the max.
+double log_sum_exp(std::span<const float> logits) {
   float mx = -INFINITY;
   for (float v : logits) mx = std::max(mx, v);
   double sum = 0;
   for (float v : logits) sum += std::exp(double(v) - mx);
-  const double lse = mx + std::log(sum);
+  return double(mx) + std::log(sum);
+}
+
+// The k largest raw logits as logprobs, best first (ties: lowest id first). index: scratch.
+void top_raw(std::span<const float> logits, double lse, int32_t k, std::vector<int32_t>& index,
+             std::vector<TokenLogprob>& out) {
+  k = std::min<int32_t>(k, int32_t(logits.size()));
+  index.resize(logits.size());
+  std::iota(index.begin(), index.end(), 0);
+  std::partial_sort(index.begin(), index.begin() + k, index.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] ||
+           (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  for (int32_t i = 0; i < k; ++i)
+    out.push_back({index[size_t(i)], float(double(logits[size_t(index[size_t(i)])]) - lse)});
+}
+}  // namespace
+
+SampleResult raw_logprobs(std::span<const float> logits, int32_t token, int32_t top) {
+  RIDGE_CHECK(token >= 0 && size_t(token) < logits.size(),
+              "raw_logprobs: token {} outside a row of {}", token, logits.size());
+  const double lse = log_sum_exp(logits);
+  SampleResult r;
+  r.token = token;
+  r.logprob = float(double(logits[size_t(token)]) - lse);
+  std::vector<int32_t> index;
+  if (top > 0) top_raw(logits, lse, top, index, r.top);
+  return r;
+}
+
+void log_softmax(std::span<const float> logits, std::vector<float>& out) {
+  const double lse = log_sum_exp(logits);
   out.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) out[i] = float(double(logits[i]) - lse);
 }
@@ -48,30 +94,21 @@ int32_t argmax(std::span<const float> v) {
 }  // namespace
 
 SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
-                             std::span<const int32_t> output) {
+                             std::span<const int32_t> output, std::span<const int32_t> banned) {
   const int32_t V = int32_t(logits.size());
   RIDGE_CHECK(V > 0, "sampler: empty logits row");
   SampleResult res;
 
   // Raw log-softmax terms (before any processing).
-  float mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, v);
-  double sum = 0;
-  for (float v : logits) sum += std::exp(double(v) - mx);
-  const double lse = double(mx) + std::log(sum);
+  const double lse = log_sum_exp(logits);
   scratch_.assign(logits.begin(), logits.end());  // raw copy
-  if (params_.top_logprobs > 0) {
-    const int32_t k = std::min(params_.top_logprobs, V);
-    index_.resize(size_t(V));
-    std::iota(index_.begin(), index_.end(), 0);
-    std::partial_sort(index_.begin(), index_.begin() + k, index_.end(), [&](int32_t a, int32_t b) {
-      return scratch_[a] > scratch_[b] || (scratch_[a] == scratch_[b] && a < b);
-    });
-    for (int32_t i = 0; i < k; ++i)
-      res.top.push_back({index_[i], float(double(scratch_[index_[i]]) - lse)});
-  }
+  if (params_.top_logprobs > 0) top_raw(scratch_, lse, params_.top_logprobs, index_, res.top);
 
-  // Penalties.
+  // Biases and banned tokens, then penalties.
+  for (const TokenBias& b : params_.logit_bias)
+    if (b.token < V) logits[size_t(b.token)] += b.bias;
+  for (int32_t t : banned)
+    if (t >= 0 && t < V) logits[size_t(t)] = -INFINITY;
   if (params_.repetition_penalty != 1.0f) {
     std::unordered_set<int32_t> seen(prompt.begin(), prompt.end());
     seen.insert(output.begin(), output.end());
@@ -89,10 +126,9 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> p
       logits[size_t(t)] -= params_.presence_penalty + params_.frequency_penalty * float(n);
   }
 
-  int32_t chosen;
-  if (params_.temperature == 0.0f) {
-    chosen = argmax(logits);
-  } else {
+  // Greedy, or a draw when there is anything to draw from (every token banned: greedy's token 0).
+  int32_t chosen = argmax(logits);
+  if (params_.temperature != 0.0f && logits[size_t(chosen)] > -INFINITY) {
     const float inv_t = 1.0f / params_.temperature;
     // Candidate set: all tokens, or the top-k by logit.
     index_.resize(size_t(V));

@@ -62,8 +62,9 @@ bool Scheduler::try_admit(Sequence* seq) {
   const int32_t total = seq->num_tokens();
   kv::PrefixMatch hit;
   // Only whole blocks are reused, and never the block of the last token: it is recomputed so
-  // that its logits exist.
-  if (config_.enable_prefix_caching) hit = cache_.match(seq->tokens, (total - 1) / block_size_);
+  // that its logits exist. None when the prompt's logprobs are owed: every position needs logits.
+  if (config_.enable_prefix_caching && !seq->owes_prompt_logprobs())
+    hit = cache_.match(seq->tokens, (total - 1) / block_size_);
   const int32_t hits = int32_t(hit.blocks.size());
   const int32_t need = blocks_for(total) - hits;
   int32_t evictable_hits = 0;
@@ -116,9 +117,20 @@ void Scheduler::retire(Sequence* seq, const std::string& reason, const std::stri
   finished_.push_back(std::move(node.mapped()));
 }
 
+int32_t Scheduler::fit_prompt_rows(const Sequence* s, int32_t n, int32_t& rows_left) {
+  auto [lo, hi] = s->prompt_logprob_positions(s->num_computed, n);
+  if (hi - lo > rows_left) {
+    n = lo - s->num_computed + rows_left;  // up to the last position whose row fits
+    hi = lo + rows_left;
+  }
+  rows_left -= hi - lo;
+  return n;
+}
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int32_t budget = config_.max_num_batched_tokens;
+  int32_t prompt_rows = config_.max_prompt_logprob_rows;
 
   // 1. Decodes, oldest first; a new block may cost the newest running sequences their place.
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -157,7 +169,8 @@ SchedulerOutput Scheduler::schedule() {
     if (budget == 0) break;
     const int32_t left = s->num_uncomputed();
     if (left <= 1) continue;
-    const int32_t n = std::min(left, budget);
+    const int32_t n = fit_prompt_rows(s, std::min(left, budget), prompt_rows);
+    if (n == 0) continue;
     out.chunks.push_back({s, n, n == left});
     budget -= n;
   }
@@ -182,7 +195,10 @@ SchedulerOutput Scheduler::schedule() {
                         [](const Sequence* a, const Sequence* b) { return a->seq_id < b->seq_id; }),
                     s);
     const int32_t left = s->num_uncomputed();
-    const int32_t n = std::min(left, budget);
+    const int32_t n = fit_prompt_rows(s, std::min(left, budget), prompt_rows);
+    // Admitted, but no prompt row is left for its first position: its first chunk comes in the
+    // next step, and nobody behind it starts before it.
+    if (n == 0) break;
     out.chunks.push_back({s, n, n == left});
     budget -= n;
   }

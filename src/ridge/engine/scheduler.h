@@ -12,6 +12,9 @@
 //      (prefix-cache hits need none) and max_num_seqs allows; its first chunk is scheduled with
 //      what is left of the budget. A head that does not fit blocks everyone behind it, so no
 //      request is overtaken forever.
+// A sequence that owes prompt logprobs needs a logits row per prompt position: its chunks are
+// shortened to the step's rows left (SchedulerConfig::max_prompt_logprob_rows), and it is admitted
+// without prefix-cache hits (their positions would have no logits).
 // Preemption picks the newest by arrival, and a preempted sequence is readmitted before any
 // later arrival, so every request eventually becomes the oldest and finishes.
 #pragma once
@@ -32,6 +35,9 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
   bool enable_prefix_caching = true;
+  // Prompt-logprob logits rows a step may hold (Request::prompt_logprobs): chunks of sequences
+  // that owe them are shortened to fit.
+  int32_t max_prompt_logprob_rows = 128;
 };
 
 struct ScheduledChunk {
@@ -91,6 +97,9 @@ class Scheduler {
   void release_blocks(Sequence* seq);
   void register_full_blocks(Sequence* seq);
   void retire(Sequence* seq, const std::string& reason, const std::string& error);
+  // A chunk of up to n tokens of s from its num_computed, shortened so that its prompt-logprob
+  // rows fit rows_left (which it then uses up); 0 when not one token fits.
+  static int32_t fit_prompt_rows(const Sequence* s, int32_t n, int32_t& rows_left);
 
   SchedulerConfig config_;
   kv::PrefixCache& cache_;

@@ -6,10 +6,12 @@
 // sampler state continues).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ridge/engine/device_sampler.h"
@@ -38,6 +40,23 @@ struct Sequence {
   // Tokens not computed yet: 1 for a decode, more for a (re)prefill.
   int32_t num_uncomputed() const { return num_tokens() - num_computed; }
   bool is_stop_token(int32_t token) const;
+  // Positions in [start, start + n) whose logits give a prompt logprob still owed
+  // (Request::prompt_logprobs): [first, last), empty when none.
+  std::pair<int32_t, int32_t> prompt_logprob_positions(int32_t start, int32_t n) const {
+    if (request.prompt_logprobs < 0) return {start, start};
+    const int32_t lo = std::max(start, prompt_logprobs_next - 1);
+    const int32_t hi = std::min(start + n, num_prompt - 1);
+    return lo < hi ? std::pair{lo, hi} : std::pair{start, start};
+  }
+  bool owes_prompt_logprobs() const {
+    return request.prompt_logprobs >= 0 && prompt_logprobs_next < num_prompt;
+  }
+  // The tokens the next draw must not pick: the stop tokens until request.min_tokens tokens have
+  // been generated, then none.
+  std::span<const int32_t> banned_tokens() const {
+    return num_output_tokens() < request.min_tokens ? std::span<const int32_t>(stop_ids)
+                                                    : std::span<const int32_t>();
+  }
 
   const int64_t seq_id;  // arrival order: smaller is older
   Request request;       // its prompt was moved into tokens
@@ -61,6 +80,10 @@ struct Sequence {
   std::string finish_reason;  // "stop" | "length" | "abort" | "error"
   std::string error;
 
+  // Prompt logprobs: the next prompt token owed one (token 0 has none), and those computed and
+  // not handed out yet.
+  int32_t prompt_logprobs_next = 1;
+  std::vector<TokenOutput> prompt_logprobs;
   // Produced in this step, not handed to on_output yet.
   std::vector<TokenOutput> pending;
   Clock::time_point arrival = Clock::now();

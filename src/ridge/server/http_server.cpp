@@ -408,6 +408,7 @@ class Job : public std::enable_shared_from_this<Job> {
     bool done = false;
     bool engine_done = false;
     bool submitted = false;
+    bool echoed = false;
     Choice(const tokenizer::Tokenizer& t, std::vector<std::string> stops)
         : decoder(t, /*skip_special=*/true), matcher(std::move(stops)) {}
   };
@@ -465,6 +466,8 @@ class Job : public std::enable_shared_from_this<Job> {
       r.max_tokens = p_.max_tokens;
       r.ignore_eos = p_.ignore_eos;
       r.stop_token_ids = p_.stop_token_ids;
+      r.min_tokens = p_.min_tokens;
+      if (p_.echo && p_.logprobs) r.prompt_logprobs = p_.sampling.top_logprobs;
       auto self = shared_from_this();
       try {
         srv_.engine.submit(std::move(r), [self, i](engine::RequestOutput&& out) {
@@ -532,6 +535,10 @@ class Job : public std::enable_shared_from_this<Job> {
     return std::find(stop_ids_.begin(), stop_ids_.end(), t) != stop_ids_.end();
   }
   json logprob_entry(const engine::TokenOutput& t, size_t text_offset) const;
+  // echo: the prompt's text into `text` and, with logprobs, an entry per prompt token into `lps`
+  // (the first without a logprob; the others from the engine's prompt logprobs).
+  void echo_prompt(const Choice& c, const engine::RequestOutput& out, std::string& text,
+                   json& lps) const;
   void add_event(std::string& ev, size_t i, std::string_view text, const json* lp,
                  const std::string* finish);
   void finish_all();
@@ -572,6 +579,23 @@ json Job::logprob_entry(const engine::TokenOutput& t, size_t text_offset) const 
   json top = json::object();
   for (const auto& a : t.top) top[valid_utf8(srv_.tok.token_bytes(a.token))] = a.logprob;
   return {{"token", text}, {"logprob", t.logprob}, {"top", top}, {"offset", text_offset}};
+}
+
+void Job::echo_prompt(const Choice& c, const engine::RequestOutput& out, std::string& text,
+                      json& lps) const {
+  const std::vector<int32_t>& ids = p_.prompts[c.prompt_index];
+  tokenizer::IncrementalDecoder decoder(srv_.tok, /*skip_special=*/true);
+  for (size_t j = 0; j < ids.size(); ++j) {
+    if (p_.logprobs) {
+      const bool have = j >= 1 && j - 1 < out.prompt_logprobs.size();
+      json e = logprob_entry(have ? out.prompt_logprobs[j - 1] : engine::TokenOutput{ids[j], 0, {}},
+                             c.text_chars + utf8_length(text));
+      if (!have) e["logprob"] = e["top"] = nullptr;
+      lps.push_back(std::move(e));
+    }
+    text += decoder.push(ids[j]);
+  }
+  text += decoder.flush();
 }
 
 namespace {
@@ -636,6 +660,10 @@ void Job::on_output(size_t i, engine::RequestOutput&& out) {
   const bool want_lp = p_.logprobs;
   std::string text;
   json lps = json::array();
+  if (p_.echo && !c.echoed) {
+    c.echoed = true;
+    echo_prompt(c, out, text, lps);
+  }
   for (size_t k = 0; k < out.tokens.size() && !c.done; ++k) {
     const auto& t = out.tokens[k];
     ++c.completion_tokens;
@@ -643,7 +671,9 @@ void Job::on_output(size_t i, engine::RequestOutput&& out) {
     if (out.finished && k + 1 == out.tokens.size() && out.finish_reason == "stop" &&
         is_stop_token(t.token))
       break;
-    std::string piece = c.matcher.push(c.decoder.push(t.token));
+    // Stop strings are matched in the text that follows the first min_tokens tokens'.
+    std::string piece = c.decoder.push(t.token);
+    if (c.completion_tokens > p_.min_tokens) piece = c.matcher.push(piece);
     if (want_lp) lps.push_back(logprob_entry(t, c.text_chars + utf8_length(text)));
     text += piece;
     if (c.matcher.stopped()) {
@@ -935,6 +965,12 @@ void Session::handle_generation(http::request<http::string_body>& req, Api api) 
   }
   if (p.max_tokens <= 0)
     p.max_tokens = int32_t(api == Api::chat ? limit - longest : std::min<int64_t>(16, limit - longest));
+  if (p.min_tokens > p.max_tokens)  // against the default max_tokens (a given one was checked)
+    throw ApiError(400,
+                   fmt::format("Invalid value for 'min_tokens': {} is more than max_tokens "
+                               "({}).",
+                               p.min_tokens, p.max_tokens),
+                   "min_tokens");
 
   const bool stream = p.stream;
   auto job = std::make_shared<Job>(srv_, shared_from_this(), std::move(p), model);

@@ -1,7 +1,8 @@
 #include "ridge/server/openai_api.h"
 
-#include <cstdint>
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include <fmt/format.h>
@@ -144,6 +145,48 @@ std::vector<int32_t> token_ids(const json& arr, const std::string& name, size_t 
   return ids;
 }
 
+// logit_bias: {"token id": bias, ...}, ids as decimal strings within the vocabulary, biases in
+// [-100, 100]; sorted by id.
+std::vector<engine::TokenBias> logit_bias(const json& v, size_t vocab) {
+  const std::string name = "logit_bias";
+  if (!v.is_object())
+    bad(name, fmt::format("Invalid type for 'logit_bias': expected an object mapping token ids "
+                          "to biases, but got {} instead.",
+                          type_name(v)));
+  if (v.size() > engine::SamplingParams::kMaxLogitBias)
+    bad(name, fmt::format("Invalid 'logit_bias': {} entries, at most {}.", v.size(),
+                          engine::SamplingParams::kMaxLogitBias));
+  std::vector<engine::TokenBias> out;
+  for (const auto& [key, value] : v.items()) {
+    const bool digits =
+        !key.empty() && key.size() <= 9 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits)
+      bad(name,
+          fmt::format("Invalid key in 'logit_bias': {} is not a token id.", json(key).dump()));
+    const int64_t id = std::stoll(key);
+    if (uint64_t(id) >= vocab)
+      bad(name, fmt::format("Invalid key in 'logit_bias': token id {} is outside the vocabulary "
+                            "[0, {}).",
+                            id, vocab));
+    if (!value.is_number())
+      bad(name, fmt::format("Invalid type for 'logit_bias' of token {}: expected a number, but "
+                            "got {} instead.",
+                            id, type_name(value)));
+    const double b = value.get<double>();
+    if (!std::isfinite(b) || b < -100 || b > 100)
+      bad(name, fmt::format("Invalid value for 'logit_bias' of token {}: {} is outside [-100, "
+                            "100].",
+                            id, value.dump()));
+    out.push_back({int32_t(id), float(b)});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.token < b.token; });
+  for (size_t i = 1; i < out.size(); ++i)
+    if (out[i].token == out[i - 1].token)  // "7" and "07"
+      bad(name, fmt::format("Invalid 'logit_bias': token id {} is given twice.", out[i].token));
+  return out;
+}
+
 std::string message_content(const json& m, size_t i, const std::string& role) {
   const std::string name = fmt::format("messages[{}].content", i);
   auto it = m.find("content");
@@ -252,8 +295,7 @@ GenParams parse_generation(Api api, const json& body, const PromptContext& ctx) 
     }
     for (const auto& pt : p.prompts)
       if (pt.empty()) bad("prompt", "Invalid 'prompt': it encodes to no tokens.");
-    if (const json* e = field(body, "echo"); e && get_bool(*e, "echo"))
-      bad("echo", "Invalid value for 'echo': true is not supported.");
+    if (const json* e = field(body, "echo")) p.echo = get_bool(*e, "echo");
     if (const json* s = field(body, "suffix"); s && !get_string(*s, "suffix").empty())
       bad("suffix", "Invalid value for 'suffix': suffixes are not supported.");
   }
@@ -311,6 +353,14 @@ GenParams parse_generation(Api api, const json& body, const PromptContext& ctx) 
     p.stop_token_ids = token_ids(*v, "stop_token_ids", vocab);
   }
   if (const json* v = field(body, "ignore_eos")) p.ignore_eos = get_bool(*v, "ignore_eos");
+  if (const json* v = field(body, "min_tokens")) {
+    p.min_tokens = int32_t(get_int(*v, "min_tokens", 0, kMaxInt));
+    if (p.max_tokens >= 0 && p.min_tokens > p.max_tokens)
+      bad("min_tokens", fmt::format("Invalid value for 'min_tokens': {} is more than max_tokens "
+                                    "({}).",
+                                    p.min_tokens, p.max_tokens));
+  }
+  if (const json* v = field(body, "logit_bias")) s.logit_bias = logit_bias(*v, vocab);
 
   if (const json* v = field(body, "stream")) p.stream = get_bool(*v, "stream");
   if (const json* v = field(body, "stream_options")) {

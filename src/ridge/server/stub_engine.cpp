@@ -171,8 +171,11 @@ void StubEngine::loop() {
         const size_t pos = (s->offset + size_t(s->generated)) % (config_.cycle.size() + 1);
         int32_t token;
         bool stop = false;
+        // Before min_tokens no stop token comes: a lap's end then wraps, and stop tokens in the
+        // cycle do not end the sequence (the real engine would not draw them).
+        const bool may_stop = s->generated >= s->req.min_tokens;
         if (pos == config_.cycle.size()) {  // the end of a lap
-          if (config_.stop_at_cycle_end && eos >= 0 && !s->req.ignore_eos) {
+          if (config_.stop_at_cycle_end && eos >= 0 && !s->req.ignore_eos && may_stop) {
             token = eos;
             stop = true;
           } else {
@@ -183,10 +186,10 @@ void StubEngine::loop() {
           token = config_.cycle[pos];
         }
         // ignore_eos turns off the model's stop tokens, not the request's stop_token_ids.
-        if (!stop && !s->req.ignore_eos)
+        if (!stop && !s->req.ignore_eos && may_stop)
           stop = std::find(config_.stop_ids.begin(), config_.stop_ids.end(), token) !=
                  config_.stop_ids.end();
-        if (!stop)
+        if (!stop && may_stop)
           stop = std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), token) !=
                  s->req.stop_token_ids.end();
         ++s->generated;

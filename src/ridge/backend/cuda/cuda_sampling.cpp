@@ -1,8 +1,8 @@
 // CudaBackend::sample: Backend::sample over the GPU sampler (kernels/cuda/sampling). Per call:
-// the rows' parameters and penalty lists are packed into pinned staging memory and uploaded in one
-// copy, the kernel runs one block per row, nothing is allocated once the grow-only buffers have
-// reached the largest batch, and nothing synchronizes (except before reusing the staging memory,
-// on the previous call's upload, and before a buffer grows).
+// the rows' parameters, penalty lists and bias lists are packed into pinned staging memory and
+// uploaded in one copy, the kernel runs one block per row, nothing is allocated once the grow-only
+// buffers have reached the largest batch, and nothing synchronizes (except before reusing the
+// staging memory, on the previous call's upload, and before a buffer grows).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,7 +16,7 @@
 namespace ridge::backend {
 
 struct CudaBackend::SamplingBuffers {
-  void* host = nullptr;  // pinned: [params][penalty ids][penalty counts]
+  void* host = nullptr;  // pinned: [params][penalty ids][penalty counts][bias ids][bias values]
   size_t host_bytes = 0;
   cuda::DeviceMemory device;  // the same layout on the device
   cuda::DeviceMemory workspace;
@@ -52,10 +52,11 @@ void expect_device(const Tensor& t, DType dtype, const char* name, int64_t min_n
               t.device == Device::cuda ? "" : " on the host");
 }
 
-bool has_penalties(const SampleRow& r) {
-  return r.penalty_end > r.penalty_begin &&
-         (r.repetition_penalty != 1.0f || r.presence_penalty != 0.0f ||
-          r.frequency_penalty != 0.0f);
+// The kernel works on a copy of the row (kernels::sample_workspace_bytes) when this holds.
+bool adjusts_logits(const SampleRow& r) {
+  return r.bias_end > r.bias_begin || (r.penalty_end > r.penalty_begin &&
+                                       (r.repetition_penalty != 1.0f ||
+                                        r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f));
 }
 
 }  // namespace
@@ -79,8 +80,16 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
   RIDGE_CHECK(batch.penalty_counts.size() == batch.penalty_tokens.size(),
               "cuda backend sample: {} penalty tokens but {} counts", P,
               batch.penalty_counts.size());
+  const int64_t B = int64_t(batch.bias_tokens.size());
+  RIDGE_CHECK(batch.bias_values.size() == batch.bias_tokens.size(),
+              "cuda backend sample: {} bias tokens but {} values", B, batch.bias_values.size());
+  for (int64_t e = 0; e < B; ++e)
+    RIDGE_CHECK(
+        !std::isnan(batch.bias_values[size_t(e)]) && batch.bias_values[size_t(e)] != INFINITY,
+        "cuda backend sample: bias entry {} (token {}) is {}; biases are finite or -inf", e,
+        batch.bias_tokens[size_t(e)], batch.bias_values[size_t(e)]);
   int32_t want_top = 0;
-  bool any_penalty = false;
+  bool any_adjusted = false;
   for (int64_t r = 0; r < R; ++r) {
     const SampleRow& row = batch.rows[size_t(r)];
     RIDGE_CHECK(std::isfinite(row.temperature) && row.temperature >= 0 && row.top_p > 0 &&
@@ -96,8 +105,11 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
         row.penalty_begin >= 0 && row.penalty_begin <= row.penalty_end && row.penalty_end <= P,
         "cuda backend sample: row {} penalty entries [{}, {}) outside the {} given", r,
         row.penalty_begin, row.penalty_end, P);
+    RIDGE_CHECK(row.bias_begin >= 0 && row.bias_begin <= row.bias_end && row.bias_end <= B,
+                "cuda backend sample: row {} bias entries [{}, {}) outside the {} given", r,
+                row.bias_begin, row.bias_end, B);
     want_top = std::max(want_top, row.top_logprobs);
-    any_penalty = any_penalty || has_penalties(row);
+    any_adjusted = any_adjusted || adjusts_logits(row);
   }
   int64_t top_n = 0;
   if (want_top > 0 || top_ids.data != nullptr) {
@@ -117,10 +129,13 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
   if (!sampling_) sampling_ = {new SamplingBuffers, [](SamplingBuffers* b) { delete b; }};
   SamplingBuffers& b = *sampling_;
 
-  // Staging layout: params, then ids, then counts (each 16-byte aligned).
+  // Staging layout: params, penalty ids, penalty counts, bias ids, bias values (each 16-byte
+  // aligned).
   const size_t params_bytes = align16(size_t(R) * sizeof(kernels::SampleRowParams));
   const size_t ids_bytes = align16(size_t(P) * sizeof(int32_t));
-  const size_t bytes = params_bytes + 2 * ids_bytes;
+  const size_t bias_bytes = align16(size_t(B) * sizeof(int32_t));
+  const size_t bias_at = params_bytes + 2 * ids_bytes;
+  const size_t bytes = bias_at + 2 * bias_bytes;
   if (b.upload_pending) {  // the previous call's upload still reads the staging memory
     RIDGE_CHECK_CUDA(cudaEventSynchronize(b.uploaded));
     b.upload_pending = false;
@@ -133,7 +148,7 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
     RIDGE_CHECK_CUDA(cudaMallocHost(&b.host, n));
     b.host_bytes = n;
   }
-  const size_t ws_bytes = kernels::sample_workspace_bytes(R, V, any_penalty);
+  const size_t ws_bytes = kernels::sample_workspace_bytes(R, V, any_adjusted);
   if (bytes > b.device.size() || ws_bytes > b.workspace.size()) {
     // A kernel of an earlier call may still read the buffers being replaced.
     RIDGE_CHECK_CUDA(cudaDeviceSynchronize());
@@ -160,11 +175,17 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
     p.step = row.step;
     p.penalty_begin = row.penalty_begin;
     p.penalty_end = row.penalty_end;
+    p.bias_begin = row.bias_begin;
+    p.bias_end = row.bias_end;
   }
   if (P > 0) {
     std::memcpy(host + params_bytes, batch.penalty_tokens.data(), size_t(P) * sizeof(int32_t));
     std::memcpy(host + params_bytes + ids_bytes, batch.penalty_counts.data(),
                 size_t(P) * sizeof(int32_t));
+  }
+  if (B > 0) {
+    std::memcpy(host + bias_at, batch.bias_tokens.data(), size_t(B) * sizeof(int32_t));
+    std::memcpy(host + bias_at + bias_bytes, batch.bias_values.data(), size_t(B) * sizeof(float));
   }
   RIDGE_CHECK_CUDA(cudaMemcpyAsync(b.device.data(), host, bytes, cudaMemcpyHostToDevice, stream));
   RIDGE_CHECK_CUDA(cudaEventRecord(b.uploaded, stream));
@@ -179,6 +200,8 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
   a.params = reinterpret_cast<const kernels::SampleRowParams*>(dev);
   a.penalty_ids = reinterpret_cast<const int32_t*>(dev + params_bytes);
   a.penalty_counts = reinterpret_cast<const int32_t*>(dev + params_bytes + ids_bytes);
+  a.bias_ids = reinterpret_cast<const int32_t*>(dev + bias_at);
+  a.bias_values = reinterpret_cast<const float*>(dev + bias_at + bias_bytes);
   a.workspace = ws_bytes ? static_cast<float*>(b.workspace.data()) : nullptr;
   a.tokens = tokens.ptr<int32_t>();
   a.logprobs = logprobs.ptr<float>();

@@ -6,6 +6,7 @@
 // Rules (engine::Sampler's, which stays the CPU reference):
 //   raw stats    log-sum-exp and, when asked, the top-n of the raw logits (ties: lowest id first);
 //                reported logprobs are raw: float(double(logit) - lse).
+//   biases       each listed bias added to its token's logit (-inf: banned), before the penalties.
 //   penalties    repetition (positive / penalty, negative * penalty) on every listed token, then
 //                presence + frequency * count subtracted for tokens with count > 0, with the
 //                CPU's float operations in the CPU's order (no fused multiply-add).
@@ -18,7 +19,7 @@
 // global memory, where it usually sits in L2 after the first pass):
 //   P1       raw max, sum of exp and argmax (one pass; it also stages the row).
 //   top-n    radix select of the n-th largest raw logit (3 passes), then one collecting pass.
-//   P2       only with penalties: argmax of the penalized row.
+//   P2       only with biases or penalties: argmax of the adjusted row.
 //   top-k    radix select of the k-th largest (3 passes; counts, plus masses when top-p follows).
 //   top-p    radix select of the key where the cumulative mass reaches top_p * total (3 passes).
 //   ties     only when the cut splits equal logits: one pass over contiguous per-thread chunks
@@ -483,10 +484,12 @@ __device__ void sample_row(const SampleArgs& a, int r, float* staged, Shared& sh
   const bool penalize =
       p.penalty_end > p.penalty_begin &&
       (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
+  const bool bias = p.bias_end > p.bias_begin;
+  const bool adjust = penalize || bias;
   const int n_top = imin(imax(p.top_logprobs, 0), imin(imin(kSampleMaxTopLogprobs, a.top_n), V));
   // The row is read again after P1 from a copy: in shared memory when it fits, else (only when
-  // penalties must change it) in the workspace; otherwise from the input.
-  float* copy = staged ? staged : (penalize ? a.workspace + int64_t(r) * a.ws_ld : nullptr);
+  // biases or penalties must change it) in the workspace; otherwise from the input.
+  float* copy = staged ? staged : (adjust ? a.workspace + int64_t(r) * a.ws_ld : nullptr);
 
   // P1: raw max / sum of exp / argmax; stage the copy.
   float m = -INFINITY, bv = -INFINITY;
@@ -522,7 +525,15 @@ __device__ void sample_row(const SampleArgs& a, int r, float* staged, Shared& sh
     raw_top_logprobs<kT>(sh, work, V, work_vec, n_top, a.top_n, lse,
                          a.top_ids + int64_t(r) * a.top_n, a.top_logprobs + int64_t(r) * a.top_n);
 
-  // Penalties on the copy (each listed token once), then P2: the penalized argmax.
+  // Biases, then penalties on the copy (each listed token once in each list; a barrier between
+  // the lists, which may name the same token), then P2: the adjusted argmax.
+  if (bias) {
+    for (int e = p.bias_begin + int(threadIdx.x); e < p.bias_end; e += kT) {
+      const int t = a.bias_ids[e];
+      if (t >= 0 && t < V) copy[t] = __fadd_rn(copy[t], a.bias_values[e]);
+    }
+    __syncthreads();
+  }
   if (penalize) {
     const float rep = p.repetition_penalty;
     const bool pf = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
@@ -538,6 +549,8 @@ __device__ void sample_row(const SampleArgs& a, int r, float* staged, Shared& sh
       copy[t] = l;
     }
     __syncthreads();
+  }
+  if (adjust) {
     bv = -INFINITY;
     bi = INT_MAX;
     for_groups<kT>(work, V, work_vec, [&](int g, const float4& x) {
@@ -555,7 +568,8 @@ __device__ void sample_row(const SampleArgs& a, int r, float* staged, Shared& sh
 
   int chosen = best.i;
   const float inv_t = p.temperature > 0.0f ? __fdiv_rn(1.0f, p.temperature) : 0.0f;
-  if (p.temperature > 0.0f && inv_t <= 3.4028234e38f) {
+  // A draw when there is anything to draw from (every token banned: greedy's token 0).
+  if (p.temperature > 0.0f && inv_t <= 3.4028234e38f && best.v > -INFINITY) {
     const float vmax = best.v;
     const bool top_k = p.top_k > 0 && p.top_k < V;
     const bool top_p = p.top_p < 1.0f;

@@ -57,8 +57,8 @@ bool sample_stages_row(int64_t vocab) {
   return vocab > 0 && size_t(padded(vocab)) * sizeof(float) <= dynamic_limit();
 }
 
-size_t sample_workspace_bytes(int64_t rows, int64_t vocab, bool any_penalty) {
-  if (!any_penalty || rows <= 0 || sample_stages_row(vocab)) return 0;
+size_t sample_workspace_bytes(int64_t rows, int64_t vocab, bool any_adjusted) {
+  if (!any_adjusted || rows <= 0 || sample_stages_row(vocab)) return 0;
   return size_t(rows) * size_t(padded(vocab)) * sizeof(float);
 }
 

@@ -24,6 +24,8 @@ struct SampleRowParams {
   uint64_t step = 0;          // RNG counter: which generated token of the sequence this is
   int32_t penalty_begin = 0;  // the row's entries of SampleArgs::penalty_ids / penalty_counts
   int32_t penalty_end = 0;
+  int32_t bias_begin = 0;  // the row's entries of SampleArgs::bias_ids / bias_values
+  int32_t bias_end = 0;
 };
 
 // Arguments of kernels::sample (sampling.h). All pointers are device pointers.
@@ -38,8 +40,12 @@ struct SampleArgs {
   // frequency: entries with count > 0.
   const int32_t* penalty_ids = nullptr;
   const int32_t* penalty_counts = nullptr;
-  // Scratch for penalized copies of rows that do not fit in shared memory: [rows, ws_ld] floats
-  // (sample_workspace_bytes); may be null when that is 0.
+  // Per row, distinct tokens and what is added to their logits before the penalties (-inf bans the
+  // token; ids outside [0, vocab) are skipped).
+  const int32_t* bias_ids = nullptr;
+  const float* bias_values = nullptr;
+  // Scratch for biased or penalized copies of rows that do not fit in shared memory: [rows, ws_ld]
+  // floats (sample_workspace_bytes); may be null when that is 0.
   float* workspace = nullptr;
   int32_t* tokens = nullptr;      // [rows]
   float* logprobs = nullptr;      // [rows]: raw log-softmax of the chosen token
