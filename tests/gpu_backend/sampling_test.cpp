@@ -39,15 +39,26 @@ struct Rows {
   std::vector<int32_t> pen_ids, pen_counts;
   std::vector<int32_t> bias_ids;
   std::vector<float> bias_values;
+  std::vector<uint32_t> masks;
   int32_t top_n = 0;
-  // sp.logit_bias and `banned` become the row's bias list.
+  // sp.logit_bias and `banned` become the row's bias list (mask_vocab > 0: `banned` becomes its
+  // ban mask over that vocabulary).
   void add(const SamplingParams& sp, uint64_t step, const std::vector<int32_t>& prompt = {},
-           const std::vector<int32_t>& output = {}, const std::vector<int32_t>& banned = {}) {
+           const std::vector<int32_t>& output = {}, const std::vector<int32_t>& banned = {},
+           int64_t mask_vocab = 0) {
     SampleRow r = to_row(sp, step);
     std::tie(r.penalty_begin, r.penalty_end) =
         sampling_test::append_penalties(prompt, output, pen_ids, pen_counts);
-    std::tie(r.bias_begin, r.bias_end) =
-        sampling_test::append_biases(sp, banned, bias_ids, bias_values);
+    std::tie(r.bias_begin, r.bias_end) = sampling_test::append_biases(
+        sp, mask_vocab ? std::vector<int32_t>{} : banned, bias_ids, bias_values);
+    if (mask_vocab) {
+      const size_t words = size_t((mask_vocab + 31) / 32);
+      r.ban_mask = int32_t(masks.size() / words);
+      masks.resize(masks.size() + words, 0u);
+      for (int32_t t : banned)
+        if (t >= 0 && t < mask_vocab)
+          masks[size_t(r.ban_mask) * words + size_t(t / 32)] |= 1u << (t % 32);
+    }
     rows.push_back(r);
     top_n = std::max(top_n, sp.top_logprobs);
   }
@@ -93,7 +104,7 @@ class DeviceLogits {
       top_ids = Tensor(tid.data(), DType::i32, {R, N}, Device::cuda);
       top_lp = Tensor(tlp.data(), DType::f32, {R, N}, Device::cuda);
     }
-    SamplingBatch batch{b.rows, b.pen_ids, b.pen_counts, b.bias_ids, b.bias_values};
+    SamplingBatch batch{b.rows, b.pen_ids, b.pen_counts, b.bias_ids, b.bias_values, b.masks};
     const bool ran = cuda().sample({}, m_.view, batch, tokens, logprobs, top_ids, top_lp);
     EXPECT_TRUE(ran);
     Outputs o;
@@ -238,13 +249,18 @@ void check_penalties(int64_t V, int64_t R) {
       sp.logit_bias.push_back({int32_t(V) + 1, 20.0f});
     }
     if (r % 4 == 3) banned = {int32_t(std::max_element(l.begin(), l.end()) - l.begin()), -1};
+    // Rows 6 mod 8: most of the vocabulary banned through a mask (JSON mode's form).
+    const bool as_mask = r % 8 == 6;
+    if (as_mask)
+      for (int32_t t = 0; t < int32_t(V); ++t)
+        if (u(rng()) < 0.7f) banned.push_back(t);
     if (r % 6 == 5) sp.repetition_penalty = 1.0f, sp.presence_penalty = sp.frequency_penalty = 0;
     host.insert(host.end(), l.begin(), l.end());
     sps.push_back(sp);
     prompts.push_back(prompt);
     outputs.push_back(output);
     bans.push_back(banned);
-    b.add(sp, uint64_t(output.size()), prompt, output, banned);
+    b.add(sp, uint64_t(output.size()), prompt, output, banned, as_mask ? V : 0);
   }
   DeviceLogits d(host, R, V);
   const Outputs o = d.sample(b);
@@ -498,6 +514,10 @@ TEST_F(GpuBackend, SampleChecksItsArguments) {
   SamplingBatch batch6{biased.rows, biased.pen_ids, biased.pen_counts, biased.bias_ids,
                        biased.bias_values};
   EXPECT_THROW(cuda().sample({}, d.view(), batch6, tokens, logprobs, none, none), Error);
+  Rows masked = b;
+  masked.rows[0].ban_mask = 0;  // no mask words given
+  SamplingBatch batch8{masked.rows, masked.pen_ids, masked.pen_counts};
+  EXPECT_THROW(cuda().sample({}, d.view(), batch8, tokens, logprobs, none, none), Error);
   for (float v : {NAN, INFINITY}) {
     biased.bias_values = {v};
     SamplingBatch batch7{biased.rows, biased.pen_ids, biased.pen_counts, biased.bias_ids,

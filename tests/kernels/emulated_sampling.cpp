@@ -156,6 +156,7 @@ class SamplingBackend final : public backend::Backend {
       p.penalty_end = s.penalty_end;
       p.bias_begin = s.bias_begin;
       p.bias_end = s.bias_end;
+      p.ban_mask = s.ban_mask;
     }
     SampleArgs a;
     a.logits = logits.ptr<float>();
@@ -167,6 +168,7 @@ class SamplingBackend final : public backend::Backend {
     a.penalty_counts = batch.penalty_counts.data();
     a.bias_ids = batch.bias_tokens.data();
     a.bias_values = batch.bias_values.data();
+    a.ban_masks = batch.ban_masks.data();
     a.tokens = tokens.ptr<int32_t>();
     a.logprobs = logprobs.ptr<float>();
     a.top_n = top_ids.data ? int32_t(top_ids.shape[1]) : 0;

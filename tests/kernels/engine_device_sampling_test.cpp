@@ -11,6 +11,7 @@
 #include "engine/engine_test_util.h"
 #include "kernels/emulated_sampling.h"
 #include "ridge/engine/generator.h"
+#include "ridge/engine/json_constraint.h"
 
 namespace ridge::engine {
 namespace {
@@ -143,6 +144,56 @@ TEST_F(EngineDeviceSampling, BiasesAndMinTokensEqualHostSampling) {
       ASSERT_EQ(host[r.id].ids().size(), size_t(r.min_tokens) + 1) << r.id;
       EXPECT_EQ(host[r.id].ids().back(), r.stop_token_ids[0]) << r.id;
     }
+  }
+}
+
+// Prompt logprobs on the device path: the rows after the sampling rows are copied back from the
+// (emulated) device; the same tokens and logprobs as the host path, beside other requests.
+TEST_F(EngineDeviceSampling, PromptLogprobsEqualHostSampling) {
+  const int64_t V = host_->config().vocab;
+  std::vector<Request> reqs;
+  for (int i = 0; i < 3; ++i) {
+    Request r = testing::greedy_request("p" + std::to_string(i),
+                                        testing::random_prompt(rng_, V, 10 + 30 * i), 3);
+    r.prompt_logprobs = i == 1 ? -1 : 2 + i;
+    reqs.push_back(r);
+  }
+  auto dev = run(*device_, reqs);
+  auto host = run(*host_, reqs);
+  for (const Request& r : reqs) {
+    const Collected& d = dev[r.id];
+    const Collected& h = host[r.id];
+    EXPECT_EQ(d.ids(), h.ids()) << r.id;
+    ASSERT_EQ(d.prompt_logprobs.size(), r.prompt_logprobs < 0 ? 0 : r.prompt.size() - 1) << r.id;
+    ASSERT_EQ(d.prompt_logprobs.size(), h.prompt_logprobs.size()) << r.id;
+    for (size_t j = 0; j < d.prompt_logprobs.size(); ++j) {
+      EXPECT_EQ(d.prompt_logprobs[j].token, r.prompt[j + 1]) << r.id << " " << j;
+      EXPECT_NEAR(d.prompt_logprobs[j].logprob, h.prompt_logprobs[j].logprob, 1e-4) << r.id;
+      ASSERT_EQ(d.prompt_logprobs[j].top.size(), size_t(r.prompt_logprobs)) << r.id;
+    }
+  }
+}
+
+// JSON mode on the device path: the constraint's banned lists (most of the vocabulary in some
+// states) reach the kernel as -inf biases; greedy tokens equal host sampling's.
+TEST_F(EngineDeviceSampling, JsonModeEqualsHostSampling) {
+  const int64_t V = host_->config().vocab;
+  std::vector<Request> reqs;
+  for (int i = 0; i < 2; ++i) {
+    Request r = testing::greedy_request("json" + std::to_string(i),
+                                        testing::random_prompt(rng_, V, 8 + 5 * i), 24);
+    r.ignore_eos = false;
+    r.json_object = true;
+    reqs.push_back(r);
+  }
+  auto dev = run(*device_, reqs);
+  auto host = run(*host_, reqs);
+  for (const Request& r : reqs) {
+    EXPECT_EQ(dev[r.id].ids(), host[r.id].ids()) << r.id;
+    JsonMachine m;
+    std::vector<int32_t> out = host[r.id].ids();
+    if (host[r.id].finish_reason == "stop") out.pop_back();
+    EXPECT_TRUE(m.feed(host_->tokenizer->decode(out, true))) << r.id;
   }
 }
 

@@ -105,24 +105,32 @@ struct Batch {
   std::vector<int32_t> pen_ids, pen_counts;
   std::vector<int32_t> bias_ids;
   std::vector<float> bias_values;
+  std::vector<uint32_t> masks;
   int32_t top_n = 0;
 
   Batch(int64_t vocab, int64_t row_stride, int64_t first)
       : V(vocab), ld(row_stride), offset(first) {}
   float* row(size_t r) { return storage.data() + offset + int64_t(r) * ld; }
   // Appends a row; prompt/output become its penalty list (distinct tokens, output counts).
-  // sp.logit_bias and `banned` become its bias list.
+  // sp.logit_bias and `banned` become its bias list (as_mask: `banned` becomes its ban mask).
   void add(const std::vector<float>& logits, const SamplingParams& sp, uint64_t step,
            const std::vector<int32_t>& prompt = {}, const std::vector<int32_t>& output = {},
-           const std::vector<int32_t>& banned = {}) {
+           const std::vector<int32_t>& banned = {}, bool as_mask = false) {
     const size_t r = params.size();
     storage.resize(size_t(offset + int64_t(r + 1) * ld + 8), 0.0f);
     std::copy(logits.begin(), logits.end(), row(r));
     SampleRowParams p = to_row(sp, step);
     std::tie(p.penalty_begin, p.penalty_end) =
         sampling_test::append_penalties(prompt, output, pen_ids, pen_counts);
-    std::tie(p.bias_begin, p.bias_end) =
-        sampling_test::append_biases(sp, banned, bias_ids, bias_values);
+    std::tie(p.bias_begin, p.bias_end) = sampling_test::append_biases(
+        sp, as_mask ? std::vector<int32_t>{} : banned, bias_ids, bias_values);
+    if (as_mask) {
+      const size_t words = size_t((V + 31) / 32);
+      p.ban_mask = int32_t(masks.size() / words);
+      masks.resize(masks.size() + words, 0u);
+      for (int32_t t : banned)
+        if (t >= 0 && t < V) masks[size_t(p.ban_mask) * words + size_t(t / 32)] |= 1u << (t % 32);
+    }
     params.push_back(p);
     top_n = std::max(top_n, sp.top_logprobs);
   }
@@ -164,6 +172,7 @@ Result run(Batch& b, bool staged, simt::Order order, uint32_t schedule_seed = 1)
   a.penalty_counts = counts.data();
   a.bias_ids = bias_ids.data();
   a.bias_values = bias_values.data();
+  a.ban_masks = b.masks.data();
   a.workspace = staged ? nullptr : reinterpret_cast<float*>(workspace.data());
   a.tokens = res.tokens.data();
   a.logprobs = res.logprobs.data();
@@ -362,6 +371,13 @@ TEST(SamplingEmulation, BiasesAndBansMatchCpuSampler) {
         if (!ids.empty()) banned.push_back(*ids.begin());
         if (r == 4) banned.push_back(-3);  // outside: skipped
       }
+      // Rows 2 mod 4 ban most of the vocabulary through a mask, as JSON mode does.
+      const bool as_mask = r % 4 == 2;
+      if (as_mask)
+        for (int32_t t = 0; t < int32_t(V); ++t)
+          if (u(rng) < 0.7f) banned.push_back(t);
+      std::sort(banned.begin(), banned.end());
+      banned.erase(std::unique(banned.begin(), banned.end()), banned.end());
       std::vector<int32_t> prompt, output;
       for (int j = 0; j < 6; ++j) prompt.push_back(tok(rng));
       for (int j = 0; j < 8; ++j) output.push_back(tok(rng));
@@ -370,7 +386,7 @@ TEST(SamplingEmulation, BiasesAndBansMatchCpuSampler) {
       prompts.push_back(prompt);
       outputs.push_back(output);
       bans.push_back(banned);
-      b.add(l, sp, 0, prompt, output, banned);
+      b.add(l, sp, 0, prompt, output, banned, as_mask);
     }
     const Result got = run<64>(b, staged, kOrders[seed % 3], seed);
     for (size_t r = 0; r < rows.size(); ++r) {
@@ -411,7 +427,8 @@ TEST(SamplingEmulation, DrawsWithBiasesAndBansStayInTheCpuSamplersSet) {
       const auto allowed = allowed_set(adjusted, plain);
       if (allowed.margin < 1e-4) continue;
       Batch b(V, V, 0);
-      for (uint64_t step = 0; step < 16; ++step) b.add(logits, sp, step * 31 + 2, {}, {}, banned);
+      for (uint64_t step = 0; step < 16; ++step)
+        b.add(logits, sp, step * 31 + 2, {}, {}, banned, step % 2 == 1);
       const Result got = run<64>(b, staged, kOrders[checked % 3], seed);
       for (size_t r = 0; r < b.params.size(); ++r) {
         EXPECT_TRUE(allowed.contains(got.tokens[r]))

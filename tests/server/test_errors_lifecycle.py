@@ -53,7 +53,9 @@ def test_wrong_types_name_the_parameter(server, field, value):
     ("top_logprobs", 21), ("min_p", 1.5), ("repetition_penalty", 0), ("top_k", -5),
     ("logit_bias", {"5": 100.5}), ("logit_bias", {"5": -101}), ("logit_bias", {"five": 1}),
     ("logit_bias", {"-5": 1}), ("logit_bias", {"999999999": 1}), ("logit_bias", {"7": 1, "07": 2}),
-    ("logit_bias", {str(i): 1 for i in range(1025)}), ("min_tokens", -1), ("min_tokens", 3)])
+    ("logit_bias", {str(i): 1 for i in range(1025)}), ("min_tokens", -1), ("min_tokens", 3),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+    ("response_format", {"type": "yaml"}), ("response_format", "json_object")])
 def test_out_of_range_values_name_the_parameter(server, field, value):
     body = {"model": server.model, "messages": MSGS, "max_tokens": 2, "logprobs": True, field: value}
     status, e = error_of(post(server, "/v1/chat/completions", body))

@@ -412,3 +412,39 @@ def _prompt_ids(server, text):
     r = server.client().completions.create(model=server.model, prompt=text, max_tokens=1, temperature=0)
     assert r.usage.prompt_tokens == len(ids), (r.usage.prompt_tokens, ids)
     return ids
+
+
+def test_json_mode_gives_a_json_object(server):
+    """response_format json_object: the content parses as a JSON object whenever it finishes
+    with "stop" (greedy and seeded draws, chat and completions, streamed and not)."""
+    if server.stub:
+        pytest.skip("the stub engine has no model")
+    msgs = [{"role": "user", "content": "Give me a JSON object describing a dog with a name and an age."}]
+    stopped = 0
+    for seed in (None, 1, 2, 3):
+        kw = dict(messages=msgs, max_tokens=200, response_format={"type": "json_object"})
+        kw.update(temperature=0) if seed is None else kw.update(temperature=0.8, seed=seed)
+        r = chat(server, **kw)
+        content, reason = r.choices[0].message.content, r.choices[0].finish_reason
+        if reason == "stop":
+            stopped += 1
+            assert isinstance(json.loads(content), dict), content
+        else:
+            assert reason == "length"
+            assert content.lstrip().startswith("{"), content
+    assert stopped > 0
+    chunks = list(chat(server, messages=msgs, max_tokens=200, temperature=0, stream=True,
+                       response_format={"type": "json_object"}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == chat(server, messages=msgs, max_tokens=200, temperature=0,
+                            response_format={"type": "json_object"}).choices[0].message.content
+    # The client's completions.create has no response_format argument: raw HTTP.
+    status, _, body = server.request("POST", "/v1/completions", {
+        "model": server.model, "prompt": "A JSON object:", "max_tokens": 120, "temperature": 0,
+        "response_format": {"type": "json_object"}})
+    assert status == 200
+    choice = json.loads(body)["choices"][0]
+    if choice["finish_reason"] == "stop":
+        assert isinstance(json.loads(choice["text"]), dict), choice["text"]
+    else:
+        assert choice["text"].lstrip().startswith("{")

@@ -168,6 +168,9 @@ struct SampleRow {
   // This row's entries in SamplingBatch::bias_tokens / bias_values: [begin, end).
   int32_t bias_begin = 0;
   int32_t bias_end = 0;
+  // >= 0: this row's banned tokens are the set bits of SamplingBatch::ban_masks words
+  // [ban_mask * W, (ban_mask + 1) * W), W = ceil(vocab / 32); -1: none.
+  int32_t ban_mask = -1;
 };
 
 // The host side of one Backend::sample call.
@@ -183,6 +186,9 @@ struct SamplingBatch {
   // the penalties (-inf bans a token). Ids outside [0, vocab) are skipped.
   std::span<const int32_t> bias_tokens;
   std::span<const float> bias_values;
+  // Ban masks (bit t % 32 of word t / 32: token t becomes -inf), W words each: for rows that ban
+  // much of the vocabulary (JSON mode), where a list would cost 8 bytes a token.
+  std::span<const uint32_t> ban_masks;
 };
 
 // The device's power state at one moment (Backend::power_reading): what the card's power

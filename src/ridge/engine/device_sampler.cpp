@@ -62,6 +62,51 @@ void PenaltyHistory::update(std::span<const int32_t> prompt, std::span<const int
   output_seen_ = output.size();
 }
 
+void DeviceSampler::add_biases(const SamplingParams& p, std::span<const int32_t> banned,
+                               backend::SampleRow& s) {
+  s.bias_begin = int32_t(bias_tokens_.size());
+  std::span<const TokenBias> bias = p.logit_bias;
+  std::vector<TokenBias> sorted;
+  auto by_token = [](const TokenBias& a, const TokenBias& b) { return a.token < b.token; };
+  if (!std::is_sorted(bias.begin(), bias.end(), by_token)) {
+    sorted.assign(bias.begin(), bias.end());
+    std::sort(sorted.begin(), sorted.end(), by_token);
+    bias = sorted;
+  }
+  auto push = [&](int32_t t, float v) {
+    if (t < 0 || t >= vocab_) return;
+    bias_tokens_.push_back(t);
+    bias_values_.push_back(v);
+  };
+  // Many bans (JSON mode's) as a bit mask: 4 bytes per 32 tokens instead of 8 per token.
+  const int64_t words = (vocab_ + 31) / 32;
+  if (int64_t(banned.size()) > words / 2) {
+    s.ban_mask = int32_t(ban_masks_.size() / size_t(words));
+    ban_masks_.resize(ban_masks_.size() + size_t(words), 0u);
+    uint32_t* mask = ban_masks_.data() + size_t(s.ban_mask) * size_t(words);
+    for (int32_t t : banned)
+      if (t >= 0 && t < vocab_) mask[t >> 5] |= 1u << (t & 31);
+    for (const TokenBias& b : bias) push(b.token, b.bias);
+  } else {
+    // Both ascending: one merge; a banned token's bias becomes -inf (each token once a row).
+    size_t i = 0, j = 0;
+    while (i < bias.size() || j < banned.size()) {
+      if (j == banned.size() || (i < bias.size() && bias[i].token < banned[j])) {
+        push(bias[i].token, bias[i].bias);
+        ++i;
+        continue;
+      }
+      if (i < bias.size() && bias[i].token == banned[j]) ++i;
+      if (j + 1 < banned.size() && banned[j + 1] == banned[j]) {  // a repeat: once
+        ++j;
+        continue;
+      }
+      push(banned[j++], -INFINITY);
+    }
+  }
+  s.bias_end = int32_t(bias_tokens_.size());
+}
+
 bool DeviceSampler::sample(const backend::Stream& stream, const Tensor& logits,
                            std::span<const DeviceSampleRow> rows, std::vector<SampleResult>& out) {
   if (!launch(stream, logits, rows)) return false;
@@ -83,6 +128,7 @@ bool DeviceSampler::launch(const backend::Stream& stream, const Tensor& logits,
   penalty_counts_.clear();
   bias_tokens_.clear();
   bias_values_.clear();
+  ban_masks_.clear();
   int32_t top_n = 0;
   for (const DeviceSampleRow& r : rows) {
     const SamplingParams& p = *r.params;
@@ -95,26 +141,7 @@ bool DeviceSampler::launch(const backend::Stream& stream, const Tensor& logits,
       penalty_counts_.insert(penalty_counts_.end(), c.begin(), c.end());
       s.penalty_end = int32_t(penalty_tokens_.size());
     }
-    // The row's biases, and its banned tokens as -inf (replacing a bias of the same token: the
-    // kernel wants each token once a row).
-    s.bias_begin = int32_t(bias_tokens_.size());
-    for (const TokenBias& b : p.logit_bias)
-      if (b.token >= 0 && b.token < vocab_) {
-        bias_tokens_.push_back(b.token);
-        bias_values_.push_back(b.bias);
-      }
-    for (int32_t t : r.banned) {
-      if (t < 0 || t >= vocab_) continue;
-      const auto first = bias_tokens_.begin() + s.bias_begin;
-      const auto at = std::find(first, bias_tokens_.end(), t);
-      if (at == bias_tokens_.end()) {
-        bias_tokens_.push_back(t);
-        bias_values_.push_back(-INFINITY);
-      } else {
-        bias_values_[size_t(at - bias_tokens_.begin())] = -INFINITY;
-      }
-    }
-    s.bias_end = int32_t(bias_tokens_.size());
+    add_biases(p, r.banned, s);
     rows_.push_back(s);
     top_n = std::max(top_n, p.top_logprobs);
   }
@@ -132,7 +159,8 @@ bool DeviceSampler::launch(const backend::Stream& stream, const Tensor& logits,
     top_logprobs = Tensor(base + 2 * R + R * top_n, DType::f32, {R, top_n}, dev);
   }
   const Tensor step_logits = logits.slice_rows(0, R);
-  backend::SamplingBatch batch{rows_, penalty_tokens_, penalty_counts_, bias_tokens_, bias_values_};
+  backend::SamplingBatch batch{rows_,        penalty_tokens_, penalty_counts_,
+                               bias_tokens_, bias_values_,    ban_masks_};
   if (!backend_.sample(stream, step_logits, batch, tokens, logprobs, top_ids, top_logprobs)) {
     available_ = false;
     return false;

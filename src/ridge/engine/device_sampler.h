@@ -54,7 +54,7 @@ backend::SampleRow to_sample_row(const SamplingParams& params, uint64_t step);
 
 // One row of a step: the sequence's parameters, how many tokens it has generated, its penalty
 // history (null, or ignored, when the parameters use no penalty) and the tokens it must not draw
-// now (Sampler::sample's `banned`).
+// now (Sampler::sample's `banned`, ascending).
 struct DeviceSampleRow {
   const SamplingParams* params = nullptr;
   uint64_t step = 0;
@@ -84,12 +84,15 @@ class DeviceSampler {
   bool available() const { return available_; }
 
  private:
+  // Row s's logit biases and banned tokens: a bias list, with many bans as a mask instead.
+  void add_biases(const SamplingParams& p, std::span<const int32_t> banned, backend::SampleRow& s);
   backend::Backend& backend_;
   bool available_ = true;
   std::vector<backend::SampleRow> rows_;
   std::vector<int32_t> penalty_tokens_, penalty_counts_;
   std::vector<int32_t> bias_tokens_;
   std::vector<float> bias_values_;
+  std::vector<uint32_t> ban_masks_;
   backend::Buffer device_;  // tokens [R], logprobs [R], top ids [R, N], top logprobs [R, N]
   int32_t top_n_ = 0;       // of the launched step
   int64_t vocab_ = 0;

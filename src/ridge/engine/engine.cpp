@@ -106,6 +106,8 @@ struct Engine::Impl {
   std::vector<SampleResult> device_results;
   std::vector<float> host_logits;  // device logits copied back when the device declines
   std::vector<float> prompt_logits;  // a step's prompt-logprob rows copied back from the device
+  std::once_flag trie_once;  // JSON mode's token trie, built by the first request that needs it
+  std::shared_ptr<const TokenTrie> trie;
   // Running sequences with tokens of the last step still to hand out (flush_outputs). A sequence
   // leaves it before it is destroyed (emit_finished).
   std::vector<Sequence*> to_emit;
@@ -320,6 +322,7 @@ void Engine::Impl::step() {
       res = s.sampler.sample(r, s.prompt(), s.output(), s.banned_tokens());
     }
     sampled.push_back(res.token);
+    s.advance(res.token);
     s.pending.push_back({res.token, res.logprob, std::move(res.top)});
     if (s.first_token == Clock::time_point{}) {
       s.first_token = now;
@@ -547,6 +550,14 @@ void Engine::submit(Request r, OutputCallback on_output) {
   }
   std::vector<int32_t> stops = r.ignore_eos ? std::vector<int32_t>{} : I.model_stop_ids;
   stops.insert(stops.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
+  std::unique_ptr<JsonConstraint> constraint;
+  if (r.json_object) {
+    if (!I.bundle.tokenizer) invalid("JSON mode needs the model's tokenizer, and it has none");
+    // The vocabulary's trie, built by the first JSON request and kept (a few MB).
+    std::call_once(I.trie_once,
+                   [&] { I.trie = std::make_shared<const TokenTrie>(*I.bundle.tokenizer); });
+    constraint = std::make_unique<JsonConstraint>(I.trie, stops, I.vocab);
+  }
 
   std::lock_guard lock(I.mu);
   if (!I.accepting) throw RequestRejected(Kind::shutting_down, "the engine is shutting down");
@@ -558,6 +569,7 @@ void Engine::submit(Request r, OutputCallback on_output) {
                                       queued, I.config.max_queue));
   auto seq = std::make_unique<Sequence>(I.next_seq_id++, std::move(r), std::move(stops),
                                         std::move(on_output));
+  seq->constraint = std::move(constraint);
   I.live.emplace(seq->request.id, seq->seq_id);
   I.inbox.push_back(std::move(seq));
   I.wake.notify_one();

@@ -61,6 +61,10 @@ struct Request {
   // top alternatives (0..20; vLLM's prompt_logprobs). Such a request computes its whole prompt
   // (no prefix-cache hits). -1: none.
   int32_t prompt_logprobs = -1;
+  // JSON mode (response_format json_object): only tokens that keep the output a prefix of one
+  // JSON object may be drawn, and the stop tokens only once the object is complete
+  // (json_constraint.h). Needs the model's tokenizer.
+  bool json_object = false;
 };
 
 struct TokenOutput {

@@ -12,7 +12,8 @@ ModelRunner::ModelRunner(model::LlamaModel& model, kv::KvPool& pool, int32_t max
     : model_(model), pool_(pool), vocab_(model.config().vocab) {
   const int64_t max_ctx =
       std::min<int64_t>(pool.num_tokens(), model.config().max_position) + pool.block_size();
-  max_logits_rows_ = size_t(max_num_seqs) + size_t(std::max(max_prompt_rows, 0));
+  max_logits_rows_ =
+      size_t(max_num_seqs) + size_t(std::clamp(max_prompt_rows, 0, max_num_batched_tokens));
   model_.reserve(max_num_batched_tokens, int64_t(max_logits_rows_), max_ctx / pool.block_size());
   batch_.tokens.reserve(size_t(max_num_batched_tokens));
   batch_.positions.reserve(size_t(max_num_batched_tokens));

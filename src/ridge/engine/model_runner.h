@@ -18,7 +18,8 @@ namespace ridge::engine {
 
 class ModelRunner {
  public:
-  // max_prompt_rows: prompt-logprob rows a step may add (SchedulerConfig::max_prompt_logprob_rows).
+  // max_prompt_rows: prompt-logprob rows a step may add (SchedulerConfig::max_prompt_logprob_rows;
+  // at most max_num_batched_tokens are reserved, all a step can have).
   ModelRunner(model::LlamaModel& model, kv::KvPool& pool, int32_t max_num_batched_tokens,
               int32_t max_num_seqs, int32_t max_prompt_rows = 0);
 
@@ -33,7 +34,8 @@ class ModelRunner {
   std::span<float> execute(const SchedulerOutput& out);
   // Runs the step and leaves the logits on the backend's device: f32 [>= out.num_logits(),
   // vocab], the first out.num_logits() rows in chunk order, then the prompt rows (a padded decode
-  // graph may add rows; such a step has no prompt rows);
+  // graph adds rows after those: a step of one-token chunks may run as a graph with a prompt row,
+  // whose rows then still come in this order);
   // valid until the next call. For device sampling (DeviceSampler). The step is only queued
   // (LlamaModel::enqueue): the stream is synchronized by whoever reads its results (the device
   // sampler downloads its tokens and waits) before the next call.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -16,6 +17,7 @@
 
 #include "ridge/engine/device_sampler.h"
 #include "ridge/engine/engine.h"
+#include "ridge/engine/json_constraint.h"
 #include "ridge/engine/sampler.h"
 
 namespace ridge::engine {
@@ -51,11 +53,13 @@ struct Sequence {
   bool owes_prompt_logprobs() const {
     return request.prompt_logprobs >= 0 && prompt_logprobs_next < num_prompt;
   }
-  // The tokens the next draw must not pick: the stop tokens until request.min_tokens tokens have
-  // been generated, then none.
-  std::span<const int32_t> banned_tokens() const {
-    return num_output_tokens() < request.min_tokens ? std::span<const int32_t>(stop_ids)
-                                                    : std::span<const int32_t>();
+  // The tokens the next draw must not pick, ascending: the stop tokens until request.min_tokens
+  // tokens have been generated, and what the JSON constraint rules out. Valid until the next
+  // token is drawn (advance()).
+  std::span<const int32_t> banned_tokens();
+  // A token was drawn: the constraint (if any) reads it.
+  void advance(int32_t token) {
+    if (constraint) constraint->advance(token);
   }
 
   const int64_t seq_id;  // arrival order: smaller is older
@@ -63,6 +67,7 @@ struct Sequence {
   std::vector<int32_t> stop_ids;
   OutputCallback on_output;
   Sampler sampler;
+  std::unique_ptr<JsonConstraint> constraint;  // Request::json_object
   // The tokens seen so far with their output counts, for device sampling with penalties (updated
   // before each device-sampled step; empty otherwise).
   PenaltyHistory penalties;

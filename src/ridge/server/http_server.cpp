@@ -467,6 +467,7 @@ class Job : public std::enable_shared_from_this<Job> {
       r.ignore_eos = p_.ignore_eos;
       r.stop_token_ids = p_.stop_token_ids;
       r.min_tokens = p_.min_tokens;
+      r.json_object = p_.json_object;
       if (p_.echo && p_.logprobs) r.prompt_logprobs = p_.sampling.top_logprobs;
       auto self = shared_from_this();
       try {
@@ -537,8 +538,7 @@ class Job : public std::enable_shared_from_this<Job> {
   json logprob_entry(const engine::TokenOutput& t, size_t text_offset) const;
   // echo: the prompt's text into `text` and, with logprobs, an entry per prompt token into `lps`
   // (the first without a logprob; the others from the engine's prompt logprobs).
-  void echo_prompt(const Choice& c, const engine::RequestOutput& out, std::string& text,
-                   json& lps) const;
+  void echo_prompt(Choice& c, const engine::RequestOutput& out, std::string& text, json& lps) const;
   void add_event(std::string& ev, size_t i, std::string_view text, const json* lp,
                  const std::string* finish);
   void finish_all();
@@ -581,10 +581,12 @@ json Job::logprob_entry(const engine::TokenOutput& t, size_t text_offset) const 
   return {{"token", text}, {"logprob", t.logprob}, {"top", top}, {"offset", text_offset}};
 }
 
-void Job::echo_prompt(const Choice& c, const engine::RequestOutput& out, std::string& text,
+void Job::echo_prompt(Choice& c, const engine::RequestOutput& out, std::string& text,
                       json& lps) const {
   const std::vector<int32_t>& ids = p_.prompts[c.prompt_index];
-  tokenizer::IncrementalDecoder decoder(srv_.tok, /*skip_special=*/true);
+  // The choice's own decoder: the completion continues the prompt's stream (a SentencePiece
+  // decoder strips only the stream's first leading space; a character split across the join
+  // stays whole).
   for (size_t j = 0; j < ids.size(); ++j) {
     if (p_.logprobs) {
       const bool have = j >= 1 && j - 1 < out.prompt_logprobs.size();
@@ -593,9 +595,8 @@ void Job::echo_prompt(const Choice& c, const engine::RequestOutput& out, std::st
       if (!have) e["logprob"] = e["top"] = nullptr;
       lps.push_back(std::move(e));
     }
-    text += decoder.push(ids[j]);
+    text += c.decoder.push(ids[j]);
   }
-  text += decoder.flush();
 }
 
 namespace {

@@ -392,9 +392,13 @@ GenParams parse_generation(Api api, const json& body, const PromptContext& ctx) 
     bad("tools", "Invalid value for 'tools': tool calling is not supported.");
   if (const json* v = field(body, "response_format")) {
     const json* t = v->is_object() ? field(*v, "type") : nullptr;
-    if (!t || !t->is_string() || t->get<std::string>() != "text")
-      bad("response_format", "Invalid value for 'response_format': only {\"type\": \"text\"} is "
-                             "supported.");
+    const std::string type = t && t->is_string() ? t->get<std::string>() : "";
+    if (type == "json_object")
+      p.json_object = true;
+    else if (type != "text")
+      bad("response_format",
+          "Invalid value for 'response_format': only {\"type\": \"text\"} and "
+          "{\"type\": \"json_object\"} are supported.");
   }
   return p;
 }

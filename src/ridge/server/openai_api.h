@@ -45,7 +45,9 @@ struct GenParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t min_tokens = 0;  // vLLM's: no stop token nor stop string before this many tokens
-  bool echo = false;  // completions: the prompt's text (and, with logprobs, its logprobs) first
+  // completions: the prompt's text (and, with logprobs, its logprobs) first
+  bool echo = false;
+  bool json_object = false;  // response_format {"type": "json_object"}
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;  // chat: logprobs; completions: logprobs is not null

@@ -17,6 +17,7 @@ namespace ridge::backend {
 
 struct CudaBackend::SamplingBuffers {
   void* host = nullptr;  // pinned: [params][penalty ids][penalty counts][bias ids][bias values]
+                         // [ban masks]
   size_t host_bytes = 0;
   cuda::DeviceMemory device;  // the same layout on the device
   cuda::DeviceMemory workspace;
@@ -54,9 +55,10 @@ void expect_device(const Tensor& t, DType dtype, const char* name, int64_t min_n
 
 // The kernel works on a copy of the row (kernels::sample_workspace_bytes) when this holds.
 bool adjusts_logits(const SampleRow& r) {
-  return r.bias_end > r.bias_begin || (r.penalty_end > r.penalty_begin &&
-                                       (r.repetition_penalty != 1.0f ||
-                                        r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f));
+  return r.bias_end > r.bias_begin || r.ban_mask >= 0 ||
+         (r.penalty_end > r.penalty_begin &&
+          (r.repetition_penalty != 1.0f || r.presence_penalty != 0.0f ||
+           r.frequency_penalty != 0.0f));
 }
 
 }  // namespace
@@ -88,6 +90,7 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
         !std::isnan(batch.bias_values[size_t(e)]) && batch.bias_values[size_t(e)] != INFINITY,
         "cuda backend sample: bias entry {} (token {}) is {}; biases are finite or -inf", e,
         batch.bias_tokens[size_t(e)], batch.bias_values[size_t(e)]);
+  const int64_t mask_words = (V + 31) / 32, M = int64_t(batch.ban_masks.size());
   int32_t want_top = 0;
   bool any_adjusted = false;
   for (int64_t r = 0; r < R; ++r) {
@@ -108,6 +111,9 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
     RIDGE_CHECK(row.bias_begin >= 0 && row.bias_begin <= row.bias_end && row.bias_end <= B,
                 "cuda backend sample: row {} bias entries [{}, {}) outside the {} given", r,
                 row.bias_begin, row.bias_end, B);
+    RIDGE_CHECK(row.ban_mask >= -1 && (int64_t(row.ban_mask) + 1) * mask_words <= M,
+                "cuda backend sample: row {} ban mask {} past the {} words given ({} a mask)", r,
+                row.ban_mask, M, mask_words);
     want_top = std::max(want_top, row.top_logprobs);
     any_adjusted = any_adjusted || adjusts_logits(row);
   }
@@ -135,7 +141,8 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
   const size_t ids_bytes = align16(size_t(P) * sizeof(int32_t));
   const size_t bias_bytes = align16(size_t(B) * sizeof(int32_t));
   const size_t bias_at = params_bytes + 2 * ids_bytes;
-  const size_t bytes = bias_at + 2 * bias_bytes;
+  const size_t masks_at = bias_at + 2 * bias_bytes;
+  const size_t bytes = masks_at + align16(size_t(M) * sizeof(uint32_t));
   if (b.upload_pending) {  // the previous call's upload still reads the staging memory
     RIDGE_CHECK_CUDA(cudaEventSynchronize(b.uploaded));
     b.upload_pending = false;
@@ -177,6 +184,7 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
     p.penalty_end = row.penalty_end;
     p.bias_begin = row.bias_begin;
     p.bias_end = row.bias_end;
+    p.ban_mask = row.ban_mask;
   }
   if (P > 0) {
     std::memcpy(host + params_bytes, batch.penalty_tokens.data(), size_t(P) * sizeof(int32_t));
@@ -187,6 +195,7 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
     std::memcpy(host + bias_at, batch.bias_tokens.data(), size_t(B) * sizeof(int32_t));
     std::memcpy(host + bias_at + bias_bytes, batch.bias_values.data(), size_t(B) * sizeof(float));
   }
+  if (M > 0) std::memcpy(host + masks_at, batch.ban_masks.data(), size_t(M) * sizeof(uint32_t));
   RIDGE_CHECK_CUDA(cudaMemcpyAsync(b.device.data(), host, bytes, cudaMemcpyHostToDevice, stream));
   RIDGE_CHECK_CUDA(cudaEventRecord(b.uploaded, stream));
   b.upload_pending = true;
@@ -202,6 +211,7 @@ bool CudaBackend::sample(const Stream& s, const Tensor& logits, const SamplingBa
   a.penalty_counts = reinterpret_cast<const int32_t*>(dev + params_bytes + ids_bytes);
   a.bias_ids = reinterpret_cast<const int32_t*>(dev + bias_at);
   a.bias_values = reinterpret_cast<const float*>(dev + bias_at + bias_bytes);
+  a.ban_masks = reinterpret_cast<const uint32_t*>(dev + masks_at);
   a.workspace = ws_bytes ? static_cast<float*>(b.workspace.data()) : nullptr;
   a.tokens = tokens.ptr<int32_t>();
   a.logprobs = logprobs.ptr<float>();

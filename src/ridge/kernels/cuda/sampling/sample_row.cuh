@@ -6,7 +6,8 @@
 // Rules (engine::Sampler's, which stays the CPU reference):
 //   raw stats    log-sum-exp and, when asked, the top-n of the raw logits (ties: lowest id first);
 //                reported logprobs are raw: float(double(logit) - lse).
-//   biases       each listed bias added to its token's logit (-inf: banned), before the penalties.
+//   biases       each listed bias added to its token's logit (-inf: banned), then the tokens of
+//                the row's ban mask set to -inf, before the penalties.
 //   penalties    repetition (positive / penalty, negative * penalty) on every listed token, then
 //                presence + frequency * count subtracted for tokens with count > 0, with the
 //                CPU's float operations in the CPU's order (no fused multiply-add).
@@ -485,7 +486,8 @@ __device__ void sample_row(const SampleArgs& a, int r, float* staged, Shared& sh
       p.penalty_end > p.penalty_begin &&
       (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
   const bool bias = p.bias_end > p.bias_begin;
-  const bool adjust = penalize || bias;
+  const bool mask = p.ban_mask >= 0;
+  const bool adjust = penalize || bias || mask;
   const int n_top = imin(imax(p.top_logprobs, 0), imin(imin(kSampleMaxTopLogprobs, a.top_n), V));
   // The row is read again after P1 from a copy: in shared memory when it fits, else (only when
   // biases or penalties must change it) in the workspace; otherwise from the input.
@@ -525,13 +527,19 @@ __device__ void sample_row(const SampleArgs& a, int r, float* staged, Shared& sh
     raw_top_logprobs<kT>(sh, work, V, work_vec, n_top, a.top_n, lse,
                          a.top_ids + int64_t(r) * a.top_n, a.top_logprobs + int64_t(r) * a.top_n);
 
-  // Biases, then penalties on the copy (each listed token once in each list; a barrier between
-  // the lists, which may name the same token), then P2: the adjusted argmax.
+  // Biases, the ban mask, then penalties on the copy (each listed token once in each list; a
+  // barrier between the steps, which may touch the same token), then P2: the adjusted argmax.
   if (bias) {
     for (int e = p.bias_begin + int(threadIdx.x); e < p.bias_end; e += kT) {
       const int t = a.bias_ids[e];
       if (t >= 0 && t < V) copy[t] = __fadd_rn(copy[t], a.bias_values[e]);
     }
+    __syncthreads();
+  }
+  if (mask) {
+    const uint32_t* words = a.ban_masks + int64_t(p.ban_mask) * ((V + 31) / 32);
+    for (int i = int(threadIdx.x); i < V; i += kT)
+      if (words[i >> 5] >> (i & 31) & 1u) copy[i] = -INFINITY;
     __syncthreads();
   }
   if (penalize) {

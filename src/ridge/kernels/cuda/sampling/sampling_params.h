@@ -26,6 +26,9 @@ struct SampleRowParams {
   int32_t penalty_end = 0;
   int32_t bias_begin = 0;  // the row's entries of SampleArgs::bias_ids / bias_values
   int32_t bias_end = 0;
+  // >= 0: the row's banned tokens are the set bits of SampleArgs::ban_masks words
+  // [ban_mask * W, (ban_mask + 1) * W), W = ceil(vocab / 32) (bit t % 32 of word t / 32); -1: none.
+  int32_t ban_mask = -1;
 };
 
 // Arguments of kernels::sample (sampling.h). All pointers are device pointers.
@@ -44,6 +47,7 @@ struct SampleArgs {
   // token; ids outside [0, vocab) are skipped).
   const int32_t* bias_ids = nullptr;
   const float* bias_values = nullptr;
+  const uint32_t* ban_masks = nullptr;  // SampleRowParams::ban_mask
   // Scratch for biased or penalized copies of rows that do not fit in shared memory: [rows, ws_ld]
   // floats (sample_workspace_bytes); may be null when that is 0.
   float* workspace = nullptr;

@@ -1,0 +1,391 @@
+#include "ridge/engine/json_constraint.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "ridge/core/error.h"
+#include "ridge/core/log.h"
+#include "ridge/tokenizer/tokenizer.h"
+
+namespace ridge::engine {
+
+namespace {
+bool is_ws(uint8_t b) {
+  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
+}
+bool is_digit(uint8_t b) {
+  return b >= '0' && b <= '9';
+}
+bool is_hex(uint8_t b) {
+  return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+}
+constexpr const char* kLiterals[3] = {"true", "false", "null"};
+}  // namespace
+
+// ---- JsonMachine ---------------------------------------------------------------------------
+
+bool JsonMachine::whitespace_allowed() const {
+  switch (mode_) {
+    case Mode::string:
+    case Mode::escape:
+    case Mode::unicode:
+    case Mode::literal:
+      return false;
+    case Mode::number:  // whitespace ends the number, then it is a run of one
+      return num_ == Num::zero || num_ == Num::integer || num_ == Num::fraction ||
+             num_ == Num::exponent;
+    case Mode::done:
+      return true;
+    default:
+      return ws_ < kMaxWhitespace;
+  }
+}
+
+uint64_t JsonMachine::hash() const {
+  uint64_t h = stack_ * 0x9e3779b97f4a7c15ull;
+  const uint64_t rest = uint64_t(depth_) | uint64_t(mode_) << 8 | uint64_t(num_) << 16 |
+                        uint64_t(count_) << 24 | uint64_t(literal_) << 32 | uint64_t(ws_) << 40 |
+                        uint64_t(key_) << 48 | uint64_t(object_only_) << 49;
+  h ^= rest + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+bool JsonMachine::open(bool object) {
+  if (depth_ >= kMaxDepth) return false;
+  if (object)
+    stack_ |= uint64_t(1) << depth_;
+  else
+    stack_ &= ~(uint64_t(1) << depth_);
+  ++depth_;
+  mode_ = object ? Mode::key_first : Mode::array_first;
+  return true;
+}
+
+bool JsonMachine::close(bool object) {
+  if (depth_ == 0 || in_object() != object) return false;
+  --depth_;
+  stack_ &= ~(uint64_t(1) << depth_);
+  value_done();
+  return true;
+}
+
+void JsonMachine::value_done() {
+  mode_ = depth_ == 0 ? Mode::done : Mode::after_value;
+  // What the finished value's modes used, reset so that equal states compare (and hash) equal.
+  num_ = Num::minus;
+  count_ = literal_ = 0;
+  key_ = false;
+}
+
+bool JsonMachine::start_value(uint8_t b) {
+  if (depth_ == 0 && object_only_ && b != '{') return false;
+  switch (b) {
+    case '{':
+      return open(true);
+    case '[':
+      return open(false);
+    case '"':
+      mode_ = Mode::string;
+      key_ = false;
+      return true;
+    case 't':
+    case 'f':
+    case 'n':
+      mode_ = Mode::literal;
+      literal_ = b == 't' ? 0 : b == 'f' ? 1 : 2;
+      count_ = 1;
+      return true;
+    case '-':
+      mode_ = Mode::number;
+      num_ = Num::minus;
+      return true;
+    case '0':
+      mode_ = Mode::number;
+      num_ = Num::zero;
+      return true;
+    default:
+      if (b >= '1' && b <= '9') {
+        mode_ = Mode::number;
+        num_ = Num::integer;
+        return true;
+      }
+      return false;
+  }
+}
+
+bool JsonMachine::after_value_byte(uint8_t b) {
+  if (b == ',') {
+    mode_ = in_object() ? Mode::key : Mode::value;
+    return true;
+  }
+  if (b == '}') return close(true);
+  if (b == ']') return close(false);
+  return false;
+}
+
+bool JsonMachine::feed(uint8_t b) {
+  switch (mode_) {
+    case Mode::string:
+      if (b == '"') {
+        if (key_) {
+          mode_ = Mode::colon;
+          key_ = false;
+        } else {
+          value_done();
+        }
+        return true;
+      }
+      if (b == '\\') {
+        mode_ = Mode::escape;
+        return true;
+      }
+      return b >= 0x20;
+    case Mode::escape:
+      if (b == 'u') {
+        mode_ = Mode::unicode;
+        count_ = 4;
+        return true;
+      }
+      if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' ||
+          b == 't') {
+        mode_ = Mode::string;
+        return true;
+      }
+      return false;
+    case Mode::unicode:
+      if (!is_hex(b)) return false;
+      if (--count_ == 0) mode_ = Mode::string;
+      return true;
+    case Mode::literal: {
+      const char* lit = kLiterals[literal_];
+      if (b != uint8_t(lit[count_])) return false;
+      if (lit[++count_] == 0) value_done();
+      return true;
+    }
+    case Mode::number: {
+      bool ends = false;  // b is not part of the number: it ends here
+      switch (num_) {
+        case Num::minus:
+          if (b == '0')
+            num_ = Num::zero;
+          else if (is_digit(b))
+            num_ = Num::integer;
+          else
+            return false;
+          return true;
+        case Num::zero:
+        case Num::integer:
+          if (num_ == Num::integer && is_digit(b)) return true;
+          if (b == '.')
+            num_ = Num::dot;
+          else if (b == 'e' || b == 'E')
+            num_ = Num::exp_mark;
+          else
+            ends = true;
+          break;
+        case Num::dot:
+          if (!is_digit(b)) return false;
+          num_ = Num::fraction;
+          return true;
+        case Num::fraction:
+          if (is_digit(b)) return true;
+          if (b == 'e' || b == 'E')
+            num_ = Num::exp_mark;
+          else
+            ends = true;
+          break;
+        case Num::exp_mark:
+          if (b == '+' || b == '-')
+            num_ = Num::exp_sign;
+          else if (is_digit(b))
+            num_ = Num::exponent;
+          else
+            return false;
+          return true;
+        case Num::exp_sign:
+          if (!is_digit(b)) return false;
+          num_ = Num::exponent;
+          return true;
+        case Num::exponent:
+          if (is_digit(b)) return true;
+          ends = true;
+          break;
+      }
+      if (!ends) return true;
+      value_done();
+      ws_ = 0;
+      return feed(b);
+    }
+    default:
+      break;
+  }
+  // Between tokens of the grammar: whitespace (bounded runs; after the value, unbounded, counted
+  // up to 255: JsonConstraint decides when it must end) or structure.
+  if (is_ws(b)) {
+    if (mode_ == Mode::done) {
+      ws_ = uint8_t(std::min(int(ws_) + 1, 255));
+      return true;
+    }
+    if (ws_ >= kMaxWhitespace) return false;
+    ++ws_;
+    return true;
+  }
+  ws_ = 0;
+  switch (mode_) {
+    case Mode::value:
+      return start_value(b);
+    case Mode::array_first:
+      if (b == ']') return close(false);
+      return start_value(b);
+    case Mode::key_first:
+      if (b == '}') return close(true);
+      [[fallthrough]];
+    case Mode::key:
+      if (b != '"') return false;
+      mode_ = Mode::string;
+      key_ = true;
+      return true;
+    case Mode::colon:
+      if (b != ':') return false;
+      mode_ = Mode::value;
+      return true;
+    case Mode::after_value:
+      return after_value_byte(b);
+    default:  // done
+      return false;
+  }
+}
+
+// ---- TokenTrie -------------------------------------------------------------------------------
+
+TokenTrie::TokenTrie(const tokenizer::Tokenizer& tok) : vocab_(int32_t(tok.vocab_size())) {
+  bytes_.resize(size_t(vocab_));
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < vocab_; ++id) {
+    if (tok.is_special(id)) continue;
+    bytes_[size_t(id)] = tok.token_bytes(id);
+    if (bytes_[size_t(id)].empty()) continue;
+    ids.push_back(id);
+    const std::string& b = bytes_[size_t(id)];
+    if (std::all_of(b.begin(), b.end(), [](char c) { return is_ws(uint8_t(c)); }))
+      whitespace_.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return bytes_[size_t(a)] < bytes_[size_t(b)] ||
+           (bytes_[size_t(a)] == bytes_[size_t(b)] && a < b);
+  });
+  // Node of the tokens ids[lo, hi), which share their first `d` bytes: the ones of exactly d bytes
+  // end here (they sort first), the others go to one child per next byte.
+  auto build = [&](auto& self, size_t lo, size_t hi, size_t d) -> uint32_t {
+    const uint32_t at = uint32_t(nodes_.size());
+    nodes_.push_back({});
+    size_t i = lo;
+    const uint32_t first_token = uint32_t(tokens_.size());
+    while (i < hi && bytes_[size_t(ids[i])].size() == d) tokens_.push_back(ids[i++]);
+    const uint32_t num_tokens = uint32_t(tokens_.size()) - first_token;  // before the children's
+    std::vector<Edge> children;
+    while (i < hi) {
+      const uint8_t c = uint8_t(bytes_[size_t(ids[i])][d]);
+      size_t j = i;
+      while (j < hi && uint8_t(bytes_[size_t(ids[j])][d]) == c) ++j;
+      children.push_back({c, self(self, i, j, d + 1)});
+      i = j;
+    }
+    Node& n = nodes_[at];
+    n.first_token = first_token;
+    n.num_tokens = num_tokens;
+    n.first_child = uint32_t(edges_.size());
+    n.num_children = uint32_t(children.size());
+    edges_.insert(edges_.end(), children.begin(), children.end());
+    return at;
+  };
+  build(build, 0, ids.size(), 0);
+}
+
+const std::string& TokenTrie::bytes(int32_t id) const {
+  static const std::string kNone;
+  return id >= 0 && id < vocab_ ? bytes_[size_t(id)] : kNone;
+}
+
+// ---- JsonConstraint --------------------------------------------------------------------------
+
+JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTrie> trie,
+                               std::vector<int32_t> end_tokens, int64_t vocab)
+    : trie_(std::move(trie)), end_tokens_(std::move(end_tokens)), vocab_(vocab) {
+  RIDGE_CHECK(trie_ != nullptr, "json constraint: no token trie");
+  std::sort(end_tokens_.begin(), end_tokens_.end());
+  end_tokens_.erase(std::unique(end_tokens_.begin(), end_tokens_.end()), end_tokens_.end());
+}
+
+std::vector<int32_t> JsonConstraint::compute_banned(bool ends_allowed) const {
+  std::vector<char> ok(size_t(vocab_), 0);
+  const auto& nodes = trie_->nodes();
+  const auto& edges = trie_->edges();
+  const auto& tokens = trie_->tokens();
+  // Depth-first over the trie, each node reached with the machine after its bytes.
+  std::vector<std::pair<uint32_t, JsonMachine>> stack = {{0u, machine_}};
+  while (!stack.empty()) {
+    auto [n, m] = stack.back();
+    stack.pop_back();
+    const auto& node = nodes[n];
+    for (uint32_t e = node.first_child; e < node.first_child + node.num_children; ++e) {
+      JsonMachine c = m;
+      if (!c.feed(edges[e].byte)) continue;
+      const auto& child = nodes[edges[e].node];
+      for (uint32_t t = child.first_token; t < child.first_token + child.num_tokens; ++t)
+        if (tokens[t] < vocab_) ok[size_t(tokens[t])] = 1;
+      if (child.num_children) stack.emplace_back(edges[e].node, c);
+    }
+  }
+  // End tokens by the end rule only (a stop token that spells JSON bytes would still end the
+  // sequence mid-object).
+  const bool ends = machine_.complete() && ends_allowed;
+  bool any_end = false;
+  for (int32_t t : end_tokens_)
+    if (t >= 0 && t < vocab_) ok[size_t(t)] = ends, any_end = true;
+  // After the value only whitespace can come (the walk allowed nothing else): once its run
+  // reaches the limit, an end token must, where one may. Where none may (none given, or
+  // min_tokens holds them back) whitespace goes on, so that a row is never banned whole.
+  if (ends && any_end && machine_.whitespace_run() >= JsonMachine::kMaxWhitespace)
+    for (int32_t t : trie_->whitespace_tokens())
+      if (t < vocab_) ok[size_t(t)] = 0;
+  std::vector<int32_t> banned;
+  for (int64_t t = 0; t < vocab_; ++t)
+    if (!ok[size_t(t)]) banned.push_back(int32_t(t));
+  return banned;
+}
+
+std::span<const int32_t> JsonConstraint::banned(bool ends_allowed) {
+  if (current_ && current_ends_ == ends_allowed) return *current_;
+  const uint64_t h = machine_.hash() ^ (ends_allowed ? 0 : 0x5bd1e995ull);
+  auto it = cache_.find(h);
+  if (it == cache_.end() || !(it->second.machine == machine_) ||
+      it->second.ends_allowed != ends_allowed) {
+    if (cache_.size() >= 256) cache_.clear();
+    it = cache_.insert_or_assign(h, Cached{machine_, ends_allowed, compute_banned(ends_allowed)})
+             .first;
+  }
+  current_ = &it->second.banned;
+  current_ends_ = ends_allowed;
+  return *current_;
+}
+
+bool JsonConstraint::advance(int32_t token) {
+  current_ = nullptr;
+  if (std::binary_search(end_tokens_.begin(), end_tokens_.end(), token)) return true;
+  JsonMachine m = machine_;
+  if (m.feed(trie_->bytes(token))) {
+    machine_ = m;
+    return true;
+  }
+  if (!warned_) {
+    warned_ = true;
+    log::warn(
+        "json mode: token {} does not continue the JSON object; the output is no longer "
+        "kept to valid JSON from here",
+        token);
+  }
+  return false;
+}
+
+}  // namespace ridge::engine
