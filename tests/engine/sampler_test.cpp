@@ -223,6 +223,38 @@ TEST(Sampler, DrawsHonourBiasesAndBans) {
   EXPECT_NEAR(double(counts[5]) / kDraws, p5, 5 * sd + 1e-9);
 }
 
+// raw_logprobs (prompt logprobs): the token's raw log-softmax, its rank among the row's logits,
+// and the row's top tokens as the Sampler reports them.
+TEST(Sampler, RawLogprobsGiveRankAndTop) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(seed);
+  auto logits = random_logits(3000, seed);
+  logits[17] = logits[18];  // a tie
+  std::vector<float> lsm;
+  log_softmax(logits, lsm);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.top_logprobs = 7;
+  auto copy = logits;
+  const SampleResult greedy = Sampler(sp).sample(copy, {}, {});
+  std::mt19937 rng(seed);
+  for (int32_t token : {17, 18, int32_t(rng() % 3000), greedy.token}) {
+    const SampleResult r = raw_logprobs(logits, token, 7);
+    EXPECT_EQ(r.token, token);
+    EXPECT_FLOAT_EQ(r.logprob, lsm[size_t(token)]);
+    int32_t above = 0;
+    for (float v : logits) above += v > logits[size_t(token)];
+    EXPECT_EQ(r.rank, above + 1);
+    ASSERT_EQ(r.top.size(), 7u);
+    for (size_t k = 0; k < 7; ++k) {
+      EXPECT_EQ(r.top[k].token, greedy.top[k].token);
+      EXPECT_FLOAT_EQ(r.top[k].logprob, greedy.top[k].logprob);
+    }
+  }
+  EXPECT_EQ(raw_logprobs(logits, greedy.token, 0).rank, 1);
+  EXPECT_THROW(raw_logprobs(logits, 3000, 1), Error);
+}
+
 TEST(Sampler, RejectsOutOfRangeParameters) {
   SamplingParams sp;
   sp.top_p = 0;

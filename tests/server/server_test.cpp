@@ -155,7 +155,10 @@ TEST(ParseGeneration, ValidatesAndNamesParameters) {
         Case{R"({"prompt":"a","logprobs":true})", "logprobs"},
         Case{R"({"prompt":"a","echo":1})", "echo"},
         Case{R"({"prompt":"a","logit_bias":{"1":"x"}})", "logit_bias"},
-        Case{R"({"prompt":"a","min_tokens":-2})", "min_tokens"}, Case{R"({})", "prompt"}}) {
+        Case{R"({"prompt":"a","min_tokens":-2})", "min_tokens"},
+        Case{R"({"prompt":"a","prompt_logprobs":21})", "prompt_logprobs"},
+        Case{R"({"prompt":"a","prompt_logprobs":1,"stream":true})", "prompt_logprobs"},
+        Case{R"({})", "prompt"}}) {
     try {
       parse(rs::Api::completions, k.body);
       ADD_FAILURE() << k.body;

@@ -448,3 +448,49 @@ def test_json_mode_gives_a_json_object(server):
         assert isinstance(json.loads(choice["text"]), dict), choice["text"]
     else:
         assert choice["text"].lstrip().startswith("{")
+
+
+def test_vllm_prompt_logprobs_ranks_and_values(server, hf_model):
+    """vLLM's prompt_logprobs: [null, {"id": {logprob, rank, decoded_token}}, ...] for each prompt
+    token, the values echo reports, ranks as HF's logits order them (up to near-ties), the top-k
+    alternatives ranked 1..k; for chat once per response; with stream a 400."""
+    import torch
+    text = "The capital of France is Paris, and the capital of Italy is"
+    ids = _prompt_ids(server, text)
+    status, _, body = server.request("POST", "/v1/completions", {
+        "model": server.model, "prompt": ids, "max_tokens": 1, "temperature": 0,
+        "prompt_logprobs": 3, "echo": True, "logprobs": 1})
+    assert status == 200, body
+    choice = json.loads(body)["choices"][0]
+    plp = choice["prompt_logprobs"]
+    assert len(plp) == len(ids) and plp[0] is None
+    echo = choice["logprobs"]["token_logprobs"]
+    with torch.no_grad():
+        ref = torch.log_softmax(hf_model(torch.tensor([ids])).logits[0].double(), dim=-1)
+    for j in range(1, len(ids)):
+        d = plp[j]
+        mine = d[str(ids[j])]
+        assert mine["logprob"] == pytest.approx(echo[j], abs=1e-6)
+        assert mine["decoded_token"] and isinstance(mine["rank"], int)
+        row = ref[j - 1]
+        above_sure = int((row > mine["logprob"] + 1e-3).sum())
+        above_maybe = int((row > mine["logprob"] - 1e-3).sum())
+        assert above_sure <= mine["rank"] - 1 <= above_maybe, (j, mine, above_sure, above_maybe)
+        others = sorted((v for k, v in d.items() if k != str(ids[j])), key=lambda v: v["rank"])
+        assert 3 - 1 <= len(others) <= 3
+        ranks = [v["rank"] for v in others]
+        assert ranks == sorted(ranks) and all(1 <= r <= 3 for r in ranks)
+        for v in others:  # ranks order the logprobs
+            if v["rank"] < mine["rank"]:
+                assert v["logprob"] >= mine["logprob"] - 1e-6, (j, v, mine)
+            else:
+                assert v["logprob"] <= mine["logprob"] + 1e-6, (j, v, mine)
+    # Chat: once, at the response's level; streaming refuses it.
+    status, _, body = server.request("POST", "/v1/chat/completions", {
+        "model": server.model, "messages": CHAT, "max_tokens": 2, "prompt_logprobs": 1})
+    assert status == 200, body
+    r = json.loads(body)
+    assert r["prompt_logprobs"][0] is None and len(r["prompt_logprobs"]) == r["usage"]["prompt_tokens"]
+    status, _, body = server.request("POST", "/v1/completions", {
+        "model": server.model, "prompt": "a", "prompt_logprobs": 1, "stream": True})
+    assert status == 400 and json.loads(body)["error"]["param"] == "prompt_logprobs"

@@ -410,7 +410,7 @@ void Engine::Impl::collect_prompt_logprobs(size_t sampling_rows, std::span<const
     Sequence& s = *rows[i].seq;
     const int32_t token = s.tokens[size_t(rows[i].token)];
     SampleResult r = raw_logprobs(all.subspan(i * V, V), token, s.request.prompt_logprobs);
-    s.prompt_logprobs.push_back({r.token, r.logprob, std::move(r.top)});
+    s.prompt_logprobs.push_back({r.token, r.logprob, std::move(r.top), r.rank});
     s.prompt_logprobs_next = rows[i].token + 1;
   }
 }

@@ -71,6 +71,7 @@ struct TokenOutput {
   int32_t token = 0;
   float logprob = 0;
   std::vector<TokenLogprob> top;
+  int32_t rank = 0;  // prompt logprobs: 1 + the tokens more likely than this one; 0: not computed
 };
 
 struct RequestOutput {

@@ -49,6 +49,7 @@ struct SampleResult {
   int32_t token = 0;
   float logprob = 0;                 // raw logprob of the chosen token
   std::vector<TokenLogprob> top;     // top_logprobs alternatives, best first
+  int32_t rank = 0;                  // raw_logprobs: 1 + the tokens with a larger logit
 };
 
 class Sampler {
@@ -71,8 +72,9 @@ class Sampler {
   std::vector<int32_t> index_;
 };
 
-// The raw logprob of `token` in one logits row and the row's `top` best tokens (ties: lowest id
-// first), as Sampler::sample reports them (for prompt logprobs).
+// The raw logprob of `token` in one logits row, its rank (1 + the tokens with a larger logit) and
+// the row's `top` best tokens (ties: lowest id first), as Sampler::sample reports them (for
+// prompt logprobs).
 SampleResult raw_logprobs(std::span<const float> logits, int32_t token, int32_t top);
 
 // Log-softmax of one logits row (fp32 result, log-sum-exp in double).

@@ -402,6 +402,7 @@ class Job : public std::enable_shared_from_this<Job> {
     std::string text;
     size_t text_chars = 0;
     json logprobs;  // non-streaming accumulation
+    json prompt_logprobs;  // vLLM's form, from the first output
     int32_t completion_tokens = 0;
     int32_t cached_tokens = 0;
     std::string finish_reason;
@@ -468,7 +469,9 @@ class Job : public std::enable_shared_from_this<Job> {
       r.stop_token_ids = p_.stop_token_ids;
       r.min_tokens = p_.min_tokens;
       r.json_object = p_.json_object;
-      if (p_.echo && p_.logprobs) r.prompt_logprobs = p_.sampling.top_logprobs;
+      // Echo's logprobs and vLLM's prompt_logprobs share the engine's rows (the larger top).
+      r.prompt_logprobs =
+          std::max(p_.prompt_logprobs, p_.echo && p_.logprobs ? p_.sampling.top_logprobs : -1);
       auto self = shared_from_this();
       try {
         srv_.engine.submit(std::move(r), [self, i](engine::RequestOutput&& out) {
@@ -539,6 +542,8 @@ class Job : public std::enable_shared_from_this<Job> {
   // echo: the prompt's text into `text` and, with logprobs, an entry per prompt token into `lps`
   // (the first without a logprob; the others from the engine's prompt logprobs).
   void echo_prompt(Choice& c, const engine::RequestOutput& out, std::string& text, json& lps) const;
+  // vLLM's prompt_logprobs list for a choice.
+  json vllm_prompt_logprobs(const Choice& c, const engine::RequestOutput& out) const;
   void add_event(std::string& ev, size_t i, std::string_view text, const json* lp,
                  const std::string* finish);
   void finish_all();
@@ -581,6 +586,32 @@ json Job::logprob_entry(const engine::TokenOutput& t, size_t text_offset) const 
   return {{"token", text}, {"logprob", t.logprob}, {"top", top}, {"offset", text_offset}};
 }
 
+json Job::vllm_prompt_logprobs(const Choice& c, const engine::RequestOutput& out) const {
+  // [null, {"id": {"logprob", "rank", "decoded_token"}, ...}, ...]: each prompt token after the
+  // first, with the top prompt_logprobs alternatives (ranks 1..k).
+  const std::vector<int32_t>& ids = p_.prompts[c.prompt_index];
+  json arr = json::array();
+  arr.push_back(nullptr);
+  auto entry = [&](float lp, int32_t rank, int32_t id) {
+    return json{{"logprob", lp}, {"rank", rank},
+                {"decoded_token", valid_utf8(srv_.tok.token_bytes(id))}};
+  };
+  for (size_t j = 1; j < ids.size(); ++j) {
+    if (j - 1 >= out.prompt_logprobs.size()) {
+      arr.push_back(nullptr);
+      continue;
+    }
+    const engine::TokenOutput& t = out.prompt_logprobs[j - 1];
+    json d = json::object();
+    d[std::to_string(t.token)] = entry(t.logprob, t.rank, t.token);
+    for (size_t k = 0; k < t.top.size() && k < size_t(p_.prompt_logprobs); ++k)
+      if (t.top[k].token != t.token)
+        d[std::to_string(t.top[k].token)] = entry(t.top[k].logprob, int32_t(k) + 1, t.top[k].token);
+    arr.push_back(std::move(d));
+  }
+  return arr;
+}
+
 void Job::echo_prompt(Choice& c, const engine::RequestOutput& out, std::string& text,
                       json& lps) const {
   const std::vector<int32_t>& ids = p_.prompts[c.prompt_index];
@@ -590,8 +621,10 @@ void Job::echo_prompt(Choice& c, const engine::RequestOutput& out, std::string& 
   for (size_t j = 0; j < ids.size(); ++j) {
     if (p_.logprobs) {
       const bool have = j >= 1 && j - 1 < out.prompt_logprobs.size();
-      json e = logprob_entry(have ? out.prompt_logprobs[j - 1] : engine::TokenOutput{ids[j], 0, {}},
-                             c.text_chars + utf8_length(text));
+      engine::TokenOutput t = have ? out.prompt_logprobs[j - 1] : engine::TokenOutput{ids[j], 0, {}};
+      if (t.top.size() > size_t(p_.sampling.top_logprobs))  // prompt_logprobs may ask for more
+        t.top.resize(size_t(p_.sampling.top_logprobs));
+      json e = logprob_entry(t, c.text_chars + utf8_length(text));
       if (!have) e["logprob"] = e["top"] = nullptr;
       lps.push_back(std::move(e));
     }
@@ -665,6 +698,8 @@ void Job::on_output(size_t i, engine::RequestOutput&& out) {
     c.echoed = true;
     echo_prompt(c, out, text, lps);
   }
+  if (p_.prompt_logprobs >= 0 && c.prompt_logprobs.is_null() && !out.prompt_logprobs.empty())
+    c.prompt_logprobs = vllm_prompt_logprobs(c, out);
   for (size_t k = 0; k < out.tokens.size() && !c.done; ++k) {
     const auto& t = out.tokens[k];
     ++c.completion_tokens;
@@ -790,9 +825,14 @@ void Job::finish_all() {
                                      : ojson(nullptr);
       }
       ch["finish_reason"] = c.finish_reason;
+      // vLLM's prompt_logprobs: in each completions choice, once for a chat response.
+      if (p_.prompt_logprobs >= 0 && p_.api == Api::completions)
+        ch["prompt_logprobs"] = c.prompt_logprobs;
       choices.push_back(std::move(ch));
     }
     j["choices"] = std::move(choices);
+    if (p_.prompt_logprobs >= 0 && p_.api == Api::chat)
+      j["prompt_logprobs"] = choices_.empty() ? json(nullptr) : choices_[0]->prompt_logprobs;
     j["usage"] = usage();
     s->respond(200, "application/json", j.dump(-1, ' ', false, json::error_handler_t::replace),
                fmt::format("x-request-id: {}\r\n", id_));

@@ -361,6 +361,8 @@ GenParams parse_generation(Api api, const json& body, const PromptContext& ctx) 
                                     p.min_tokens, p.max_tokens));
   }
   if (const json* v = field(body, "logit_bias")) s.logit_bias = logit_bias(*v, vocab);
+  if (const json* v = field(body, "prompt_logprobs"))
+    p.prompt_logprobs = int32_t(get_int(*v, "prompt_logprobs", 0, 20));
 
   if (const json* v = field(body, "stream")) p.stream = get_bool(*v, "stream");
   if (const json* v = field(body, "stream_options")) {
@@ -388,6 +390,8 @@ GenParams parse_generation(Api api, const json& body, const PromptContext& ctx) 
     }
   }
   if (const json* v = field(body, "user")) p.user = get_string(*v, "user");
+  if (p.prompt_logprobs >= 0 && p.stream)
+    bad("prompt_logprobs", "Invalid value for 'prompt_logprobs': not supported with 'stream'.");
   if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty()))
     bad("tools", "Invalid value for 'tools': tool calling is not supported.");
   if (const json* v = field(body, "response_format")) {

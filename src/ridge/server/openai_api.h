@@ -48,6 +48,9 @@ struct GenParams {
   // completions: the prompt's text (and, with logprobs, its logprobs) first
   bool echo = false;
   bool json_object = false;  // response_format {"type": "json_object"}
+  // vLLM's prompt_logprobs (0..20; -1 not asked): each prompt token's logprob and rank with this
+  // many alternatives, in the response (not streamed)
+  int32_t prompt_logprobs = -1;
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;  // chat: logprobs; completions: logprobs is not null
