@@ -550,13 +550,17 @@ void Engine::submit(Request r, OutputCallback on_output) {
   }
   std::vector<int32_t> stops = r.ignore_eos ? std::vector<int32_t>{} : I.model_stop_ids;
   stops.insert(stops.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
-  std::unique_ptr<JsonConstraint> constraint;
-  if (r.json_object) {
+  std::unique_ptr<TokenConstraint> constraint;
+  if (r.json_object || r.json_schema) {
     if (!I.bundle.tokenizer) invalid("JSON mode needs the model's tokenizer, and it has none");
     // The vocabulary's trie, built by the first JSON request and kept (a few MB).
     std::call_once(I.trie_once,
                    [&] { I.trie = std::make_shared<const TokenTrie>(*I.bundle.tokenizer); });
-    constraint = std::make_unique<JsonConstraint>(I.trie, stops, I.vocab);
+    if (r.json_schema)
+      constraint = std::make_unique<GrammarConstraint<SchemaMachine>>(I.trie, stops, I.vocab,
+                                                                      SchemaMachine(r.json_schema));
+    else
+      constraint = std::make_unique<JsonConstraint>(I.trie, stops, I.vocab);
   }
 
   std::lock_guard lock(I.mu);

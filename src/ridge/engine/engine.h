@@ -47,6 +47,8 @@ struct EngineConfig {
   int32_t max_prompt_logprob_rows = 128;
 };
 
+class JsonSchema;
+
 struct Request {
   std::string id;               // unique among live requests
   std::vector<int32_t> prompt;  // token ids
@@ -65,6 +67,9 @@ struct Request {
   // JSON object may be drawn, and the stop tokens only once the object is complete
   // (json_constraint.h). Needs the model's tokenizer.
   bool json_object = false;
+  // Structured outputs (response_format json_schema): as json_object, but the value must match
+  // the schema (json_schema.h). Takes precedence over json_object.
+  std::shared_ptr<const JsonSchema> json_schema;
 };
 
 struct TokenOutput {

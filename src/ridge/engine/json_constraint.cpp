@@ -1,5 +1,7 @@
 #include "ridge/engine/json_constraint.h"
 
+#include "ridge/engine/json_schema.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -307,29 +309,34 @@ const std::string& TokenTrie::bytes(int32_t id) const {
   return id >= 0 && id < vocab_ ? bytes_[size_t(id)] : kNone;
 }
 
-// ---- JsonConstraint --------------------------------------------------------------------------
+// ---- GrammarConstraint --------------------------------------------------------------------------
 
-JsonConstraint::JsonConstraint(std::shared_ptr<const TokenTrie> trie,
-                               std::vector<int32_t> end_tokens, int64_t vocab)
-    : trie_(std::move(trie)), end_tokens_(std::move(end_tokens)), vocab_(vocab) {
+template <class M>
+GrammarConstraint<M>::GrammarConstraint(std::shared_ptr<const TokenTrie> trie,
+                                        std::vector<int32_t> end_tokens, int64_t vocab, M machine)
+    : trie_(std::move(trie)),
+      end_tokens_(std::move(end_tokens)),
+      vocab_(vocab),
+      machine_(std::move(machine)) {
   RIDGE_CHECK(trie_ != nullptr, "json constraint: no token trie");
   std::sort(end_tokens_.begin(), end_tokens_.end());
   end_tokens_.erase(std::unique(end_tokens_.begin(), end_tokens_.end()), end_tokens_.end());
 }
 
-std::vector<int32_t> JsonConstraint::compute_banned(bool ends_allowed) const {
+template <class M>
+std::vector<int32_t> GrammarConstraint<M>::compute_banned(bool ends_allowed) const {
   std::vector<char> ok(size_t(vocab_), 0);
   const auto& nodes = trie_->nodes();
   const auto& edges = trie_->edges();
   const auto& tokens = trie_->tokens();
   // Depth-first over the trie, each node reached with the machine after its bytes.
-  std::vector<std::pair<uint32_t, JsonMachine>> stack = {{0u, machine_}};
+  std::vector<std::pair<uint32_t, M>> stack = {{0u, machine_}};
   while (!stack.empty()) {
     auto [n, m] = stack.back();
     stack.pop_back();
     const auto& node = nodes[n];
     for (uint32_t e = node.first_child; e < node.first_child + node.num_children; ++e) {
-      JsonMachine c = m;
+      M c = m;
       if (!c.feed(edges[e].byte)) continue;
       const auto& child = nodes[edges[e].node];
       for (uint32_t t = child.first_token; t < child.first_token + child.num_tokens; ++t)
@@ -343,10 +350,11 @@ std::vector<int32_t> JsonConstraint::compute_banned(bool ends_allowed) const {
   bool any_end = false;
   for (int32_t t : end_tokens_)
     if (t >= 0 && t < vocab_) ok[size_t(t)] = ends, any_end = true;
-  // After the value only whitespace can come (the walk allowed nothing else): once its run
-  // reaches the limit, an end token must, where one may. Where none may (none given, or
-  // min_tokens holds them back) whitespace goes on, so that a row is never banned whole.
-  if (ends && any_end && machine_.whitespace_run() >= JsonMachine::kMaxWhitespace)
+  // After the value only whitespace can come (the walk allowed nothing else): where an end token
+  // may come, it must (no trailing whitespace: a model tends to pad before it ends). Where none
+  // may (none given, or min_tokens holds them back) whitespace goes on, so that a row is never
+  // banned whole.
+  if (ends && any_end)
     for (int32_t t : trie_->whitespace_tokens())
       if (t < vocab_) ok[size_t(t)] = 0;
   std::vector<int32_t> banned;
@@ -355,7 +363,8 @@ std::vector<int32_t> JsonConstraint::compute_banned(bool ends_allowed) const {
   return banned;
 }
 
-std::span<const int32_t> JsonConstraint::banned(bool ends_allowed) {
+template <class M>
+std::span<const int32_t> GrammarConstraint<M>::banned(bool ends_allowed) {
   if (current_ && current_ends_ == ends_allowed) return *current_;
   const uint64_t h = machine_.hash() ^ (ends_allowed ? 0 : 0x5bd1e995ull);
   auto it = cache_.find(h);
@@ -370,10 +379,11 @@ std::span<const int32_t> JsonConstraint::banned(bool ends_allowed) {
   return *current_;
 }
 
-bool JsonConstraint::advance(int32_t token) {
+template <class M>
+bool GrammarConstraint<M>::advance(int32_t token) {
   current_ = nullptr;
   if (std::binary_search(end_tokens_.begin(), end_tokens_.end(), token)) return true;
-  JsonMachine m = machine_;
+  M m = machine_;
   if (m.feed(trie_->bytes(token))) {
     machine_ = m;
     return true;
@@ -387,5 +397,8 @@ bool JsonConstraint::advance(int32_t token) {
   }
   return false;
 }
+
+template class GrammarConstraint<JsonMachine>;
+template class GrammarConstraint<SchemaMachine>;
 
 }  // namespace ridge::engine

@@ -7,14 +7,15 @@
 // (UTF-8 is not checked), escapes and \uXXXX are checked, numbers follow the grammar (no leading
 // zeros), literals are true / false / null. Whitespace runs inside the value are bounded
 // (kMaxWhitespace bytes between two other bytes) and nesting is bounded (kMaxDepth), so a
-// constrained model cannot pad or nest forever; after the value, JsonConstraint bounds the run
-// (then only an end token may come).
+// constrained model cannot pad or nest forever; after the value, JsonConstraint allows only the
+// end tokens where they may come.
 //
 // JsonConstraint turns that into the tokens a sequence may draw next: the vocabulary's byte
 // strings sit in a trie (TokenTrie, built once per tokenizer), and a walk of the trie that feeds
 // each edge's byte to a copy of the machine finds every token that keeps the document valid in
 // time proportional to the trie nodes it can reach. The end tokens (the sequence's stop tokens)
-// are allowed once the object is complete, and then only they and whitespace are. Results are
+// are allowed once the object is complete, and then only they are (whitespace only while they
+// may not come). Results are
 // cached per machine state. The engine builds the trie once, at the first JSON request. What the
 // engine uses is banned(): the complement, which the samplers turn into -inf logits.
 #pragma once
@@ -125,23 +126,34 @@ class TokenTrie {
   std::vector<int32_t> whitespace_;
 };
 
-class JsonConstraint {
+// What the engine holds per constrained sequence (Sequence::constraint).
+class TokenConstraint {
  public:
-  // end_tokens: the tokens that end the sequence (allowed once the object is complete); vocab:
-  // the model's (ids past the tokenizer's are always banned).
-  JsonConstraint(std::shared_ptr<const TokenTrie> trie, std::vector<int32_t> end_tokens,
-                 int64_t vocab);
-
+  virtual ~TokenConstraint() = default;
   // The tokens that must not come next, ascending. ends_allowed: whether the end tokens may come
-  // once the object is complete (not while min_tokens holds them back; whitespace then stays
-  // allowed past its run limit, so that a row is never banned whole). Valid until the next
-  // advance() or a call with the other flag.
-  std::span<const int32_t> banned(bool ends_allowed = true);
+  // once the value is complete (not while min_tokens holds them back; whitespace then goes on,
+  // so that a row is never banned whole). Valid until the next advance() or a call with the
+  // other flag.
+  virtual std::span<const int32_t> banned(bool ends_allowed = true) = 0;
   // The token was drawn: its bytes move the machine. An end token leaves it where it is; a token
   // the machine refuses (never drawn when the samplers honour banned()) leaves it too, with a
   // warning, and returns false.
-  bool advance(int32_t token);
-  const JsonMachine& machine() const { return machine_; }
+  virtual bool advance(int32_t token) = 0;
+};
+
+// The token walk over a byte recognizer M (JsonMachine, SchemaMachine: feed, complete,
+// whitespace_run, kMaxWhitespace, ==, hash).
+template <class M>
+class GrammarConstraint final : public TokenConstraint {
+ public:
+  // end_tokens: the tokens that end the sequence (allowed once the value is complete); vocab:
+  // the model's (ids past the tokenizer's are always banned).
+  GrammarConstraint(std::shared_ptr<const TokenTrie> trie, std::vector<int32_t> end_tokens,
+                    int64_t vocab, M machine = M());
+
+  std::span<const int32_t> banned(bool ends_allowed = true) override;
+  bool advance(int32_t token) override;
+  const M& machine() const { return machine_; }
 
  private:
   std::vector<int32_t> compute_banned(bool ends_allowed) const;
@@ -149,9 +161,9 @@ class JsonConstraint {
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<int32_t> end_tokens_;  // sorted
   int64_t vocab_;
-  JsonMachine machine_;
+  M machine_;
   struct Cached {
-    JsonMachine machine;
+    M machine;
     bool ends_allowed;
     std::vector<int32_t> banned;
   };
@@ -160,5 +172,7 @@ class JsonConstraint {
   bool current_ends_ = true;
   bool warned_ = false;
 };
+
+using JsonConstraint = GrammarConstraint<JsonMachine>;
 
 }  // namespace ridge::engine

@@ -73,7 +73,8 @@ SampleResult raw_logprobs(std::span<const float> logits, int32_t token, int32_t 
   r.token = token;
   r.logprob = float(double(logits[size_t(token)]) - lse);
   const float mine = logits[size_t(token)];
-  r.rank = 1 + int32_t(std::count_if(logits.begin(), logits.end(), [&](float v) { return v > mine; }));
+  r.rank =
+      1 + int32_t(std::count_if(logits.begin(), logits.end(), [&](float v) { return v > mine; }));
   std::vector<int32_t> index;
   if (top > 0) top_raw(logits, lse, top, index, r.top);
   return r;

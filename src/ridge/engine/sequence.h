@@ -18,6 +18,7 @@
 #include "ridge/engine/device_sampler.h"
 #include "ridge/engine/engine.h"
 #include "ridge/engine/json_constraint.h"
+#include "ridge/engine/json_schema.h"
 #include "ridge/engine/sampler.h"
 
 namespace ridge::engine {
@@ -67,7 +68,7 @@ struct Sequence {
   std::vector<int32_t> stop_ids;
   OutputCallback on_output;
   Sampler sampler;
-  std::unique_ptr<JsonConstraint> constraint;  // Request::json_object
+  std::unique_ptr<TokenConstraint> constraint;  // Request::json_object / json_schema
   // The tokens seen so far with their output counts, for device sampling with penalties (updated
   // before each device-sampled step; empty otherwise).
   PenaltyHistory penalties;

@@ -469,6 +469,7 @@ class Job : public std::enable_shared_from_this<Job> {
       r.stop_token_ids = p_.stop_token_ids;
       r.min_tokens = p_.min_tokens;
       r.json_object = p_.json_object;
+      r.json_schema = p_.json_schema;
       // Echo's logprobs and vLLM's prompt_logprobs share the engine's rows (the larger top).
       r.prompt_logprobs =
           std::max(p_.prompt_logprobs, p_.echo && p_.logprobs ? p_.sampling.top_logprobs : -1);
@@ -593,8 +594,8 @@ json Job::vllm_prompt_logprobs(const Choice& c, const engine::RequestOutput& out
   json arr = json::array();
   arr.push_back(nullptr);
   auto entry = [&](float lp, int32_t rank, int32_t id) {
-    return json{{"logprob", lp}, {"rank", rank},
-                {"decoded_token", valid_utf8(srv_.tok.token_bytes(id))}};
+    return json{
+        {"logprob", lp}, {"rank", rank}, {"decoded_token", valid_utf8(srv_.tok.token_bytes(id))}};
   };
   for (size_t j = 1; j < ids.size(); ++j) {
     if (j - 1 >= out.prompt_logprobs.size()) {
@@ -621,7 +622,8 @@ void Job::echo_prompt(Choice& c, const engine::RequestOutput& out, std::string& 
   for (size_t j = 0; j < ids.size(); ++j) {
     if (p_.logprobs) {
       const bool have = j >= 1 && j - 1 < out.prompt_logprobs.size();
-      engine::TokenOutput t = have ? out.prompt_logprobs[j - 1] : engine::TokenOutput{ids[j], 0, {}};
+      engine::TokenOutput t =
+          have ? out.prompt_logprobs[j - 1] : engine::TokenOutput{ids[j], 0, {}};
       if (t.top.size() > size_t(p_.sampling.top_logprobs))  // prompt_logprobs may ask for more
         t.top.resize(size_t(p_.sampling.top_logprobs));
       json e = logprob_entry(t, c.text_chars + utf8_length(text));
@@ -982,7 +984,7 @@ void Session::handle_generation(http::request<http::string_body>& req, Api api) 
     throw ApiError(404, fmt::format("The model `{}` does not exist.", model), "model",
                    "invalid_request_error", "model_not_found");
   if (model.empty()) model = srv_.opt.served_model_names.at(0);
-  GenParams p = parse_generation(api, body, srv_.pctx);
+  GenParams p = parse_generation(api, body, srv_.pctx, req.body());
 
   const int64_t limit = srv_.engine.max_model_len();
   const char* what = api == Api::chat ? "messages" : "prompt";

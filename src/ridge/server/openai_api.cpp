@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "ridge/core/error.h"
+#include "ridge/engine/json_schema.h"
 
 namespace ridge::server {
 
@@ -226,7 +227,8 @@ std::string requested_model(const json& body) {
   return m ? get_string(*m, "model") : std::string();
 }
 
-GenParams parse_generation(Api api, const json& body, const PromptContext& ctx) {
+GenParams parse_generation(Api api, const json& body, const PromptContext& ctx,
+                           std::string_view raw_body) {
   GenParams p;
   p.api = api;
   p.model = requested_model(body);
@@ -397,12 +399,31 @@ GenParams parse_generation(Api api, const json& body, const PromptContext& ctx) 
   if (const json* v = field(body, "response_format")) {
     const json* t = v->is_object() ? field(*v, "type") : nullptr;
     const std::string type = t && t->is_string() ? t->get<std::string>() : "";
-    if (type == "json_object")
+    if (type == "json_object") {
       p.json_object = true;
-    else if (type != "text")
+    } else if (type == "json_schema") {
+      const json* js = field(*v, "json_schema");
+      if (!js || !js->is_object() || !field(*js, "schema") || !field(*js, "schema")->is_object())
+        bad("response_format",
+            "Invalid value for 'response_format': 'json_schema' needs an "
+            "object with a 'schema' object.");
+      // The schema as written (its properties' order is the order keys are generated in).
+      nlohmann::ordered_json schema;
+      if (!raw_body.empty())
+        schema =
+            nlohmann::ordered_json::parse(raw_body)["response_format"]["json_schema"]["schema"];
+      else
+        schema = nlohmann::ordered_json(*field(*js, "schema"));
+      try {
+        p.json_schema = engine::JsonSchema::compile(schema);
+      } catch (const Error& e) {
+        bad("response_format", fmt::format("Invalid value for 'response_format': {}", e.what()));
+      }
+    } else if (type != "text") {
       bad("response_format",
-          "Invalid value for 'response_format': only {\"type\": \"text\"} and "
-          "{\"type\": \"json_object\"} are supported.");
+          "Invalid value for 'response_format': the type must be \"text\", \"json_object\" or "
+          "\"json_schema\".");
+    }
   }
   return p;
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,10 @@
 #include "ridge/engine/sampler.h"
 #include "ridge/tokenizer/chat_template.h"
 #include "ridge/tokenizer/tokenizer.h"
+
+namespace ridge::engine {
+class JsonSchema;
+}
 
 namespace ridge::server {
 
@@ -48,6 +53,7 @@ struct GenParams {
   // completions: the prompt's text (and, with logprobs, its logprobs) first
   bool echo = false;
   bool json_object = false;  // response_format {"type": "json_object"}
+  std::shared_ptr<const engine::JsonSchema> json_schema;  // {"type": "json_schema", ...}
   // vLLM's prompt_logprobs (0..20; -1 not asked): each prompt token's logprob and rank with this
   // many alternatives, in the response (not streamed)
   int32_t prompt_logprobs = -1;
@@ -70,7 +76,9 @@ nlohmann::json parse_body(std::string_view body);
 std::string requested_model(const nlohmann::json& body);
 // Validates every known parameter (types and ranges) and builds the prompt tokens (the chat
 // template for messages). Throws ApiError (400) naming the parameter.
-GenParams parse_generation(Api api, const nlohmann::json& body, const PromptContext& ctx);
+// raw_body: the body's text, for what needs its key order (a JSON schema's properties).
+GenParams parse_generation(Api api, const nlohmann::json& body, const PromptContext& ctx,
+                           std::string_view raw_body = {});
 
 // Compares secrets in time that depends on their lengths only, not on where they differ.
 bool constant_time_equal(std::string_view a, std::string_view b);
