@@ -117,19 +117,21 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceNamingIt) {
           Case{R"({"type":"blob"})", "unknown type"},
           Case{R"({"type":"array","items":{"type":"null"},"minItems":3,"maxItems":2})",
                "minItems > maxItems"},
-           Case{R"(true)", "must be an object"},
-           Case{R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}}})",
-                "cycle"},
-           Case{R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}})", "cycle"},
-           Case{R"({"$ref":"#/$defs/n","$defs":{"n":{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}},"required":["c"]}}})",
-                "no finite instance"},
-           Case{R"({"type":"string","$ref":"#/$defs/a","$defs":{"a":{"type":"null"}}})",
-                "beside 'type'"},
-           Case{R"({"type":"string","anyOf":[{"type":"null"}]})", "beside 'type'"},
-           Case{R"({"type":"string","enum":[1,2]})", "no value satisfies"},
-           Case{R"({"const":"a","enum":["b"]})", "no value satisfies"},
-           Case{R"({"anyOf":[{"type":"null"}],"oneOf":[{"type":"null"}]})", "anyOf beside oneOf"},
-       }) {
+          Case{R"(true)", "must be an object"},
+          Case{
+              R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}}})",
+              "cycle"},
+          Case{R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}})", "cycle"},
+          Case{
+              R"({"$ref":"#/$defs/n","$defs":{"n":{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}},"required":["c"]}}})",
+              "no finite instance"},
+          Case{R"({"type":"string","$ref":"#/$defs/a","$defs":{"a":{"type":"null"}}})",
+               "beside 'type'"},
+          Case{R"({"type":"string","anyOf":[{"type":"null"}]})", "beside 'type'"},
+          Case{R"({"type":"string","enum":[1,2]})", "no value satisfies"},
+          Case{R"({"const":"a","enum":["b"]})", "no value satisfies"},
+          Case{R"({"anyOf":[{"type":"null"}],"oneOf":[{"type":"null"}]})", "anyOf beside oneOf"},
+      }) {
     try {
       schema(c.schema);
       ADD_FAILURE() << "accepted " << c.schema;
@@ -168,8 +170,9 @@ TEST(JsonSchema, LimitsAndCombinations) {
     req += (i ? "," : "") + fmt::format(R"("p{}")", i);
     inst += (i ? "," : "") + fmt::format(R"("p{}":{})", i, i);
   }
-  const auto wide = schema(
-      fmt::format(R"({{"type":"object","properties":{{{}}},"required":[{}]}})", props, req).c_str());
+  const auto wide =
+      schema(fmt::format(R"({{"type":"object","properties":{{{}}},"required":[{}]}})", props, req)
+                 .c_str());
   EXPECT_TRUE(accepts(wide, inst + "}"));
   EXPECT_FALSE(accepts(wide, inst + R"(,"p0":1})"));
 }

@@ -15,12 +15,6 @@ namespace {
 bool is_ws(uint8_t b) {
   return b == ' ' || b == '\t' || b == '\n' || b == '\r';
 }
-bool is_digit(uint8_t b) {
-  return b >= '0' && b <= '9';
-}
-bool is_hex(uint8_t b) {
-  return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
-}
 constexpr const char* kLiterals[3] = {"true", "false", "null"};
 }  // namespace
 
@@ -28,14 +22,10 @@ constexpr const char* kLiterals[3] = {"true", "false", "null"};
 
 bool JsonMachine::whitespace_allowed() const {
   switch (mode_) {
-    case Mode::string:
-    case Mode::escape:
-    case Mode::unicode:
     case Mode::literal:
       return false;
-    case Mode::number:  // whitespace ends the number, then it is a run of one
-      return num_ == Num::zero || num_ == Num::integer || num_ == Num::fraction ||
-             num_ == Num::exponent;
+    case Mode::scalar:  // whitespace may end a number, then it is a run of one
+      return lexer_.number_may_end();
     case Mode::done:
       return true;
     default:
@@ -45,9 +35,9 @@ bool JsonMachine::whitespace_allowed() const {
 
 uint64_t JsonMachine::hash() const {
   uint64_t h = stack_ * 0x9e3779b97f4a7c15ull;
-  const uint64_t rest = uint64_t(depth_) | uint64_t(mode_) << 8 | uint64_t(num_) << 16 |
-                        uint64_t(count_) << 24 | uint64_t(literal_) << 32 | uint64_t(ws_) << 40 |
-                        uint64_t(key_) << 48 | uint64_t(object_only_) << 49;
+  const uint64_t rest = uint64_t(depth_) | uint64_t(mode_) << 8 | uint64_t(lexer_.bits()) << 16 |
+                        uint64_t(count_) << 32 | uint64_t(literal_) << 40 | uint64_t(ws_) << 48 |
+                        uint64_t(key_) << 56 | uint64_t(object_only_) << 57;
   h ^= rest + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   return h;
 }
@@ -74,7 +64,7 @@ bool JsonMachine::close(bool object) {
 void JsonMachine::value_done() {
   mode_ = depth_ == 0 ? Mode::done : Mode::after_value;
   // What the finished value's modes used, reset so that equal states compare (and hash) equal.
-  num_ = Num::minus;
+  lexer_ = {};
   count_ = literal_ = 0;
   key_ = false;
 }
@@ -87,7 +77,8 @@ bool JsonMachine::start_value(uint8_t b) {
     case '[':
       return open(false);
     case '"':
-      mode_ = Mode::string;
+      mode_ = Mode::scalar;
+      lexer_.start_string();
       key_ = false;
       return true;
     case 't':
@@ -97,21 +88,10 @@ bool JsonMachine::start_value(uint8_t b) {
       literal_ = b == 't' ? 0 : b == 'f' ? 1 : 2;
       count_ = 1;
       return true;
-    case '-':
-      mode_ = Mode::number;
-      num_ = Num::minus;
-      return true;
-    case '0':
-      mode_ = Mode::number;
-      num_ = Num::zero;
-      return true;
     default:
-      if (b >= '1' && b <= '9') {
-        mode_ = Mode::number;
-        num_ = Num::integer;
-        return true;
-      }
-      return false;
+      if (!lexer_.start_number(b, false)) return false;
+      mode_ = Mode::scalar;
+      return true;
   }
 }
 
@@ -127,96 +107,31 @@ bool JsonMachine::after_value_byte(uint8_t b) {
 
 bool JsonMachine::feed(uint8_t b) {
   switch (mode_) {
-    case Mode::string:
-      if (b == '"') {
-        if (key_) {
-          mode_ = Mode::colon;
-          key_ = false;
-        } else {
+    case Mode::scalar:
+      switch (lexer_.feed(b)) {
+        case JsonScalarLexer::Result::more:
+          return true;
+        case JsonScalarLexer::Result::reject:
+          return false;
+        case JsonScalarLexer::Result::string_end:
+          if (key_) {
+            mode_ = Mode::colon;
+            key_ = false;
+          } else {
+            value_done();
+          }
+          return true;
+        case JsonScalarLexer::Result::number_end:
           value_done();
-        }
-        return true;
-      }
-      if (b == '\\') {
-        mode_ = Mode::escape;
-        return true;
-      }
-      return b >= 0x20;
-    case Mode::escape:
-      if (b == 'u') {
-        mode_ = Mode::unicode;
-        count_ = 4;
-        return true;
-      }
-      if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' ||
-          b == 't') {
-        mode_ = Mode::string;
-        return true;
+          ws_ = 0;
+          return feed(b);
       }
       return false;
-    case Mode::unicode:
-      if (!is_hex(b)) return false;
-      if (--count_ == 0) mode_ = Mode::string;
-      return true;
     case Mode::literal: {
       const char* lit = kLiterals[literal_];
       if (b != uint8_t(lit[count_])) return false;
       if (lit[++count_] == 0) value_done();
       return true;
-    }
-    case Mode::number: {
-      bool ends = false;  // b is not part of the number: it ends here
-      switch (num_) {
-        case Num::minus:
-          if (b == '0')
-            num_ = Num::zero;
-          else if (is_digit(b))
-            num_ = Num::integer;
-          else
-            return false;
-          return true;
-        case Num::zero:
-        case Num::integer:
-          if (num_ == Num::integer && is_digit(b)) return true;
-          if (b == '.')
-            num_ = Num::dot;
-          else if (b == 'e' || b == 'E')
-            num_ = Num::exp_mark;
-          else
-            ends = true;
-          break;
-        case Num::dot:
-          if (!is_digit(b)) return false;
-          num_ = Num::fraction;
-          return true;
-        case Num::fraction:
-          if (is_digit(b)) return true;
-          if (b == 'e' || b == 'E')
-            num_ = Num::exp_mark;
-          else
-            ends = true;
-          break;
-        case Num::exp_mark:
-          if (b == '+' || b == '-')
-            num_ = Num::exp_sign;
-          else if (is_digit(b))
-            num_ = Num::exponent;
-          else
-            return false;
-          return true;
-        case Num::exp_sign:
-          if (!is_digit(b)) return false;
-          num_ = Num::exponent;
-          return true;
-        case Num::exponent:
-          if (is_digit(b)) return true;
-          ends = true;
-          break;
-      }
-      if (!ends) return true;
-      value_done();
-      ws_ = 0;
-      return feed(b);
     }
     default:
       break;
@@ -244,7 +159,8 @@ bool JsonMachine::feed(uint8_t b) {
       [[fallthrough]];
     case Mode::key:
       if (b != '"') return false;
-      mode_ = Mode::string;
+      mode_ = Mode::scalar;
+      lexer_.start_string();
       key_ = true;
       return true;
     case Mode::colon:

@@ -27,6 +27,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ridge/engine/json_lexer.h"
+
 namespace ridge::tokenizer {
 class Tokenizer;
 }
@@ -68,14 +70,10 @@ class JsonMachine {
     key,          // after ',' in an object: '"'
     colon,        // after a key
     after_value,  // in a container after a value: ',' or the closing bracket
-    string,       // in a string (key or value)
-    escape,       // after a backslash
-    unicode,      // in \uXXXX (count_ hex digits left)
+    scalar,       // in a string (key or value) or a number: lexer_
     literal,      // in true / false / null (count_ bytes read, literal_ which)
-    number,       // in a number (num_ the part)
     done,         // the top-level value is complete
   };
-  enum class Num : uint8_t { minus, zero, integer, dot, fraction, exp_mark, exp_sign, exponent };
 
   bool open(bool object);       // '{' or '['
   bool close(bool object);      // '}' or ']'
@@ -87,7 +85,7 @@ class JsonMachine {
   uint64_t stack_ = 0;  // bit i: container i is an object (1) or an array (0)
   uint8_t depth_ = 0;
   Mode mode_ = Mode::value;
-  Num num_ = Num::minus;
+  JsonScalarLexer lexer_;
   uint8_t count_ = 0;
   uint8_t literal_ = 0;  // 0 true, 1 false, 2 null
   uint8_t ws_ = 0;       // whitespace bytes in the current run

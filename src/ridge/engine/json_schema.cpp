@@ -15,12 +15,6 @@ namespace {
 bool is_ws(uint8_t b) {
   return b == ' ' || b == '\t' || b == '\n' || b == '\r';
 }
-bool is_digit(uint8_t b) {
-  return b >= '0' && b <= '9';
-}
-bool is_hex(uint8_t b) {
-  return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
-}
 const std::set<std::string> kAnnotations = {"title",   "description", "default",  "examples",
                                             "$schema", "$id",         "$comment", "strict",
                                             "$defs",   "definitions"};
@@ -232,9 +226,13 @@ class SchemaCompiler {
     if (hops > 32 || !s.is_object()) fail("{}: a $ref cycle without a value in between", where);
     std::set<uint8_t> out;
     auto add_type = [&](const std::string& t) {
-      static const std::map<std::string, std::string> kFirst = {
-          {"object", "{"}, {"array", "["}, {"string", "\""}, {"number", "-0123456789"},
-          {"integer", "-0123456789"}, {"boolean", "tf"}, {"null", "n"}};
+      static const std::map<std::string, std::string> kFirst = {{"object", "{"},
+                                                                {"array", "["},
+                                                                {"string", "\""},
+                                                                {"number", "-0123456789"},
+                                                                {"integer", "-0123456789"},
+                                                                {"boolean", "tf"},
+                                                                {"null", "n"}};
       auto it = kFirst.find(t);
       if (it == kFirst.end()) fail("{}: unknown type '{}'", where, t);
       out.insert(it->second.begin(), it->second.end());
@@ -348,8 +346,10 @@ class SchemaCompiler {
     pending_[at] = &(*defs)[name];
     const int32_t target = compile((*defs)[name], path);
     if (pending_.contains(target))
-      fail("{}: '$ref' {} only names another definition being compiled (a cycle with no object "
-           "or array in between)", where, path);
+      fail(
+          "{}: '$ref' {} only names another definition being compiled (a cycle with no object "
+          "or array in between)",
+          where, path);
     pending_.erase(at);
     out_.nodes_[size_t(at)] = out_.nodes_[size_t(target)];
     return at;
@@ -411,11 +411,14 @@ std::shared_ptr<const JsonSchema> JsonSchema::compile(const nlohmann::ordered_js
   set_min_depths(s->nodes_);
   const int32_t need = s->nodes_[size_t(s->root_)].min_depth;
   if (need == INT32_MAX)
-    throw Error("json_schema: no finite instance exists (required properties or items recurse "
-                "without end)");
+    throw Error(
+        "json_schema: no finite instance exists (required properties or items recurse "
+        "without end)");
   if (need > SchemaMachine::kMaxDepth)
-    throw Error(fmt::format("json_schema: an instance needs {} nested containers, more than the "
-                            "{} supported", need, SchemaMachine::kMaxDepth));
+    throw Error(
+        fmt::format("json_schema: an instance needs {} nested containers, more than the "
+                    "{} supported",
+                    need, SchemaMachine::kMaxDepth));
   return s;
 }
 
@@ -428,9 +431,9 @@ SchemaMachine::SchemaMachine(const std::shared_ptr<const JsonSchema>& schema)
 }
 
 bool SchemaMachine::operator==(const SchemaMachine& o) const {
-  if (schema_ != o.schema_ || depth_ != o.depth_ || mode_ != o.mode_ || num_ != o.num_ ||
-      integer_ != o.integer_ || count_ != o.count_ || ws_ != o.ws_ || expect_ != o.expect_ ||
-      cand_ != o.cand_ || pos_ != o.pos_ || array_open_ != o.array_open_)
+  if (schema_ != o.schema_ || depth_ != o.depth_ || mode_ != o.mode_ || !(lexer_ == o.lexer_) ||
+      ws_ != o.ws_ || expect_ != o.expect_ || cand_ != o.cand_ || pos_ != o.pos_ ||
+      array_open_ != o.array_open_)
     return false;
   return std::equal(frames_.begin(), frames_.begin() + depth_, o.frames_.begin());
 }
@@ -440,8 +443,8 @@ uint64_t SchemaMachine::hash() const {
   auto mix = [&](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
   for (uint8_t i = 0; i < depth_; ++i)
     mix(uint64_t(uint32_t(frames_[i].node)) << 32 | frames_[i].index);
-  mix(uint64_t(depth_) | uint64_t(mode_) << 8 | uint64_t(num_) << 16 | uint64_t(integer_) << 24 |
-      uint64_t(count_) << 32 | uint64_t(ws_) << 40 | uint64_t(array_open_) << 48);
+  mix(uint64_t(depth_) | uint64_t(mode_) << 8 | uint64_t(lexer_.bits()) << 16 |
+      uint64_t(ws_) << 40 | uint64_t(array_open_) << 48);
   mix(uint64_t(uint32_t(expect_)) << 32 | pos_);
   mix(cand_);
   return h;
@@ -469,9 +472,7 @@ bool SchemaMachine::object_may_close(const Frame& f) const {
 }
 
 void SchemaMachine::value_done() {
-  num_ = Num::minus;
-  integer_ = false;
-  count_ = 0;
+  lexer_ = {};
   cand_ = 0;
   pos_ = 0;
   expect_ = 0;
@@ -505,20 +506,13 @@ bool SchemaMachine::start_value(uint8_t b) {
       return true;
     case Kind::string:
       if (b != '"') return false;
-      mode_ = Mode::string;
+      mode_ = Mode::scalar;
+      lexer_.start_string();
       return true;
     case Kind::number:
     case Kind::integer:
-      integer_ = nd.kind == Kind::integer;
-      mode_ = Mode::number;
-      if (b == '-')
-        num_ = Num::minus;
-      else if (b == '0')
-        num_ = Num::zero;
-      else if (b >= '1' && b <= '9')
-        num_ = Num::integer;
-      else
-        return false;
+      if (!lexer_.start_number(b, nd.kind == Kind::integer)) return false;
+      mode_ = Mode::scalar;
       return true;
     case Kind::literal: {
       uint64_t c = 0;
@@ -637,32 +631,20 @@ bool SchemaMachine::structural(uint8_t b) {
 
 bool SchemaMachine::feed(uint8_t b) {
   switch (mode_) {
-    case Mode::string:
-      if (b == '"') {
-        value_done();
-        return true;
-      }
-      if (b == '\\') {
-        mode_ = Mode::escape;
-        return true;
-      }
-      return b >= 0x20;
-    case Mode::escape:
-      if (b == 'u') {
-        mode_ = Mode::unicode;
-        count_ = 4;
-        return true;
-      }
-      if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' ||
-          b == 't') {
-        mode_ = Mode::string;
-        return true;
+    case Mode::scalar:
+      switch (lexer_.feed(b)) {
+        case JsonScalarLexer::Result::more:
+          return true;
+        case JsonScalarLexer::Result::reject:
+          return false;
+        case JsonScalarLexer::Result::string_end:
+          value_done();
+          return true;
+        case JsonScalarLexer::Result::number_end:
+          value_done();
+          return feed(b);
       }
       return false;
-    case Mode::unicode:
-      if (!is_hex(b)) return false;
-      if (--count_ == 0) mode_ = Mode::string;
-      return true;
     case Mode::literal:
       return literal_byte(b);
     case Mode::key_name: {
@@ -692,59 +674,6 @@ bool SchemaMachine::feed(uint8_t b) {
       cand_ = next;
       ++pos_;
       return true;
-    }
-    case Mode::number: {
-      bool ends = false;
-      switch (num_) {
-        case Num::minus:
-          if (b == '0')
-            num_ = Num::zero;
-          else if (is_digit(b))
-            num_ = Num::integer;
-          else
-            return false;
-          return true;
-        case Num::zero:
-        case Num::integer:
-          if (num_ == Num::integer && is_digit(b)) return true;
-          if (!integer_ && b == '.')
-            num_ = Num::dot;
-          else if (!integer_ && (b == 'e' || b == 'E'))
-            num_ = Num::exp_mark;
-          else
-            ends = true;
-          break;
-        case Num::dot:
-          if (!is_digit(b)) return false;
-          num_ = Num::fraction;
-          return true;
-        case Num::fraction:
-          if (is_digit(b)) return true;
-          if (b == 'e' || b == 'E')
-            num_ = Num::exp_mark;
-          else
-            ends = true;
-          break;
-        case Num::exp_mark:
-          if (b == '+' || b == '-')
-            num_ = Num::exp_sign;
-          else if (is_digit(b))
-            num_ = Num::exponent;
-          else
-            return false;
-          return true;
-        case Num::exp_sign:
-          if (!is_digit(b)) return false;
-          num_ = Num::exponent;
-          return true;
-        case Num::exponent:
-          if (is_digit(b)) return true;
-          ends = true;
-          break;
-      }
-      if (!ends) return true;
-      value_done();
-      return feed(b);
     }
     default:
       return structural(b);

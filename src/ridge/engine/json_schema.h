@@ -28,6 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ridge/engine/json_lexer.h"
+
 namespace ridge::engine {
 
 class JsonSchema {
@@ -57,7 +59,7 @@ class JsonSchema {
     int32_t items = -1;       // array
     uint32_t min_items = 0, max_items = UINT32_MAX;
     std::vector<std::string> literals;    // literal (compact JSON)
-    std::array<int32_t, 256> by_first{};     // any_of: the alternative a first byte picks, or -1
+    std::array<int32_t, 256> by_first{};  // any_of: the alternative a first byte picks, or -1
     int32_t min_depth = 0;  // the fewest nested containers a value needs (0 for scalars)
   };
   const std::vector<Node>& nodes() const { return nodes_; }
@@ -98,14 +100,10 @@ class SchemaMachine {
     key_name,     // in a key: cand_ are the properties still matching, pos_ bytes read
     colon,        // after a key
     after_value,  // in a container after a value
-    string,
-    escape,
-    unicode,
-    number,
-    literal,  // matching node expect_'s literals: cand_, pos_
+    scalar,       // in a string or a number: lexer_
+    literal,      // matching node expect_'s literals: cand_, pos_
     done,
   };
-  enum class Num : uint8_t { minus, zero, integer, dot, fraction, exp_mark, exp_sign, exponent };
   struct Frame {
     int32_t node = 0;
     uint32_t index = 0;  // object: the next property that may come; array: the items so far
@@ -125,9 +123,7 @@ class SchemaMachine {
   std::array<Frame, kMaxDepth> frames_{};
   uint8_t depth_ = 0;
   Mode mode_ = Mode::value;
-  Num num_ = Num::minus;
-  bool integer_ = false;  // the number must be an integer
-  uint8_t count_ = 0;     // \uXXXX digits left
+  JsonScalarLexer lexer_;
   uint8_t ws_ = 0;
   int32_t expect_ = 0;       // value / literal: the node
   uint64_t cand_ = 0;        // key_name / literal: candidates still matching

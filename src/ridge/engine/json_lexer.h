@@ -1,0 +1,148 @@
+// The scalar tokens both JSON recognizers (JsonMachine, SchemaMachine) read byte by byte: a
+// string's body after its opening quote (escapes and \uXXXX checked; any other byte from 0x20 up,
+// UTF-8 not checked) and a number (RFC 8259's grammar: no leading zeros, a digit after '.', 'e' /
+// 'E' with an optional sign; optionally an integer only). Two bytes of state, compared and hashed
+// as part of the recognizer's.
+#pragma once
+
+#include <cstdint>
+
+namespace ridge::engine {
+
+class JsonScalarLexer {
+ public:
+  enum class Result : uint8_t {
+    more,        // b was read; the token goes on
+    reject,      // no valid token continues with b
+    string_end,  // b was the closing quote
+    number_end,  // the number ended before b, which belongs to what follows
+  };
+
+  bool active() const { return mode_ != Mode::none; }
+  void start_string() { *this = {}, mode_ = Mode::string; }
+  // b: the number's first byte ('-' or a digit); false when it cannot start one.
+  bool start_number(uint8_t b, bool integer_only) {
+    *this = {};
+    integer_ = integer_only;
+    if (b == '-')
+      num_ = Num::minus;
+    else if (b == '0')
+      num_ = Num::zero;
+    else if (b >= '1' && b <= '9')
+      num_ = Num::integer;
+    else
+      return false;
+    mode_ = Mode::number;
+    return true;
+  }
+  // In a number that whitespace (or any byte that is not part of it) may end now.
+  bool number_may_end() const {
+    return mode_ == Mode::number && (num_ == Num::zero || num_ == Num::integer ||
+                                     num_ == Num::fraction || num_ == Num::exponent);
+  }
+
+  Result feed(uint8_t b) {
+    switch (mode_) {
+      case Mode::string:
+        if (b == '"') return end(Result::string_end);
+        if (b == '\\') mode_ = Mode::escape;
+        return b >= 0x20 ? Result::more : Result::reject;
+      case Mode::escape:
+        if (b == 'u') {
+          mode_ = Mode::unicode;
+          count_ = 4;
+          return Result::more;
+        }
+        if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' ||
+            b == 't') {
+          mode_ = Mode::string;
+          return Result::more;
+        }
+        return Result::reject;
+      case Mode::unicode:
+        if (!is_hex(b)) return Result::reject;
+        if (--count_ == 0) mode_ = Mode::string;
+        return Result::more;
+      case Mode::number:
+        return number(b);
+      case Mode::none:
+        break;
+    }
+    return Result::reject;
+  }
+
+  bool operator==(const JsonScalarLexer&) const = default;
+  uint32_t bits() const {
+    return uint32_t(mode_) | uint32_t(num_) << 4 | uint32_t(count_) << 8 | uint32_t(integer_) << 12;
+  }
+
+ private:
+  enum class Mode : uint8_t { none, string, escape, unicode, number };
+  enum class Num : uint8_t { minus, zero, integer, dot, fraction, exp_mark, exp_sign, exponent };
+
+  static bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
+  static bool is_hex(uint8_t b) {
+    return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+  }
+  Result end(Result r) {
+    *this = {};
+    return r;
+  }
+
+  Result number(uint8_t b) {
+    switch (num_) {
+      case Num::minus:
+        if (b == '0')
+          num_ = Num::zero;
+        else if (is_digit(b))
+          num_ = Num::integer;
+        else
+          return Result::reject;
+        return Result::more;
+      case Num::zero:
+      case Num::integer:
+        if (num_ == Num::integer && is_digit(b)) return Result::more;
+        if (!integer_ && b == '.')
+          num_ = Num::dot;
+        else if (!integer_ && (b == 'e' || b == 'E'))
+          num_ = Num::exp_mark;
+        else
+          return end(Result::number_end);
+        return Result::more;
+      case Num::dot:
+        if (!is_digit(b)) return Result::reject;
+        num_ = Num::fraction;
+        return Result::more;
+      case Num::fraction:
+        if (is_digit(b)) return Result::more;
+        if (b == 'e' || b == 'E')
+          num_ = Num::exp_mark;
+        else
+          return end(Result::number_end);
+        return Result::more;
+      case Num::exp_mark:
+        if (b == '+' || b == '-')
+          num_ = Num::exp_sign;
+        else if (is_digit(b))
+          num_ = Num::exponent;
+        else
+          return Result::reject;
+        return Result::more;
+      case Num::exp_sign:
+        if (!is_digit(b)) return Result::reject;
+        num_ = Num::exponent;
+        return Result::more;
+      case Num::exponent:
+        if (is_digit(b)) return Result::more;
+        return end(Result::number_end);
+    }
+    return Result::reject;
+  }
+
+  Mode mode_ = Mode::none;
+  Num num_ = Num::minus;
+  uint8_t count_ = 0;  // \uXXXX digits left
+  bool integer_ = false;
+};
+
+}  // namespace ridge::engine
