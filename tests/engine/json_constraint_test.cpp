@@ -229,7 +229,8 @@ TEST(JsonMachine, EdgeCases) {
   EXPECT_FALSE(JsonMachine(w).feed(uint8_t(' ')));
   EXPECT_TRUE(w.feed("{ }"));
   EXPECT_TRUE(w.complete());
-  // After the value whitespace is unbounded for the machine (the constraint bounds it), counted.
+  // After the value whitespace is unbounded for the machine, and counted (the constraint allows
+  // it only where no end token may come).
   EXPECT_TRUE(w.feed(std::string(300, '\n')));
   EXPECT_TRUE(w.whitespace_allowed());
   EXPECT_EQ(w.whitespace_run(), 255);

@@ -15,9 +15,9 @@
 // each edge's byte to a copy of the machine finds every token that keeps the document valid in
 // time proportional to the trie nodes it can reach. The end tokens (the sequence's stop tokens)
 // are allowed once the object is complete, and then only they are (whitespace only while they
-// may not come). Results are
-// cached per machine state. The engine builds the trie once, at the first JSON request. What the
-// engine uses is banned(): the complement, which the samplers turn into -inf logits.
+// may not come). Results are cached per machine state. The engine builds the trie once, at the
+// first JSON request. What the engine uses is banned(): the complement, which the samplers turn
+// into -inf logits.
 #pragma once
 
 #include <cstdint>
@@ -139,8 +139,8 @@ class TokenConstraint {
   virtual bool advance(int32_t token) = 0;
 };
 
-// The token walk over a byte recognizer M (JsonMachine, SchemaMachine: feed, complete,
-// whitespace_run, kMaxWhitespace, ==, hash).
+// The token walk over a byte recognizer M (JsonMachine, SchemaMachine: feed, complete, ==,
+// hash).
 template <class M>
 class GrammarConstraint final : public TokenConstraint {
  public:
