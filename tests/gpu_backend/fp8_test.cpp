@@ -77,8 +77,8 @@ Fp8Weight fp8_weight(int64_t N, int64_t K, Backend& be = cuda()) {
 }
 
 // A CUDA backend made with one environment switch set.
-std::unique_ptr<Backend> backend_with(const char* env) {
-  setenv(env, "1", 1);
+std::unique_ptr<Backend> backend_with(const char* env, const char* value = "1") {
+  setenv(env, value, 1);
   auto be = make_backend("cuda");
   unsetenv(env);
   return be;
@@ -89,9 +89,14 @@ Backend& scaling_kernel_backend() {
   static std::unique_ptr<Backend> b = backend_with("RIDGE_FP8_SCALE_KERNEL");
   return *b;
 }
-// fp8 matmuls of 1-4 tokens through kernels::gemv_fp8 (RIDGE_FP8_GEMV=1).
+// fp8 matmuls of 1-4 tokens through kernels::gemv_fp8 (the default; RIDGE_FP8_GEMV=1 says so).
 Backend& gemv_backend() {
   static std::unique_ptr<Backend> b = backend_with("RIDGE_FP8_GEMV");
+  return *b;
+}
+// Every fp8 matmul through cuBLASLt (RIDGE_FP8_GEMV=0), 1-4 tokens included.
+Backend& cublaslt_backend() {
+  static std::unique_ptr<Backend> b = backend_with("RIDGE_FP8_GEMV", "0");
   return *b;
 }
 
@@ -208,11 +213,11 @@ TEST_F(GpuBackend, QuantizeWeightFp8RefusesWhatItCannotHold) {
 // fp8 matmul), so they make the same codes; the results differ by accumulation order and the
 // GPU's bf16 output rounding.
 TEST_F(GpuBackend, MatmulFp8MatchesTheCpuBackend) {
-  for (Backend* be : {&cuda(), &gemv_backend()}) {
+  for (Backend* be : {&cuda(), &cublaslt_backend()}) {
     for (auto [T, N, K] :
          {std::tuple<int64_t, int64_t, int64_t>{1, 4096, 4096}, {4, 1024, 2048}, {37, 768, 576}}) {
-      const std::string what =
-          fmt::format("T={} N={} K={}{}", T, N, K, be == &cuda() ? "" : " (gemv where T <= 4)");
+      const std::string what = fmt::format("T={} N={} K={}{}", T, N, K,
+                                           be == &cuda() ? " (gemv where T <= 4)" : " (cuBLASLt)");
       std::vector<float> wv = ragged_rows(N, K, 0.05f);
       const std::vector<uint16_t> bits = to_bf16_bits(wv);
       Tensor wd =
@@ -268,6 +273,7 @@ void run_fp8_matmul(int64_t T, int64_t N, int64_t K, bool accumulate, bool with_
                                        accumulate ? " +residual" : "", with_bias ? " +bias" : "",
                                        &be == &cuda()                     ? ""
                                        : &be == &scaling_kernel_backend() ? " (scale kernel)"
+                                       : &be == &cublaslt_backend()       ? " (cuBLASLt)"
                                                                           : " (gemv)");
   const Fp8Weight w = fp8_weight(N, K, be);
   const std::vector<float> x = ragged_rows(T, K, 1.0f);
@@ -297,11 +303,11 @@ void run_fp8_matmul(int64_t T, int64_t N, int64_t K, bool accumulate, bool with_
   EXPECT_EQ(after.total(), before.total() + 1) << what;
   if (&be == &scaling_kernel_backend()) {
     EXPECT_EQ(after.scale_kernel, before.scale_kernel + 1) << what;
-  } else if (&be == &gemv_backend()) {
-    // 1-4 tokens through the GEMV, more through cuBLASLt (or its fallback).
-    EXPECT_EQ(after.gemv, before.gemv + (T <= 4 ? 1 : 0)) << what;
+  } else if (&be == &cublaslt_backend()) {
+    EXPECT_EQ(after.gemv, before.gemv) << what;
   } else {
-    EXPECT_EQ(after.gemv, before.gemv) << what;  // opt-in only
+    // 1-4 tokens through the GEMV (the default), more through cuBLASLt (or its fallback).
+    EXPECT_EQ(after.gemv, before.gemv + (T <= 4 ? 1 : 0)) << what;
   }
   got = download_view(out);
   expect_close("matmul fp8", what, got, ref, 4e-3);
@@ -329,6 +335,8 @@ TEST_F(GpuBackend, MatmulFp8Weights) {
     run_fp8_matmul(T, N, K, true, false, scaling_kernel_backend());
     run_fp8_matmul(T, N, K, false, false, gemv_backend());
     run_fp8_matmul(T, N, K, true, false, gemv_backend());
+    run_fp8_matmul(T, N, K, false, false, cublaslt_backend());
+    run_fp8_matmul(T, N, K, true, false, cublaslt_backend());
   }
   // The GEMV at token counts it takes, on Llama-2-7B's o (with the residual add) and down shapes
   // (the second with its bf16 input strided: the quantize kernel's stride; the GEMV reads the

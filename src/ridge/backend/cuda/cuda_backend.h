@@ -61,7 +61,7 @@ class CudaBackend final : public Backend {
   struct Fp8Paths {
     int64_t per_row = 0;       // cuBLASLt with both scale vectors
     int64_t scale_kernel = 0;  // unscaled, then ridge's scaling kernel
-    int64_t gemv = 0;          // kernels::gemv_fp8 (RIDGE_FP8_GEMV=1, 1-4 tokens)
+    int64_t gemv = 0;          // kernels::gemv_fp8 (1-4 tokens, unless RIDGE_FP8_GEMV=0)
     int64_t total() const { return per_row + scale_kernel + gemv; }
   };
   Fp8Paths fp8_paths() const {
@@ -263,7 +263,7 @@ class CudaBackend final : public Backend {
   // RIDGE_FP8_SCALE_KERNEL=1 forces it) its unscaled product scaled by kernels::scale_fp8_product
   // out of a per-stream buffer of kFp8ProductBytes.
   bool fp8_force_scale_kernel_ = false;
-  bool fp8_gemv_ = false;  // RIDGE_FP8_GEMV=1: kernels::gemv_fp8 at 1-4 tokens
+  bool fp8_gemv_ = true;  // kernels::gemv_fp8 at 1-4 tokens (RIDGE_FP8_GEMV=0: cuBLASLt)
   std::atomic<bool> fp8_refusal_logged_{false};
   std::atomic<int64_t> fp8_per_row_calls_{0}, fp8_scale_kernel_calls_{0}, fp8_gemv_calls_{0};
   static constexpr size_t kFp8ProductBytes = size_t(64) << 20;
