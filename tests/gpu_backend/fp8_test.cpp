@@ -94,6 +94,11 @@ Backend& gemv_backend() {
   static std::unique_ptr<Backend> b = backend_with("RIDGE_FP8_GEMV");
   return *b;
 }
+// The GEMV without its fusions (RIDGE_FP8_FUSE=0): the norm and silu_mul as kernels of their own.
+Backend& composed_backend() {
+  static std::unique_ptr<Backend> b = backend_with("RIDGE_FP8_FUSE", "0");
+  return *b;
+}
 // Every fp8 matmul through cuBLASLt (RIDGE_FP8_GEMV=0), 1-4 tokens included.
 Backend& cublaslt_backend() {
   static std::unique_ptr<Backend> b = backend_with("RIDGE_FP8_GEMV", "0");
@@ -361,8 +366,8 @@ TEST_F(GpuBackend, MatmulFp8Weights) {
   run_fp8_matmul(1600, 11264, 64, true, false, scaling_kernel_backend());
 }
 
-// The fused entry points the model calls take an fp8 weight through the composed path: the norm
-// as a kernel (an fp8 weight is never norm-folded), SwiGLU after the product.
+// The fused entry points the model calls, with an fp8 weight (never norm-folded): at 1-4 tokens the
+// GEMV with its norm prologue and gate/up pairing, else the norm kernel, the product and silu_mul.
 TEST_F(GpuBackend, MatmulFusedAndSwigluWithFp8Weights) {
   for (int64_t T : {int64_t(1), int64_t(6), int64_t(40)}) {
     const int64_t K = 576, F = 768;
@@ -396,6 +401,80 @@ TEST_F(GpuBackend, MatmulFusedAndSwigluWithFp8Weights) {
     cuda().matmul_swiglu({}, xd.view, w.dev, f, scratch.view, gu.view, out.view);
     cuda().synchronize({});
     expect_close("matmul_swiglu fp8", fmt::format("T={}", T), download_view(out), ref, 4e-3);
+  }
+}
+
+// The GEMV's norm prologue and SwiGLU pairing (the model's decode calls at 1-4 tokens) against the
+// composed kernels (rmsnorm, the GEMV, silu_mul) on the same weights: bit for bit, with the norm
+// weight in f32 and in bf16, K not a multiple of the norm's 1,024-value sweep, and the residual add
+// of the o and down products (the GEMV quantizing its input itself, no prologue).
+TEST_F(GpuBackend, Fp8GemvFusionsEqualComposedKernels) {
+  Backend& fused = cuda();
+  Backend& plain = composed_backend();
+  const auto calls = [](Backend& be) { return as_cuda(be).fp8_paths().gemv; };
+  for (auto [T, K, F] : {std::tuple<int64_t, int64_t, int64_t>{1, 576, 768},
+                         {2, 4096, 1376},
+                         {3, 1040, 320},
+                         {4, 2048, 512}}) {
+    // The same bf16 weights quantized by each backend (the same codes:
+    // QuantizeWeightFp8MatchesHost).
+    const std::vector<uint16_t> gu_bits = to_bf16_bits(ragged_rows(2 * F, K, 0.05f)),
+                                qkv_bits = to_bf16_bits(ragged_rows(3 * F, K, 0.05f)),
+                                down_bits = to_bf16_bits(ragged_rows(K, F, 0.05f));
+    const auto weight = [](Backend& be, const std::vector<uint16_t>& bits, int64_t n, int64_t k) {
+      Tensor w = be.upload_weight(Tensor(const_cast<uint16_t*>(bits.data()), DType::bf16, {n, k}));
+      EXPECT_TRUE(be.quantize_weight(w, DType::fp8_e4m3));
+      return w;
+    };
+    std::vector<float> norm = random_bf16(size_t(K), 0.5f);
+    for (float& e : norm) e = bf16_to_f32(f32_to_bf16(e + 1.0f));
+    const std::vector<uint16_t> norm_bits = to_bf16_bits(norm);
+    Buffer norm_f32 = cuda().allocate(size_t(K) * 4), norm_bf16 = cuda().allocate(size_t(K) * 2);
+    cuda().upload({}, norm_f32.data(), norm.data(), size_t(K) * 4);
+    cuda().upload({}, norm_bf16.data(), norm_bits.data(), size_t(K) * 2);
+    const Tensor norms[2] = {Tensor(norm_f32.data(), DType::f32, {K}, Device::cuda),
+                             Tensor(norm_bf16.data(), DType::bf16, {K}, Device::cuda)};
+    const std::vector<float> x = ragged_rows(T, K, 1.0f), mlp_in = random_bf16(size_t(T * F)),
+                             residual = random_bf16(size_t(T * K));
+    std::vector<uint16_t> results[2][5];
+    Backend* bes[2] = {&fused, &plain};
+    for (int b = 0; b < 2; ++b) {
+      Backend& be = *bes[b];
+      const Tensor wgu = weight(be, gu_bits, 2 * F, K), wqkv = weight(be, qkv_bits, 3 * F, K),
+                   wdown = weight(be, down_bits, K, F);
+      const int64_t before = calls(be);
+      DeviceMatrix xd = device_bf16(T, K, x), scratch = device_bf16(T, K, {});
+      for (int n = 0; n < 2; ++n) {
+        MatmulFusion f;
+        f.norm_weight = &norms[n];
+        f.eps = 1e-5f;
+        DeviceMatrix gu = device_bf16(T, 2 * F, {}), mlp = device_bf16(T, F, {}),
+                     qkv = device_bf16(T, 3 * F, {});
+        be.matmul_swiglu({}, xd.view, wgu, f, scratch.view, gu.view, mlp.view);
+        be.matmul_fused({}, xd.view, wqkv, f, scratch.view, qkv.view);
+        be.synchronize({});
+        results[b][2 * n] = download_bits(mlp);
+        results[b][2 * n + 1] = download_bits(qkv);
+      }
+      // x += mlp · w_downᵀ, as the down and o products run.
+      MatmulFusion add;
+      add.accumulate = true;
+      DeviceMatrix mlp = device_bf16(T, F, mlp_in), out = device_bf16(T, K, residual),
+                   unused = device_bf16(T, F, {});
+      be.matmul_fused({}, mlp.view, wdown, add, unused.view, out.view);
+      be.synchronize({});
+      results[b][4] = download_bits(out);
+      EXPECT_EQ(calls(be) - before, 5) << "every product through the GEMV, T=" << T;
+    }
+    const char* names[5] = {"swiglu, f32 norm", "qkv, f32 norm", "swiglu, bf16 norm",
+                            "qkv, bf16 norm", "down + residual"};
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_EQ(results[0][i].size(), results[1][i].size());
+      size_t differ = 0;
+      for (size_t j = 0; j < results[0][i].size(); ++j)
+        differ += results[0][i][j] != results[1][i][j];
+      EXPECT_EQ(differ, 0u) << names[i] << ": T=" << T << " K=" << K << " F=" << F;
+    }
   }
 }
 

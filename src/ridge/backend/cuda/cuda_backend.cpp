@@ -202,6 +202,9 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
   // (run 24) Llama-2-7B's batch-1 decode step took 2.987 ms with it against 4.453 ms with
   // cuBLASLt's fp8 GEMM. RIDGE_FP8_GEMV=0 turns it off (A/B runs, tests of the other path).
   if (const char* e = std::getenv("RIDGE_FP8_GEMV"); e && e[0] == '0') fp8_gemv_ = false;
+  // The GEMV's own norm prologue and SwiGLU pairing (bit for bit the composed kernels' result;
+  // RIDGE_FP8_FUSE=0 composes them, for A/B runs and the tests' reference).
+  if (const char* e = std::getenv("RIDGE_FP8_FUSE"); e && e[0] == '0') fp8_fuse_ = false;
   workspace_for(stream_->get());
 }
 
@@ -440,6 +443,7 @@ void CudaBackend::run_gemm_fp8(const Tensor& x, const Tensor& w, Tensor& out, cu
                      "16-byte alignment",
                      w.describe(), x.describe()));
   if (T == 0) return;
+  if (try_gemv_fp8(x, w, nullptr, 0.0f, /*swiglu*/ false, accumulate, out, stream)) return;
   Workspace& ws = workspace_for(stream);
   reserve_fp8_activations(ws, T, K, stream);
   auto* xq = static_cast<uint8_t*>(ws.fp8_x.data());
@@ -447,12 +451,6 @@ void CudaBackend::run_gemm_fp8(const Tensor& x, const Tensor& w, Tensor& out, cu
   kernels::quantize_rows_fp8(static_cast<const uint16_t*>(x.data), x.stride[0], T, K, xq, sx,
                              stream);
   const auto* wq = w.ptr<uint8_t>();
-  if (fp8_gemv_ && !fp8_force_scale_kernel_ && T <= kernels::kGemvFp8MaxTokens) {
-    kernels::gemv_fp8(xq, K, sx, wq, w.scales, int(T), int(N), int(K), out.data,
-                      out.dtype == DType::f32, out.stride[0], accumulate, stream);
-    ++fp8_gemv_calls_;
-    return;
-  }
   if (!fp8_force_scale_kernel_ &&
       matmul_->run_fp8(xq, sx, K, wq, w.scales, T, N, K, out.data, out.dtype, out.stride[0],
                        ws.cublas.data(), ws.cublas.size(), stream, accumulate)) {
@@ -481,6 +479,40 @@ void CudaBackend::run_gemm_fp8(const Tensor& x, const Tensor& w, Tensor& out, cu
                                    size_t(t0 * out.stride[0]) * (out.dtype == DType::f32 ? 4 : 2),
                                out.dtype, out.stride[0], accumulate, stream);
   }
+}
+
+bool CudaBackend::try_gemv_fp8(const Tensor& x, const Tensor& w, const Tensor* norm, float eps,
+                               bool swiglu, bool accumulate, Tensor& out, cudaStream_t stream) {
+  const int64_t T = x.shape[0], K = w.shape[1], N = w.shape[0];
+  if (!fp8_gemv_ || fp8_force_scale_kernel_ || ((norm || swiglu) && !fp8_fuse_) ||
+      w.dtype != DType::fp8_e4m3 || !w.scales || T < 1 || T > kernels::kGemvFp8MaxTokens ||
+      K % 16 != 0 || T * K > kernels::kGemvFp8MaxSmem || x.dtype != DType::bf16 ||
+      x.stride[0] % 8 != 0 || !aligned16(x.data) || !aligned16(w.data) ||
+      (norm &&
+       (!aligned16(norm->data) || (norm->dtype != DType::f32 && norm->dtype != DType::bf16))) ||
+      (swiglu && (out.dtype != DType::bf16 || accumulate || N % 2 != 0)))
+    return false;
+  kernels::GemvFp8Args a;
+  a.X = x.data;
+  a.ld_x = x.stride[0];
+  if (norm) {
+    a.prologue = kernels::GemvFp8Prologue::rmsnorm;
+    a.norm_w = norm->data;
+    a.norm_w_f32 = norm->dtype == DType::f32;
+    a.eps = eps;
+  }
+  a.W = w.ptr<uint8_t>();
+  a.sw = w.scales;
+  a.Y = out.data;
+  a.y_f32 = out.dtype == DType::f32;
+  a.ld_y = out.stride[0];
+  a.accumulate = accumulate;
+  a.swiglu = swiglu;
+  a.T = int(T), a.N = int(N), a.K = int(K);
+  a.pdl = decode_chain_;  // on the decode chain its first weights load before its wait
+  kernels::gemv_fp8(a, stream);
+  ++fp8_gemv_calls_;
+  return true;
 }
 
 Buffer CudaBackend::allocate_host(size_t bytes) {
@@ -714,6 +746,11 @@ void CudaBackend::matmul_swiglu(const Stream& s, const Tensor& x, const Tensor& 
   expect(N % 2 == 0 && out.shape[0] == T && out.shape[1] == N / 2, "matmul_swiglu",
          fmt::format("w {} must stack gate and up rows and out {} be [T, F]", w.describe(),
                      out.describe()));
+  // fp8 weights at 1-4 tokens: the GEMV with the norm prologue and gate/up paired (no [T, 2F]).
+  if (f.norm_weight) expect_vector(*f.norm_weight, w.shape[1], "matmul_swiglu", "norm weight");
+  if (x.shape[0] > 0 && w.dtype == DType::fp8_e4m3 &&
+      try_gemv_fp8(x, w, f.norm_weight, f.eps, /*swiglu*/ true, false, out, stream_of(s)))
+    return;
   // The SwiGLU epilogue (--fuse silu): the skinny kernel at up to kFusedMaxTokens, else composed.
   // (A norm prologue that cannot fuse writes the backend's scratch, aligned like x.)
   const int64_t K = w.shape[1];
@@ -762,6 +799,10 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   // A tag asked to record is dropped first: it is set again only if this call records.
   if (f.record_sumsq) ws.sumsq_records[f.record_sumsq - 1] = Record{};
   if (T == 0) return;
+  // fp8 weights at 1-4 tokens: the GEMV with the norm as its prologue.
+  if (w.dtype == DType::fp8_e4m3 && !f.silu_mul && !swiglu && !rope_kv &&
+      try_gemv_fp8(x, w, f.norm_weight, f.eps, /*swiglu*/ false, f.accumulate, out, stream))
+    return;
   // Whether the skinny kernel's prologues and epilogues can run with `in` as X (with swiglu the
   // caller checked out).
   const auto skinny_ok = [&](const Tensor& in) {

@@ -197,6 +197,13 @@ class CudaBackend final : public Backend {
   // the stream's workspace, then cuBLASLt's fp8 GEMM with both scale vectors.
   void run_gemm_fp8(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t stream,
                     bool accumulate);
+  // out (+)= x · wᵀ for an fp8 w at 1..kGemvFp8MaxTokens tokens through kernels::gemv_fp8, which
+  // quantizes x itself; with `norm`, x is first rmsnorm(x; norm, eps); with swiglu, w stacks gate
+  // and up rows and out [T, N/2] = silu(gate) · up. False where it does not apply (the GEMV is
+  // off, the shapes do not fit it, or a fusion is asked with RIDGE_FP8_FUSE=0): the caller then
+  // composes the kernels.
+  bool try_gemv_fp8(const Tensor& x, const Tensor& w, const Tensor* norm, float eps, bool swiglu,
+                    bool accumulate, Tensor& out, cudaStream_t stream);
   // Grows ws's fp8 activation buffers to tokens × cols (never while `stream` is capturing).
   void reserve_fp8_activations(Workspace& ws, int64_t tokens, int64_t cols, cudaStream_t stream);
   // Times the GEMM candidates for every shape and token bucket up to max_tokens (cuda_tune.cpp).
@@ -264,6 +271,8 @@ class CudaBackend final : public Backend {
   // out of a per-stream buffer of kFp8ProductBytes.
   bool fp8_force_scale_kernel_ = false;
   bool fp8_gemv_ = true;  // kernels::gemv_fp8 at 1-4 tokens (RIDGE_FP8_GEMV=0: cuBLASLt)
+  // Its norm prologue and SwiGLU pairing (RIDGE_FP8_FUSE=0: the norm and silu_mul kernels).
+  bool fp8_fuse_ = true;
   std::atomic<bool> fp8_refusal_logged_{false};
   std::atomic<int64_t> fp8_per_row_calls_{0}, fp8_scale_kernel_calls_{0}, fp8_gemv_calls_{0};
   static constexpr size_t kFp8ProductBytes = size_t(64) << 20;

@@ -1,34 +1,52 @@
 // The fp8 decode GEMV (--quantization fp8, 1-4 tokens): Y[t, n] (+)= sx[t] · sw[n] ·
 // Σ_k xq[t, k] · wq[n, k], the same product cuBLASLt's fp8 GEMM with outer-vector scales computes
-// (E4M3 codes of the activations per token and of the weights per row, kernels::quantize_rows_fp8),
-// for the token counts where a GEMM's tiles waste most of the tensor core and the step is the
-// weights' bytes.
+// (E4M3 codes of the activations per token and of the weights per row), for the token counts where
+// a GEMM's tiles waste most of the tensor core and the step is the weights' bytes.
 //
-// Layout: one warp per kWarpRows = 2 weight rows, 8 warps a block. Each lane reads 16 codes (one
-// 16-byte load) of each row per step, kUnroll = 4 steps in flight before their first use (8
-// loads, 128 bytes a lane, 32 KB a block), and the matching 16 codes of each token's activations
-// (small, L1-resident). Codes become floats through the fp8x2 -> half2 conversion (exact: E4M3 is
-// a subset of fp16); products of two codes are exact in fp32 (4 significant bits each), sums are
-// fp32. The warp reduces by shuffles; lane 0 applies both scales, adds the residual or not, and
-// rounds once to bf16 (or stores f32).
-// Preconditions (checked by gemv_fp8 in gemm.cpp): 1 <= T <= 4, K % 16 == 0, N >= 1, xq/wq 16-byte
-// aligned with row strides ld_x (>= K, % 16) and K.
+// The activations arrive in bf16 and every block quantizes them itself (GemvFp8Args): a decode
+// step's activations are 8-22 KB a token, read from L2, where a quantize kernel of their own cost
+// a launch and a full barrier on the decode chain, four times a layer. Before that, an optional
+// prologue turns X into the product's input, and an optional epilogue pairs gate and up rows:
+//   - rmsnorm: x := bf16(w · (x · 1/rms(x))), the sum of squares taken by the first 128 threads
+//     in the order of the vectorized norm kernel (norm.cu, norm_vec_kernel) and reduced as its
+//     block_sum does, so that the result is bit for bit the norm kernel's output;
+//   - quantization: s = amax / 448 (1 for a zero row), codes = E4M3(x / s) with IEEE division and
+//     saturation, kernels::quantize_rows_fp8's rule, bit for bit;
+//   - swiglu: rows j and F + j of W are gate and up of output j; both products are rounded to bf16
+//     as the plain GEMV stores them, then bf16(g / (1 + e^-g) · u), silu_mul's formula.
+// So a fused call equals the composed kernels (norm, quantize, GEMV, silu_mul) bit for bit.
+//
+// Layout: one warp per kWarpRows = 2 weight rows (swiglu: one output's gate and up rows), 8 warps a
+// block. Each lane reads 16 codes (one 16-byte load) of each row per step, kUnroll = 4 steps in
+// flight before their first use (8 loads, 128 bytes a lane, 32 KB a block), and the matching 16
+// codes of each token from shared memory (T × K bytes, dynamic). Codes become floats through the
+// fp8x2 -> half2 conversion (exact: E4M3 is a subset of fp16); products of two codes are exact in
+// fp32 (4 significant bits each), sums are fp32. The warp reduces by shuffles; lane 0 applies both
+// scales, adds the residual or not, and rounds once to bf16 (or stores f32).
+// On the decode chain (args.pdl) the first kUnroll steps of weights are loaded before the wait for
+// the previous kernel (weights are read-only), so their latency overlaps that kernel's tail.
+// Preconditions (checked by gemv_fp8 in gemm.cpp): 1 <= T <= 4, K % 16 == 0, T · K bytes of shared
+// memory, X rows 16-byte aligned, W 16-byte aligned, N even with swiglu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
 
+#include "ridge/kernels/cuda/elementwise/device_util.cuh"
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
+#include "ridge/kernels/cuda/pdl.cuh"
 
 namespace ridge::kernels {
 namespace {
 
 constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
 constexpr int kWarpRows = 2;
 constexpr int kUnroll = 4;
+constexpr int kNormThreads = 128;  // norm_vec_kernel's block, whose summation order is kept
 
 // 16 E4M3 codes (a uint4) -> their 16 values, accumulated against another 16 (a·b summed).
 __device__ __forceinline__ float dot16(const uint4& a, const uint4& b) {
@@ -49,38 +67,140 @@ __device__ __forceinline__ float dot16(const uint4& a, const uint4& b) {
   return s;
 }
 
+// 8 bf16 values (one 16-byte load) as floats.
+__device__ __forceinline__ void load8(const uint16_t* p, float (&v)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = __uint_as_float(w[j] << 16);
+    v[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+  }
+}
+
+// The product's input, chunk `g` (8 values) of token row x: the prologue applied and rounded to
+// bf16 as the norm kernel stores it.
+__device__ __forceinline__ void input8(const GemvFp8Args& a, const uint16_t* x, int g, float inv,
+                                       float (&v)[8]) {
+  load8(x + int64_t(g) * 8, v);
+  if (a.prologue != GemvFp8Prologue::rmsnorm) return;
+  float w[8];
+  if (a.norm_w_f32) {
+    const float* p = static_cast<const float*>(a.norm_w) + int64_t(g) * 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] = p[j];
+  } else {
+    load8(static_cast<const uint16_t*>(a.norm_w) + int64_t(g) * 8, w);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    v[j] = detail::bf16_bits_to_f32(detail::f32_to_bf16_bits(w[j] * (v[j] * inv)));
+}
+
+// Max over the block (every thread gets it). red: kWarps floats of shared memory.
+__device__ __forceinline__ float block_max(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();  // red may still be read by a previous reduction
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float m = 0.0f;
+  for (int i = 0; i < kWarps; ++i) m = fmaxf(m, red[i]);
+  return m;
+}
+
 template <int T>
-__global__ void __launch_bounds__(kWarps * 32)
-    fp8_gemv_kernel(const uint8_t* __restrict__ xq, int64_t ld_x, const float* __restrict__ sx,
-                    const uint8_t* __restrict__ wq, const float* __restrict__ sw, int N, int K,
-                    void* __restrict__ y, bool y_f32, int64_t ld_y, bool accumulate) {
+__global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const GemvFp8Args a) {
+  extern __shared__ uint4 codes4[];  // [T, K / 16] 16-byte groups of E4M3 codes
+  __shared__ float red[kWarps];
+  __shared__ float scale[T];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int row0 = (blockIdx.x * kWarps + warp) * kWarpRows;
-  if (row0 >= N) return;
-  const int chunks = K / 16;  // 16-byte chunks a row
+  const int K = a.K, chunks = K / 16;  // 16-byte chunks a weight row
+  // This warp's rows: two consecutive rows, or output j's gate and up rows.
+  const int F = a.N / 2;
+  const int unit = blockIdx.x * kWarps + warp;
+  const bool active = a.swiglu ? unit < F : unit * kWarpRows < a.N;
+  int rows[kWarpRows];
+#pragma unroll
+  for (int r = 0; r < kWarpRows; ++r)
+    rows[r] = min(a.swiglu ? unit + r * F : unit * kWarpRows + r, a.N - 1);
   const uint4* w[kWarpRows];
 #pragma unroll
   for (int r = 0; r < kWarpRows; ++r)
-    w[r] = reinterpret_cast<const uint4*>(wq + int64_t(min(row0 + r, N - 1)) * K);
-  float acc[kWarpRows][T] = {};
-  for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-    uint4 wv[kUnroll][kWarpRows];
+    w[r] = reinterpret_cast<const uint4*>(a.W + int64_t(rows[r]) * K);
+
+  // Weights are read-only: the first steps load before the wait for the previous kernel.
+  uint4 wv[kUnroll][kWarpRows];
+  const auto load_steps = [&](int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + 32 * u;
 #pragma unroll
       for (int r = 0; r < kWarpRows; ++r)
-        wv[u][r] = c < chunks ? __ldcs(w[r] + c) : make_uint4(0, 0, 0, 0);  // streamed once
+        wv[u][r] = active && c < chunks ? __ldcs(w[r] + c) : make_uint4(0, 0, 0, 0);
     }
+  };
+  load_steps(lane);
+  pdl::launch_dependents();
+  pdl::wait();
+
+  // The activations: prologue, then E4M3 codes and a scale per token into shared memory.
+  const int groups = K / 8;  // 8-value chunks a token
+  auto* codes2 = reinterpret_cast<uint2*>(codes4);
+  for (int t = 0; t < T; ++t) {
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(a.X) + t * a.ld_x;
+    float inv = 1.0f;
+    if (a.prologue == GemvFp8Prologue::rmsnorm) {
+      float ss = 0.0f;  // norm_vec_kernel's order: thread i takes chunks i, i + 128, ...
+      if (threadIdx.x < kNormThreads)
+        for (int g = threadIdx.x; g < groups; g += kNormThreads) {
+          float v[8];
+          load8(x + int64_t(g) * 8, v);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + 32 * u;
-      if (c >= chunks) break;
+          for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
+        }
+      // block_sum over the block; warps 4-7 add zeros after warps 0-3, as 128 threads would.
+      inv = 1.0f / sqrtf(detail::block_sum(ss) / float(K) + a.eps);
+    }
+    float amax = 0.0f;
+    for (int g = threadIdx.x; g < groups; g += kThreads) {
+      float v[8];
+      input8(a, x, g, inv, v);
 #pragma unroll
-      for (int t = 0; t < T; ++t) {
-        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xq + t * ld_x) + c);
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+    }
+    amax = block_max(amax, red);
+    const float s = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    if (threadIdx.x == 0) scale[t] = s;
+    for (int g = threadIdx.x; g < groups; g += kThreads) {
+      float v[8];
+      input8(a, x, g, inv, v);
+      uint32_t q[2];
 #pragma unroll
-        for (int r = 0; r < kWarpRows; ++r) acc[r][t] += dot16(wv[u][r], xv);
+      for (int i = 0; i < 2; ++i) {
+        const float2 lo = make_float2(__fdiv_rn(v[4 * i], s), __fdiv_rn(v[4 * i + 1], s));
+        const float2 hi = make_float2(__fdiv_rn(v[4 * i + 2], s), __fdiv_rn(v[4 * i + 3], s));
+        q[i] = uint32_t(__nv_cvt_float2_to_fp8x2(lo, __NV_SATFINITE, __NV_E4M3)) |
+               (uint32_t(__nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3)) << 16);
+      }
+      codes2[t * groups + g] = make_uint2(q[0], q[1]);
+    }
+  }
+  __syncthreads();
+
+  float acc[kWarpRows][T] = {};
+  if (active) {
+    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+      if (c0 != lane) load_steps(c0);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + 32 * u;
+        if (c >= chunks) break;
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+          const uint4 xv = codes4[t * chunks + c];
+#pragma unroll
+          for (int r = 0; r < kWarpRows; ++r) acc[r][t] += dot16(wv[u][r], xv);
+        }
       }
     }
   }
@@ -90,53 +210,62 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int t = 0; t < T; ++t)
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
-  if (lane != 0) return;
-#pragma unroll
-  for (int r = 0; r < kWarpRows; ++r) {
-    const int n = row0 + r;
-    if (n >= N) break;
-    const float s = sw[n];
+  if (lane != 0 || !active) return;
+  if (a.swiglu) {  // output `unit`: silu(gate) · up of the bf16-rounded products
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      float v = acc[r][t] * (sx[t] * s);
-      if (y_f32) {
-        float* o = static_cast<float*>(y) + t * ld_y + n;
-        *o = accumulate ? *o + v : v;
+      const float g = __bfloat162float(__float2bfloat16_rn(acc[0][t] * (scale[t] * a.sw[rows[0]])));
+      const float u = __bfloat162float(__float2bfloat16_rn(acc[1][t] * (scale[t] * a.sw[rows[1]])));
+      static_cast<uint16_t*>(a.Y)[t * a.ld_y + unit] =
+          detail::f32_to_bf16_bits(g / (1.0f + expf(-g)) * u);
+    }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < kWarpRows; ++r) {
+    const int n = unit * kWarpRows + r;
+    if (n >= a.N) break;
+    const float s = a.sw[n];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float v = acc[r][t] * (scale[t] * s);
+      if (a.y_f32) {
+        float* o = static_cast<float*>(a.Y) + t * a.ld_y + n;
+        *o = a.accumulate ? *o + v : v;
       } else {
-        __nv_bfloat16* o = static_cast<__nv_bfloat16*>(y) + t * ld_y + n;
-        if (accumulate) v += __bfloat162float(*o);
+        __nv_bfloat16* o = static_cast<__nv_bfloat16*>(a.Y) + t * a.ld_y + n;
+        if (a.accumulate) v += __bfloat162float(*o);
         *o = __float2bfloat16_rn(v);
       }
     }
   }
 }
 
+template <int T>
+void launch_t(const GemvFp8Args& a, cudaStream_t stream) {
+  const int units = a.swiglu ? a.N / 2 : (a.N + kWarpRows - 1) / kWarpRows;
+  const dim3 grid(unsigned((units + kWarps - 1) / kWarps)), block(kThreads);
+  RIDGE_GEMM_CUDA_CHECK(
+      pdl::launch(a.pdl, fp8_gemv_kernel<T>, grid, block, size_t(T) * size_t(a.K), stream, a));
+}
+
 }  // namespace
 
-void detail::launch_gemv_fp8(const uint8_t* xq, int64_t ld_x, const float* sx, const uint8_t* wq,
-                             const float* sw, int T, int N, int K, void* y, bool y_f32,
-                             int64_t ld_y, bool accumulate, cudaStream_t stream) {
-  const int rows_per_block = kWarps * kWarpRows;
-  const dim3 grid(unsigned((N + rows_per_block - 1) / rows_per_block)), block(kWarps * 32);
-  switch (T) {
+void detail::launch_gemv_fp8(const GemvFp8Args& a, cudaStream_t stream) {
+  switch (a.T) {
     case 1:
-      fp8_gemv_kernel<1>
-          <<<grid, block, 0, stream>>>(xq, ld_x, sx, wq, sw, N, K, y, y_f32, ld_y, accumulate);
+      launch_t<1>(a, stream);
       break;
     case 2:
-      fp8_gemv_kernel<2>
-          <<<grid, block, 0, stream>>>(xq, ld_x, sx, wq, sw, N, K, y, y_f32, ld_y, accumulate);
+      launch_t<2>(a, stream);
       break;
     case 3:
-      fp8_gemv_kernel<3>
-          <<<grid, block, 0, stream>>>(xq, ld_x, sx, wq, sw, N, K, y, y_f32, ld_y, accumulate);
+      launch_t<3>(a, stream);
       break;
     default:
-      fp8_gemv_kernel<4>
-          <<<grid, block, 0, stream>>>(xq, ld_x, sx, wq, sw, N, K, y, y_f32, ld_y, accumulate);
+      launch_t<4>(a, stream);
       break;
   }
-  RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace ridge::kernels

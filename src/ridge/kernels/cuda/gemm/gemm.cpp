@@ -164,17 +164,19 @@ void scale_columns_bf16(bf16* W, int64_t N, int64_t K, const float* scale, cudaS
   detail::launch_scale_columns(W, N, K, scale, stream);
 }
 
-void gemv_fp8(const uint8_t* xq, int64_t ld_x, const float* sx, const uint8_t* wq, const float* sw,
-              int T, int N, int K, void* y, bool y_f32, int64_t ld_y, bool accumulate,
-              cudaStream_t stream) {
-  RIDGE_CHECK(T >= 1 && T <= kGemvFp8MaxTokens && N >= 1 && K >= 16 && K % 16 == 0 && ld_x >= K &&
-                  ld_x % 16 == 0 && ld_y >= N,
-              "gemv_fp8: T={} N={} K={} ld_x={} ld_y={} (1 <= T <= {}, K and ld_x multiples of "
-              "16, ld_y >= N)",
-              T, N, K, ld_x, ld_y, kGemvFp8MaxTokens);
-  RIDGE_CHECK(xq && sx && wq && sw && y && aligned16(xq) && aligned16(wq),
-              "gemv_fp8: null pointer or codes not 16-byte aligned");
-  detail::launch_gemv_fp8(xq, ld_x, sx, wq, sw, T, N, K, y, y_f32, ld_y, accumulate, stream);
+void gemv_fp8(const GemvFp8Args& a, cudaStream_t stream) {
+  const int out_n = a.swiglu ? a.N / 2 : a.N;
+  RIDGE_CHECK(a.T >= 1 && a.T <= kGemvFp8MaxTokens && a.N >= 1 && a.K >= 16 && a.K % 16 == 0 &&
+                  int64_t(a.T) * a.K <= kGemvFp8MaxSmem && a.ld_x >= a.K && a.ld_x % 8 == 0 &&
+                  a.ld_y >= out_n && (!a.swiglu || (a.N % 2 == 0 && !a.accumulate && !a.y_f32)),
+              "gemv_fp8: T={} N={} K={} ld_x={} ld_y={} swiglu={} (1 <= T <= {}, K % 16 == 0, T·K "
+              "<= {}, ld_x % 8 == 0, ld_y >= the output's columns; swiglu: N even, bf16 out, no "
+              "accumulate)",
+              a.T, a.N, a.K, a.ld_x, a.ld_y, a.swiglu, kGemvFp8MaxTokens, kGemvFp8MaxSmem);
+  RIDGE_CHECK(a.X && a.W && a.sw && a.Y && aligned16(a.X) && aligned16(a.W) &&
+                  (a.prologue == GemvFp8Prologue::none || (a.norm_w && aligned16(a.norm_w))),
+              "gemv_fp8: null pointer, or X, W or the norm weight not 16-byte aligned");
+  detail::launch_gemv_fp8(a, stream);
 }
 
 // Measured on the H200 (docs/KERNELS.md, run 2): the skinny kernel wins up to M = 32; from

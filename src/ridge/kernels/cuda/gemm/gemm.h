@@ -182,13 +182,32 @@ void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                     const Sm90GemmOptions& options = {});
 
 // The fp8 decode GEMV (fp8_gemv.cu; --quantization fp8 at 1..kGemvFp8MaxTokens tokens):
-// y[t, n] (+)= sx[t] · sw[n] · Σ_k e4m3(xq[t, k]) · e4m3(wq[n, k]), the product cuBLASLt's fp8
-// GEMM with outer-vector scales gives, fp32 sums of exact code products; y bf16 (rounded once) or
-// f32 with row stride ld_y. xq [T, K] E4M3 codes (row stride ld_x), sx [T] their scales; wq [N, K]
-// contiguous codes, sw [N]. K and ld_x multiples of 16, codes 16-byte aligned.
+// Y[t, n] (+)= sx[t] · sw[n] · Σ_k e4m3(xq[t, k]) · e4m3(wq[n, k]), the product cuBLASLt's fp8
+// GEMM with outer-vector scales gives, fp32 sums of exact code products; Y bf16 (rounded once) or
+// f32 with row stride ld_y. The kernel quantizes the bf16 activations itself (xq, sx: per token,
+// quantize_rows_fp8's rule), after an optional RMSNorm prologue, and with swiglu pairs W's rows
+// j and N/2 + j (gate and up) into Y[t, j] = silu(g) · u. Each fusion equals the composed kernels
+// (rmsnorm, quantize_rows_fp8, this GEMV, silu_mul) bit for bit.
 constexpr int kGemvFp8MaxTokens = 4;
-void gemv_fp8(const uint8_t* xq, int64_t ld_x, const float* sx, const uint8_t* wq, const float* sw,
-              int T, int N, int K, void* y, bool y_f32, int64_t ld_y, bool accumulate,
-              cudaStream_t stream);
+constexpr int64_t kGemvFp8MaxSmem = 48 * 1024;  // T · K bytes of codes in shared memory
+enum class GemvFp8Prologue { none, rmsnorm };
+struct GemvFp8Args {
+  const void* X = nullptr;  // bf16 [T, K], row stride ld_x (% 8), rows 16-byte aligned
+  int64_t ld_x = 0;
+  GemvFp8Prologue prologue = GemvFp8Prologue::none;
+  const void* norm_w = nullptr;  // rmsnorm: [K] f32 (norm_w_f32) or bf16, 16-byte aligned
+  bool norm_w_f32 = false;
+  float eps = 0.0f;
+  const uint8_t* W = nullptr;  // [N, K] contiguous E4M3 codes, 16-byte aligned
+  const float* sw = nullptr;   // [N] row scales
+  void* Y = nullptr;           // [T, N] (swiglu: [T, N / 2], bf16), row stride ld_y
+  bool y_f32 = false;
+  int64_t ld_y = 0;
+  bool accumulate = false;  // Y += product (not with swiglu)
+  bool swiglu = false;
+  int T = 0, N = 0, K = 0;
+  bool pdl = false;  // launched on the decode chain (programmatic dependent launch)
+};
+void gemv_fp8(const GemvFp8Args& args, cudaStream_t stream);
 
 }  // namespace ridge::kernels

@@ -29,9 +29,7 @@ void launch_stream_gemm(const bf16* X, const bf16* W, bf16* Y, const bf16* resid
 
 // W [N, K] := W · diag(scale), K % 8 == 0, W 16-byte aligned (checked by the caller).
 void launch_scale_columns(bf16* W, int64_t N, int64_t K, const float* scale, cudaStream_t stream);
-void launch_gemv_fp8(const uint8_t* xq, int64_t ld_x, const float* sx, const uint8_t* wq,
-                     const float* sw, int T, int N, int K, void* y, bool y_f32, int64_t ld_y,
-                     bool accumulate, cudaStream_t stream);
+void launch_gemv_fp8(const GemvFp8Args& args, cudaStream_t stream);
 
 // out_n: columns of Y; w_rows: rows of W (N, or 2F for SwiGLU); swiglu: gate/up epilogue.
 void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int out_n,
