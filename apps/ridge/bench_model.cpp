@@ -300,8 +300,8 @@ void bench(BenchModelFlags& f) {
   // the CUDA backend's rules (Fusions::parse). The norm and silu prologues live in ridge's skinny
   // GEMM, so with --gemm cublas neither folds (CudaBackend::matmul_fused); the CPU backend
   // composes every fused call.
-  // --quantization fp8: cuBLASLt's fp8 GEMM for every projection (none of the skinny GEMV's
-  // prologues and epilogues), fp8 weights and math.
+  // --quantization fp8: cuBLASLt's fp8 GEMM for every projection past 4 tokens (none of the
+  // skinny GEMV's prologues and epilogues), fp8 weights and math; the fp8 GEMV below.
   const bool fp8_weights = f.model.quantization == "fp8";
   perf::Fusions fusions = perf::Fusions::none();
   if (on_gpu) {
@@ -315,6 +315,13 @@ void bench(BenchModelFlags& f) {
     // The rope_kv epilogue is the skinny GEMV's: none with --gemm cublas (matmul_rope_kv).
     if (f.model.backend.gemm == "cublas" || fp8_weights) o.kernels.rope_kv_epilogue_max_rows = 0;
     o.kernels.activation_quant = on_gpu && fp8_weights;  // (the CPU quantizes inside its matmul)
+    if (on_gpu && fp8_weights) {
+      // The fp8 GEMV (1-4 tokens) quantizes its own input, takes the norm as its prologue and
+      // pairs gate and up rows (SwiGLU); RoPE and the KV store stay a kernel.
+      constexpr int kGemvTokens = 4;  // kernels::kGemvFp8MaxTokens (a CUDA header)
+      o.kernels.activation_quant_min_rows = kGemvTokens + 1;
+      o.kernels.norm_prologue_max_rows = o.kernels.silu_prologue_max_rows = kGemvTokens;
+    }
     o.precision = perf::Precision::of(cfg);
     if (on_gpu) o.precision = perf::Precision::named(fp8_weights ? "fp8" : "bf16");  // as held
     // The KV cache as allocated (--kv-dtype): an fp8 cache halves the attention's bytes.

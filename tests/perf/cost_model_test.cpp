@@ -245,6 +245,15 @@ TEST(CostModel, Fp8KeepsTheEmbeddingAndHeadInBf16) {
   EXPECT_EQ(qa.kernels, 32 * 4);
   EXPECT_DOUBLE_EQ(qa.bytes, 32.0 * (3.0 * (3 * 4096 + 11008) * 3.0 + 4.0 * 3 * 4));
   EXPECT_THROW(c8.op("quantize_act"), Error);  // not without the flag
+  // Below activation_quant_min_rows the GEMV quantizes its own input: no op, and the step is that
+  // much cheaper.
+  CostOptions g = q;
+  g.kernels.activation_quant_min_rows = 5;
+  const StepCost cg = predict_step(cfg, h200, StepShape::decode(3, 512), g);
+  EXPECT_THROW(cg.op("quantize_act"), Error);
+  EXPECT_LT(cg.time, cq.time);
+  EXPECT_EQ(predict_step(cfg, h200, StepShape::decode(5, 512), g).op("quantize_act").kernels,
+            32 * 4);
 }
 
 }  // namespace

@@ -522,7 +522,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     b.add(o);
   }
   b.gemm("down_proj", L, T, {cfg.hidden}, cfg.ffn, ab, down_extra);
-  if (kp.activation_quant) {
+  if (kp.activation_quant && T >= kp.activation_quant_min_rows) {
     // One quantization per matmul launch, of that matmul's input: h (q|k|v, once per launch),
     // the attention output (o), h again (gate|up), the SwiGLU output (down).
     const double qkv_in = double(kp.qkv_matmuls) * h, gu_in = double(kp.gate_up_matmuls) * h;

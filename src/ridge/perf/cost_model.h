@@ -163,6 +163,9 @@ struct KernelPlan {
   // fp8: kernels::quantize_rows_fp8, one launch per matmul): reads T x K activations, writes T x K
   // one-byte codes and T scales. One op, "quantize_act", for all of a step's.
   bool activation_quant = false;
+  // ... in steps of at least this many rows; below, the GEMV quantizes its own input (ridge's fp8
+  // GEMV at 1-4 tokens, kernels::gemv_fp8: no kernel, no codes written).
+  int64_t activation_quant_min_rows = 1;
 
   // Whether the norm before / the SiLU·mul after a GEMM of `rows` rows runs inside that GEMM.
   bool norm_folded(int64_t rows) const { return rows >= 1 && rows <= norm_prologue_max_rows; }
