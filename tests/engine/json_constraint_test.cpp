@@ -164,14 +164,17 @@ TEST(JsonMachine, AcceptsValidDocumentsAndEveryPrefixStaysViable) {
   }
 }
 
-// Random ASCII edits (insert, delete, replace a byte; the machine does not check UTF-8, so the
-// edits leave it alone): the verdict on the whole document is nlohmann's.
+// Random byte edits (insert, delete, replace a byte, anywhere: inside multi-byte characters too,
+// with lead and continuation bytes of every UTF-8 range among the replacements): the verdict on
+// the whole document is nlohmann's, whose lexer checks UTF-8 as RFC 3629 does.
 TEST(JsonMachine, AgreesWithNlohmannOnMutatedDocuments) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE(seed);
   DocGen gen(seed);
   std::mt19937 rng(seed + 1);
-  static const std::string kBytes = "{}[]:,\"\\ \t\n-+.0123456789eEtrufalsn/bx\x01";
+  static const std::string kBytes =
+      "{}[]:,\"\\ \t\n-+.0123456789eEtrufalsn/bx\x01"
+      "\x80\x8f\x90\x9f\xa0\xbf\xc0\xc1\xc2\xdf\xe0\xe6\xed\xef\xf0\xf3\xf4\xf5\xff";
   int accepted = 0, refused = 0;
   for (int i = 0; i < 20000; ++i) {
     const bool object_only = i % 3 != 0;
@@ -179,17 +182,15 @@ TEST(JsonMachine, AgreesWithNlohmannOnMutatedDocuments) {
     for (int edits = 1 + int(rng() % 2); edits > 0; --edits) {
       const size_t at = rng() % (doc.size() + 1);
       const char c = kBytes[rng() % kBytes.size()];
-      // Only at ASCII bytes, so that every multi-byte character stays whole.
-      const bool ascii = at < doc.size() && uint8_t(doc[at]) < 0x80;
       switch (rng() % 3) {
         case 0:
-          if (at == doc.size() || ascii) doc.insert(doc.begin() + long(at), c);
+          doc.insert(doc.begin() + long(at), c);
           break;
         case 1:
-          if (ascii) doc.erase(at, 1);
+          if (at < doc.size()) doc.erase(at, 1);
           break;
         default:
-          if (ascii) doc[at] = c;
+          if (at < doc.size()) doc[at] = c;
           break;
       }
     }
@@ -217,6 +218,16 @@ TEST(JsonMachine, EdgeCases) {
   for (const char* good : {"{}", "{\"\":\"\"}", "{\"a\":[]}", "{\"a\":-0.0e+0}", "{\"a\":[[{}]]}",
                            "{\"\\u00e9\\n\":true}", " {\"a\" : null } \n"})
     EXPECT_TRUE(machine_accepts(good, true)) << good;
+  // UTF-8 at the edges of RFC 3629's table: the least and greatest 2-, 3- and 4-byte characters
+  // and those beside the surrogates; overlong forms, surrogates, past U+10FFFF, truncated
+  // characters, stray continuation bytes and bytes that never occur.
+  for (const char* good : {"\xc2\x80", "\xdf\xbf", "\xe0\xa0\x80", "\xed\x9f\xbf", "\xee\x80\x80",
+                           "\xef\xbf\xbf", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf"})
+    EXPECT_TRUE(machine_accepts(std::string("{\"") + good + "\":1}", true)) << good;
+  for (const char* bad :
+       {"\xc0\xaf", "\xc1\xbf", "\xe0\x9f\xbf", "\xed\xa0\x80", "\xed\xbf\xbf", "\xf0\x8f\xbf\xbf",
+        "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xe6\x97", "\x80", "\xbf", "\xff", "\xc3\xa9\xa9"})
+    EXPECT_FALSE(machine_accepts(std::string("{\"") + bad + "\":1}", true)) << bad;
   // Nesting stops at kMaxDepth; whitespace runs at kMaxWhitespace.
   JsonMachine m;
   ASSERT_TRUE(m.feed("{\"a\":"));
@@ -262,7 +273,9 @@ TEST_F(JsonConstraintModel, AllowedTokensEqualABruteForceCheckOfTheVocabulary) {
   for (int d = 0; d < 6; ++d) {
     const std::string doc = gen.object();
     for (int k = 0; k < 5; ++k) {
-      const size_t cut = k == 4 ? doc.size() : rng() % (doc.size() + 1);
+      size_t cut = k == 4 ? doc.size() : rng() % (doc.size() + 1);
+      // At a character boundary: the tokenizer encodes text, not a character's first bytes.
+      while (cut < doc.size() && (uint8_t(doc[cut]) & 0xC0) == 0x80) --cut;
       JsonConstraint c(trie, ends, V);
       JsonMachine m;
       ASSERT_TRUE(m.feed(doc.substr(0, cut)));

@@ -1,8 +1,9 @@
 // The scalar tokens both JSON recognizers (JsonMachine, SchemaMachine) read byte by byte: a
-// string's body after its opening quote (escapes and \uXXXX checked; any other byte from 0x20 up,
-// UTF-8 not checked) and a number (RFC 8259's grammar: no leading zeros, a digit after '.', 'e' /
-// 'E' with an optional sign; optionally an integer only). Two bytes of state, compared and hashed
-// as part of the recognizer's.
+// string's body after its opening quote (escapes and \uXXXX checked; any other byte from 0x20 up
+// as well-formed UTF-8: RFC 3629's table, so no overlong forms, surrogates or code points past
+// U+10FFFF, which a byte-level vocabulary could otherwise spell) and a number (RFC 8259's grammar:
+// no leading zeros, a digit after '.', 'e' / 'E' with an optional sign; optionally an integer
+// only). Two bytes of state, compared and hashed as part of the recognizer's.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +47,17 @@ class JsonScalarLexer {
       case Mode::string:
         if (b == '"') return end(Result::string_end);
         if (b == '\\') mode_ = Mode::escape;
-        return b >= 0x20 ? Result::more : Result::reject;
+        if (b < 0x80) return b >= 0x20 ? Result::more : Result::reject;
+        return utf8_lead(b);
+      case Mode::utf8: {
+        // The first continuation byte's range depends on the lead byte; later ones are 80..BF.
+        static constexpr uint8_t kLo[] = {0x80, 0xA0, 0x80, 0x90, 0x80};
+        static constexpr uint8_t kHi[] = {0xBF, 0xBF, 0x9F, 0xBF, 0x8F};
+        if (b < kLo[int(first_)] || b > kHi[int(first_)]) return Result::reject;
+        first_ = First::any;
+        if (--count_ == 0) mode_ = Mode::string;
+        return Result::more;
+      }
       case Mode::escape:
         if (b == 'u') {
           mode_ = Mode::unicode;
@@ -73,16 +84,34 @@ class JsonScalarLexer {
 
   bool operator==(const JsonScalarLexer&) const = default;
   uint32_t bits() const {
-    return uint32_t(mode_) | uint32_t(num_) << 4 | uint32_t(count_) << 8 | uint32_t(integer_) << 12;
+    return uint32_t(mode_) | uint32_t(num_) << 4 | uint32_t(count_) << 8 |
+           uint32_t(integer_) << 12 | uint32_t(first_) << 13;
   }
 
  private:
-  enum class Mode : uint8_t { none, string, escape, unicode, number };
+  enum class Mode : uint8_t { none, string, escape, unicode, number, utf8 };
+  // The range of a multi-byte character's first continuation byte: 80..BF, or after E0 A0..BF
+  // (no overlong 3-byte forms), ED 80..9F (no surrogates), F0 90..BF (no overlong 4-byte forms),
+  // F4 80..8F (nothing past U+10FFFF).
+  enum class First : uint8_t { any, e0, ed, f0, f4 };
   enum class Num : uint8_t { minus, zero, integer, dot, fraction, exp_mark, exp_sign, exponent };
 
   static bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
   static bool is_hex(uint8_t b) {
     return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+  }
+  // A string byte from 0x80 up: the lead byte of a 2-4 byte character, or nothing valid.
+  Result utf8_lead(uint8_t b) {
+    if (b >= 0xC2 && b <= 0xDF)
+      count_ = 1, first_ = First::any;
+    else if (b >= 0xE0 && b <= 0xEF)
+      count_ = 2, first_ = b == 0xE0 ? First::e0 : b == 0xED ? First::ed : First::any;
+    else if (b >= 0xF0 && b <= 0xF4)
+      count_ = 3, first_ = b == 0xF0 ? First::f0 : b == 0xF4 ? First::f4 : First::any;
+    else
+      return Result::reject;  // a continuation byte, C0, C1 or F5..FF
+    mode_ = Mode::utf8;
+    return Result::more;
   }
   Result end(Result r) {
     *this = {};
@@ -141,8 +170,9 @@ class JsonScalarLexer {
 
   Mode mode_ = Mode::none;
   Num num_ = Num::minus;
-  uint8_t count_ = 0;  // \uXXXX digits left
+  uint8_t count_ = 0;  // \uXXXX digits or UTF-8 continuation bytes left
   bool integer_ = false;
+  First first_ = First::any;
 };
 
 }  // namespace ridge::engine
