@@ -136,13 +136,10 @@ bool JsonMachine::feed(uint8_t b) {
     default:
       break;
   }
-  // Between tokens of the grammar: whitespace (bounded runs; after the value, unbounded, counted
-  // up to 255: JsonConstraint decides when it must end) or structure.
+  // Between tokens of the grammar: whitespace (bounded runs; after the value, unbounded:
+  // JsonConstraint decides when it must end) or structure.
   if (is_ws(b)) {
-    if (mode_ == Mode::done) {
-      ws_ = uint8_t(std::min(int(ws_) + 1, 255));
-      return true;
-    }
+    if (mode_ == Mode::done) return true;  // one state however long (the constraint's cache)
     if (ws_ >= kMaxWhitespace) return false;
     ++ws_;
     return true;

@@ -55,9 +55,8 @@ class JsonMachine {
   // complete once a byte after it shows where it ends; object_only documents never end that way.
   bool complete() const { return mode_ == Mode::done; }
   // Whitespace is allowed now (and the run so far is below the limit; after the value it always
-  // is, and whitespace_run() counts it up to 255).
+  // is, and leaves the state as it was).
   bool whitespace_allowed() const;
-  int whitespace_run() const { return ws_; }
 
   bool operator==(const JsonMachine&) const = default;
   uint64_t hash() const;

@@ -561,10 +561,7 @@ bool SchemaMachine::literal_byte(uint8_t b) {
 
 bool SchemaMachine::structural(uint8_t b) {
   if (is_ws(b)) {
-    if (mode_ == Mode::done) {
-      ws_ = uint8_t(std::min(int(ws_) + 1, 255));
-      return true;
-    }
+    if (mode_ == Mode::done) return true;  // one state however long (the constraint's cache)
     if (ws_ >= kMaxWhitespace) return false;
     ++ws_;
     return true;

@@ -71,7 +71,7 @@ class JsonSchema {
   friend class SchemaCompiler;
 };
 
-// The recognizer: JsonMachine's interface (feed, complete, whitespace_run, ==, hash) over a
+// The recognizer: JsonMachine's interface (feed, complete, ==, hash) over a
 // schema. A few hundred bytes of state (kMaxDepth frames), copied freely by the token walk.
 class SchemaMachine {
  public:
@@ -88,7 +88,6 @@ class SchemaMachine {
     return true;
   }
   bool complete() const { return mode_ == Mode::done; }
-  int whitespace_run() const { return ws_; }
   bool operator==(const SchemaMachine& o) const;
   uint64_t hash() const;
 
