@@ -486,13 +486,17 @@ bool CudaBackend::try_gemv_fp8(const Tensor& x, const Tensor& w, const Tensor* n
   const int64_t T = x.shape[0], K = w.shape[1], N = w.shape[0];
   if (!fp8_gemv_ || fp8_force_scale_kernel_ || ((norm || swiglu) && !fp8_fuse_) ||
       w.dtype != DType::fp8_e4m3 || !w.scales || T < 1 || T > kernels::kGemvFp8MaxTokens ||
-      K % 16 != 0 || T * K > kernels::kGemvFp8MaxSmem || x.dtype != DType::bf16 ||
-      x.stride[0] % 8 != 0 || !aligned16(x.data) || !aligned16(w.data) ||
+      K % 16 != 0 || K > kernels::kGemvFp8MaxK || x.dtype != DType::bf16 || x.stride[0] % 8 != 0 ||
+      !aligned16(x.data) || !aligned16(w.data) ||
       (norm &&
        (!aligned16(norm->data) || (norm->dtype != DType::f32 && norm->dtype != DType::bf16))) ||
       (swiglu && (out.dtype != DType::bf16 || accumulate || N % 2 != 0)))
     return false;
+  Workspace& ws = workspace_for(stream);
+  reserve_fp8_activations(ws, T, K, stream);
   kernels::GemvFp8Args a;
+  a.xq = static_cast<uint8_t*>(ws.fp8_x.data());
+  a.sx = static_cast<float*>(ws.fp8_scales.data());
   a.X = x.data;
   a.ld_x = x.stride[0];
   if (norm) {
@@ -509,7 +513,7 @@ bool CudaBackend::try_gemv_fp8(const Tensor& x, const Tensor& w, const Tensor* n
   a.accumulate = accumulate;
   a.swiglu = swiglu;
   a.T = int(T), a.N = int(N), a.K = int(K);
-  a.pdl = decode_chain_;  // on the decode chain its first weights load before its wait
+  a.pdl = decode_chain_;  // on the decode chain the GEMV's first weights load during the prep
   kernels::gemv_fp8(a, stream);
   ++fp8_gemv_calls_;
   return true;

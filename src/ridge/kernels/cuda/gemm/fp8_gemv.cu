@@ -3,30 +3,29 @@
 // (E4M3 codes of the activations per token and of the weights per row), for the token counts where
 // a GEMM's tiles waste most of the tensor core and the step is the weights' bytes.
 //
-// The activations arrive in bf16 and every block quantizes them itself (GemvFp8Args): a decode
-// step's activations are 8-22 KB a token, read from L2, where a quantize kernel of their own cost
-// a launch and a full barrier on the decode chain, four times a layer. Before that, an optional
-// prologue turns X into the product's input, and an optional epilogue pairs gate and up rows:
-//   - rmsnorm: x := bf16(w · (x · 1/rms(x))), the sum of squares taken by the first 128 threads
-//     in the order of the vectorized norm kernel (norm.cu, norm_vec_kernel) and reduced as its
-//     block_sum does, so that the result is bit for bit the norm kernel's output;
-//   - quantization: s = amax / 448 (1 for a zero row), codes = E4M3(x / s) with IEEE division and
-//     saturation, kernels::quantize_rows_fp8's rule, bit for bit;
-//   - swiglu: rows j and F + j of W are gate and up of output j; both products are rounded to bf16
-//     as the plain GEMV stores them, then bf16(g / (1 + e^-g) · u), silu_mul's formula.
+// Two kernels a call, both on the decode chain with programmatic dependent launch (args.pdl):
+//   prep, one 256-thread block a token: the activations (bf16) through an optional prologue, then
+//   E4M3 codes and a scale per token into the caller's workspace:
+//     - rmsnorm: x := bf16(w · (x · 1/rms(x))), the sum of squares taken by the first 128 threads
+//       in the order of the vectorized norm kernel (norm.cu, norm_vec_kernel) and reduced as its
+//       block_sum does, so that the result is bit for bit the norm kernel's output;
+//     - quantization: s = amax / 448 (1 for a zero row), codes = E4M3(x / s) with IEEE division
+//       and saturation, kernels::quantize_rows_fp8's rule, bit for bit.
+//   (Each GEMV block quantizing the tokens itself measured slower: 768-1,376 blocks repeating a
+//   T x K prologue cost more than the launch it saved, 8.2 against 6.2 ms a step at 4 tokens.)
+//   gemv: one warp per kWarpRows = 2 weight rows (swiglu: output j's gate and up rows, j and
+//   N/2 + j), 8 warps a block. Each lane reads 16 codes (one 16-byte load) of each row per step,
+//   kUnroll = 4 steps in flight before their first use (8 loads, 128 bytes a lane, 32 KB a
+//   block), and the matching 16 codes of each token (L1-resident). Codes become floats through the
+//   fp8x2 -> half2 conversion (exact: E4M3 is a subset of fp16); products of two codes are exact
+//   in fp32 (4 significant bits each), sums are fp32. The warp reduces by shuffles; lane 0 applies
+//   both scales, adds the residual or not, and rounds once to bf16 (or stores f32); with swiglu
+//   both products are rounded to bf16 as the plain GEMV stores them, then bf16(g / (1 + e^-g) ·
+//   u), silu_mul's formula. Its first kUnroll steps of weights (read-only) load before the wait
+//   for the prep kernel, so their latency overlaps it.
 // So a fused call equals the composed kernels (norm, quantize, GEMV, silu_mul) bit for bit.
-//
-// Layout: one warp per kWarpRows = 2 weight rows (swiglu: one output's gate and up rows), 8 warps a
-// block. Each lane reads 16 codes (one 16-byte load) of each row per step, kUnroll = 4 steps in
-// flight before their first use (8 loads, 128 bytes a lane, 32 KB a block), and the matching 16
-// codes of each token from shared memory (T × K bytes, dynamic). Codes become floats through the
-// fp8x2 -> half2 conversion (exact: E4M3 is a subset of fp16); products of two codes are exact in
-// fp32 (4 significant bits each), sums are fp32. The warp reduces by shuffles; lane 0 applies both
-// scales, adds the residual or not, and rounds once to bf16 (or stores f32).
-// On the decode chain (args.pdl) the first kUnroll steps of weights are loaded before the wait for
-// the previous kernel (weights are read-only), so their latency overlaps that kernel's tail.
-// Preconditions (checked by gemv_fp8 in gemm.cpp): 1 <= T <= 4, K % 16 == 0, T · K bytes of shared
-// memory, X rows 16-byte aligned, W 16-byte aligned, N even with swiglu.
+// Preconditions (checked by gemv_fp8 in gemm.cpp): 1 <= T <= 4, K % 16 == 0, X rows, W, xq and
+// the norm weight 16-byte aligned, N even with swiglu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -108,13 +107,62 @@ __device__ __forceinline__ float block_max(float v, float* red) {
   return m;
 }
 
+// Token blockIdx.x: prologue, then its codes (xq row, stride K) and scale.
+__global__ void __launch_bounds__(kThreads) fp8_prep_kernel(const GemvFp8Args a) {
+  __shared__ float red[kWarps];
+  pdl::begin();
+  const int t = blockIdx.x, K = a.K, groups = K / 8;  // 8-value chunks
+  const uint16_t* x = reinterpret_cast<const uint16_t*>(a.X) + t * a.ld_x;
+  float inv = 1.0f;
+  if (a.prologue == GemvFp8Prologue::rmsnorm) {
+    float ss = 0.0f;  // norm_vec_kernel's order: thread i takes chunks i, i + 128, ...
+    if (threadIdx.x < kNormThreads)
+      for (int g = threadIdx.x; g < groups; g += kNormThreads) {
+        float v[8];
+        load8(x + int64_t(g) * 8, v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
+      }
+    // block_sum over the block; warps 4-7 add zeros after warps 0-3, as 128 threads would.
+    inv = 1.0f / sqrtf(detail::block_sum(ss) / float(K) + a.eps);
+  }
+  // Each thread's chunks stay in registers between the amax and the codes (K <= 16,384 values).
+  constexpr int kMaxChunks = 8;
+  float v[kMaxChunks][8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kMaxChunks; ++c) {
+    const int g = threadIdx.x + c * kThreads;
+    if (g < groups) {
+      input8(a, x, g, inv, v[c]);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[c][j]));
+    }
+  }
+  amax = block_max(amax, red);
+  const float s = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  if (threadIdx.x == 0) a.sx[t] = s;
+  uint2* q = reinterpret_cast<uint2*>(a.xq + int64_t(t) * K);
+#pragma unroll
+  for (int c = 0; c < kMaxChunks; ++c) {
+    const int g = threadIdx.x + c * kThreads;
+    if (g >= groups) break;
+    uint32_t w[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 lo = make_float2(__fdiv_rn(v[c][4 * i], s), __fdiv_rn(v[c][4 * i + 1], s));
+      const float2 hi = make_float2(__fdiv_rn(v[c][4 * i + 2], s), __fdiv_rn(v[c][4 * i + 3], s));
+      w[i] = uint32_t(__nv_cvt_float2_to_fp8x2(lo, __NV_SATFINITE, __NV_E4M3)) |
+             (uint32_t(__nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3)) << 16);
+    }
+    q[g] = make_uint2(w[0], w[1]);
+  }
+}
+
 template <int T>
 __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const GemvFp8Args a) {
-  extern __shared__ uint4 codes4[];  // [T, K / 16] 16-byte groups of E4M3 codes
-  __shared__ float red[kWarps];
-  __shared__ float scale[T];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int K = a.K, chunks = K / 16;  // 16-byte chunks a weight row
+  const int K = a.K, chunks = K / 16;  // 16-byte chunks a row
   // This warp's rows: two consecutive rows, or output j's gate and up rows.
   const int F = a.N / 2;
   const int unit = blockIdx.x * kWarps + warp;
@@ -128,7 +176,7 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const GemvFp8Args a)
   for (int r = 0; r < kWarpRows; ++r)
     w[r] = reinterpret_cast<const uint4*>(a.W + int64_t(rows[r]) * K);
 
-  // Weights are read-only: the first steps load before the wait for the previous kernel.
+  // Weights are read-only: the first steps load before the wait for the prep kernel.
   uint4 wv[kUnroll][kWarpRows];
   const auto load_steps = [&](int c0) {
 #pragma unroll
@@ -140,52 +188,7 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const GemvFp8Args a)
     }
   };
   load_steps(lane);
-  pdl::launch_dependents();
-  pdl::wait();
-
-  // The activations: prologue, then E4M3 codes and a scale per token into shared memory.
-  const int groups = K / 8;  // 8-value chunks a token
-  auto* codes2 = reinterpret_cast<uint2*>(codes4);
-  for (int t = 0; t < T; ++t) {
-    const uint16_t* x = reinterpret_cast<const uint16_t*>(a.X) + t * a.ld_x;
-    float inv = 1.0f;
-    if (a.prologue == GemvFp8Prologue::rmsnorm) {
-      float ss = 0.0f;  // norm_vec_kernel's order: thread i takes chunks i, i + 128, ...
-      if (threadIdx.x < kNormThreads)
-        for (int g = threadIdx.x; g < groups; g += kNormThreads) {
-          float v[8];
-          load8(x + int64_t(g) * 8, v);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
-        }
-      // block_sum over the block; warps 4-7 add zeros after warps 0-3, as 128 threads would.
-      inv = 1.0f / sqrtf(detail::block_sum(ss) / float(K) + a.eps);
-    }
-    float amax = 0.0f;
-    for (int g = threadIdx.x; g < groups; g += kThreads) {
-      float v[8];
-      input8(a, x, g, inv, v);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
-    }
-    amax = block_max(amax, red);
-    const float s = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
-    if (threadIdx.x == 0) scale[t] = s;
-    for (int g = threadIdx.x; g < groups; g += kThreads) {
-      float v[8];
-      input8(a, x, g, inv, v);
-      uint32_t q[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float2 lo = make_float2(__fdiv_rn(v[4 * i], s), __fdiv_rn(v[4 * i + 1], s));
-        const float2 hi = make_float2(__fdiv_rn(v[4 * i + 2], s), __fdiv_rn(v[4 * i + 3], s));
-        q[i] = uint32_t(__nv_cvt_float2_to_fp8x2(lo, __NV_SATFINITE, __NV_E4M3)) |
-               (uint32_t(__nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3)) << 16);
-      }
-      codes2[t * groups + g] = make_uint2(q[0], q[1]);
-    }
-  }
-  __syncthreads();
+  pdl::begin();
 
   float acc[kWarpRows][T] = {};
   if (active) {
@@ -197,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const GemvFp8Args a)
         if (c >= chunks) break;
 #pragma unroll
         for (int t = 0; t < T; ++t) {
-          const uint4 xv = codes4[t * chunks + c];
+          const uint4 xv = __ldg(reinterpret_cast<const uint4*>(a.xq + int64_t(t) * K) + c);
 #pragma unroll
           for (int r = 0; r < kWarpRows; ++r) acc[r][t] += dot16(wv[u][r], xv);
         }
@@ -214,8 +217,9 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const GemvFp8Args a)
   if (a.swiglu) {  // output `unit`: silu(gate) · up of the bf16-rounded products
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      const float g = __bfloat162float(__float2bfloat16_rn(acc[0][t] * (scale[t] * a.sw[rows[0]])));
-      const float u = __bfloat162float(__float2bfloat16_rn(acc[1][t] * (scale[t] * a.sw[rows[1]])));
+      const float st = a.sx[t];
+      const float g = __bfloat162float(__float2bfloat16_rn(acc[0][t] * (st * a.sw[rows[0]])));
+      const float u = __bfloat162float(__float2bfloat16_rn(acc[1][t] * (st * a.sw[rows[1]])));
       static_cast<uint16_t*>(a.Y)[t * a.ld_y + unit] =
           detail::f32_to_bf16_bits(g / (1.0f + expf(-g)) * u);
     }
@@ -228,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const GemvFp8Args a)
     const float s = a.sw[n];
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      float v = acc[r][t] * (scale[t] * s);
+      float v = acc[r][t] * (a.sx[t] * s);
       if (a.y_f32) {
         float* o = static_cast<float*>(a.Y) + t * a.ld_y + n;
         *o = a.accumulate ? *o + v : v;
@@ -245,13 +249,14 @@ template <int T>
 void launch_t(const GemvFp8Args& a, cudaStream_t stream) {
   const int units = a.swiglu ? a.N / 2 : (a.N + kWarpRows - 1) / kWarpRows;
   const dim3 grid(unsigned((units + kWarps - 1) / kWarps)), block(kThreads);
-  RIDGE_GEMM_CUDA_CHECK(
-      pdl::launch(a.pdl, fp8_gemv_kernel<T>, grid, block, size_t(T) * size_t(a.K), stream, a));
+  RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl, fp8_gemv_kernel<T>, grid, block, 0, stream, a));
 }
 
 }  // namespace
 
 void detail::launch_gemv_fp8(const GemvFp8Args& a, cudaStream_t stream) {
+  RIDGE_GEMM_CUDA_CHECK(
+      pdl::launch(a.pdl, fp8_prep_kernel, dim3(unsigned(a.T)), dim3(kThreads), 0, stream, a));
   switch (a.T) {
     case 1:
       launch_t<1>(a, stream);

@@ -167,15 +167,16 @@ void scale_columns_bf16(bf16* W, int64_t N, int64_t K, const float* scale, cudaS
 void gemv_fp8(const GemvFp8Args& a, cudaStream_t stream) {
   const int out_n = a.swiglu ? a.N / 2 : a.N;
   RIDGE_CHECK(a.T >= 1 && a.T <= kGemvFp8MaxTokens && a.N >= 1 && a.K >= 16 && a.K % 16 == 0 &&
-                  int64_t(a.T) * a.K <= kGemvFp8MaxSmem && a.ld_x >= a.K && a.ld_x % 8 == 0 &&
-                  a.ld_y >= out_n && (!a.swiglu || (a.N % 2 == 0 && !a.accumulate && !a.y_f32)),
-              "gemv_fp8: T={} N={} K={} ld_x={} ld_y={} swiglu={} (1 <= T <= {}, K % 16 == 0, T·K "
+                  a.K <= kGemvFp8MaxK && a.ld_x >= a.K && a.ld_x % 8 == 0 && a.ld_y >= out_n &&
+                  (!a.swiglu || (a.N % 2 == 0 && !a.accumulate && !a.y_f32)),
+              "gemv_fp8: T={} N={} K={} ld_x={} ld_y={} swiglu={} (1 <= T <= {}, K % 16 == 0, K "
               "<= {}, ld_x % 8 == 0, ld_y >= the output's columns; swiglu: N even, bf16 out, no "
               "accumulate)",
-              a.T, a.N, a.K, a.ld_x, a.ld_y, a.swiglu, kGemvFp8MaxTokens, kGemvFp8MaxSmem);
-  RIDGE_CHECK(a.X && a.W && a.sw && a.Y && aligned16(a.X) && aligned16(a.W) &&
+              a.T, a.N, a.K, a.ld_x, a.ld_y, a.swiglu, kGemvFp8MaxTokens, kGemvFp8MaxK);
+  RIDGE_CHECK(a.X && a.W && a.sw && a.Y && a.xq && a.sx && aligned16(a.X) && aligned16(a.W) &&
+                  aligned16(a.xq) &&
                   (a.prologue == GemvFp8Prologue::none || (a.norm_w && aligned16(a.norm_w))),
-              "gemv_fp8: null pointer, or X, W or the norm weight not 16-byte aligned");
+              "gemv_fp8: null pointer, or X, W, xq or the norm weight not 16-byte aligned");
   detail::launch_gemv_fp8(a, stream);
 }
 

@@ -184,12 +184,12 @@ void gemm_bf16_sm90(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
 // The fp8 decode GEMV (fp8_gemv.cu; --quantization fp8 at 1..kGemvFp8MaxTokens tokens):
 // Y[t, n] (+)= sx[t] · sw[n] · Σ_k e4m3(xq[t, k]) · e4m3(wq[n, k]), the product cuBLASLt's fp8
 // GEMM with outer-vector scales gives, fp32 sums of exact code products; Y bf16 (rounded once) or
-// f32 with row stride ld_y. The kernel quantizes the bf16 activations itself (xq, sx: per token,
-// quantize_rows_fp8's rule), after an optional RMSNorm prologue, and with swiglu pairs W's rows
-// j and N/2 + j (gate and up) into Y[t, j] = silu(g) · u. Each fusion equals the composed kernels
-// (rmsnorm, quantize_rows_fp8, this GEMV, silu_mul) bit for bit.
+// f32 with row stride ld_y. A first kernel quantizes the bf16 activations X into xq, sx (per
+// token, quantize_rows_fp8's rule), after an optional RMSNorm prologue; with swiglu the GEMV pairs
+// W's rows j and N/2 + j (gate and up) into Y[t, j] = silu(g) · u. Each fusion equals the composed
+// kernels (rmsnorm, quantize_rows_fp8, the GEMV, silu_mul) bit for bit.
 constexpr int kGemvFp8MaxTokens = 4;
-constexpr int64_t kGemvFp8MaxSmem = 48 * 1024;  // T · K bytes of codes in shared memory
+constexpr int kGemvFp8MaxK = 16384;  // the quantization keeps a token's values in registers
 enum class GemvFp8Prologue { none, rmsnorm };
 struct GemvFp8Args {
   const void* X = nullptr;  // bf16 [T, K], row stride ld_x (% 8), rows 16-byte aligned
@@ -198,6 +198,8 @@ struct GemvFp8Args {
   const void* norm_w = nullptr;  // rmsnorm: [K] f32 (norm_w_f32) or bf16, 16-byte aligned
   bool norm_w_f32 = false;
   float eps = 0.0f;
+  uint8_t* xq = nullptr;  // workspace: [T, K] codes (16-byte aligned) and T scales
+  float* sx = nullptr;
   const uint8_t* W = nullptr;  // [N, K] contiguous E4M3 codes, 16-byte aligned
   const float* sw = nullptr;   // [N] row scales
   void* Y = nullptr;           // [T, N] (swiglu: [T, N / 2], bf16), row stride ld_y
