@@ -193,8 +193,9 @@ class CudaBackend final : public Backend {
                 cudaStream_t stream, bool accumulate = false);
   void check_matmul(const char* op, const Tensor& x, const Tensor& w, const Tensor& out,
                     int64_t x_cols) const;
-  // out (+)= x · wᵀ for an fp8_e4m3 row-scaled w (quantize_weight): x quantized per token into
-  // the stream's workspace, then cuBLASLt's fp8 GEMM with both scale vectors.
+  // out (+)= x · wᵀ for an fp8_e4m3 row-scaled w (quantize_weight): at 1-4 tokens the fp8 GEMV
+  // (try_gemv_fp8); else x quantized per token into the stream's workspace, then cuBLASLt's fp8
+  // GEMM with both scale vectors.
   void run_gemm_fp8(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t stream,
                     bool accumulate);
   // out (+)= x · wᵀ for an fp8 w at 1..kGemvFp8MaxTokens tokens through kernels::gemv_fp8, which
