@@ -12,9 +12,6 @@
 namespace ridge::engine {
 
 namespace {
-bool is_ws(uint8_t b) {
-  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
-}
 constexpr const char* kLiterals[3] = {"true", "false", "null"};
 }  // namespace
 
@@ -138,12 +135,7 @@ bool JsonMachine::feed(uint8_t b) {
   }
   // Between tokens of the grammar: whitespace (bounded runs; after the value, unbounded:
   // JsonConstraint decides when it must end) or structure.
-  if (is_ws(b)) {
-    if (mode_ == Mode::done) return true;  // one state however long (the constraint's cache)
-    if (ws_ >= kMaxWhitespace) return false;
-    ++ws_;
-    return true;
-  }
+  if (json_is_ws(b)) return json_whitespace(ws_, mode_ == Mode::done, kMaxWhitespace);
   ws_ = 0;
   switch (mode_) {
     case Mode::value:
@@ -182,7 +174,7 @@ TokenTrie::TokenTrie(const tokenizer::Tokenizer& tok) : vocab_(int32_t(tok.vocab
     if (bytes_[size_t(id)].empty()) continue;
     ids.push_back(id);
     const std::string& b = bytes_[size_t(id)];
-    if (std::all_of(b.begin(), b.end(), [](char c) { return is_ws(uint8_t(c)); }))
+    if (std::all_of(b.begin(), b.end(), [](char c) { return json_is_ws(uint8_t(c)); }))
       whitespace_.push_back(id);
   }
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {

@@ -10,6 +10,20 @@
 
 namespace ridge::engine {
 
+inline bool json_is_ws(uint8_t b) {
+  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
+}
+
+// A whitespace byte between a document's tokens, for both recognizers: inside the value runs are
+// bounded by `limit` (run counts the current one); after the value (`done`) any number may follow
+// and the state stays as it was, so the constraint's per-state cache sees it once.
+inline bool json_whitespace(uint8_t& run, bool done, int limit) {
+  if (done) return true;
+  if (run >= limit) return false;
+  ++run;
+  return true;
+}
+
 class JsonScalarLexer {
  public:
   enum class Result : uint8_t {

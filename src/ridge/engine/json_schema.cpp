@@ -12,9 +12,6 @@ namespace ridge::engine {
 using Kind = JsonSchema::Kind;
 
 namespace {
-bool is_ws(uint8_t b) {
-  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
-}
 const std::set<std::string> kAnnotations = {"title",   "description", "default",  "examples",
                                             "$schema", "$id",         "$comment", "strict",
                                             "$defs",   "definitions"};
@@ -560,12 +557,7 @@ bool SchemaMachine::literal_byte(uint8_t b) {
 }
 
 bool SchemaMachine::structural(uint8_t b) {
-  if (is_ws(b)) {
-    if (mode_ == Mode::done) return true;  // one state however long (the constraint's cache)
-    if (ws_ >= kMaxWhitespace) return false;
-    ++ws_;
-    return true;
-  }
+  if (json_is_ws(b)) return json_whitespace(ws_, mode_ == Mode::done, kMaxWhitespace);
   ws_ = 0;
   switch (mode_) {
     case Mode::value:
