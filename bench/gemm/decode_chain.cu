@@ -27,6 +27,7 @@
 #include "decode_chain.h"
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
+#include "ridge/kernels/cuda/gemm/stream_load.cuh"
 #include "ridge/kernels/cuda/pdl.cuh"
 
 #define CK(call) RIDGE_GEMM_CUDA_CHECK(call)
@@ -45,6 +46,86 @@ __global__ void gap_kernel(unsigned long long ns) {
   do {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while (t - t0 < ns);
+}
+
+// Pure weight streams over the same weights, no arithmetic and no activations: what the chain's
+// structure (a kernel a GEMV, PDL between them) allows with an ideal access pattern, and what the
+// GEMVs' own access pattern allows, apart from their MMAs, reductions and epilogues.
+// read_region: the ceilings' read-only kernel (grid-stride 16-byte streaming loads, 4 in flight
+// per thread: at any moment the whole GPU reads one compact window of the region); its first
+// round of loads is issued before the PDL wait, like a GEMV's first step.
+constexpr int kReadThreads = 512;
+__global__ void __launch_bounds__(kReadThreads)
+    read_region(const uint4* __restrict__ p, size_t n, unsigned* sink) {
+  kn::pdl::launch_dependents();
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  unsigned acc = 0;
+  bool waited = false;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
+                d = __ldcs(p + i + 3 * stride);
+    if (!waited) kn::pdl::wait(), waited = true;
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^
+           d.w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 a = __ldcs(p + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (!waited) kn::pdl::wait();
+  if (acc == 0x9e3779b9u) *sink = acc;  // practically never: the loads stay
+}
+
+// read_tiles: the skinny kernel's weight addresses at M = 1 (skinny_gemm.cu: 8 warps, one 16-row
+// tile per block at a time, each warp the steps warp, warp + 8, ... of 128 columns, a thread 8
+// loads of 16 bytes a step (rows g and g + 8, chunks 32c + 8t), the same load instruction, the
+// next step loaded before the current one is consumed, the next tile's first step after the
+// last), persistent over the row tiles; PAIRED: the SwiGLU pairing (gate rows f, up rows F + f,
+// 8 of each a tile). XOR instead of MMAs; no reduction, no epilogue.
+template <bool PAIRED>
+__global__ void __launch_bounds__(256)
+    read_tiles(const bf16* __restrict__ W, int N, int K, unsigned* sink) {
+  kn::pdl::launch_dependents();
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+  const int F = N / 2;
+  const int n_tiles = PAIRED ? (F + 7) / 8 : (N + 15) / 16;
+  const int steps = (K + 127) / 128;
+  const int my_steps = steps > warp ? (steps - warp + 7) / 8 : 0;
+  const int my_tiles = int(blockIdx.x) < n_tiles
+                           ? (n_tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x)
+                           : 0;
+  const int items = my_steps * my_tiles;
+  auto load = [&](uint4(&dst)[8], int item) {
+    const int tile = int(blockIdx.x) + (item / my_steps) * int(gridDim.x);
+    const int s = warp + (item % my_steps) * 8;
+    int r0, r1;
+    if (PAIRED) {
+      const int f = min(tile * 8 + g, F - 1);
+      r0 = f, r1 = F + f;
+    } else {
+      r0 = min(tile * 16 + g, N - 1), r1 = min(tile * 16 + 8 + g, N - 1);
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int k = s * 128 + 32 * c + 8 * t;
+      const bool ok = k < K;
+      dst[2 * c] = ok ? kn::load_weights16(W + size_t(r0) * K + k) : make_uint4(0, 0, 0, 0);
+      dst[2 * c + 1] = ok ? kn::load_weights16(W + size_t(r1) * K + k) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  uint4 cur[8], nxt[8];
+  if (items > 0) load(cur, 0);
+  kn::pdl::wait();
+  unsigned acc = 0;
+  for (int i = 0; i < items; ++i) {
+    if (i + 1 < items) load(nxt, i + 1);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc ^= cur[j].x ^ cur[j].y ^ cur[j].z ^ cur[j].w;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) cur[j] = nxt[j];
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
 }
 
 __global__ void fill_positive(float* p, size_t n, float v) {
@@ -226,6 +307,68 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
         run_layer_gemv(1, l, v.o);
         run_layer_gemv(2, l, v.gate_up);
         run_layer_gemv(3, l, v.down);
+      }
+    });
+    rows.push_back({v.name, v.what, us, layer_bytes * L});
+  }
+  // The pure streams (read_region, read_tiles) over the same weights.
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  Buffer sink(16);
+  const size_t kind_offsets[] = {0, kind_elems[0], kind_elems[0] + kind_elems[1],
+                                 kind_elems[0] + kind_elems[1] + kind_elems[2]};
+  const int kind_n[] = {3 * H, H, 2 * I, H}, kind_k[] = {H, H, H, I};
+  const auto read = [&](bool pdl_launch, const bf16* p, size_t elems) {
+    CK(kn::pdl::launch(pdl_launch, read_region, dim3(unsigned(4 * sms)), dim3(kReadThreads), 0, s,
+                       reinterpret_cast<const uint4*>(p), elems / 8, sink.as<unsigned>()));
+  };
+  const auto tiles = [&](bool pdl_launch, int per_sm, int k, const bf16* p) {
+    const dim3 grid(unsigned(per_sm * sms));
+    if (k == 2)
+      CK(kn::pdl::launch(pdl_launch, read_tiles<true>, grid, dim3(256), 0, s, p, kind_n[k],
+                         kind_k[k], sink.as<unsigned>()));
+    else
+      CK(kn::pdl::launch(pdl_launch, read_tiles<false>, grid, dim3(256), 0, s, p, kind_n[k],
+                         kind_k[k], sink.as<unsigned>()));
+  };
+  const bf16* w0 = lw[0].qkv;
+  struct Stream {
+    const char* name;
+    const char* what;
+    int mode;  // 0: read_region a GEMV, 1: a layer, 2: everything; 3: read_tiles a GEMV
+    bool pdl;
+    int per_sm;
+  };
+  const Stream streams[] = {
+      {"read all", "read_region over all layers' weights in one launch (the ceiling)", 2, false, 0},
+      {"read layer", "read_region a layer, plain launches", 1, false, 0},
+      {"read plain", "read_region a GEMV's weights, plain launches", 0, false, 0},
+      {"read pdl", "read_region a GEMV's weights, PDL (first loads before the wait)", 0, true, 0},
+      {"tiles2 pdl", "read_tiles a GEMV (the skinny kernel's addresses), 2 blocks/SM, PDL", 3, true,
+       2},
+      {"tiles3 pdl", "read_tiles, 3 blocks/SM, PDL", 3, true, 3},
+      {"tiles4 pdl", "read_tiles, 4 blocks/SM, PDL", 3, true, 4},
+      {"tiles3 plain", "read_tiles, 3 blocks/SM, plain launches", 3, false, 3},
+  };
+  for (const Stream& v : streams) {
+    const double us = time_graph([&] {
+      if (v.mode == 2) {
+        read(false, w0, per_layer * L);
+        return;
+      }
+      for (int l = 0; l < L; ++l) {
+        const bf16* base = lw[size_t(l)].qkv;
+        if (v.mode == 1) {
+          read(v.pdl, base, per_layer);
+          continue;
+        }
+        for (int k = 0; k < 4; ++k) {
+          if (v.mode == 0)
+            read(v.pdl, base + kind_offsets[k], kind_elems[k]);
+          else
+            tiles(v.pdl, v.per_sm, k, base + kind_offsets[k]);
+        }
       }
     });
     rows.push_back({v.name, v.what, us, layer_bytes * L});
