@@ -148,6 +148,7 @@ struct Buffer {
 struct Edge {  // how one GEMV of the layer is launched
   bool pdl = false;
   int stage = 0;
+  bool stream = false;  // the row-stream GEMV (SkinnyArgs::stream) instead of the MMA kernel
 };
 struct Variant {
   const char* name;
@@ -202,6 +203,14 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
       w.down = take(size_t(H) * I, I);
     }
   }
+  // The row-stream GEMV's workspace (tickets zeroed once).
+  constexpr int kStreamRows = 32768;
+  Buffer stream_ws(kn::skinny_stream_scratch_bytes(kStreamRows) +
+                   kn::skinny_stream_ticket_bytes(kStreamRows));
+  CK(cudaMemsetAsync(
+      stream_ws.ptr, 0,
+      kn::skinny_stream_scratch_bytes(kStreamRows) + kn::skinny_stream_ticket_bytes(kStreamRows),
+      s));
   CK(cudaStreamSynchronize(s));
 
   const auto run_layer_gemv = [&](int which, int l, const Edge& e) {
@@ -209,6 +218,12 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
     a.M = 1;
     a.pdl_launch = e.pdl;
     a.stage_steps = e.stage;
+    if (e.stream) {
+      a.stream.scratch = stream_ws.as<float>();
+      a.stream.tickets = reinterpret_cast<unsigned*>(stream_ws.as<char>() +
+                                                     kn::skinny_stream_scratch_bytes(kStreamRows));
+      a.stream.max_rows = kStreamRows;
+    }
     kn::SkinnyPrologue pro = kn::SkinnyPrologue::none;
     const LayerW& w = lw[size_t(l)];
     switch (which) {
@@ -280,12 +295,23 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
     });
     rows.push_back({std::string("alone ") + kinds[k], "that GEMV of every layer, plain launches",
                     us, double(kind_elems[k]) * 2 * L});
+    const double us_stream = time_graph([&] {
+      for (int l = 0; l < L; ++l) run_layer_gemv(k, l, Edge{false, 0, true});
+    });
+    rows.push_back({std::string("stream ") + kinds[k],
+                    "that GEMV of every layer in the row-stream GEMV, plain launches", us_stream,
+                    double(kind_elems[k]) * 2 * L});
   }
-  const Edge plain{}, pdl{true, 0}, ew3{true, 3};
+  const Edge plain{}, pdl{true, 0}, ew3{true, 3}, spdl{true, 0, true}, splain{false, 0, true};
   const Variant variants[] = {
       {"plain", "every GEMV launched plainly (a full barrier before each)", plain, plain, plain,
        plain, false},
       {"pdl-all", "every GEMV with PDL", pdl, pdl, pdl, pdl, false},
+      {"stream pdl", "every GEMV in the row-stream GEMV, with PDL", spdl, spdl, spdl, spdl, false},
+      {"stream plain", "every GEMV in the row-stream GEMV, plain launches", splain, splain, splain,
+       splain, false},
+      {"gap stream", "gap before o; every GEMV in the row-stream GEMV, with PDL", spdl, spdl, spdl,
+       spdl, true},
       {"pdl-qkv", "PDL on q|k|v only", pdl, plain, plain, plain, false},
       {"pdl-o", "PDL on o only", plain, pdl, plain, plain, false},
       {"pdl-gate_up", "PDL on gate|up only", plain, plain, pdl, plain, false},
@@ -293,8 +319,8 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
       {"ew3-o", "o with PDL and 3 staged steps", plain, ew3, plain, plain, false},
       {"gap plain", "gap before o; plain GEMVs", plain, plain, plain, plain, true},
       {"gap pdl-o", "gap before o; o with PDL", plain, pdl, plain, plain, true},
-      {"gap ew3-o", "gap before o; o with PDL and 3 staged steps (the engine's)", plain, ew3,
-       plain, plain, true},
+      {"gap ew3-o", "gap before o; o with PDL and 3 staged steps (the engine's)", plain, ew3, plain,
+       plain, true},
       {"gap ew1-o", "gap before o; o with PDL and 1 staged step", plain, Edge{true, 1}, plain,
        plain, true},
   };

@@ -157,8 +157,9 @@ TEST(JsonMachine, AcceptsValidDocumentsAndEveryPrefixStaysViable) {
     JsonMachine m(object_only);
     for (size_t k = 0; k < doc.size(); ++k) {
       ASSERT_TRUE(m.feed(uint8_t(doc[k]))) << "byte " << k << " of " << doc;
-      if (object_only && m.complete())  // complete exactly once the closing brace is read
+      if (object_only && m.complete()) {  // complete exactly once the closing brace is read
         EXPECT_EQ(doc.find_first_not_of(" \t\n\r", k + 1), std::string::npos) << doc;
+      }
     }
     EXPECT_TRUE(machine_accepts(doc, object_only)) << doc;
   }

@@ -232,6 +232,8 @@ std::vector<bf16> download_and_check(const void* Y, size_t n, bool f32,
 // partial row tiles, K tails and more row tiles than resident blocks, and split-K over clusters
 // of 2, 3, 4 and 8 CTAs and the automatic choice on narrow shapes: each against the fp64
 // reference, the sums of squares against those of the stored rows, and a second run bitwise equal.
+// Where the row-stream GEMV applies (1-2 tokens, 2048 < K), the same again with its workspace
+// (SkinnyArgs::stream), which must leave its tickets zero.
 TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
@@ -243,26 +245,60 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
     int M, N, K;
     int split_k = 1;
   };
-  const Case cases[] = {
-      {Kind::plain, 1, 4104, 3000},    {Kind::plain, 9, 264, 520},
-      {Kind::residual, 16, 4104, 1032}, {Kind::f32, 3, 264, 3000},
-      {Kind::swiglu, 1, 4112, 3000},   {Kind::swiglu, 13, 528, 1032},
-      {Kind::sumsq_out, 8, 4104, 1032}, {Kind::rms_sumsq, 1, 4104, 3000},
-      {Kind::rms_sumsq, 16, 264, 4096},
-      // Split-K: narrow N (36 or fewer row tiles), K tails, every epilogue.
-      {Kind::plain, 1, 576, 1536, 4},  {Kind::residual, 8, 264, 4096, 8},
-      {Kind::sumsq_out, 5, 576, 3000, 2}, {Kind::rms_sumsq, 16, 264, 4096, 0},
-      {Kind::swiglu, 3, 1056, 3000, 4}, {Kind::f32, 1, 576, 2048, 3},
-      {Kind::rms_sumsq, 1, 576, 11008, 0}};
+  const Case cases[] = {{Kind::plain, 1, 4104, 3000},
+                        {Kind::plain, 9, 264, 520},
+                        {Kind::residual, 16, 4104, 1032},
+                        {Kind::f32, 3, 264, 3000},
+                        {Kind::swiglu, 1, 4112, 3000},
+                        {Kind::swiglu, 13, 528, 1032},
+                        {Kind::sumsq_out, 8, 4104, 1032},
+                        {Kind::rms_sumsq, 1, 4104, 3000},
+                        {Kind::rms_sumsq, 16, 264, 4096},
+                        // Split-K: narrow N (36 or fewer row tiles), K tails, every epilogue.
+                        {Kind::plain, 1, 576, 1536, 4},
+                        {Kind::residual, 8, 264, 4096, 8},
+                        {Kind::sumsq_out, 5, 576, 3000, 2},
+                        {Kind::rms_sumsq, 16, 264, 4096, 0},
+                        {Kind::swiglu, 3, 1056, 3000, 4},
+                        {Kind::f32, 1, 576, 2048, 3},
+                        {Kind::rms_sumsq, 1, 576, 11008, 0},
+                        // 1-2 tokens past K = 2048 (the row-stream GEMV too): every epilogue, each
+                        // configuration of row length (2 rows a group up to K = 8192, 1 beyond),
+                        // unit counts that are not a multiple of the grid.
+                        {Kind::residual, 2, 4104, 4096, 0},
+                        {Kind::sumsq_out, 1, 4104, 3000, 0},
+                        {Kind::sumsq_out, 2, 264, 11008, 0},
+                        {Kind::f32, 2, 264, 6000, 0},
+                        {Kind::swiglu, 2, 1056, 12288, 0},
+                        {Kind::plain, 1, 264, 16384, 0},
+                        {Kind::rms_sumsq, 2, 4104, 4096, 0},
+                        {Kind::swiglu, 1, 22016, 4096, 0}};
   const char* kind_names[] = {"plain", "residual", "f32", "swiglu", "sumsq_out", "rms_sumsq"};
   uint32_t seed = 300;
-  // Under compute-sanitizer: the first few cases and two split-K ones (distributed shared memory).
+  constexpr int kStreamRows = 32768;
+  const size_t scratch_bytes = ridge::kernels::skinny_stream_scratch_bytes(kStreamRows);
+  const size_t ticket_bytes = ridge::kernels::skinny_stream_ticket_bytes(kStreamRows);
+  DeviceBuffer<unsigned char> stream_ws(scratch_bytes + ticket_bytes);
+  ASSERT_TRUE(stream_ws.ptr);
+  CUDA_OK(cudaMemset(stream_ws.ptr, 0, scratch_bytes + ticket_bytes));
+  ridge::kernels::SkinnyStreamWorkspace ws;
+  ws.scratch = reinterpret_cast<float*>(stream_ws.ptr);
+  ws.tickets = reinterpret_cast<unsigned*>(stream_ws.ptr + scratch_bytes);
+  ws.max_rows = kStreamRows;
+  int stream_cases = 0;
+  // Under compute-sanitizer: the first few cases, two split-K ones (distributed shared memory)
+  // and two row-stream ones (tickets).
   const bool small = std::getenv("RIDGE_GEMM_TEST_SMALL") != nullptr;
-  for (size_t ci = 0; ci < std::size(cases); ++ci) {
+  for (size_t run_i = 0; run_i < 2 * std::size(cases); ++run_i) {
+    const size_t ci = run_i % std::size(cases);
+    const bool stream = run_i >= std::size(cases);
     const Case& c = cases[ci];
-    if (small && ci >= problem_limit(std::size(cases)) && ci != 9 && ci != 12) continue;
-    SCOPED_TRACE(::testing::Message() << kind_names[int(c.kind)] << " M=" << c.M << " N=" << c.N
-                                      << " K=" << c.K << " split_k=" << c.split_k);
+    if (small && ci >= problem_limit(std::size(cases)) && ci != 9 && ci != 12 && ci != 16 &&
+        ci != 23)
+      continue;
+    SCOPED_TRACE(::testing::Message()
+                 << kind_names[int(c.kind)] << " M=" << c.M << " N=" << c.N << " K=" << c.K
+                 << " split_k=" << c.split_k << (stream ? " row-stream" : ""));
     const int M = c.M, N = c.N, K = c.K;
     const bool swiglu = c.kind == Kind::swiglu, f32 = c.kind == Kind::f32;
     const int out_n = swiglu ? N / 2 : N;
@@ -319,6 +355,11 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
       if (c.kind == Kind::residual) a.residual = R.ptr;
       if (c.kind == Kind::sumsq_out) a.sumsq_out = S_out.ptr;
       if (c.kind == Kind::rms_sumsq) a.sumsq_in = S_in.ptr, a.sumsq_parts = parts_in, a.eps = 1e-5f;
+      if (stream) {
+        a.stream = ws;
+        if (!ridge::kernels::skinny_stream_applies(a)) break;
+        if (run == 0) ++stream_cases;
+      }
       CUDA_OK(cudaMemset(Y.ptr, 0xFF, y_bytes));
       CUDA_OK(cudaMemset(S_out.ptr, 0xFF, S_out.count * 4));
       ridge::kernels::gemm_bf16_skinny_fused(
@@ -344,6 +385,7 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
         EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
       }
     }
+    if (outs.size() < 2) continue;  // the row-stream GEMV does not take this case
     EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), y_bytes), 0)
         << "second run: outputs differ in their bits";
     if (!sums.empty()) {
@@ -351,6 +393,11 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
           << "second run: sums of squares differ";
     }
   }
+  EXPECT_GE(stream_cases, small ? 2 : 12) << "cases the row-stream GEMV ran";
+  std::vector<unsigned> tickets(kStreamRows / 16);
+  CUDA_OK(cudaMemcpy(tickets.data(), ws.tickets, ticket_bytes, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::count(tickets.begin(), tickets.end(), 0u), std::ptrdiff_t(tickets.size()))
+      << "the row-stream GEMV left tickets that are not zero";
 }
 
 // Early weights (SkinnyArgs::stage_steps): steps of each warp's first row tile copied to shared

@@ -578,6 +578,9 @@ TEST_F(GpuBackend, MatmulRopeKvEpilogue) {
   for (bool sums : {true, false}) {
     for (int64_t T : {1, 3, 8}) run_matmul_rope_kv(T, 32, 32, 128, 4096, sums, false);  // Llama-2-7B
     run_matmul_rope_kv(2, 32, 8, 128, 1024, sums, false);                              // GQA 4:1
+    // 1-2 tokens at K = 4096: the row-stream GEMV's rope epilogue (bf16 and fp8 pools).
+    run_matmul_rope_kv(2, 32, 8, 128, 4096, sums, false);
+    run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, true);
     run_matmul_rope_kv(5, 9, 3, 64, 576, sums, false);                                 // SmolLM2
     run_matmul_rope_kv(1, 32, 8, 128, 1024, sums, true);                               // fp8 pools
     run_matmul_rope_kv(7, 9, 3, 64, 576, sums, true);

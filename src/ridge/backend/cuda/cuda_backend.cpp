@@ -251,15 +251,19 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
     const size_t stream_gemm_bytes = kernels::gemm_bf16_stream_workspace_bytes();
     w->stream_gemm = cuda::DeviceMemory(stream_gemm_bytes);
     RIDGE_CHECK_CUDA(cudaMemsetAsync(w->stream_gemm.data(), 0, stream_gemm_bytes, stream));
+    const size_t scratch = kernels::skinny_stream_scratch_bytes(kGemvStreamRows);
+    w->gemv_stream =
+        cuda::DeviceMemory(scratch + kernels::skinny_stream_ticket_bytes(kGemvStreamRows));
+    RIDGE_CHECK_CUDA(cudaMemsetAsync(w->gemv_stream.data(), 0, w->gemv_stream.size(), stream));
     RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
-    log::debug("cuda workspace for a stream: {} (cuBLASLt {}, attention {}, split tickets {}, "
-               "weight-stream GEMM {}, sums of squares {})",
-               log::format_bytes(double(w->bytes())),
-               log::format_bytes(double(kCublasWorkspaceBytes)),
-               log::format_bytes(double(kAttentionWorkspaceBytes)),
-               log::format_bytes(double(kSplitCounterBytes)),
-               log::format_bytes(double(stream_gemm_bytes)),
-               log::format_bytes(double(w->sumsq.size())));
+    log::debug(
+        "cuda workspace for a stream: {} (cuBLASLt {}, attention {}, split tickets {}, "
+        "weight-stream GEMM {}, row-stream GEMV {}, sums of squares {})",
+        log::format_bytes(double(w->bytes())), log::format_bytes(double(kCublasWorkspaceBytes)),
+        log::format_bytes(double(kAttentionWorkspaceBytes)),
+        log::format_bytes(double(kSplitCounterBytes)), log::format_bytes(double(stream_gemm_bytes)),
+        log::format_bytes(double(w->gemv_stream.size())),
+        log::format_bytes(double(w->sumsq.size())));
   }
   return *w;
 }
@@ -870,6 +874,10 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   a.stage_steps = std::max(early, 0);
   a.M = int(T), a.N = int(N), a.K = int(K);
   if (rope_kv) a.rope = *rope_kv;
+  a.stream.scratch = static_cast<float*>(ws.gemv_stream.data());
+  a.stream.tickets = reinterpret_cast<unsigned*>(
+      static_cast<char*>(ws.gemv_stream.data()) + kernels::skinny_stream_scratch_bytes(kGemvStreamRows));
+  a.stream.max_rows = kGemvStreamRows;
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};
 }

@@ -147,6 +147,7 @@ class CudaBackend final : public Backend {
     cuda::DeviceMemory attention;
     cuda::DeviceMemory split_counters;  // zeroed ints: decode attention's in-kernel split merge
     cuda::DeviceMemory stream_gemm;     // zeroed: the weight-stream GEMM's partials and tickets
+    cuda::DeviceMemory gemv_stream;     // the row-stream GEMV's row sums, then its zeroed tickets
     // MatmulFusion::record_sumsq: per tag, the skinny GEMM's partial sums of squares of the rows
     // it stored (kSumsqFloats each) and what they describe.
     cuda::DeviceMemory sumsq;
@@ -168,10 +169,13 @@ class CudaBackend final : public Backend {
     }
     size_t bytes() const {
       return cublas.size() + attention.size() + split_counters.size() + stream_gemm.size() +
-             sumsq.size() + fp8_x.size() + fp8_scales.size() + fp8_product.size() + retired();
+             gemv_stream.size() + sumsq.size() + fp8_x.size() + fp8_scales.size() +
+             fp8_product.size() + retired();
     }
   };
   static constexpr int64_t kSumsqFloats = 16384;  // per tag: partial sums × rows
+  // The row-stream GEMV's capacity in weight rows (SkinnyStreamWorkspace::max_rows): 528 KB.
+  static constexpr int kGemvStreamRows = 65536;
   // The decode fusions (norm, silu) run up to this many tokens (the kernel takes 16): at 16 the
   // skinny GEMV loses more to cuBLASLt on q|k|v and gate|up than the fusions save (H200, run 8).
   static constexpr int64_t kFusedMaxTokens = 8;

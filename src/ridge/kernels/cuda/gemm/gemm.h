@@ -94,6 +94,23 @@ struct SkinnyRopeKv {
   int q_dim = 0, kv_dim = 0, head_dim = 0;
 };
 
+// The row-stream GEMV's workspace (SkinnyArgs::stream): raw row sums [max_rows, 2] f32 and one
+// ticket per 16 rows [max_rows / 16], zeroed once by the owner (cudaMemset) and left zero by
+// every launch. One launch at a time per workspace (a stream's calls are ordered).
+struct SkinnyStreamWorkspace {
+  float* scratch = nullptr;
+  unsigned* tickets = nullptr;
+  int max_rows = 0;  // a multiple of 16
+};
+constexpr int skinny_stream_max_tokens = 2;
+constexpr int skinny_stream_max_k = 16384;
+inline size_t skinny_stream_scratch_bytes(int max_rows) {
+  return size_t(max_rows) * skinny_stream_max_tokens * sizeof(float);
+}
+inline size_t skinny_stream_ticket_bytes(int max_rows) {
+  return size_t(max_rows / 16) * sizeof(unsigned);
+}
+
 struct SkinnyArgs {
   const bf16* X = nullptr;
   int64_t ld_x = 0;
@@ -138,7 +155,19 @@ struct SkinnyArgs {
   // product followed by rope_kv_store_bf16 leaves in Y and the pools. No residual, no f32 output,
   // no sums of squares, no swiglu, no staged steps, no split.
   SkinnyRopeKv rope;
+  // The row-stream GEMV (1-2 tokens, K % 8 == 0, 2048 < K ≤ skinny_stream_max_k (12288 at 2
+  // tokens), no forced split): with
+  // a workspace given, the weights are read as the read-only ceiling kernel reads memory: block b
+  // takes R consecutive rows at a time (rows (i·G + b)·R …, G blocks), its threads consecutive 16
+  // bytes of each row, so that at any moment the whole GPU reads one compact window of W; each
+  // row's sum is reduced in its block and left in scratch, and the block that completes a 16-row
+  // unit (a ticket per unit) runs that unit's epilogue (the skinny kernel's units and formulas:
+  // any prologue and epilogue above). The sums differ from the MMA kernel's in order, not in
+  // precision. RIDGE_GEMV_STREAM=0 turns it off (A/B runs).
+  SkinnyStreamWorkspace stream;
 };
+// Whether gemm_bf16_skinny_fused runs `a` in the row-stream GEMV.
+bool skinny_stream_applies(const SkinnyArgs& a);
 constexpr int skinny_max_stage_steps = 6;
 constexpr int skinny_max_split_k = 8;
 constexpr int skinny_prologue_max_tokens = 16;

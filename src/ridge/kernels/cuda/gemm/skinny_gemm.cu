@@ -170,6 +170,56 @@ __device__ __forceinline__ void store_pool(void* pool, bool fp8, int64_t elem, b
     static_cast<bf16*>(pool)[elem] = v;
 }
 
+// The epilogue formulas on a finished product (both kernels: the MMA kernel's finish_tile and
+// the row-stream GEMV's unit epilogue), after the prologue's 1/rms scale.
+// rope_kv: rows r.first / r.second of token m, each rounded to bf16 first (as the plain product
+// stores it and rope_kv_store_bf16 reads it back), rotated when a q or k pair; into Y, and k and v
+// into the KV pools at the token's slot.
+__device__ __forceinline__ void store_rope_pair(const SkinnyArgs& a, const RopeRows& r, int m,
+                                                float s1, float s2) {
+  bf16 o1 = __float2bfloat16(s1), o2 = __float2bfloat16(s2);
+  if (r.freq >= 0) {
+    float ra, rb;
+    rope_rotate(__bfloat162float(o1), __bfloat162float(o2), float(a.rope.positions[m]),
+                a.rope.inv_freq[r.freq], ra, rb);
+    o1 = __float2bfloat16(ra), o2 = __float2bfloat16(rb);
+  }
+  bf16* y = static_cast<bf16*>(a.Y) + static_cast<size_t>(m) * a.N;
+  y[r.first] = o1;
+  y[r.second] = o2;
+  if (r.first < a.rope.q_dim) return;  // q: Y only
+  const int64_t slot = a.rope.slots[m];
+  if (slot < 0 || slot >= a.rope.num_slots) return;
+  const bool is_v = r.freq < 0;
+  const int col = r.first - a.rope.q_dim - (is_v ? a.rope.kv_dim : 0);
+  void* pool = is_v ? a.rope.v_pool : a.rope.k_pool;
+  const int64_t at = slot * a.rope.kv_dim + col;
+  store_pool(pool, a.rope.kv_fp8, at, o1);
+  store_pool(pool, a.rope.kv_fp8, at + (r.second - r.first), o2);
+}
+// swiglu: output f of token m from the gate and up products, each rounded to bf16 first, as the
+// product stored and then read back by silu_mul_bf16 would be.
+__device__ __forceinline__ void store_swiglu(const SkinnyArgs& a, int f, int m, float sg,
+                                             float su) {
+  const float gv = __bfloat162float(__float2bfloat16(sg));
+  const float uv = __bfloat162float(__float2bfloat16(su));
+  static_cast<bf16*>(a.Y)[static_cast<size_t>(m) * (a.N / 2) + f] =
+      __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+}
+// The plain store of Y[m, n] (+ residual; f32 or bf16); returns the value stored (bf16 output) for
+// the sums of squares, 0 for f32.
+__device__ __forceinline__ float store_output(const SkinnyArgs& a, int n, int m, float sum) {
+  const size_t idx = static_cast<size_t>(m) * a.N + n;
+  if (a.residual != nullptr) sum += __bfloat162float(a.residual[idx]);
+  if (a.y_f32) {
+    static_cast<float*>(a.Y)[idx] = sum;
+    return 0.0f;
+  }
+  const bf16 out = __float2bfloat16(sum);
+  static_cast<bf16*>(a.Y)[idx] = out;
+  return __bfloat162float(out);
+}
+
 // The end of a row tile: the warps' partial sums (each warp a slice of K) are reduced through
 // shared memory in a fixed order and stored with the epilogue `a` asks for. The caller
 // synchronizes before the next tile writes reduce_smem and reg_ss again.
@@ -235,7 +285,6 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
     // As swiglu: registers r < 2 hold the first rows of the unit's pairs, r + 2 their partners;
     // one thread per pair, each value rounded to bf16 first (as the plain product stores it and
     // rope_kv_store_bf16 reads it back).
-    const int half = a.rope.head_dim / 2;
     for (int e = threadIdx.x; e < kRegs * 16; e += kSkinnyThreads) {
       const int pair = e >> 5, ln = e & 31;
       const int reg = (pair >> 1) * 4 + (pair & 1);
@@ -245,26 +294,7 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
       const int m = m0 + j * 8 + (ln & 3) * 2 + (reg & 1);
       if (u >= N / 16 || m >= M) continue;
       if constexpr (P == SkinnyPrologue::rms_sumsq) s1 *= inv_rms[m - m0], s2 *= inv_rms[m - m0];
-      const RopeRows r = rope_rows(a, u, ln >> 2);
-      bf16 o1 = __float2bfloat16(s1), o2 = __float2bfloat16(s2);
-      if (r.freq >= 0) {
-        float ra, rb;
-        rope_rotate(__bfloat162float(o1), __bfloat162float(o2), float(a.rope.positions[m]),
-                    a.rope.inv_freq[r.freq], ra, rb);
-        o1 = __float2bfloat16(ra), o2 = __float2bfloat16(rb);
-      }
-      bf16* y = static_cast<bf16*>(a.Y) + static_cast<size_t>(m) * N;
-      y[r.first] = o1;
-      y[r.second] = o2;
-      if (r.first < a.rope.q_dim) continue;  // q: Y only
-      const int64_t slot = a.rope.slots[m];
-      if (slot < 0 || slot >= a.rope.num_slots) continue;
-      const bool is_v = r.freq < 0;
-      const int col = r.first - a.rope.q_dim - (is_v ? a.rope.kv_dim : 0);
-      void* pool = is_v ? a.rope.v_pool : a.rope.k_pool;
-      const int64_t at = slot * a.rope.kv_dim + col;
-      store_pool(pool, a.rope.kv_fp8, at, o1);
-      store_pool(pool, a.rope.kv_fp8, at + (r.second - r.first), o2);
+      store_rope_pair(a, rope_rows(a, u, ln >> 2), m, s1, s2);
     }
     return true;
   }
@@ -280,12 +310,7 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
       const int f = (tile * RT + rt) * 8 + (ln >> 2);
       const int m = m0 + j * 8 + (ln & 3) * 2 + (reg & 1);
       if constexpr (P == SkinnyPrologue::rms_sumsq) sg *= inv_rms[m - m0], su *= inv_rms[m - m0];
-      if (f < F && m < M) {
-        const float gv = __bfloat162float(__float2bfloat16(sg));
-        const float uv = __bfloat162float(__float2bfloat16(su));
-        static_cast<bf16*>(a.Y)[static_cast<size_t>(m) * F + f] =
-            __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
-      }
+      if (f < F && m < M) store_swiglu(a, f, m, sg, su);
     }
     return true;
   }
@@ -304,18 +329,7 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
     const int n = n0 + rt * 16 + (ln >> 2) + (r >= 2 ? 8 : 0);
     const int m = m0 + j * 8 + (ln & 3) * 2 + (r & 1);
     if constexpr (P == SkinnyPrologue::rms_sumsq) sum *= inv_rms[m - m0];
-    float stored = 0.0f;
-    if (n < N && m < M) {
-      const size_t idx = static_cast<size_t>(m) * N + n;
-      if (a.residual != nullptr) sum += __bfloat162float(a.residual[idx]);
-      if (a.y_f32) {
-        static_cast<float*>(a.Y)[idx] = sum;
-      } else {
-        const bf16 out = __float2bfloat16(sum);
-        static_cast<bf16*>(a.Y)[idx] = out;
-        stored = __bfloat162float(out);
-      }
-    }
+    const float stored = n < N && m < M ? store_output(a, n, m, sum) : 0.0f;
     if (want_ss) {  // all 32 lanes of the warp are here (kRegs·32 is a multiple of 32)
       float q = stored * stored;
       q += __shfl_xor_sync(0xffffffffu, q, 4);
@@ -634,12 +648,247 @@ void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
     launch_skinny_config<2, 1, 4, 2, P, ROPE>(a, stream);
 }
 
+// ---- the row-stream GEMV (SkinnyArgs::stream, gemm.h) -----------------------------------------
+// THREADS threads a block, CPT 16-byte chunks of a row per thread (K ≤ 8·CPT·THREADS), R rows a
+// block takes at a time (R | 16), NT tokens (M ≤ NT). Block b takes the row groups
+// it = b, b + G, … (G = gridDim.x); group it is the rows q = it·R … it·R + R − 1 of the unit order
+// (unit u = q / 16, its row r = q % 16: the skinny kernel's row tile, so that rope pairs, gate/up
+// pairs and the 16 rows of a sums-of-squares part meet in one unit), and thread t reads chunks
+// t, t + THREADS, … of each. The next group's loads are issued before the current group is
+// reduced (two groups in flight a thread), the first two before the PDL wait.
+template <int THREADS, int CPT, int R, int NT>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+    gemv_stream_kernel(const SkinnyArgs a, bool rms) {
+  static_assert(16 % R == 0 && THREADS % 32 == 0 && NT <= skinny_stream_max_tokens);
+  constexpr int WARPS = THREADS / 32;
+  const int M = a.M, N = a.N, K = a.K;
+  const int kchunks = K / 8;
+  const bool rope = a.rope.positions != nullptr;
+  const int F = N / 2;
+  const int units = rope ? N / 16 : a.swiglu ? (F + 7) / 8 : (N + 15) / 16;
+  const int groups = units * (16 / R);
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  __shared__ float red[WARPS][R * NT];
+  __shared__ float inv_rms[NT];
+  __shared__ float unit_ss[16][NT];
+  __shared__ bool unit_done;
+
+  // The weight row behind row r of unit u (clamped rows are loaded, never stored).
+  auto row_of = [&](int u, int r) {
+    if (rope) {
+      const RopeRows rr = rope_rows(a, u, r & 7);
+      return r < 8 ? rr.first : rr.second;
+    }
+    if (a.swiglu) {
+      const int f = min(u * 8 + (r & 7), F - 1);
+      return r < 8 ? f : F + f;
+    }
+    return min(u * 16 + r, N - 1);
+  };
+  auto load = [&](uint4(&dst)[R][CPT], int it) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int q = it * R + r;
+      const uint4* w = reinterpret_cast<const uint4*>(a.W + size_t(row_of(q >> 4, q & 15)) * K);
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) {
+        const int k = tid + c * THREADS;
+        dst[r][c] = k < kchunks ? __ldcs(w + k) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+
+  pdl::launch_dependents();
+  int it = int(blockIdx.x);
+  uint4 cur[R][CPT], nxt[R][CPT];
+  if (it < groups) load(cur, it);
+  if (it + int(gridDim.x) < groups) load(nxt, it + int(gridDim.x));
+  pdl::wait();
+
+  if (rms) {  // 1 / rms of each token from the partial sums of squares, in a fixed order
+    for (int m = 0; m < NT; ++m) {
+      float v = 0.0f;
+      if (m < M)
+        for (int p = tid; p < a.sumsq_parts; p += THREADS) v += a.sumsq_in[size_t(p) * M + m];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) red[warp][0] = v;
+      __syncthreads();
+      if (tid == 0) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) sum += red[w][0];
+        inv_rms[m] = 1.0f / sqrtf(sum / float(K) + a.eps);
+      }
+      __syncthreads();
+    }
+  }
+
+  for (; it < groups; it += int(gridDim.x)) {
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < NT; ++m) acc[r][m] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) {
+      const int k = tid + c * THREADS;
+      if (k >= kchunks) break;
+#pragma unroll
+      for (int m = 0; m < NT; ++m) {
+        const uint4 xv = load_activations16(a.X + size_t(min(m, M - 1)) * a.ld_x + k * 8);
+        const uint32_t xs[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint32_t ws[4] = {cur[r][c].x, cur[r][c].y, cur[r][c].z, cur[r][c].w};
+          float s = acc[r][m];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            s = fmaf(__uint_as_float(ws[j] << 16), __uint_as_float(xs[j] << 16), s);
+            s = fmaf(__uint_as_float(ws[j] & 0xffff0000u), __uint_as_float(xs[j] & 0xffff0000u), s);
+          }
+          acc[r][m] = s;
+        }
+      }
+    }
+    // The next-but-one group's loads go out before this one is reduced.
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) cur[r][c] = nxt[r][c];
+    if (it + 2 * int(gridDim.x) < groups) load(nxt, it + 2 * int(gridDim.x));
+
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < NT; ++m) {
+        float v = acc[r][m];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) red[warp][r * NT + m] = v;
+      }
+    __syncthreads();
+    if (tid < R * NT) {
+      const int r = tid / NT, m = tid % NT;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) sum += red[w][tid];
+      if (m < M) {
+        __stcg(a.stream.scratch + size_t(it * R + r) * M + m, sum);
+        __threadfence();
+      }
+    }
+    __syncthreads();
+    const int u = it * R / 16;
+    if (tid == 0) unit_done = atomicAdd(a.stream.tickets + u, unsigned(R)) + R == 16;
+    __syncthreads();
+    if (!unit_done) continue;  // uniform
+    // This block completed unit u: its epilogue, from the 16 rows' sums in scratch.
+    __threadfence();
+    const float* raw = a.stream.scratch + size_t(u) * 16 * M;
+    if (rope || a.swiglu) {
+      if (tid < 8 * M) {
+        const int g = tid / M, m = tid % M;
+        float s1 = __ldcg(raw + size_t(g) * M + m), s2 = __ldcg(raw + size_t(g + 8) * M + m);
+        if (rms) s1 *= inv_rms[m], s2 *= inv_rms[m];
+        if (rope) {
+          store_rope_pair(a, rope_rows(a, u, g), m, s1, s2);
+        } else if (u * 8 + g < F) {
+          store_swiglu(a, u * 8 + g, m, s1, s2);
+        }
+      }
+    } else {
+      const bool want_ss = a.sumsq_out != nullptr;
+      if (tid < 16 * M) {
+        const int r = tid / M, m = tid % M, n = u * 16 + r;
+        float sum = __ldcg(raw + size_t(r) * M + m);
+        if (rms) sum *= inv_rms[m];
+        const float stored = n < N ? store_output(a, n, m, sum) : 0.0f;
+        if (want_ss) unit_ss[r][m] = stored * stored;
+      }
+      if (want_ss) {
+        __syncthreads();
+        if (tid < M) {
+          float total = 0.0f;
+#pragma unroll
+          for (int r = 0; r < 16; ++r) total += unit_ss[r][tid];
+          a.sumsq_out[size_t(u) * M + tid] = total;
+        }
+      }
+    }
+    if (tid == 0) a.stream.tickets[u] = 0;  // ready for the next launch
+    __syncthreads();  // unit_ss, red and unit_done are rewritten by the next group
+  }
+}
+
+bool gemv_stream_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_GEMV_STREAM");
+    return !(v && v[0] == '0' && v[1] == 0);
+  }();
+  return on;
+}
+
+template <int THREADS, int CPT, int R, int NT>
+void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t stream) {
+  auto kernel = gemv_stream_kernel<THREADS, CPT, R, NT>;
+  static const int resident = [&] {
+    int device = 0, sms = 0, per_sm = 0;
+    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    RIDGE_GEMM_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, 0));
+    return std::max(1, sms * per_sm);
+  }();
+  const int rows = a.rope.positions ? a.N
+                   : a.swiglu       ? (a.N / 2 + 7) / 8 * 16
+                                    : (a.N + 15) / 16 * 16;
+  const int groups = rows / R;
+  RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel,
+                                    dim3(unsigned(std::min(groups, resident))), dim3(THREADS), 0,
+                                    stream, a, rms));
+}
+
+template <int NT>
+void launch_gemv_stream_tokens(const SkinnyArgs& a, bool rms, cudaStream_t stream) {
+  // Configurations by row length (skinny_stream_applies keeps K in (2048, 16384], and 2 tokens
+  // to K ≤ 12288: the register budget of 1024 threads per SM).
+  const int kchunks = a.K / 8;
+  if (kchunks <= 512)
+    launch_gemv_stream_config<256, 2, 2, NT>(a, rms, stream);
+  else if (kchunks <= 1024)
+    launch_gemv_stream_config<512, 2, 2, NT>(a, rms, stream);
+  else if (kchunks <= 1536 || NT > 1)
+    launch_gemv_stream_config<512, 3, 1, NT>(a, rms, stream);
+  else
+    launch_gemv_stream_config<512, 4, 1, 1>(a, rms, stream);
+}
+
 }  // namespace
+
+bool skinny_stream_applies(const SkinnyArgs& a) {
+  if (a.stream.scratch == nullptr || a.stream.tickets == nullptr || !gemv_stream_enabled())
+    return false;
+  const int rows = a.rope.positions ? a.N
+                   : a.swiglu       ? (a.N / 2 + 7) / 8 * 16
+                                    : (a.N + 15) / 16 * 16;
+  return a.M >= 1 && a.M <= skinny_stream_max_tokens && a.K % 8 == 0 && a.K > 2048 &&
+         a.K <= (a.M == 1 ? skinny_stream_max_k : 12288) && a.split_k <= 1 &&
+         rows <= a.stream.max_rows;
+}
 
 namespace detail {
 
 void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream,
                    int tokens_per_block) {
+  if (tokens_per_block == 0 && skinny_stream_applies(a)) {
+    const bool rms = prologue == SkinnyPrologue::rms_sumsq;
+    if (a.M == 1)
+      launch_gemv_stream_tokens<1>(a, rms, stream);
+    else
+      launch_gemv_stream_tokens<2>(a, rms, stream);
+    return;
+  }
   // The prologues and the rope_kv epilogue exist for up to 16 tokens (decode at small batch), the
   // plain kernel for any M.
   if (a.rope.positions) {
