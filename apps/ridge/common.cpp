@@ -96,6 +96,10 @@ void add_model_options(CLI::App& app, engine::BundleOptions& o) {
       "GPU (experimental): run batch-1 decode steps in one persistent kernel for every layer "
       "instead of layer by layer (on the H200 level with the layer-by-layer chain so far: 3.97 against "
       "3.95 ms a step)");
+  app.add_flag_callback(
+      "--gemv-stream", [&o] { o.backend.gemv_stream = true; },
+      "GPU (experimental): the decode GEMVs at 1-2 tokens read the weights as the read-only "
+      "ceiling kernel does (the row-stream GEMV) instead of tile by tile");
 }
 
 void resolve_model(engine::BundleOptions& o) {

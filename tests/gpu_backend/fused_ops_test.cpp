@@ -36,6 +36,16 @@ Backend& composing() {
   static std::unique_ptr<Backend> b = with_fusions("rope_kv");
   return *b;
 }
+// Every fusion, and the decode GEMVs at 1-2 tokens in the row-stream GEMV (--gemv-stream).
+Backend& streaming() {
+  static std::unique_ptr<Backend> b = [] {
+    BackendOptions o;
+    o.fuse = "norm,silu,rope_kv";
+    o.gemv_stream = true;
+    return make_backend("cuda", o);
+  }();
+  return *b;
+}
 // Every fusion and the opt-in gate|up GEMM with the SwiGLU epilogue at prefill sizes.
 Backend& fusing_swiglu_gemm() {
   static std::unique_ptr<Backend> b = with_fusions("norm,silu,rope_kv,swiglu_gemm");
@@ -152,8 +162,9 @@ TEST_F(GpuBackend, MatmulFusedRmsNorm) {
 // the producer's x against the CPU reference; the consumer's output against rmsnorm(x)·wᵀ on the
 // CPU from the x the GPU stored (bf16), and that it ran fused (its scratch untouched: no norm
 // kernel wrote h). A consumer whose x is not what the tag recorded composes and is still right.
-void run_norm_from_sums(int64_t T, int64_t H, int64_t N, int64_t Kp, bool silu) {
-  Backend& be = fusing();
+void run_norm_from_sums(int64_t T, int64_t H, int64_t N, int64_t Kp, bool silu,
+                        Backend* on = nullptr) {
+  Backend& be = on ? *on : fusing();
   const WeightPair wp = random_weight(H, Kp, be);  // producer [H, Kp]
   WeightPair wc = random_weight(N, H, be);         // consumer [N, H]
   const int64_t xk = silu ? 2 * Kp : Kp;
@@ -229,8 +240,11 @@ TEST_F(GpuBackend, MatmulFusedNormFromRecordedSums) {
 // 1024 tokens (the scratch untouched too). With the norm from recorded sums where `norm`.
 // Against the CPU's composition (fp32).
 void run_swiglu(int64_t T, int64_t F, int64_t K, bool norm, bool fused_backend,
-                bool swiglu_gemm = false) {
-  Backend& be = swiglu_gemm ? fusing_swiglu_gemm() : fused_backend ? fusing() : composing();
+                bool swiglu_gemm = false, Backend* on = nullptr) {
+  Backend& be = on              ? *on
+                : swiglu_gemm   ? fusing_swiglu_gemm()
+                : fused_backend ? fusing()
+                                : composing();
   WeightPair w = random_weight(2 * F, K, be);
   std::vector<float> x = random_bf16(size_t(T * K), 2.0f);
   const std::string what = fmt::format("T={} F={} K={}{}{}{}", T, F, K, norm ? " norm" : "",
@@ -450,8 +464,8 @@ TEST_F(GpuBackend, RopeKvStoreFp8FusedEqualsComposed) {
 // norm kernel, then the epilogue's kernel against the tuned one, compared with the CPU only).
 // Pools start random; padding rows (slot -1) store nothing.
 void run_matmul_rope_kv(int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t H, bool sums,
-                        bool fp8) {
-  Backend& be = fusing();
+                        bool fp8, Backend* on = nullptr) {
+  Backend& be = on ? *on : fusing();
   const int64_t Q = nh * hd, KV = nkv * hd, N = Q + 2 * KV, bs = 16, blocks = 3;
   const int64_t slots_n = blocks * bs;
   const std::string what = fmt::format("T={} nh={} nkv={} hd={} H={}{}{}", T, nh, nkv, hd, H,
@@ -577,10 +591,7 @@ void run_matmul_rope_kv(int64_t T, int64_t nh, int64_t nkv, int64_t hd, int64_t 
 TEST_F(GpuBackend, MatmulRopeKvEpilogue) {
   for (bool sums : {true, false}) {
     for (int64_t T : {1, 3, 8}) run_matmul_rope_kv(T, 32, 32, 128, 4096, sums, false);  // Llama-2-7B
-    run_matmul_rope_kv(2, 32, 8, 128, 1024, sums, false);                              // GQA 4:1
-    // 1-2 tokens at K = 4096: the row-stream GEMV's rope epilogue (bf16 and fp8 pools).
-    run_matmul_rope_kv(2, 32, 8, 128, 4096, sums, false);
-    run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, true);
+    run_matmul_rope_kv(2, 32, 8, 128, 1024, sums, false);                               // GQA 4:1
     run_matmul_rope_kv(5, 9, 3, 64, 576, sums, false);                                 // SmolLM2
     run_matmul_rope_kv(1, 32, 8, 128, 1024, sums, true);                               // fp8 pools
     run_matmul_rope_kv(7, 9, 3, 64, 576, sums, true);
@@ -589,6 +600,25 @@ TEST_F(GpuBackend, MatmulRopeKvEpilogue) {
   // of 16.
   run_matmul_rope_kv(9, 9, 3, 64, 576, true, false);
   run_matmul_rope_kv(2, 3, 1, 40, 256, true, false);
+}
+
+// The row-stream GEMV (--gemv-stream: kernels::SkinnyArgs::stream) behind the same fused calls,
+// at 1-2 tokens with K past 2048, where it replaces the MMA skinny kernel: the norm from recorded
+// sums (and the producer's residual and sums of squares, down_proj with SiLU·mul before it),
+// SwiGLU, RoPE + the KV store into bf16 and E4M3 pools; each against the CPU's composition, as
+// above for the MMA kernel.
+TEST_F(GpuBackend, GemvStreamFusions) {
+  Backend& be = streaming();
+  run_norm_from_sums(1, 4096, 12288, 4096, false, &be);  // Llama-2-7B o_proj then q|k|v
+  run_norm_from_sums(2, 4096, 22016, 11008, true, &be);  // down_proj then gate|up
+  run_norm_from_sums(1, 4104, 1032, 3000, false, &be);   // partial units, K tails
+  run_swiglu(1, 11008, 4096, false, true, false, &be);
+  run_swiglu(2, 11008, 4096, true, true, false, &be);
+  for (bool sums : {true, false}) {
+    run_matmul_rope_kv(1, 32, 32, 128, 4096, sums, false, &be);  // Llama-2-7B
+    run_matmul_rope_kv(2, 32, 8, 128, 4096, sums, false, &be);   // GQA 4:1
+    run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, true, &be);    // fp8 pools
+  }
 }
 
 // kv_store into E4M3 pools: the CUDA kernel's bytes equal the CPU backend's (both round the same

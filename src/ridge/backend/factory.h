@@ -33,6 +33,11 @@ struct BackendOptions {
   // needs the "norm" fusion's folded weights), else layer by layer. Opt-in: on the H200 it is
   // level with the layer-by-layer chain so far, 3.97 against 3.95 ms (docs/KERNELS.md, "Run 17").
   bool decode_kernel = false;
+  // The fused decode GEMVs at 1-2 tokens in the row-stream GEMV (kernels::SkinnyArgs::stream:
+  // the read-only kernel's access pattern) instead of the MMA skinny kernel. Opt-in until it has
+  // run on the H200: run 26 measured the pattern (97.5 % of the read ceiling as a chain of pure
+  // streams, 84 % with the skinny kernel's addresses), not yet this kernel (docs/KERNELS.md).
+  bool gemv_stream = false;
 };
 
 // A `fuse` list (BackendOptions::fuse, CLI --fuse) read item by item: "norm", "silu", "rope_kv",

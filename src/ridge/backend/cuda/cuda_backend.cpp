@@ -874,11 +874,13 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   a.stage_steps = std::max(early, 0);
   a.M = int(T), a.N = int(N), a.K = int(K);
   if (rope_kv) a.rope = *rope_kv;
-  a.stream.scratch = static_cast<float*>(ws.gemv_stream.data());
-  a.stream.tickets =
-      reinterpret_cast<unsigned*>(static_cast<char*>(ws.gemv_stream.data()) +
-                                  kernels::skinny_stream_scratch_bytes(kGemvStreamRows));
-  a.stream.max_rows = kGemvStreamRows;
+  if (options_.gemv_stream) {  // the row-stream GEMV where it applies (1-2 tokens)
+    a.stream.scratch = static_cast<float*>(ws.gemv_stream.data());
+    a.stream.tickets =
+        reinterpret_cast<unsigned*>(static_cast<char*>(ws.gemv_stream.data()) +
+                                    kernels::skinny_stream_scratch_bytes(kGemvStreamRows));
+    a.stream.max_rows = kGemvStreamRows;
+  }
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};
 }

@@ -163,7 +163,7 @@ struct SkinnyArgs {
   // row's sum is reduced in its block and left in scratch, and the block that completes a 16-row
   // unit (a ticket per unit) runs that unit's epilogue (the skinny kernel's units and formulas:
   // any prologue and epilogue above). The sums differ from the MMA kernel's in order, not in
-  // precision. RIDGE_GEMV_STREAM=0 turns it off (A/B runs).
+  // precision. Without a workspace (the default), the MMA kernel.
   SkinnyStreamWorkspace stream;
 };
 // Whether gemm_bf16_skinny_fused runs `a` in the row-stream GEMV.

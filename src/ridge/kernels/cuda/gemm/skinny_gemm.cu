@@ -821,14 +821,6 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   }
 }
 
-bool gemv_stream_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("RIDGE_GEMV_STREAM");
-    return !(v && v[0] == '0' && v[1] == 0);
-  }();
-  return on;
-}
-
 template <int THREADS, int CPT, int R, int NT>
 void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t stream) {
   auto kernel = gemv_stream_kernel<THREADS, CPT, R, NT>;
@@ -867,8 +859,7 @@ void launch_gemv_stream_tokens(const SkinnyArgs& a, bool rms, cudaStream_t strea
 }  // namespace
 
 bool skinny_stream_applies(const SkinnyArgs& a) {
-  if (a.stream.scratch == nullptr || a.stream.tickets == nullptr || !gemv_stream_enabled())
-    return false;
+  if (a.stream.scratch == nullptr || a.stream.tickets == nullptr) return false;
   const int rows = a.rope.positions ? a.N
                    : a.swiglu       ? (a.N / 2 + 7) / 8 * 16
                                     : (a.N + 15) / 16 * 16;
