@@ -11,9 +11,12 @@
 //   gate|up  X = x, RMSNorm prologue from o's sums, SwiGLU epilogue -> mlp
 //   down     X = mlp, x += product, sums of squares recorded
 // Every layer has its own weights (13 GB for 32 Llama-2-7B layers: no L2 reuse across layers).
-// Variants differ only in which GEMVs are launched with PDL and whether o stages weights
-// (SkinnyArgs::stage_steps), so each variant's chain is the same work; each is captured as one
-// CUDA graph and replayed. The outputs are not checked here (the kernel tests do that); the
+// Variants differ only in which GEMVs are launched with PDL, whether o stages weights
+// (SkinnyArgs::stage_steps) and which GEMV kernel runs (the MMA skinny kernel, or the row-stream
+// GEMV with SkinnyArgs::stream), so each variant's chain is the same work; each is captured as
+// one CUDA graph and replayed. The "read" and "tiles" rows stream the same weights with no
+// arithmetic (read_region, read_tiles below): what the chain's structure and the skinny kernel's
+// addresses allow on their own (docs/KERNELS.md, "Run 26"). The outputs are not checked here (the kernel tests do that); the
 // values stay bounded (weights scaled by 1/sqrt(K), a normalized input each layer).
 #include <cuda_runtime.h>
 
