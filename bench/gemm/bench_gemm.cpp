@@ -363,6 +363,31 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     ridge::kernels::gemm_bf16_stream(X, W, Y, M, N, K, st, stream_ws, stream_ws_bytes, nullptr,
                                      stream_ctas);
   };
+  // The row-stream GEMV (1-2 tokens, 2048 < K: SkinnyArgs::stream, the read-only kernel's
+  // access pattern), with a workspace of its own (tickets zeroed once).
+  constexpr int kRowStreamRows = 65536;
+  static unsigned char* row_stream_ws = nullptr;
+  const size_t row_stream_scratch = ridge::kernels::skinny_stream_scratch_bytes(kRowStreamRows);
+  if (!row_stream_ws) {
+    const size_t bytes =
+        row_stream_scratch + ridge::kernels::skinny_stream_ticket_bytes(kRowStreamRows);
+    RIDGE_CHECK(cudaMalloc(reinterpret_cast<void**>(&row_stream_ws), bytes) == cudaSuccess &&
+                    cudaMemset(row_stream_ws, 0, bytes) == cudaSuccess,
+                "bench: cannot allocate the row-stream GEMV's workspace ({} bytes)", bytes);
+  }
+  const auto row_stream_args = [row_stream_scratch](auto X, auto W, auto Y, int M, int N, int K) {
+    ridge::kernels::SkinnyArgs a;
+    a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
+    a.stream.scratch = reinterpret_cast<float*>(row_stream_ws);
+    a.stream.tickets = reinterpret_cast<unsigned*>(row_stream_ws + row_stream_scratch);
+    a.stream.max_rows = kRowStreamRows;
+    return a;
+  };
+  const Gemm row_stream = [&row_stream_args](auto X, auto W, auto Y, int M, int N, int K,
+                                             cudaStream_t st) {
+    ridge::kernels::gemm_bf16_skinny_fused(row_stream_args(X, W, Y, M, N, K),
+                                           ridge::kernels::SkinnyPrologue::none, st);
+  };
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s %6s | %s\n", "model",
               "layer", "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw",
               "%read", "%peak", "alt (us)");
@@ -392,6 +417,10 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       }
       const size_t tma_at = entries.size();
       if (M <= ridge::kernels::stream_gemm_max_tokens) entries.push_back({&tma});
+      const size_t row_stream_at = entries.size();
+      const bool try_row_stream = ridge::kernels::skinny_stream_applies(
+          row_stream_args(nullptr, nullptr, nullptr, M, L.N, L.K));
+      if (try_row_stream) entries.push_back({&row_stream});
       const std::vector<Measured> m = check_then_time(p, entries, s, rng);
       const Measured& mr = m[0];
       const Measured& mo = m[1];
@@ -420,6 +449,7 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt(m[4], "alt_rows", "rows");
       }
       if (M <= ridge::kernels::stream_gemm_max_tokens) alt(m[tma_at], "alt_tma", "tma");
+      if (try_row_stream) alt(m[row_stream_at], "alt_row_stream", "row-stream");
       if (mo.ok && mr.ok) row["speedup_vs_cublas"] = mr.us / mo.us;
       rows.push_back(row);
       if (mo.ok) {
