@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -272,7 +273,8 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
                         {Kind::swiglu, 2, 1056, 12288, 0},
                         {Kind::plain, 1, 264, 16384, 0},
                         {Kind::rms_sumsq, 2, 4104, 4096, 0},
-                        {Kind::swiglu, 1, 22016, 4096, 0}};
+                        {Kind::swiglu, 1, 22016, 4096, 0},
+                        {Kind::residual, 1, 4104, 6000, 0}};
   const char* kind_names[] = {"plain", "residual", "f32", "swiglu", "sumsq_out", "rms_sumsq"};
   uint32_t seed = 300;
   constexpr int kStreamRows = 32768;
@@ -359,6 +361,8 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
         a.stream = ws;
         if (!ridge::kernels::skinny_stream_applies(a)) break;
         if (run == 0) ++stream_cases;
+        // Row sums left by an earlier launch must never stand in for this one's: NaN if read.
+        CUDA_OK(cudaMemset(ws.scratch, 0xFF, scratch_bytes));
       }
       CUDA_OK(cudaMemset(Y.ptr, 0xFF, y_bytes));
       CUDA_OK(cudaMemset(S_out.ptr, 0xFF, S_out.count * 4));
@@ -393,11 +397,124 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
           << "second run: sums of squares differ";
     }
   }
-  EXPECT_GE(stream_cases, small ? 2 : 12) << "cases the row-stream GEMV ran";
+  EXPECT_GE(stream_cases, small ? 2 : 13) << "cases the row-stream GEMV ran";
   std::vector<unsigned> tickets(kStreamRows / 16);
   CUDA_OK(cudaMemcpy(tickets.data(), ws.tickets, ticket_bytes, cudaMemcpyDeviceToHost));
   EXPECT_EQ(std::count(tickets.begin(), tickets.end(), 0u), std::ptrdiff_t(tickets.size()))
       << "the row-stream GEMV left tickets that are not zero";
+}
+
+// The row-stream GEMV launched back to back with PDL on one stream and one workspace, nothing
+// synchronized between the launches (as the decode chain runs it): each launch's tickets must be
+// back at zero before the next one counts on them. Plain with sums of squares, residual and
+// SwiGLU, 1 and 2 tokens, partial last units; every output against the fp64 reference, and no
+// ticket left set.
+TEST(GemmSkinny, RowStreamBackToBackWithPdl) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  using ridge::kernels::SkinnyArgs;
+  constexpr int kRows = 32768, kLaunches = 12, K = 4096;
+  const size_t scratch_bytes = ridge::kernels::skinny_stream_scratch_bytes(kRows);
+  const size_t ticket_bytes = ridge::kernels::skinny_stream_ticket_bytes(kRows);
+  DeviceBuffer<unsigned char> ws_buf(scratch_bytes + ticket_bytes);
+  ASSERT_TRUE(ws_buf.ptr);
+  CUDA_OK(cudaMemset(ws_buf.ptr, 0xFF, scratch_bytes));
+  CUDA_OK(cudaMemset(ws_buf.ptr + scratch_bytes, 0, ticket_bytes));
+  cudaStream_t st = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  struct Launch {
+    int M = 0, N = 0;
+    bool residual = false, swiglu = false;
+    std::vector<bf16> hX, hW, hR;
+    std::unique_ptr<DeviceBuffer<bf16>> X, W, R, Y;
+    std::unique_ptr<DeviceBuffer<float>> S;
+  };
+  std::vector<Launch> ls;
+  std::mt19937 rng(4242);
+  for (int i = 0; i < kLaunches; ++i) {
+    Launch l;
+    l.M = 1 + i % 2;
+    l.swiglu = i % 3 == 2;
+    l.residual = i % 3 == 1;
+    l.N = l.swiglu ? 4112 : 4104;
+    l.hX = random_bf16(size_t(l.M) * K, rng);
+    l.hW = random_bf16(size_t(l.N) * K, rng);
+    const size_t ny = size_t(l.M) * (l.swiglu ? l.N / 2 : l.N);
+    l.hR = random_bf16(ny, rng, 4.f);
+    l.X = std::make_unique<DeviceBuffer<bf16>>(l.hX.size());
+    l.W = std::make_unique<DeviceBuffer<bf16>>(l.hW.size());
+    l.R = std::make_unique<DeviceBuffer<bf16>>(ny);
+    l.Y = std::make_unique<DeviceBuffer<bf16>>(ny);
+    l.S = std::make_unique<DeviceBuffer<float>>(size_t(ridge::kernels::skinny_sumsq_parts(l.N)) *
+                                                l.M);
+    ASSERT_TRUE(l.X->ptr && l.W->ptr && l.R->ptr && l.Y->ptr && l.S->ptr);
+    CUDA_OK(cudaMemcpy(l.X->ptr, l.hX.data(), l.hX.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(l.W->ptr, l.hW.data(), l.hW.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(l.R->ptr, l.hR.data(), ny * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(l.Y->ptr, 0xFF, ny * 2));
+    ls.push_back(std::move(l));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  const int64_t launches_before = ridge::kernels::skinny_stream_launches();
+  for (Launch& l : ls) {
+    SkinnyArgs a;
+    a.X = l.X->ptr, a.ld_x = K, a.W = l.W->ptr, a.Y = l.Y->ptr, a.M = l.M, a.N = l.N, a.K = K;
+    a.swiglu = l.swiglu;
+    if (l.residual) a.residual = l.R->ptr;
+    if (!l.swiglu) a.sumsq_out = l.S->ptr;
+    a.pdl_launch = true;
+    a.stream.scratch = reinterpret_cast<float*>(ws_buf.ptr);
+    a.stream.tickets = reinterpret_cast<unsigned*>(ws_buf.ptr + scratch_bytes);
+    a.stream.max_rows = kRows;
+    ASSERT_TRUE(ridge::kernels::skinny_stream_applies(a));
+    ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
+  }
+  CUDA_OK(cudaStreamSynchronize(st));
+  EXPECT_EQ(ridge::kernels::skinny_stream_launches() - launches_before, kLaunches);
+  for (size_t i = 0; i < ls.size(); ++i) {
+    const Launch& l = ls[i];
+    SCOPED_TRACE(::testing::Message() << "launch " << i << " M=" << l.M << " N=" << l.N
+                                      << (l.swiglu     ? " swiglu"
+                                          : l.residual ? " residual"
+                                                       : ""));
+    const int out_n = l.swiglu ? l.N / 2 : l.N;
+    const auto xw = reference(l.hX, l.hW, nullptr, l.M, l.N, K);
+    std::vector<double> ref(size_t(l.M) * out_n);
+    for (int m = 0; m < l.M; ++m)
+      for (int n = 0; n < out_n; ++n) {
+        double v;
+        if (l.swiglu) {
+          const double g = xw[size_t(m) * l.N + n], u = xw[size_t(m) * l.N + out_n + n];
+          v = g / (1 + std::exp(-g)) * u;
+        } else {
+          v = xw[size_t(m) * l.N + n];
+          if (l.residual) v += __bfloat162float(l.hR[size_t(m) * l.N + n]);
+        }
+        ref[size_t(m) * out_n + n] = v;
+      }
+    std::vector<unsigned char> raw;
+    const std::vector<bf16> y = download_and_check(l.Y->ptr, ref.size(), false, ref, raw);
+    if (l.swiglu) continue;
+    std::vector<float> sums(l.S->count);
+    CUDA_OK(cudaMemcpy(sums.data(), l.S->ptr, sums.size() * 4, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    for (int p = 0; p < ridge::kernels::skinny_sumsq_parts(l.N); ++p)
+      for (int m = 0; m < l.M; ++m) {
+        double want = 0;
+        for (int n = p * 16; n < std::min(l.N, p * 16 + 16); ++n) {
+          const double v = __bfloat162float(y[size_t(m) * l.N + n]);
+          want += v * v;
+        }
+        worst = std::max(worst, std::abs(sums[size_t(p) * l.M + m] - want) / want);
+      }
+    EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
+  }
+  std::vector<unsigned> tickets(kRows / 16);
+  CUDA_OK(
+      cudaMemcpy(tickets.data(), ws_buf.ptr + scratch_bytes, ticket_bytes, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::count(tickets.begin(), tickets.end(), 0u), std::ptrdiff_t(tickets.size()))
+      << "tickets left set";
+  CUDA_OK(cudaStreamDestroy(st));
 }
 
 // Early weights (SkinnyArgs::stage_steps): steps of each warp's first row tile copied to shared

@@ -17,6 +17,9 @@
 #include "harness.h"
 #include "ridge/backend/factory.h"
 #include "ridge/core/error.h"
+#if RIDGE_TEST_GEMM_KERNELS
+#include "ridge/kernels/cuda/gemm/gemm.h"
+#endif
 
 namespace ridge::backend::gpu_test {
 namespace {
@@ -609,6 +612,9 @@ TEST_F(GpuBackend, MatmulRopeKvEpilogue) {
 // above for the MMA kernel.
 TEST_F(GpuBackend, GemvStreamFusions) {
   Backend& be = streaming();
+#if RIDGE_TEST_GEMM_KERNELS
+  const int64_t launches = ridge::kernels::skinny_stream_launches();
+#endif
   run_norm_from_sums(1, 4096, 12288, 4096, false, &be);  // Llama-2-7B o_proj then q|k|v
   run_norm_from_sums(2, 4096, 22016, 11008, true, &be);  // down_proj then gate|up
   run_norm_from_sums(1, 4104, 1032, 3000, false, &be);   // partial units, K tails
@@ -619,6 +625,10 @@ TEST_F(GpuBackend, GemvStreamFusions) {
     run_matmul_rope_kv(2, 32, 8, 128, 4096, sums, false, &be);   // GQA 4:1
     run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, true, &be);    // fp8 pools
   }
+#if RIDGE_TEST_GEMM_KERNELS
+  // Every call above ran its K > 2048 GEMVs in the row-stream kernel (at least 2 a case).
+  EXPECT_GE(ridge::kernels::skinny_stream_launches() - launches, 20);
+#endif
 }
 
 // kv_store into E4M3 pools: the CUDA kernel's bytes equal the CPU backend's (both round the same

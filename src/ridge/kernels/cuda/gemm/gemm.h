@@ -103,7 +103,8 @@ struct SkinnyStreamWorkspace {
   int max_rows = 0;  // a multiple of 16
 };
 constexpr int skinny_stream_max_tokens = 2;
-constexpr int skinny_stream_max_k = 16384;
+constexpr int skinny_stream_max_k = 16384;    // one token
+constexpr int skinny_stream_max_k_2 = 12288;  // two tokens
 inline size_t skinny_stream_scratch_bytes(int max_rows) {
   return size_t(max_rows) * skinny_stream_max_tokens * sizeof(float);
 }
@@ -155,19 +156,22 @@ struct SkinnyArgs {
   // product followed by rope_kv_store_bf16 leaves in Y and the pools. No residual, no f32 output,
   // no sums of squares, no swiglu, no staged steps, no split.
   SkinnyRopeKv rope;
-  // The row-stream GEMV (1-2 tokens, K % 8 == 0, 2048 < K ≤ skinny_stream_max_k (12288 at 2
-  // tokens), no forced split): with
-  // a workspace given, the weights are read as the read-only ceiling kernel reads memory: block b
-  // takes R consecutive rows at a time (rows (i·G + b)·R …, G blocks), its threads consecutive 16
-  // bytes of each row, so that at any moment the whole GPU reads one compact window of W; each
-  // row's sum is reduced in its block and left in scratch, and the block that completes a 16-row
-  // unit (a ticket per unit) runs that unit's epilogue (the skinny kernel's units and formulas:
-  // any prologue and epilogue above). The sums differ from the MMA kernel's in order, not in
-  // precision. Without a workspace (the default), the MMA kernel.
+  // The row-stream GEMV (1-2 tokens, K % 8 == 0, 2048 < K ≤ skinny_stream_max_k, or
+  // skinny_stream_max_k_2 at 2 tokens; no forced split): with a workspace given, the weights are
+  // read as the read-only ceiling kernel reads memory: block b takes R consecutive rows at a time
+  // (rows (i·G + b)·R …, G blocks), its loader threads consecutive 16 bytes of each row, so that
+  // at any moment the whole GPU reads one compact window of W. Each row's sum is reduced in its
+  // block; one more warp of the block, which loads no weights, leaves the sums in scratch and
+  // counts them on a ticket per 16-row unit, and the block that completes a unit runs that unit's
+  // epilogue (the skinny kernel's units and formulas: any prologue and epilogue above). The sums
+  // differ from the MMA kernel's in order, not in precision. Without a workspace (the default),
+  // the MMA kernel.
   SkinnyStreamWorkspace stream;
 };
 // Whether gemm_bf16_skinny_fused runs `a` in the row-stream GEMV.
 bool skinny_stream_applies(const SkinnyArgs& a);
+// How many row-stream GEMVs this process has launched (tests: which kernel a backend call ran).
+int64_t skinny_stream_launches();
 constexpr int skinny_max_stage_steps = 6;
 constexpr int skinny_max_split_k = 8;
 constexpr int skinny_prologue_max_tokens = 16;

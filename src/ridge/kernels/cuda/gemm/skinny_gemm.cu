@@ -44,6 +44,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 
@@ -649,18 +650,47 @@ void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
 }
 
 // ---- the row-stream GEMV (SkinnyArgs::stream, gemm.h) -----------------------------------------
-// THREADS threads a block, CPT 16-byte chunks of a row per thread (K ≤ 8·CPT·THREADS), R rows a
-// block takes at a time (R | 16), NT tokens (M ≤ NT). Block b takes the row groups
+// THREADS loader threads a block, CPT 16-byte chunks of a row per loader (K ≤ 8·CPT·THREADS), R
+// rows a block takes at a time (R | 16), NT tokens (M ≤ NT). Block b takes the row groups
 // it = b, b + G, … (G = gridDim.x); group it is the rows q = it·R … it·R + R − 1 of the unit order
 // (unit u = q / 16, its row r = q % 16: the skinny kernel's row tile, so that rope pairs, gate/up
-// pairs and the 16 rows of a sums-of-squares part meet in one unit), and thread t reads chunks
-// t, t + THREADS, … of each. The next group's loads are issued before the current group is
-// reduced (two groups in flight a thread), the first two before the PDL wait.
+// pairs and the 16 rows of a sums-of-squares part meet in one unit), and loader t reads chunks
+// t, t + THREADS, … of each. The next-but-one group's loads are issued before the current group
+// is reduced (two groups in flight a loader), the first two before the PDL wait.
+// One more warp, the publisher, issues no weight loads: it takes each group's per-warp sums from
+// the loaders through a ring of kStreamSlots shared-memory slots (named barriers: the loaders
+// arrive on a slot's "full" barrier, the publisher arrives on its "free" barrier once read), stores
+// the rows' sums to scratch, publishes them with a release add on the unit's ticket and, when it
+// completes the unit, acquires and runs the unit's epilogue. The loaders never wait for a ticket or
+// a fence, so their loads stay in flight (a fence in a loader warp would wait for its own
+// outstanding loads, and __threadfence also invalidates the SM's L1, where X lives).
+constexpr int kStreamSlots = 4;
+constexpr int kStreamFullBarrier =
+    1;  // barriers 1..4: slot s full; 5..8: slot s free (0: __syncthreads)
+constexpr int kStreamFreeBarrier = kStreamFullBarrier + kStreamSlots;
+__device__ __forceinline__ void named_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ unsigned add_release_gpu(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
 template <int THREADS, int CPT, int R, int NT>
-__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+__global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
     gemv_stream_kernel(const SkinnyArgs a, bool rms) {
   static_assert(16 % R == 0 && THREADS % 32 == 0 && NT <= skinny_stream_max_tokens);
-  constexpr int WARPS = THREADS / 32;
+  static_assert(16 * NT <= 32,
+                "the publisher warp runs a unit's epilogue, a lane per row and token");
+  constexpr int WARPS = THREADS / 32;  // loader warps; warp WARPS is the publisher
+  constexpr int kAll = THREADS + 32;
   const int M = a.M, N = a.N, K = a.K;
   const int kchunks = K / 8;
   const bool rope = a.rope.positions != nullptr;
@@ -668,10 +698,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   const int units = rope ? N / 16 : a.swiglu ? (F + 7) / 8 : (N + 15) / 16;
   const int groups = units * (16 / R);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  __shared__ float red[WARPS][R * NT];
-  __shared__ float inv_rms[NT];
-  __shared__ float unit_ss[16][NT];
-  __shared__ bool unit_done;
+  __shared__ float red[kStreamSlots][WARPS][R * NT];
 
   // The weight row behind row r of unit u (clamped rows are loaded, never stored).
   auto row_of = [&](int u, int r) {
@@ -699,98 +726,113 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
   };
 
   pdl::launch_dependents();
-  int it = int(blockIdx.x);
-  uint4 cur[R][CPT], nxt[R][CPT];
-  if (it < groups) load(cur, it);
-  if (it + int(gridDim.x) < groups) load(nxt, it + int(gridDim.x));
-  pdl::wait();
-
-  if (rms) {  // 1 / rms of each token from the partial sums of squares, in a fixed order
-    for (int m = 0; m < NT; ++m) {
-      float v = 0.0f;
-      if (m < M)
-        for (int p = tid; p < a.sumsq_parts; p += THREADS) v += a.sumsq_in[size_t(p) * M + m];
+  const int G = int(gridDim.x);
+  if (warp < WARPS) {  // ---- loaders
+    int it = int(blockIdx.x);
+    uint4 cur[R][CPT], nxt[R][CPT];
+    if (it < groups) load(cur, it);
+    if (it + G < groups) load(nxt, it + G);
+    pdl::wait();
+    int i = 0;
+    for (; it < groups; it += G, ++i) {
+      float acc[R][NT];
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0) red[warp][0] = v;
-      __syncthreads();
-      if (tid == 0) {
-        float sum = 0.0f;
+      for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int w = 0; w < WARPS; ++w) sum += red[w][0];
-        inv_rms[m] = 1.0f / sqrtf(sum / float(K) + a.eps);
-      }
-      __syncthreads();
-    }
-  }
-
-  for (; it < groups; it += int(gridDim.x)) {
-    float acc[R][NT];
+        for (int m = 0; m < NT; ++m) acc[r][m] = 0.0f;
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < CPT; ++c) {
+        const int k = tid + c * THREADS;
+        if (k >= kchunks) break;
 #pragma unroll
-      for (int m = 0; m < NT; ++m) acc[r][m] = 0.0f;
+        for (int m = 0; m < NT; ++m) {
+          const uint4 xv = load_activations16(a.X + size_t(min(m, M - 1)) * a.ld_x + k * 8);
+          const uint32_t xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
-    for (int c = 0; c < CPT; ++c) {
-      const int k = tid + c * THREADS;
-      if (k >= kchunks) break;
+          for (int r = 0; r < R; ++r) {
+            const uint32_t ws[4] = {cur[r][c].x, cur[r][c].y, cur[r][c].z, cur[r][c].w};
+            float s = acc[r][m];
 #pragma unroll
-      for (int m = 0; m < NT; ++m) {
-        const uint4 xv = load_activations16(a.X + size_t(min(m, M - 1)) * a.ld_x + k * 8);
-        const uint32_t xs[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const uint32_t ws[4] = {cur[r][c].x, cur[r][c].y, cur[r][c].z, cur[r][c].w};
-          float s = acc[r][m];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            s = fmaf(__uint_as_float(ws[j] << 16), __uint_as_float(xs[j] << 16), s);
-            s = fmaf(__uint_as_float(ws[j] & 0xffff0000u), __uint_as_float(xs[j] & 0xffff0000u), s);
+            for (int j = 0; j < 4; ++j) {
+              s = fmaf(__uint_as_float(ws[j] << 16), __uint_as_float(xs[j] << 16), s);
+              s = fmaf(__uint_as_float(ws[j] & 0xffff0000u), __uint_as_float(xs[j] & 0xffff0000u),
+                       s);
+            }
+            acc[r][m] = s;
           }
-          acc[r][m] = s;
         }
       }
+      // The next-but-one group's loads go out before this one is reduced.
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < CPT; ++c) cur[r][c] = nxt[r][c];
+      if (it + 2 * G < groups) load(nxt, it + 2 * G);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int m = 0; m < NT; ++m)
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], o);
+      const int slot = i % kStreamSlots;
+      if (i >= kStreamSlots) named_sync(kStreamFreeBarrier + slot, kAll);  // read by the publisher
+      if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int m = 0; m < NT; ++m) red[slot][warp][r * NT + m] = acc[r][m];
+      __syncwarp();
+      named_arrive(kStreamFullBarrier + slot, kAll);
     }
-    // The next-but-one group's loads go out before this one is reduced.
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int c = 0; c < CPT; ++c) cur[r][c] = nxt[r][c];
-    if (it + 2 * int(gridDim.x) < groups) load(nxt, it + 2 * int(gridDim.x));
+    // The publisher's last "free" arrivals, so that every arrival is matched.
+    for (int j = max(0, i - kStreamSlots); j < i; ++j)
+      named_sync(kStreamFreeBarrier + j % kStreamSlots, kAll);
+    return;
+  }
 
+  // ---- the publisher warp
+  pdl::wait();
+  float inv_rms[NT];  // 1 / rms of each token from the partial sums of squares, in a fixed order
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+  for (int m = 0; m < NT; ++m) {
+    inv_rms[m] = 1.0f;
+    if (rms && m < M) {
+      float v = 0.0f;
+      for (int p = lane; p < a.sumsq_parts; p += 32) v += a.sumsq_in[size_t(p) * M + m];
 #pragma unroll
-      for (int m = 0; m < NT; ++m) {
-        float v = acc[r][m];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) red[warp][r * NT + m] = v;
-      }
-    __syncthreads();
-    if (tid < R * NT) {
-      const int r = tid / NT, m = tid % NT;
-      float sum = 0.0f;
-#pragma unroll
-      for (int w = 0; w < WARPS; ++w) sum += red[w][tid];
-      if (m < M) {
-        __stcg(a.stream.scratch + size_t(it * R + r) * M + m, sum);
-        __threadfence();
-      }
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      inv_rms[m] = 1.0f / sqrtf(v / float(K) + a.eps);
     }
-    __syncthreads();
+  }
+  int i = 0;
+  for (int it = int(blockIdx.x); it < groups; it += G, ++i) {
+    const int slot = i % kStreamSlots;
+    named_sync(kStreamFullBarrier + slot, kAll);
+    float sum = 0.0f;
+    if (lane < R * NT)
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) sum += red[slot][w][lane];
+    __syncwarp();
+    named_arrive(kStreamFreeBarrier + slot, kAll);
+    if (lane < R * NT && lane % NT < M)
+      __stcg(a.stream.scratch + size_t(it * R + lane / NT) * M + lane % NT, sum);
+    __syncwarp();  // the lanes' stores, ordered before lane 0's release
     const int u = it * R / 16;
-    if (tid == 0) unit_done = atomicAdd(a.stream.tickets + u, unsigned(R)) + R == 16;
-    __syncthreads();
-    if (!unit_done) continue;  // uniform
-    // This block completed unit u: its epilogue, from the 16 rows' sums in scratch.
-    __threadfence();
+    unsigned old = 0;
+    if (lane == 0) old = add_release_gpu(a.stream.tickets + u, unsigned(R));
+    old = __shfl_sync(0xffffffffu, old, 0);
+    if (old + R != 16) continue;  // warp-uniform
+    // This block completed unit u: acquire the other blocks' sums, then the unit's epilogue.
+    fence_acq_rel_gpu();
+    __syncwarp();
     const float* raw = a.stream.scratch + size_t(u) * 16 * M;
+    // inv_rms[m] for a lane's token m (NT ≤ 2: a select, no local memory).
+    auto scale = [&](int m) { return NT > 1 && m == 1 ? inv_rms[NT - 1] : inv_rms[0]; };
     if (rope || a.swiglu) {
-      if (tid < 8 * M) {
-        const int g = tid / M, m = tid % M;
+      if (lane < 8 * M) {
+        const int g = lane / M, m = lane % M;
         float s1 = __ldcg(raw + size_t(g) * M + m), s2 = __ldcg(raw + size_t(g + 8) * M + m);
-        if (rms) s1 *= inv_rms[m], s2 *= inv_rms[m];
+        if (rms) s1 *= scale(m), s2 *= scale(m);
         if (rope) {
           store_rope_pair(a, rope_rows(a, u, g), m, s1, s2);
         } else if (u * 8 + g < F) {
@@ -798,28 +840,26 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
         }
       }
     } else {
-      const bool want_ss = a.sumsq_out != nullptr;
-      if (tid < 16 * M) {
-        const int r = tid / M, m = tid % M, n = u * 16 + r;
-        float sum = __ldcg(raw + size_t(r) * M + m);
-        if (rms) sum *= inv_rms[m];
-        const float stored = n < N ? store_output(a, n, m, sum) : 0.0f;
-        if (want_ss) unit_ss[r][m] = stored * stored;
+      float sq = 0.0f;
+      if (lane < 16 * M) {
+        const int r = lane / M, m = lane % M, n = u * 16 + r;
+        float s = __ldcg(raw + size_t(r) * M + m);
+        if (rms) s *= scale(m);
+        const float stored = n < N ? store_output(a, n, m, s) : 0.0f;
+        sq = stored * stored;
       }
-      if (want_ss) {
-        __syncthreads();
-        if (tid < M) {
-          float total = 0.0f;
+      if (a.sumsq_out != nullptr) {  // token m's part: its 16 rows' squares, in row order
+        float total = 0.0f;
 #pragma unroll
-          for (int r = 0; r < 16; ++r) total += unit_ss[r][tid];
-          a.sumsq_out[size_t(u) * M + tid] = total;
-        }
+        for (int r = 0; r < 16; ++r) total += __shfl_sync(0xffffffffu, sq, (r * M + lane) & 31);
+        if (lane < M) a.sumsq_out[size_t(u) * M + lane] = total;
       }
     }
-    if (tid == 0) a.stream.tickets[u] = 0;  // ready for the next launch
-    __syncthreads();  // unit_ss, red and unit_done are rewritten by the next group
+    if (lane == 0) a.stream.tickets[u] = 0;  // ready for the next launch
   }
 }
+
+std::atomic<int64_t> g_stream_launches{0};
 
 template <int THREADS, int CPT, int R, int NT>
 void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t stream) {
@@ -829,7 +869,7 @@ void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t strea
     RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
     RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     RIDGE_GEMM_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, 0));
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS + 32, 0));
     return std::max(1, sms * per_sm);
   }();
   const int rows = a.rope.positions ? a.N
@@ -837,14 +877,17 @@ void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t strea
                                     : (a.N + 15) / 16 * 16;
   const int groups = rows / R;
   RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel,
-                                    dim3(unsigned(std::min(groups, resident))), dim3(THREADS), 0,
-                                    stream, a, rms));
+                                    dim3(unsigned(std::min(groups, resident))), dim3(THREADS + 32),
+                                    0, stream, a, rms));
+  g_stream_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 template <int NT>
 void launch_gemv_stream_tokens(const SkinnyArgs& a, bool rms, cudaStream_t stream) {
-  // Configurations by row length (skinny_stream_applies keeps K in (2048, 16384], and 2 tokens
-  // to K ≤ 12288: the register budget of 1024 threads per SM).
+  // Configurations by row length (skinny_stream_applies keeps K in (2048, skinny_stream_max_k],
+  // and 2 tokens to skinny_stream_max_k_2: the register budget of ~1024 threads per SM).
+  // The largest configurations must hold the longest rows skinny_stream_applies lets through.
+  static_assert(skinny_stream_max_k / 8 <= 4 * 512 && skinny_stream_max_k_2 / 8 <= 3 * 512);
   const int kchunks = a.K / 8;
   if (kchunks <= 512)
     launch_gemv_stream_config<256, 2, 2, NT>(a, rms, stream);
@@ -858,13 +901,17 @@ void launch_gemv_stream_tokens(const SkinnyArgs& a, bool rms, cudaStream_t strea
 
 }  // namespace
 
+int64_t skinny_stream_launches() {
+  return g_stream_launches.load(std::memory_order_relaxed);
+}
+
 bool skinny_stream_applies(const SkinnyArgs& a) {
   if (a.stream.scratch == nullptr || a.stream.tickets == nullptr) return false;
   const int rows = a.rope.positions ? a.N
                    : a.swiglu       ? (a.N / 2 + 7) / 8 * 16
                                     : (a.N + 15) / 16 * 16;
   return a.M >= 1 && a.M <= skinny_stream_max_tokens && a.K % 8 == 0 && a.K > 2048 &&
-         a.K <= (a.M == 1 ? skinny_stream_max_k : 12288) && a.split_k <= 1 &&
+         a.K <= (a.M == 1 ? skinny_stream_max_k : skinny_stream_max_k_2) && a.split_k <= 1 &&
          rows <= a.stream.max_rows;
 }
 
