@@ -485,43 +485,43 @@ TEST_F(GpuBackend, SampleChecksItsArguments) {
   Tensor tokens(tb.data(), DType::i32, {1}, Device::cuda);
   Tensor logprobs(lb.data(), DType::f32, {1}, Device::cuda);
   Tensor none;
-  SamplingBatch batch{b.rows, b.pen_ids, b.pen_counts};
+  SamplingBatch batch{b.rows, b.pen_ids, b.pen_counts, {}, {}, {}};
   // Outputs of the wrong type, rows that do not match, a penalty range past the lists.
   Tensor wrong(lb.data(), DType::f32, {1}, Device::cuda);
   EXPECT_THROW(cuda().sample({}, d.view(), batch, wrong, logprobs, none, none), Error);
   Rows two = b;
   two.add(sp, 1);
-  SamplingBatch batch2{two.rows, two.pen_ids, two.pen_counts};
+  SamplingBatch batch2{two.rows, two.pen_ids, two.pen_counts, {}, {}, {}};
   EXPECT_THROW(cuda().sample({}, d.view(), batch2, tokens, logprobs, none, none), Error);
   Rows bad = b;
   bad.rows[0].penalty_end = 3;
-  SamplingBatch batch3{bad.rows, bad.pen_ids, bad.pen_counts};
+  SamplingBatch batch3{bad.rows, bad.pen_ids, bad.pen_counts, {}, {}, {}};
   EXPECT_THROW(cuda().sample({}, d.view(), batch3, tokens, logprobs, none, none), Error);
   Rows wants_top = b;
   wants_top.rows[0].top_logprobs = 3;
-  SamplingBatch batch4{wants_top.rows, wants_top.pen_ids, wants_top.pen_counts};
+  SamplingBatch batch4{wants_top.rows, wants_top.pen_ids, wants_top.pen_counts, {}, {}, {}};
   EXPECT_THROW(cuda().sample({}, d.view(), batch4, tokens, logprobs, none, none), Error);
   // A bias range past the lists, lists of different lengths, a NaN or +inf bias.
   Rows biased = b;
   biased.rows[0].bias_end = 2;
   biased.bias_ids = {3};
   biased.bias_values = {1.0f};
-  SamplingBatch batch5{biased.rows, biased.pen_ids, biased.pen_counts, biased.bias_ids,
-                       biased.bias_values};
+  SamplingBatch batch5{biased.rows,     biased.pen_ids,     biased.pen_counts,
+                       biased.bias_ids, biased.bias_values, {}};
   EXPECT_THROW(cuda().sample({}, d.view(), batch5, tokens, logprobs, none, none), Error);
   biased.rows[0].bias_end = 1;
   biased.bias_values = {1.0f, 2.0f};
-  SamplingBatch batch6{biased.rows, biased.pen_ids, biased.pen_counts, biased.bias_ids,
-                       biased.bias_values};
+  SamplingBatch batch6{biased.rows,     biased.pen_ids,     biased.pen_counts,
+                       biased.bias_ids, biased.bias_values, {}};
   EXPECT_THROW(cuda().sample({}, d.view(), batch6, tokens, logprobs, none, none), Error);
   Rows masked = b;
   masked.rows[0].ban_mask = 0;  // no mask words given
-  SamplingBatch batch8{masked.rows, masked.pen_ids, masked.pen_counts};
+  SamplingBatch batch8{masked.rows, masked.pen_ids, masked.pen_counts, {}, {}, {}};
   EXPECT_THROW(cuda().sample({}, d.view(), batch8, tokens, logprobs, none, none), Error);
   for (float v : {NAN, INFINITY}) {
     biased.bias_values = {v};
-    SamplingBatch batch7{biased.rows, biased.pen_ids, biased.pen_counts, biased.bias_ids,
-                         biased.bias_values};
+    SamplingBatch batch7{biased.rows,     biased.pen_ids,     biased.pen_counts,
+                         biased.bias_ids, biased.bias_values, {}};
     EXPECT_THROW(cuda().sample({}, d.view(), batch7, tokens, logprobs, none, none), Error) << v;
   }
   // The CPU backend has no device sampler.
@@ -575,7 +575,7 @@ TEST_F(GpuBackendLarge, SamplePerf) {
         Tensor logprobs(lb.data(), DType::f32, {R}, Device::cuda);
         Tensor top_ids(tib.data(), DType::i32, {R, 5}, Device::cuda);
         Tensor top_lp(tlb.data(), DType::f32, {R, 5}, Device::cuda);
-        SamplingBatch batch{b.rows, b.pen_ids, b.pen_counts};
+        SamplingBatch batch{b.rows, b.pen_ids, b.pen_counts, {}, {}, {}};
         for (int i = 0; i < 3; ++i)
           cuda().sample({}, d.view(), batch, tokens, logprobs, top_ids, top_lp);
         cuda().synchronize({});
