@@ -655,8 +655,10 @@ void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
 // it = b, b + G, … (G = gridDim.x); group it is the rows q = it·R … it·R + R − 1 of the unit order
 // (unit u = q / 16, its row r = q % 16: the skinny kernel's row tile, so that rope pairs, gate/up
 // pairs and the 16 rows of a sums-of-squares part meet in one unit), and loader t reads chunks
-// t, t + THREADS, … of each. The next-but-one group's loads are issued before the current group
-// is reduced (two groups in flight a loader), the first two before the PDL wait.
+// t, t + THREADS, … of each, with cp.async into a two-slot shared-memory ring (registers would
+// not do: ptxas waits for every outstanding load of a warp at once, so a register double buffer
+// drains each group). The next-but-one group is issued before the current one is reduced (up to
+// two groups in flight a loader), the first two before the PDL wait.
 // One more warp, the publisher, issues no weight loads: it takes each group's per-warp sums from
 // the loaders through a ring of kStreamSlots shared-memory slots (named barriers: the loaders
 // arrive on a slot's "full" barrier, the publisher arrives on its "free" barrier once read), stores
@@ -712,29 +714,38 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
     }
     return min(u * 16 + r, N - 1);
   };
-  auto load = [&](uint4(&dst)[R][CPT], int it) {
+  // The loaders' ring: two row groups, [slot][r][c][loader] 16-byte chunks; a loader reads back
+  // only the chunks it copied itself, so cp.async.wait_group is the only ordering needed.
+  extern __shared__ __align__(16) uint4 ring[];
+  auto chunk = [&](int s, int r, int c) { return ring + ((s * R + r) * CPT + c) * THREADS + tid; };
+  auto issue = [&](int it, int s) {  // group `it` into slot s (one cp.async group, maybe empty)
+    if (it < groups) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int q = it * R + r;
-      const uint4* w = reinterpret_cast<const uint4*>(a.W + size_t(row_of(q >> 4, q & 15)) * K);
+      for (int r = 0; r < R; ++r) {
+        const int q = it * R + r;
+        const uint4* w = reinterpret_cast<const uint4*>(a.W + size_t(row_of(q >> 4, q & 15)) * K);
 #pragma unroll
-      for (int c = 0; c < CPT; ++c) {
-        const int k = tid + c * THREADS;
-        dst[r][c] = k < kchunks ? __ldcs(w + k) : make_uint4(0, 0, 0, 0);
+        for (int c = 0; c < CPT; ++c) {
+          const int k = tid + c * THREADS;
+          if (k < kchunks) stage_weights16(chunk(s, r, c), w + k);
+        }
       }
     }
+    stage_commit();
   };
 
   pdl::launch_dependents();
   const int G = int(gridDim.x);
   if (warp < WARPS) {  // ---- loaders
     int it = int(blockIdx.x);
-    uint4 cur[R][CPT], nxt[R][CPT];
-    if (it < groups) load(cur, it);
-    if (it + G < groups) load(nxt, it + G);
+    issue(it, 0);
+    issue(it + G, 1);
     pdl::wait();
     int i = 0;
     for (; it < groups; it += G, ++i) {
+      // Group i has landed; group i + 1 may still be in flight.
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+      const int s = i & 1;
       float acc[R][NT];
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -750,24 +761,22 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
           const uint32_t xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            const uint32_t ws[4] = {cur[r][c].x, cur[r][c].y, cur[r][c].z, cur[r][c].w};
-            float s = acc[r][m];
+            const uint4 wv = *chunk(s, r, c);
+            const uint32_t ws[4] = {wv.x, wv.y, wv.z, wv.w};
+            float sum = acc[r][m];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              s = fmaf(__uint_as_float(ws[j] << 16), __uint_as_float(xs[j] << 16), s);
-              s = fmaf(__uint_as_float(ws[j] & 0xffff0000u), __uint_as_float(xs[j] & 0xffff0000u),
-                       s);
+              sum = fmaf(__uint_as_float(ws[j] << 16), __uint_as_float(xs[j] << 16), sum);
+              sum = fmaf(__uint_as_float(ws[j] & 0xffff0000u), __uint_as_float(xs[j] & 0xffff0000u),
+                         sum);
             }
-            acc[r][m] = s;
+            acc[r][m] = sum;
           }
         }
       }
-      // The next-but-one group's loads go out before this one is reduced.
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int c = 0; c < CPT; ++c) cur[r][c] = nxt[r][c];
-      if (it + 2 * G < groups) load(nxt, it + 2 * G);
+      // Group i + 2 into the slot just read (the FMAs above consumed its values, and a warp
+      // issues in order) before this group is reduced.
+      issue(it + 2 * G, s);
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -787,6 +796,7 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
     // The publisher's last "free" arrivals, so that every arrival is matched.
     for (int j = max(0, i - kStreamSlots); j < i; ++j)
       named_sync(kStreamFreeBarrier + j % kStreamSlots, kAll);
+    stage_wait_all();  // the empty groups committed past the end
     return;
   }
 
@@ -864,21 +874,46 @@ std::atomic<int64_t> g_stream_launches{0};
 template <int THREADS, int CPT, int R, int NT>
 void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t stream) {
   auto kernel = gemv_stream_kernel<THREADS, CPT, R, NT>;
-  static const int resident = [&] {
-    int device = 0, sms = 0, per_sm = 0;
+  constexpr size_t smem = size_t(2) * R * CPT * THREADS * sizeof(uint4);  // the loaders' ring
+  // Resident blocks: by the occupancy calculator (registers, barriers, shared memory at the
+  // largest carveout), and by the shared memory of the carveout a decode chain gives every
+  // launch (pdl::launch_carveout), where one is set: a grid larger than what is resident would
+  // run a second, partial wave.
+  struct Limits {
+    int sms = 0, per_sm = 0, smem_per_sm = 0, reserved = 0, static_smem = 0;
+  };
+  static const Limits lim = [&] {
+    Limits l;
+    int device = 0;
     RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device));
+    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(
+        &l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     RIDGE_GEMM_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS + 32, 0));
-    return std::max(1, sms * per_sm);
+        cudaDeviceGetAttribute(&l.reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+    if (smem > 48 * 1024)
+      RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    cudaFuncAttributes fa{};
+    RIDGE_GEMM_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    l.static_smem = int(fa.sharedSizeBytes);
+    RIDGE_GEMM_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&l.per_sm, kernel, THREADS + 32, smem));
+    return l;
   }();
+  int per_sm = lim.per_sm;
+  if (const int percent = pdl::launch_carveout(); percent >= 0) {
+    const int carveout = lim.smem_per_sm * percent / 100;  // rounded down to a supported size
+    per_sm = std::min(per_sm, carveout / (int(smem) + lim.static_smem + lim.reserved));
+  }
+  const int resident = std::max(1, lim.sms * std::max(per_sm, 1));
   const int rows = a.rope.positions ? a.N
                    : a.swiglu       ? (a.N / 2 + 7) / 8 * 16
                                     : (a.N + 15) / 16 * 16;
   const int groups = rows / R;
   RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel,
                                     dim3(unsigned(std::min(groups, resident))), dim3(THREADS + 32),
-                                    0, stream, a, rms));
+                                    smem, stream, a, rms));
   g_stream_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
