@@ -814,6 +814,53 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
       inv_rms[m] = 1.0f / sqrtf(v / float(K) + a.eps);
     }
   }
+  // inv_rms[m] for a lane's token m (NT ≤ 2: a select, no local memory).
+  auto scale = [&](int m) { return NT > 1 && m == 1 ? inv_rms[NT - 1] : inv_rms[0]; };
+  // Unit u's epilogue, once its 16 rows' sums are all in scratch and acquired.
+  auto epilogue = [&](int u) {
+    const float* raw = a.stream.scratch + size_t(u) * 16 * M;
+    if (rope || a.swiglu) {
+      if (lane < 8 * M) {
+        const int g = lane / M, m = lane % M;
+        float s1 = __ldcg(raw + size_t(g) * M + m), s2 = __ldcg(raw + size_t(g + 8) * M + m);
+        if (rms) s1 *= scale(m), s2 *= scale(m);
+        if (rope) {
+          store_rope_pair(a, rope_rows(a, u, g), m, s1, s2);
+        } else if (u * 8 + g < F) {
+          store_swiglu(a, u * 8 + g, m, s1, s2);
+        }
+      }
+    } else {
+      float sq = 0.0f;
+      if (lane < 16 * M) {
+        const int r = lane / M, m = lane % M, n = u * 16 + r;
+        float v = __ldcg(raw + size_t(r) * M + m);
+        if (rms) v *= scale(m);
+        const float stored = n < N ? store_output(a, n, m, v) : 0.0f;
+        sq = stored * stored;
+      }
+      if (a.sumsq_out != nullptr) {  // token m's part: its 16 rows' squares, in row order
+        float total = 0.0f;
+#pragma unroll
+        for (int r = 0; r < 16; ++r) total += __shfl_sync(0xffffffffu, sq, (r * M + lane) & 31);
+        if (lane < M) a.sumsq_out[size_t(u) * M + lane] = total;
+      }
+    }
+    if (lane == 0) a.stream.tickets[u] = 0;  // ready for the next launch
+  };
+  // A group's ticket count is looked at one group later (the add's round trip then overlaps the
+  // next group's sums and stores instead of stalling the publisher): `prev` is the unit of the
+  // group before, `prev_old` lane 0's value from its add.
+  int prev = -1;
+  unsigned prev_old = 0;
+  auto settle = [&]() {
+    const unsigned old = __shfl_sync(0xffffffffu, prev_old, 0);
+    if (old + R != 16) return;  // warp-uniform
+    // This block completed unit prev: acquire the other blocks' sums, then its epilogue.
+    fence_acq_rel_gpu();
+    __syncwarp();
+    epilogue(prev);
+  };
   int i = 0;
   for (int it = int(blockIdx.x); it < groups; it += G, ++i) {
     const int slot = i % kStreamSlots;
@@ -830,43 +877,10 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
     const int u = it * R / 16;
     unsigned old = 0;
     if (lane == 0) old = add_release_gpu(a.stream.tickets + u, unsigned(R));
-    old = __shfl_sync(0xffffffffu, old, 0);
-    if (old + R != 16) continue;  // warp-uniform
-    // This block completed unit u: acquire the other blocks' sums, then the unit's epilogue.
-    fence_acq_rel_gpu();
-    __syncwarp();
-    const float* raw = a.stream.scratch + size_t(u) * 16 * M;
-    // inv_rms[m] for a lane's token m (NT ≤ 2: a select, no local memory).
-    auto scale = [&](int m) { return NT > 1 && m == 1 ? inv_rms[NT - 1] : inv_rms[0]; };
-    if (rope || a.swiglu) {
-      if (lane < 8 * M) {
-        const int g = lane / M, m = lane % M;
-        float s1 = __ldcg(raw + size_t(g) * M + m), s2 = __ldcg(raw + size_t(g + 8) * M + m);
-        if (rms) s1 *= scale(m), s2 *= scale(m);
-        if (rope) {
-          store_rope_pair(a, rope_rows(a, u, g), m, s1, s2);
-        } else if (u * 8 + g < F) {
-          store_swiglu(a, u * 8 + g, m, s1, s2);
-        }
-      }
-    } else {
-      float sq = 0.0f;
-      if (lane < 16 * M) {
-        const int r = lane / M, m = lane % M, n = u * 16 + r;
-        float s = __ldcg(raw + size_t(r) * M + m);
-        if (rms) s *= scale(m);
-        const float stored = n < N ? store_output(a, n, m, s) : 0.0f;
-        sq = stored * stored;
-      }
-      if (a.sumsq_out != nullptr) {  // token m's part: its 16 rows' squares, in row order
-        float total = 0.0f;
-#pragma unroll
-        for (int r = 0; r < 16; ++r) total += __shfl_sync(0xffffffffu, sq, (r * M + lane) & 31);
-        if (lane < M) a.sumsq_out[size_t(u) * M + lane] = total;
-      }
-    }
-    if (lane == 0) a.stream.tickets[u] = 0;  // ready for the next launch
+    if (prev >= 0) settle();
+    prev = u, prev_old = old;
   }
+  if (prev >= 0) settle();
 }
 
 std::atomic<int64_t> g_stream_launches{0};
