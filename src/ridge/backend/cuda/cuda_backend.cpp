@@ -251,10 +251,12 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
     const size_t stream_gemm_bytes = kernels::gemm_bf16_stream_workspace_bytes();
     w->stream_gemm = cuda::DeviceMemory(stream_gemm_bytes);
     RIDGE_CHECK_CUDA(cudaMemsetAsync(w->stream_gemm.data(), 0, stream_gemm_bytes, stream));
-    const size_t scratch = kernels::skinny_stream_scratch_bytes(kGemvStreamRows);
-    w->gemv_stream =
-        cuda::DeviceMemory(scratch + kernels::skinny_stream_ticket_bytes(kGemvStreamRows));
-    RIDGE_CHECK_CUDA(cudaMemsetAsync(w->gemv_stream.data(), 0, w->gemv_stream.size(), stream));
+    if (options_.gemv_stream) {  // the row-stream GEMV's row sums and zeroed tickets
+      const size_t scratch = kernels::skinny_stream_scratch_bytes(kGemvStreamRows);
+      w->gemv_stream =
+          cuda::DeviceMemory(scratch + kernels::skinny_stream_ticket_bytes(kGemvStreamRows));
+      RIDGE_CHECK_CUDA(cudaMemsetAsync(w->gemv_stream.data(), 0, w->gemv_stream.size(), stream));
+    }
     RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
     log::debug(
         "cuda workspace for a stream: {} (cuBLASLt {}, attention {}, split tickets {}, "
