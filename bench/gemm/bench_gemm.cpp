@@ -366,21 +366,17 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
   // The row-stream GEMV (1-2 tokens, 2048 < K: SkinnyArgs::stream, the read-only kernel's
   // access pattern), with a workspace of its own (tickets zeroed once).
   constexpr int kRowStreamRows = 65536;
-  static unsigned char* row_stream_ws = nullptr;
-  const size_t row_stream_scratch = ridge::kernels::skinny_stream_scratch_bytes(kRowStreamRows);
+  static void* row_stream_ws = nullptr;
   if (!row_stream_ws) {
-    const size_t bytes =
-        row_stream_scratch + ridge::kernels::skinny_stream_ticket_bytes(kRowStreamRows);
-    RIDGE_CHECK(cudaMalloc(reinterpret_cast<void**>(&row_stream_ws), bytes) == cudaSuccess &&
+    const size_t bytes = ridge::kernels::skinny_stream_workspace_bytes(kRowStreamRows);
+    RIDGE_CHECK(cudaMalloc(&row_stream_ws, bytes) == cudaSuccess &&
                     cudaMemset(row_stream_ws, 0, bytes) == cudaSuccess,
                 "bench: cannot allocate the row-stream GEMV's workspace ({} bytes)", bytes);
   }
-  const auto row_stream_args = [row_stream_scratch](auto X, auto W, auto Y, int M, int N, int K) {
+  const auto row_stream_args = [](auto X, auto W, auto Y, int M, int N, int K) {
     ridge::kernels::SkinnyArgs a;
     a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
-    a.stream.scratch = reinterpret_cast<float*>(row_stream_ws);
-    a.stream.tickets = reinterpret_cast<unsigned*>(row_stream_ws + row_stream_scratch);
-    a.stream.max_rows = kRowStreamRows;
+    a.stream = ridge::kernels::skinny_stream_workspace(row_stream_ws, kRowStreamRows);
     return a;
   };
   const Gemm row_stream = [&row_stream_args](auto X, auto W, auto Y, int M, int N, int K,

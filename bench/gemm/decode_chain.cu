@@ -208,12 +208,8 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
   }
   // The row-stream GEMV's workspace (tickets zeroed once).
   constexpr int kStreamRows = 32768;
-  Buffer stream_ws(kn::skinny_stream_scratch_bytes(kStreamRows) +
-                   kn::skinny_stream_ticket_bytes(kStreamRows));
-  CK(cudaMemsetAsync(
-      stream_ws.ptr, 0,
-      kn::skinny_stream_scratch_bytes(kStreamRows) + kn::skinny_stream_ticket_bytes(kStreamRows),
-      s));
+  Buffer stream_ws(kn::skinny_stream_workspace_bytes(kStreamRows));
+  CK(cudaMemsetAsync(stream_ws.ptr, 0, kn::skinny_stream_workspace_bytes(kStreamRows), s));
   CK(cudaStreamSynchronize(s));
 
   const auto run_layer_gemv = [&](int which, int l, const Edge& e) {
@@ -221,12 +217,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
     a.M = 1;
     a.pdl_launch = e.pdl;
     a.stage_steps = e.stage;
-    if (e.stream) {
-      a.stream.scratch = stream_ws.as<float>();
-      a.stream.tickets = reinterpret_cast<unsigned*>(stream_ws.as<char>() +
-                                                     kn::skinny_stream_scratch_bytes(kStreamRows));
-      a.stream.max_rows = kStreamRows;
-    }
+    if (e.stream) a.stream = kn::skinny_stream_workspace(stream_ws.ptr, kStreamRows);
     kn::SkinnyPrologue pro = kn::SkinnyPrologue::none;
     const LayerW& w = lw[size_t(l)];
     switch (which) {

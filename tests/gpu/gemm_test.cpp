@@ -291,10 +291,7 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
   DeviceBuffer<unsigned char> stream_ws(scratch_bytes + ticket_bytes);
   ASSERT_TRUE(stream_ws.ptr);
   CUDA_OK(cudaMemset(stream_ws.ptr, 0, scratch_bytes + ticket_bytes));
-  ridge::kernels::SkinnyStreamWorkspace ws;
-  ws.scratch = reinterpret_cast<float*>(stream_ws.ptr);
-  ws.tickets = reinterpret_cast<unsigned*>(stream_ws.ptr + scratch_bytes);
-  ws.max_rows = kStreamRows;
+  const auto ws = ridge::kernels::skinny_stream_workspace(stream_ws.ptr, kStreamRows);
   int stream_cases = 0;
   // Under compute-sanitizer: the first few cases, two split-K ones (distributed shared memory)
   // and two row-stream ones (tickets).
@@ -472,9 +469,7 @@ TEST(GemmSkinny, RowStreamBackToBackWithPdl) {
     if (l.residual) a.residual = l.R->ptr;
     if (!l.swiglu) a.sumsq_out = l.S->ptr;
     a.pdl_launch = true;
-    a.stream.scratch = reinterpret_cast<float*>(ws_buf.ptr);
-    a.stream.tickets = reinterpret_cast<unsigned*>(ws_buf.ptr + scratch_bytes);
-    a.stream.max_rows = kRows;
+    a.stream = ridge::kernels::skinny_stream_workspace(ws_buf.ptr, kRows);
     ASSERT_TRUE(ridge::kernels::skinny_stream_applies(a));
     ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
   }

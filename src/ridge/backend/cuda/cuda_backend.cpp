@@ -252,9 +252,7 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
     w->stream_gemm = cuda::DeviceMemory(stream_gemm_bytes);
     RIDGE_CHECK_CUDA(cudaMemsetAsync(w->stream_gemm.data(), 0, stream_gemm_bytes, stream));
     if (options_.gemv_stream) {  // the row-stream GEMV's row sums and zeroed tickets
-      const size_t scratch = kernels::skinny_stream_scratch_bytes(kGemvStreamRows);
-      w->gemv_stream =
-          cuda::DeviceMemory(scratch + kernels::skinny_stream_ticket_bytes(kGemvStreamRows));
+      w->gemv_stream = cuda::DeviceMemory(kernels::skinny_stream_workspace_bytes(kGemvStreamRows));
       RIDGE_CHECK_CUDA(cudaMemsetAsync(w->gemv_stream.data(), 0, w->gemv_stream.size(), stream));
     }
     RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -876,13 +874,8 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   a.stage_steps = std::max(early, 0);
   a.M = int(T), a.N = int(N), a.K = int(K);
   if (rope_kv) a.rope = *rope_kv;
-  if (options_.gemv_stream) {  // the row-stream GEMV where it applies (1-2 tokens)
-    a.stream.scratch = static_cast<float*>(ws.gemv_stream.data());
-    a.stream.tickets =
-        reinterpret_cast<unsigned*>(static_cast<char*>(ws.gemv_stream.data()) +
-                                    kernels::skinny_stream_scratch_bytes(kGemvStreamRows));
-    a.stream.max_rows = kGemvStreamRows;
-  }
+  if (options_.gemv_stream)  // the row-stream GEMV where it applies (1-2 tokens)
+    a.stream = kernels::skinny_stream_workspace(ws.gemv_stream.data(), kGemvStreamRows);
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};
 }

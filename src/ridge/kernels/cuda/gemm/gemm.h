@@ -111,6 +111,19 @@ inline size_t skinny_stream_scratch_bytes(int max_rows) {
 inline size_t skinny_stream_ticket_bytes(int max_rows) {
   return size_t(max_rows / 16) * sizeof(unsigned);
 }
+inline size_t skinny_stream_workspace_bytes(int max_rows) {
+  return skinny_stream_scratch_bytes(max_rows) + skinny_stream_ticket_bytes(max_rows);
+}
+// The workspace laid out in `base` (skinny_stream_workspace_bytes(max_rows) bytes, 16-byte
+// aligned): the row sums, then the tickets.
+inline SkinnyStreamWorkspace skinny_stream_workspace(void* base, int max_rows) {
+  SkinnyStreamWorkspace w;
+  w.scratch = static_cast<float*>(base);
+  w.tickets =
+      reinterpret_cast<unsigned*>(static_cast<char*>(base) + skinny_stream_scratch_bytes(max_rows));
+  w.max_rows = max_rows;
+  return w;
+}
 
 struct SkinnyArgs {
   const bf16* X = nullptr;

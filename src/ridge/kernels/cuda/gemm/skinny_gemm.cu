@@ -666,6 +666,10 @@ void launch_with_prologue(const SkinnyArgs& a, cudaStream_t stream) {
 // completes the unit, acquires and runs the unit's epilogue. The loaders never wait for a ticket or
 // a fence, so their loads stay in flight (a fence in a loader warp would wait for its own
 // outstanding loads, and __threadfence also invalidates the SM's L1, where X lives).
+// The 16-row units of `a` (the skinny kernel's row tiles: rope pairs, gate/up pairs or plain rows).
+__host__ __device__ __forceinline__ int stream_units(const SkinnyArgs& a) {
+  return a.rope.positions ? a.N / 16 : a.swiglu ? (a.N / 2 + 7) / 8 : (a.N + 15) / 16;
+}
 constexpr int kStreamSlots = 4;
 constexpr int kStreamFullBarrier =
     1;  // barriers 1..4: slot s full; 5..8: slot s free (0: __syncthreads)
@@ -697,8 +701,7 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
   const int kchunks = K / 8;
   const bool rope = a.rope.positions != nullptr;
   const int F = N / 2;
-  const int units = rope ? N / 16 : a.swiglu ? (F + 7) / 8 : (N + 15) / 16;
-  const int groups = units * (16 / R);
+  const int groups = stream_units(a) * (16 / R);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   __shared__ float red[kStreamSlots][WARPS][R * NT];
 
@@ -921,10 +924,7 @@ void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t strea
     per_sm = std::min(per_sm, carveout / (int(smem) + lim.static_smem + lim.reserved));
   }
   const int resident = std::max(1, lim.sms * std::max(per_sm, 1));
-  const int rows = a.rope.positions ? a.N
-                   : a.swiglu       ? (a.N / 2 + 7) / 8 * 16
-                                    : (a.N + 15) / 16 * 16;
-  const int groups = rows / R;
+  const int groups = stream_units(a) * (16 / R);
   RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel,
                                     dim3(unsigned(std::min(groups, resident))), dim3(THREADS + 32),
                                     smem, stream, a, rms));
@@ -956,12 +956,9 @@ int64_t skinny_stream_launches() {
 
 bool skinny_stream_applies(const SkinnyArgs& a) {
   if (a.stream.scratch == nullptr || a.stream.tickets == nullptr) return false;
-  const int rows = a.rope.positions ? a.N
-                   : a.swiglu       ? (a.N / 2 + 7) / 8 * 16
-                                    : (a.N + 15) / 16 * 16;
   return a.M >= 1 && a.M <= skinny_stream_max_tokens && a.K % 8 == 0 && a.K > 2048 &&
          a.K <= (a.M == 1 ? skinny_stream_max_k : skinny_stream_max_k_2) && a.split_k <= 1 &&
-         rows <= a.stream.max_rows;
+         stream_units(a) * 16 <= a.stream.max_rows;
 }
 
 namespace detail {
