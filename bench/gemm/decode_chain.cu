@@ -14,10 +14,11 @@
 // Variants differ only in which GEMVs are launched with PDL, whether o stages weights
 // (SkinnyArgs::stage_steps) and which GEMV kernel runs (the MMA skinny kernel, or the row-stream
 // GEMV with SkinnyArgs::stream), so each variant's chain is the same work; each is captured as
-// one CUDA graph and replayed. The "read" and "tiles" rows stream the same weights with no
-// arithmetic (read_region, read_tiles below): what the chain's structure and the skinny kernel's
-// addresses allow on their own (docs/KERNELS.md, "Run 26"). The outputs are not checked here (the kernel tests do that); the
-// values stay bounded (weights scaled by 1/sqrt(K), a normalized input each layer).
+// one CUDA graph and replayed. The "read", "tiles", "window" and "walk" rows stream the same
+// weights with no arithmetic (read_region, read_tiles, read_pieces below): what the chain's
+// structure, the skinny kernel's addresses and the patterns open to a 16-row MMA kernel allow on
+// their own (docs/KERNELS.md, "Run 26"). The outputs are not checked here (the kernel tests do
+// that); the values stay bounded (weights scaled by 1/sqrt(K), a normalized input each layer).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -128,6 +129,66 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int j = 0; j < 8; ++j) cur[j] = nxt[j];
   }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+// read_pieces: which read pattern reaches the read ceiling, for kernels that reduce 16-row units
+// with MMAs (3-32 tokens) and so must hold 16 rows of a K segment at once. A GEMV's weights are cut
+// into pieces of 16 rows x SEG 16-byte chunks of each row (SEG = 0: whole rows), pieces numbered
+// unit-major (unit u = rows 16u.., its K segments in order); a piece's chunks row by row. WINDOW:
+// the GPU reads that sequence of chunks as one window (block b takes the block-sized runs b, b + G,
+// ...), so that consecutive pieces are read at once by different blocks; else each block walks its
+// own units (b, b + G, ...) through all their K segments, as the MMA skinny kernel does. A thread
+// has kPieceLoads loads in flight, kReadThreads apart; the first ones before the PDL wait.
+constexpr int kPieceLoads = 4;
+constexpr int kPieceRows = 16;
+template <bool WINDOW>
+__global__ void __launch_bounds__(kReadThreads, 4)
+    read_pieces(const bf16* __restrict__ W, int N, int K, int seg, unsigned* sink) {
+  kn::pdl::launch_dependents();
+  // 32-bit chunk positions: a GEMV of up to 2^31 16-byte chunks (32 GB).
+  const int kchunks = K / 8;
+  if (seg <= 0 || seg > kchunks) seg = kchunks;
+  const int ksegs = (kchunks + seg - 1) / seg;
+  const int units = (N + kPieceRows - 1) / kPieceRows;
+  const int piece = kPieceRows * seg;  // chunks of a piece (the last segment's padded)
+  const int unit_chunks = ksegs * piece;
+  const int total = units * unit_chunks;
+  constexpr int kRun = kReadThreads * kPieceLoads;  // chunks a block reads per iteration
+  const int G = int(gridDim.x), b = int(blockIdx.x), t = int(threadIdx.x);
+  const int owned = b < units ? (units - b + G - 1) / G : 0;  // units a walking block owns
+  const int iters =
+      WINDOW ? (total + G * kRun - 1) / (G * kRun) : (owned * unit_chunks + kRun - 1) / kRun;
+  unsigned acc = 0;
+  bool waited = false;
+  for (int i = 0; i < iters; ++i) {
+    uint4 v[kPieceLoads];
+#pragma unroll
+    for (int j = 0; j < kPieceLoads; ++j) {
+      // The position in the chunk sequence of iteration i, load j of this thread.
+      const int r = t + j * kReadThreads;
+      int g;
+      bool ok;
+      if (WINDOW) {
+        g = (i * G + b) * kRun + r;
+        ok = g < total;
+      } else {  // iteration i is the i-th run of this block's own chunk sequence
+        const int q = i * kRun + r;
+        ok = q < owned * unit_chunks;
+        g = (b + (q / unit_chunks) * G) * unit_chunks + q % unit_chunks;
+      }
+      const int u = g / unit_chunks, w = g % unit_chunks;
+      const int ks = w / piece, in = w % piece;
+      const int row = u * kPieceRows + in / seg, col = ks * seg + in % seg;
+      ok = ok && row < N && col < kchunks;
+      v[j] = ok ? __ldcs(reinterpret_cast<const uint4*>(W + size_t(row) * K) + col)
+                : make_uint4(0, 0, 0, 0);
+    }
+    if (!waited) kn::pdl::wait(), waited = true;
+#pragma unroll
+    for (int j = 0; j < kPieceLoads; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+  }
+  if (!waited) kn::pdl::wait();
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
@@ -352,13 +413,24 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
       CK(kn::pdl::launch(pdl_launch, read_tiles<false>, grid, dim3(256), 0, s, p, kind_n[k],
                          kind_k[k], sink.as<unsigned>()));
   };
+  const auto pieces = [&](bool window, int per_sm, int seg, int k, const bf16* p) {
+    const dim3 grid(unsigned(per_sm * sms));
+    if (window)
+      CK(kn::pdl::launch(true, read_pieces<true>, grid, dim3(kReadThreads), 0, s, p, kind_n[k],
+                         kind_k[k], seg, sink.as<unsigned>()));
+    else
+      CK(kn::pdl::launch(true, read_pieces<false>, grid, dim3(kReadThreads), 0, s, p, kind_n[k],
+                         kind_k[k], seg, sink.as<unsigned>()));
+  };
   const bf16* w0 = lw[0].qkv;
   struct Stream {
     const char* name;
     const char* what;
-    int mode;  // 0: read_region a GEMV, 1: a layer, 2: everything; 3: read_tiles a GEMV
+    int mode;  // 0: read_region a GEMV, 1: a layer, 2: everything; 3: read_tiles a GEMV;
+               // 4: read_pieces a GEMV as one window, 5: read_pieces, each block its own units
     bool pdl;
     int per_sm;
+    int seg = 0;  // read_pieces: 16-byte chunks of a row a piece holds (0: the whole row)
   };
   const Stream streams[] = {
       {"read all", "read_region over all layers' weights in one launch (the ceiling)", 2, false, 0},
@@ -370,6 +442,17 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
       {"tiles3 pdl", "read_tiles, 3 blocks/SM, PDL", 3, true, 3},
       {"tiles4 pdl", "read_tiles, 4 blocks/SM, PDL", 3, true, 4},
       {"tiles3 plain", "read_tiles, 3 blocks/SM, plain launches", 3, false, 3},
+      // The patterns open to an MMA kernel that holds 16-row pieces (read_pieces), with PDL.
+      {"window rows", "16 whole rows a piece, one window, 4 blocks/SM", 4, true, 4, 0},
+      {"window 2K", "16 rows x 2 KB pieces, one window, 4 blocks/SM", 4, true, 4, 128},
+      {"window 1K", "16 rows x 1 KB pieces, one window, 4 blocks/SM", 4, true, 4, 64},
+      {"window 512", "16 rows x 512 B pieces, one window, 4 blocks/SM", 4, true, 4, 32},
+      {"window 512 b2", "16 rows x 512 B pieces, one window, 2 blocks/SM", 4, true, 2, 32},
+      {"window 256", "16 rows x 256 B pieces, one window, 4 blocks/SM", 4, true, 4, 16},
+      {"window 128", "16 rows x 128 B pieces, one window, 4 blocks/SM", 4, true, 4, 8},
+      {"walk 2K", "16 rows x 2 KB pieces, each block its own units, 4 blocks/SM", 5, true, 4, 128},
+      {"walk 512", "16 rows x 512 B pieces, each block its own units, 4 blocks/SM", 5, true, 4, 32},
+      {"walk 256", "16 rows x 256 B pieces, each block its own units, 4 blocks/SM", 5, true, 4, 16},
   };
   for (const Stream& v : streams) {
     const double us = time_graph([&] {
@@ -386,8 +469,10 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
         for (int k = 0; k < 4; ++k) {
           if (v.mode == 0)
             read(v.pdl, base + kind_offsets[k], kind_elems[k]);
-          else
+          else if (v.mode == 3)
             tiles(v.pdl, v.per_sm, k, base + kind_offsets[k]);
+          else
+            pieces(v.mode == 4, v.per_sm, v.seg, k, base + kind_offsets[k]);
         }
       }
     });
