@@ -453,6 +453,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
       {"walk 2K", "16 rows x 2 KB pieces, each block its own units, 4 blocks/SM", 5, true, 4, 128},
       {"walk 512", "16 rows x 512 B pieces, each block its own units, 4 blocks/SM", 5, true, 4, 32},
       {"walk 256", "16 rows x 256 B pieces, each block its own units, 4 blocks/SM", 5, true, 4, 16},
+      {"walk 128", "16 rows x 128 B pieces, each block its own units, 4 blocks/SM", 5, true, 4, 8},
   };
   for (const Stream& v : streams) {
     const double us = time_graph([&] {
