@@ -888,6 +888,16 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
 
 std::atomic<int64_t> g_stream_launches{0};
 
+// RIDGE_STREAM_BLOCKS_PER_SM=n (A/B runs): at most n row-stream blocks a SM (the grid then has
+// n per SM where they fit), instead of as many as are resident.
+int stream_blocks_cap() {
+  static const int cap = [] {
+    const char* v = std::getenv("RIDGE_STREAM_BLOCKS_PER_SM");
+    return v ? std::atoi(v) : 0;
+  }();
+  return cap;
+}
+
 template <int THREADS, int CPT, int R, int NT>
 void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t stream) {
   auto kernel = gemv_stream_kernel<THREADS, CPT, R, NT>;
@@ -919,6 +929,7 @@ void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t strea
     return l;
   }();
   int per_sm = lim.per_sm;
+  if (const int cap = stream_blocks_cap(); cap > 0) per_sm = std::min(per_sm, cap);
   if (const int percent = pdl::launch_carveout(); percent >= 0) {
     const int carveout = lim.smem_per_sm * percent / 100;  // rounded down to a supported size
     per_sm = std::min(per_sm, carveout / (int(smem) + lim.static_smem + lim.reserved));
