@@ -1,5 +1,6 @@
 #include "ridge/engine/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -8,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../kernels/sampling_reference.h"
 #include "ridge/core/error.h"
 
 namespace ridge::engine {
@@ -51,7 +53,8 @@ TEST(Sampler, GreedyIsArgmaxAndLogprobIsRawLogSoftmax) {
   }
 }
 
-// Draws follow softmax(logits / T): a chi-square test over the 8 most likely tokens + the rest.
+// Draws follow softmax(logits / T): Pearson's chi-square at alpha = 1e-6 (cells expected below 5
+// pooled; the GPU sampler's tests use the same helper).
 TEST(Sampler, DrawsFollowTemperatureScaledSoftmax) {
   auto logits = random_logits(50, std::random_device{}(), 1.0f);
   for (float temp : {0.5f, 1.0f, 2.0f}) {
@@ -60,22 +63,16 @@ TEST(Sampler, DrawsFollowTemperatureScaledSoftmax) {
     sp.temperature = temp;
     sp.seed = 1234;
     Sampler s(sp);
-    std::vector<int> counts(logits.size());
+    std::vector<int64_t> counts(logits.size());
     const int n = 40000;
     for (int i = 0; i < n; ++i) {
       auto copy = logits;
       counts[size_t(s.sample(copy, {}, {}).token)]++;
     }
-    double chi2 = 0;
-    int bins = 0;
-    for (size_t i = 0; i < p.size(); ++i) {
-      const double e = p[i] * n;
-      if (e < 20) continue;
-      chi2 += (counts[i] - e) * (counts[i] - e) / e;
-      ++bins;
-    }
-    // p < 1e-6 for this many degrees of freedom is far above this bound.
-    EXPECT_LT(chi2, bins * 3.0 + 40) << "temperature " << temp;
+    const sampling_test::ChiSquare c = sampling_test::chi_square(counts, p, n);
+    EXPECT_TRUE(c.ok) << "temperature " << temp << ": chi-square " << c.stat << " over " << c.dof
+                      << " degrees of freedom, bound " << c.bound;
+    EXPECT_GE(c.dof, 5) << "temperature " << temp << ": too few cells for the test to mean much";
   }
 }
 
@@ -188,9 +185,8 @@ TEST(Sampler, LogitBiasAndBannedTokensComeBeforePenalties) {
   EXPECT_EQ(l[0], -INFINITY);
   EXPECT_FLOAT_EQ(l[2], 0.5f);
   EXPECT_EQ(r.token, 1);  // 1.5 beats 0.75, 0.5 and 0; token 0 (2.0) would win but is banned
-  std::vector<float> raw;
-  log_softmax(logits, raw);
-  EXPECT_FLOAT_EQ(r.logprob, raw[1]);
+  // the raw logprob: of the logits as given (the file's double softmax, not the Sampler's code)
+  EXPECT_NEAR(r.logprob, std::log(softmax(logits)[1]), 1e-5);
 }
 
 // Random draws never pick a banned token, and a large bias moves the mass as exp(bias) does.
@@ -230,8 +226,12 @@ TEST(Sampler, RawLogprobsGiveRankAndTop) {
   SCOPED_TRACE(seed);
   auto logits = random_logits(3000, seed);
   logits[17] = logits[18];  // a tie
-  std::vector<float> lsm;
-  log_softmax(logits, lsm);
+  const std::vector<double> p = softmax(logits);  // in double: not the Sampler's arithmetic
+  // The row's tokens by logit, highest first, the lower id first among equals.
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
   SamplingParams sp;
   sp.temperature = 0;
   sp.top_logprobs = 7;
@@ -241,12 +241,15 @@ TEST(Sampler, RawLogprobsGiveRankAndTop) {
   for (int32_t token : {17, 18, int32_t(rng() % 3000), greedy.token}) {
     const SampleResult r = raw_logprobs(logits, token, 7);
     EXPECT_EQ(r.token, token);
-    EXPECT_FLOAT_EQ(r.logprob, lsm[size_t(token)]);
+    EXPECT_NEAR(r.logprob, std::log(p[size_t(token)]), 1e-5);
     int32_t above = 0;
     for (float v : logits) above += v > logits[size_t(token)];
     EXPECT_EQ(r.rank, above + 1);
     ASSERT_EQ(r.top.size(), 7u);
     for (size_t k = 0; k < 7; ++k) {
+      EXPECT_EQ(r.top[k].token, order[k]);
+      EXPECT_NEAR(r.top[k].logprob, std::log(p[size_t(order[k])]), 1e-5);
+      // and as the Sampler reports its top tokens
       EXPECT_EQ(r.top[k].token, greedy.top[k].token);
       EXPECT_FLOAT_EQ(r.top[k].logprob, greedy.top[k].logprob);
     }

@@ -185,18 +185,28 @@ void run_case(const model::ModelWeights& w, const std::string& name, int prompt_
     err_ops.push_back(rel_err(ops->logits.data(), ref->logits.data(), V));
     err_ker.push_back(rel_err(ker->logits.data(), ref->logits.data(), V));
     ASSERT_TRUE(std::isfinite(err_ker.back())) << "step " << i << ": non-finite logits";
-    // Greedy agreement with the layer-by-layer path, except at a near-tie of the reference.
+    // Greedy agreement with the layer-by-layer path, except at a near-tie of the reference: a
+    // gap between its top two logits under 3 x the layer-by-layer path's largest logit error at
+    // this step. Past that the layer-by-layer argmax is the reference's (its error is under half
+    // the gap), so the kernel's can differ only where its own error at the top exceeds 1.5 x
+    // the layer-by-layer path's: what the logits bound below allows, checked where it decides.
     std::vector<float> sorted = ref->logits;
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
     const auto argmax = [](const std::vector<float>& v) {
       return std::max_element(v.begin(), v.end()) - v.begin();
     };
-    if (sorted[0] - sorted[1] < 0.05f * std::max(1.0f, std::abs(sorted[0]))) {
+    float ops_err = 0.0f;
+    for (size_t k = 0; k < V; ++k)
+      ops_err = std::max(ops_err, std::abs(ops->logits[k] - ref->logits[k]));
+    if (sorted[0] - sorted[1] < 3.0f * ops_err) {
       ++near_ties;
     } else {
       EXPECT_EQ(argmax(ker->logits), argmax(ops->logits)) << "step " << i;
     }
   }
+  // The greedy check above ran on most steps (13-16 of 40 were near-ties under the 5 %-of-the-
+  // top-logit margin used before, runs 5-9).
+  EXPECT_LT(near_ties, steps / 2) << "near-ties: the greedy agreement was checked too rarely";
   // Every eager decode step, and each decode graph's capture, went through the kernel; the
   // layer-by-layer path never did.
   EXPECT_GE(ker->model->stats().decode_kernel_passes, 1 + (steps - steps / 2));

@@ -373,16 +373,20 @@ def test_parity(name, variants):
 
 
 def test_info_smollm2(smollm):
-    """Special tokens, stop ids and BOS/EOS of the default model, from both sources."""
+    """Special tokens, stop ids and BOS/EOS of the default model, from both sources, against HF
+    transformers' tokenizer of the same file."""
+    ref = transformers.AutoTokenizer.from_pretrained(str(smollm))
+    special = sorted(i for i, t in ref.added_tokens_decoder.items() if t.special)
+    probe = ref("hello there").input_ids
     for args in (["--gguf", MODEL], ["--hf", smollm]):
         (info,) = run_tool(args, [{"op": "info"}])
         assert info["kind"] == "byte_level_bpe"
-        assert info["vocab_size"] == 49152
-        assert info["bos"] == 1 and info["eos"] == 2
-        assert info["add_bos"] is False
-        assert 2 in info["stop_ids"]  # <|im_end|>
-        assert info["special_ids"] == list(range(17))
-        assert info["chat_template_bytes"] > 0
+        assert info["vocab_size"] == len(ref)
+        assert info["bos"] == ref.bos_token_id and info["eos"] == ref.eos_token_id
+        assert info["add_bos"] is (probe[0] == ref.bos_token_id)
+        assert ref.convert_tokens_to_ids("<|im_end|>") in info["stop_ids"]
+        assert info["special_ids"] == special
+        assert info["chat_template_bytes"] == len(ref.chat_template.encode())
 
 
 def test_info_sentencepiece(sentencepiece):
