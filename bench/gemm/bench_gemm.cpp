@@ -384,6 +384,34 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     ridge::kernels::gemm_bf16_skinny_fused(row_stream_args(X, W, Y, M, N, K),
                                            ridge::kernels::SkinnyPrologue::none, st);
   };
+  // The window GEMV (1-32 tokens; pieces of 16 rows x a K segment read as one GPU-wide window,
+  // X's segment staged once a block): a workspace for the largest shape, tickets zeroed once.
+  // RIDGE_WINDOW_SEG forces its segment (16-byte chunks of a row, a power of two in [16, 256]).
+  static const int window_seg = [] {
+    const char* v = std::getenv("RIDGE_WINDOW_SEG");
+    return v && *v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  static void* window_ws = nullptr;
+  static size_t window_ws_bytes = 0;
+  {
+    size_t need = 0;
+    for (const auto& L : all_layers())
+      for (int M : ms)
+        if (M <= ridge::kernels::window_gemm_max_tokens)
+          need = std::max(
+              need, ridge::kernels::gemm_bf16_window_workspace_bytes(M, L.N, L.K, window_seg));
+    if (need > window_ws_bytes) {
+      cudaFree(window_ws);
+      RIDGE_CHECK(cudaMalloc(&window_ws, need) == cudaSuccess &&
+                      cudaMemset(window_ws, 0, need) == cudaSuccess,
+                  "bench: cannot allocate the window GEMV's workspace ({} bytes)", need);
+      window_ws_bytes = need;
+    }
+  }
+  const Gemm window = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::gemm_bf16_window(X, W, Y, M, N, K, st, window_ws, window_ws_bytes, nullptr,
+                                     window_seg);
+  };
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s %6s | %s\n", "model",
               "layer", "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw",
               "%read", "%peak", "alt (us)");
@@ -417,6 +445,9 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       const bool try_row_stream = ridge::kernels::skinny_stream_applies(
           row_stream_args(nullptr, nullptr, nullptr, M, L.N, L.K));
       if (try_row_stream) entries.push_back({&row_stream});
+      const size_t window_at = entries.size();
+      const bool try_window = M <= ridge::kernels::window_gemm_max_tokens;
+      if (try_window) entries.push_back({&window});
       const std::vector<Measured> m = check_then_time(p, entries, s, rng);
       const Measured& mr = m[0];
       const Measured& mo = m[1];
@@ -446,6 +477,7 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       }
       if (M <= ridge::kernels::stream_gemm_max_tokens) alt(m[tma_at], "alt_tma", "tma");
       if (try_row_stream) alt(m[row_stream_at], "alt_row_stream", "row-stream");
+      if (try_window) alt(m[window_at], "alt_window", "window");
       if (mo.ok && mr.ok) row["speedup_vs_cublas"] = mr.us / mo.us;
       rows.push_back(row);
       if (mo.ok) {

@@ -749,6 +749,110 @@ TEST(GemmStream, MatchesReference) {
                ridge::Error);
 }
 
+// The window GEMV (gemm_bf16_window): 1-32 tokens in every token-tile count (8, 16, 32), the
+// automatic segment and every forced one (16-128 chunks), K tails (a last segment and a last
+// column group partly past K), one segment (K short), partial units (N not a multiple of 16),
+// more units than resident blocks, the residual in place. Each against the fp64 reference
+// (outputs poisoned first), a second run bitwise equal (the segments are summed in order). One
+// workspace, zeroed once, serves every case: every launch must leave its tickets at zero. Bad
+// token counts, segments and workspaces are refused.
+TEST(GemmWindow, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  struct Case {
+    int M, N, K, seg;
+    bool residual;
+  };
+  const Case cases[] = {
+      {1, 4104, 4096, 0, false},  {8, 12288, 4096, 0, true},  {3, 1032, 11008, 0, false},
+      {16, 4096, 4096, 0, false}, {13, 264, 1000, 16, true},  {32, 4104, 4096, 0, false},
+      {17, 520, 11008, 0, true},  {2, 8, 64, 0, false},       {5, 22016, 520, 32, false},
+      {24, 1032, 3000, 64, true}, {1, 136, 8192, 128, false}, {9, 4096, 1032, 128, false},
+      {32, 200, 2056, 16, true}};
+  size_t ws_bytes = 0;
+  for (const Case& c : cases)
+    ws_bytes =
+        std::max(ws_bytes, ridge::kernels::gemm_bf16_window_workspace_bytes(c.M, c.N, c.K, c.seg));
+  DeviceBuffer<unsigned char> ws(ws_bytes);
+  ASSERT_TRUE(ws.ptr);
+  CUDA_OK(cudaMemset(ws.ptr, 0, ws_bytes));
+  // The tickets sit at the start of the workspace; the largest count any case uses.
+  size_t max_tickets = 0;
+  for (const Case& c : cases) {
+    const auto plan = ridge::kernels::window_gemm_plan(c.M, c.K, c.seg);
+    max_tickets = std::max(max_tickets, size_t((c.N + 15) / 16) * plan.token_tiles);
+  }
+  uint32_t seed = 2100;
+  for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
+    const Case& c = cases[ci];
+    const auto plan = ridge::kernels::window_gemm_plan(c.M, c.K, c.seg);
+    SCOPED_TRACE(::testing::Message()
+                 << "M=" << c.M << " N=" << c.N << " K=" << c.K << " seg=" << plan.seg
+                 << " ksegs=" << plan.ksegs << " residual=" << c.residual);
+    check_twice(c.M, c.N, c.K, c.residual, seed++,
+                [&](const bf16* X, const bf16* W, bf16* Y, const bf16* R) {
+                  ridge::kernels::gemm_bf16_window(X, W, Y, c.M, c.N, c.K, nullptr, ws.ptr,
+                                                   ws_bytes, R, c.seg, /*pdl*/ ci % 2 == 1);
+                });
+  }
+  std::vector<unsigned> tickets(max_tickets);
+  CUDA_OK(cudaMemcpy(tickets.data(), ws.ptr, max_tickets * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(size_t(std::count(tickets.begin(), tickets.end(), 0u)), max_tickets)
+      << "the window GEMV left tickets that are not zero";
+  DeviceBuffer<bf16> X(33 * 64), W(64 * 8), Y(33 * 8);
+  ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
+  namespace kn = ridge::kernels;
+  EXPECT_THROW(kn::gemm_bf16_window(X.ptr, W.ptr, Y.ptr, 33, 8, 64, nullptr, ws.ptr, ws_bytes),
+               ridge::Error);
+  EXPECT_THROW(
+      kn::gemm_bf16_window(X.ptr, W.ptr, Y.ptr, 1, 8, 64, nullptr, ws.ptr, ws_bytes, nullptr, 24),
+      ridge::Error);
+  EXPECT_THROW(
+      kn::gemm_bf16_window(X.ptr, W.ptr, Y.ptr, 1, 8, 64, nullptr, ws.ptr, ws_bytes, nullptr, 256),
+      ridge::Error);
+  // 17-32 tokens: a ring of 2 KB segments does not fit in shared memory
+  EXPECT_THROW(
+      kn::gemm_bf16_window(X.ptr, W.ptr, Y.ptr, 17, 8, 64, nullptr, ws.ptr, ws_bytes, nullptr, 128),
+      ridge::Error);
+  EXPECT_THROW(kn::gemm_bf16_window(X.ptr, W.ptr, Y.ptr, 1, 8, 64, nullptr, ws.ptr,
+                                    kn::gemm_bf16_window_workspace_bytes(1, 8, 64) - 4),
+               ridge::Error);
+  EXPECT_THROW(kn::gemm_bf16_window(X.ptr, W.ptr, Y.ptr, 1, 8, 64, nullptr, nullptr, ws_bytes),
+               ridge::Error);
+}
+
+// The window GEMV launched 8 times back to back with PDL on one workspace, no synchronization
+// between them: each launch's blocks may start while the previous one's still publish and reduce,
+// so a ticket reset late or scratch read early would show. Every output within bounds of the fp64
+// reference and bitwise equal to the first.
+TEST(GemmWindow, BackToBackWithPdl) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  const int M = 8, N = 12296, K = 4096, kLaunches = 8;
+  std::mt19937 rng(2200);
+  auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
+  DeviceBuffer<bf16> X(hX.size()), W(hW.size()), Y(size_t(kLaunches) * M * N);
+  const size_t ws_bytes = ridge::kernels::gemm_bf16_window_workspace_bytes(M, N, K);
+  DeviceBuffer<unsigned char> ws(ws_bytes);
+  ASSERT_TRUE(X.ptr && W.ptr && Y.ptr && ws.ptr);
+  CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(ws.ptr, 0, ws_bytes));
+  CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
+  for (int l = 0; l < kLaunches; ++l)
+    ridge::kernels::gemm_bf16_window(X.ptr, W.ptr, Y.ptr + size_t(l) * M * N, M, N, K, nullptr,
+                                     ws.ptr, ws_bytes, nullptr, 0, /*pdl*/ true);
+  CUDA_OK(cudaDeviceSynchronize());
+  const auto ref = reference(hX, hW, nullptr, M, N, K);
+  std::vector<std::vector<unsigned char>> outs(kLaunches);
+  for (int l = 0; l < kLaunches; ++l) {
+    SCOPED_TRACE(::testing::Message() << "launch " << l);
+    download_and_check(Y.ptr + size_t(l) * M * N, size_t(M) * N, false, ref, outs[size_t(l)]);
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[size_t(l)].data(), outs[0].size()), 0)
+        << "differs in its bits from the first launch";
+  }
+}
+
 TEST(GemmSm90, MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";

@@ -77,6 +77,36 @@ void gemm_bf16_stream(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
   detail::launch_stream_gemm(X, W, Y, residual, M, N, K, workspace, max_ctas, stream);
 }
 
+void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
+                      cudaStream_t stream, void* workspace, size_t workspace_bytes,
+                      const bf16* residual, int seg, bool pdl) {
+  const char* what = "gemm_bf16_window";
+  check_common(what, X, W, Y, residual, M, N, K);
+  check_sm90(what);
+  RIDGE_CHECK(M <= window_gemm_max_tokens, "{}: M = {} tokens, at most {}", what, M,
+              window_gemm_max_tokens);
+  RIDGE_CHECK(seg == 0 || (seg >= 16 && seg <= 128 && (seg & (seg - 1)) == 0),
+              "{}: seg = {} chunks must be 0 (automatic) or a power of two in [16, 128]", what,
+              seg);
+  const WindowGemmPlan plan = window_gemm_plan(M, K, seg);
+  int device = 0, optin = 0;
+  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+  RIDGE_GEMM_CUDA_CHECK(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  RIDGE_CHECK(window_gemm_smem_bytes(plan) <= size_t(optin),
+              "{}: {} tokens with segments of {} chunks need {} bytes of shared memory a block, "
+              "the device allows {}",
+              what, M, plan.seg, window_gemm_smem_bytes(plan), optin);
+  const size_t need = gemm_bf16_window_workspace_bytes(M, N, K, seg);
+  RIDGE_CHECK(workspace != nullptr && workspace_bytes >= need && aligned16(workspace),
+              "{}: needs a 16-byte aligned workspace of {} bytes, got {} bytes at {}", what, need,
+              workspace_bytes, workspace);
+  SkinnyArgs a;
+  a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.residual = residual, a.M = M, a.N = N, a.K = K;
+  a.pdl_launch = pdl;
+  detail::launch_window(a, seg, workspace, stream);
+}
+
 void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream) {
   const char* what = "gemm_bf16_skinny_fused";
   check_common(what, a.X, a.W, static_cast<const bf16*>(a.Y), a.residual, a.M, a.N, a.K);

@@ -50,12 +50,15 @@
 
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
+#include "ridge/kernels/cuda/gemm/skinny_device.cuh"
 #include "ridge/kernels/cuda/gemm/stream_load.cuh"
 #include "ridge/kernels/cuda/pdl.cuh"
 #include "ridge/kernels/cuda/rope.cuh"
 
 namespace ridge::kernels {
 namespace {
+
+using namespace skinny_device;
 
 constexpr int kSkinnyWarps = 8;
 
@@ -72,34 +75,9 @@ bool skinny_persistent() {
 }
 constexpr int kSkinnyThreads = 32 * kSkinnyWarps;
 
-// Activations are re-read by every row tile: keep them cacheable in L1.
-__device__ __forceinline__ uint4 load_activations16(const bf16* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
-}
-
-// Early weights (SkinnyArgs::stage_steps): 16 bytes global -> shared without registers, L1
-// bypassed, the same 256-byte L2 prefetch as load_weights16. Each thread later reads back only
-// what it copied itself, so cp.async.wait_all is the only ordering needed (no barrier).
-__device__ __forceinline__ void stage_weights16(uint4* dst, const void* src) {
-  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void stage_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void stage_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
          (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
-}
-
-__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, uint32_t a1,
-                                                  uint32_t a2, uint32_t a3, uint32_t b0,
-                                                  uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // ---- the rms_sumsq sums and the tile's epilogue ----------------------------------------------
@@ -207,20 +185,6 @@ __device__ __forceinline__ void store_swiglu(const SkinnyArgs& a, int f, int m, 
   static_cast<bf16*>(a.Y)[static_cast<size_t>(m) * (a.N / 2) + f] =
       __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
 }
-// The plain store of Y[m, n] (+ residual; f32 or bf16); returns the value stored (bf16 output) for
-// the sums of squares, 0 for f32.
-__device__ __forceinline__ float store_output(const SkinnyArgs& a, int n, int m, float sum) {
-  const size_t idx = static_cast<size_t>(m) * a.N + n;
-  if (a.residual != nullptr) sum += __bfloat162float(a.residual[idx]);
-  if (a.y_f32) {
-    static_cast<float*>(a.Y)[idx] = sum;
-    return 0.0f;
-  }
-  const bf16 out = __float2bfloat16(sum);
-  static_cast<bf16*>(a.Y)[idx] = out;
-  return __bfloat162float(out);
-}
-
 // The end of a row tile: the warps' partial sums (each warp a slice of K) are reduced through
 // shared memory in a fixed order and stored with the epilogue `a` asks for. The caller
 // synchronizes before the next tile writes reduce_smem and reg_ss again.
@@ -674,21 +638,6 @@ constexpr int kStreamSlots = 4;
 constexpr int kStreamFullBarrier =
     1;  // barriers 1..4: slot s full; 5..8: slot s free (0: __syncthreads)
 constexpr int kStreamFreeBarrier = kStreamFullBarrier + kStreamSlots;
-__device__ __forceinline__ void named_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ unsigned add_release_gpu(unsigned* p, unsigned v) {
-  unsigned old;
-  asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ void fence_acq_rel_gpu() {
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
-
 template <int THREADS, int CPT, int R, int NT>
 __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
     gemv_stream_kernel(const SkinnyArgs a, bool rms) {

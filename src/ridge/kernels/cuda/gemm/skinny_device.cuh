@@ -1,0 +1,87 @@
+// Device helpers shared by the decode GEMV kernels (skinny_gemm.cu: the MMA kernel and the
+// row-stream GEMV; window_gemm.cu: the window kernel): loads, cp.async copies, the m16n8k16 MMA,
+// named barriers, the release/acquire pair of the ticket protocols, and the plain output store.
+// Device code only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ridge/kernels/cuda/gemm/gemm.h"
+
+namespace ridge::kernels::skinny_device {
+
+// Activations are re-read by every row tile: keep them cacheable in L1.
+__device__ __forceinline__ uint4 load_activations16(const bf16* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// 16 bytes global -> shared without registers, L1 bypassed, the same 256-byte L2 prefetch as
+// load_weights16 (stream_load.cuh). The copies of a thread complete in commit-group order
+// (stage_commit, cp.async.wait_group); another thread sees them after that wait and a barrier.
+__device__ __forceinline__ void stage_weights16(uint4* dst, const void* src) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+// The same copy reading src_bytes (0 or 16) of src and filling the rest of the 16 bytes with
+// zeros: chunks past the end of a row come out as 0 (src must still be a valid address).
+__device__ __forceinline__ void stage_weights16_zfill(uint4* dst, const void* src, int src_bytes) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void stage_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void stage_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                  uint32_t a2, uint32_t a3, uint32_t b0,
+                                                  uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Named barriers (ids 1..15; 0 is __syncthreads): sync waits, arrive does not; count is the
+// number of threads (a multiple of 32) that arrive or sync on the barrier for it to complete.
+__device__ __forceinline__ void named_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+// The ticket protocols: a release add publishes what the warp stored before it (after a
+// __syncwarp); the block that reads the completing count issues fence_acq_rel_gpu before it reads
+// what the other blocks published.
+__device__ __forceinline__ unsigned add_release_gpu(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+// The plain store of Y[m, n] (+ residual; f32 or bf16); returns the value stored (bf16 output) for
+// the sums of squares, 0 for f32.
+__device__ __forceinline__ float store_output(const SkinnyArgs& a, int n, int m, float sum) {
+  const size_t idx = static_cast<size_t>(m) * a.N + n;
+  if (a.residual != nullptr) sum += __bfloat162float(a.residual[idx]);
+  if (a.y_f32) {
+    static_cast<float*>(a.Y)[idx] = sum;
+    return 0.0f;
+  }
+  const bf16 out = __float2bfloat16(sum);
+  static_cast<bf16*>(a.Y)[idx] = out;
+  return __bfloat162float(out);
+}
+
+}  // namespace ridge::kernels::skinny_device

@@ -1,0 +1,273 @@
+// The window GEMV for 1-32 tokens: Y[M,N] = X[M,K] · W[N,K]ᵀ (+ residual), bf16 out, with the
+// weights read the way the read-only ceiling kernel reads memory (docs/KERNELS.md, runs 26-27).
+//
+// The MMA skinny kernel (skinny_gemm.cu) has each resident block stream a 16-row tile of its own
+// along K: at any moment the GPU reads hundreds of tiles 128 KB apart, a warp instruction 8 rows ×
+// 64 bytes, and it reached 84 % of the read ceiling on its addresses alone (run 26); past 16
+// tokens every tile also re-reads all of X from L2. Here W is cut into pieces of 16 rows × SEG
+// 16-byte chunks of each row (a K segment; SEG a power of two, 2 KB of a row by default), numbered
+// unit-major (unit u = rows 16u … 16u + 15, its segments s = 0 … S−1 in order). Block b of G takes
+// pieces b, b + G, b + 2G, … with G a multiple of S, so that:
+//   - the GPU reads one compact window of consecutive pieces at a time, each block 16 rows × SEG
+//     chunks, a warp 32 consecutive chunks (512 bytes of one row) per copy instruction;
+//   - every piece of a block is in the same K segment (b mod S): the block stages that segment of
+//     X in shared memory once, and nothing re-reads X.
+// Copies go with cp.async into a ring of 4 piece slots (3 in flight while one is reduced; one
+// block barrier a piece, since the MMA fragments read what other threads copied). Rows are padded
+// by 4 chunks (64 bytes) so that the fragment reads of rows g and g + 1 fall in different banks.
+// The MMAs are the skinny kernel's (m16n8k16, each thread 8 consecutive k of rows g and g + 8 and
+// of token g, fed as k positions {2t, 2t+1, 2t+8, 2t+9}); the 8 warps split a piece's columns. A
+// unit's S pieces are reduced by S blocks: the warps' partial sums go through a 2-slot ring in
+// shared memory (named barriers, as the row-stream GEMV's) to NG publisher warps (one a token
+// tile of 8), which sum them in warp order, store them to scratch and count them on the unit's
+// ticket with a release add (its result looked at one piece later). The block that completes a
+// unit acquires, sums the S partials in segment order (deterministic) and stores the unit's
+// outputs; then it resets the ticket. The loaders never wait for a ticket or a fence.
+// Limits (host-checked, gemm.cpp): 1 ≤ M ≤ 32, K % 8 == 0, N % 8 == 0, 16-byte aligned X (row
+// stride ld_x % 8 == 0), W, Y, residual; the workspace's tickets zero before the first launch.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "ridge/kernels/cuda/gemm/check.h"
+#include "ridge/kernels/cuda/gemm/launch.h"
+#include "ridge/kernels/cuda/gemm/skinny_device.cuh"
+#include "ridge/kernels/cuda/pdl.cuh"
+
+namespace ridge::kernels {
+namespace {
+
+using namespace skinny_device;
+
+constexpr int kWinWarps = 8;  // loader and MMA warps; the publishers come after them
+constexpr int kWinThreads = 32 * kWinWarps;
+constexpr int kWinSlots = 4;  // the ring of pieces
+constexpr int kWinPad = 4;    // chunks of padding a row in shared memory
+constexpr int kWinLoaderBarrier = 1;
+constexpr int kWinFull = 2;  // 2, 3: reduction slot full
+constexpr int kWinFree = 4;  // 4, 5: reduction slot read
+
+// Scratch of piece p, publisher (token tile) j: 4 fragment registers × 32 lanes.
+constexpr int kWinPart = 4 * 32;
+static_assert(kWinSlots == window_gemm_slots && kWinPad == window_gemm_pad &&
+                  kWinWarps == window_gemm_warps && kWinPart == window_gemm_part,
+              "window_gemm_smem_bytes (gemm.h) lays out this kernel's shared memory");
+
+template <int NG>
+__global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
+    window_gemm_kernel(const SkinnyArgs a, WindowGemmWorkspace ws, int seg, int ksegs) {
+  constexpr int MT = 8 * NG;
+  constexpr int kAll = kWinThreads + 32 * NG;
+  const int M = a.M, N = a.N, K = a.K, kchunks = K / 8;
+  const int P = seg + kWinPad;  // a shared-memory row, in chunks
+  const int units = (N + 15) / 16, pieces = units * ksegs;
+  const int G = int(gridDim.x), b = int(blockIdx.x);
+  const int c0 = (b % ksegs) * seg;  // this block's K segment: chunks c0 … c0 + seg − 1
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  extern __shared__ __align__(16) uint4 smem[];
+  uint4* const ring = smem;                                  // [slot][16 rows][P]
+  uint4* const xs = ring + kWinSlots * 16 * P;               // [MT tokens][P]
+  float* const red = reinterpret_cast<float*>(xs + MT * P);  // [2][warp][NG][4][32]
+
+  pdl::launch_dependents();
+  const int G_pieces =
+      (pieces - b + G - 1) / G;  // pieces of this block (b < pieces: grid ≤ pieces)
+  if (warp < kWinWarps) {        // ---- loaders and MMAs
+    // Piece i of this block (unit (i·G + b) / ksegs) into ring slot s: thread tid copies chunk
+    // tid % seg of rows tid / seg, + 256 / seg, … (seg ≤ 128), chunks past K as zeros.
+    const int row0 = tid / seg, col = tid % seg, row_step = kWinThreads / seg;
+    const bool col_ok = c0 + col < kchunks;
+    auto issue = [&](int i, int s) {
+      if (i < G_pieces) {
+        const int u = (i * G + b) / ksegs;
+        uint4* dst = ring + s * 16 * P + col;
+        for (int r = row0; r < 16; r += row_step) {
+          const bf16* src =
+              a.W + size_t(min(u * 16 + r, N - 1)) * K + size_t(col_ok ? c0 + col : 0) * 8;
+          stage_weights16_zfill(dst + r * P, src, col_ok ? 16 : 0);
+        }
+      }
+      stage_commit();
+    };
+    for (int i = 0; i < kWinSlots - 1; ++i) issue(i, i);  // before the wait: weights only
+    pdl::wait();
+    // X's segment of this block (tokens past M and chunks past K as zeros).
+    for (int e = tid; e < MT * seg; e += kWinThreads) {
+      const int m = e / seg, c = e % seg;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (m < M && c0 + c < kchunks)
+        v = load_activations16(a.X + size_t(m) * a.ld_x + (c0 + c) * 8);
+      xs[m * P + c] = v;
+    }
+    const int g = lane >> 2, t = lane & 3;
+    int i = 0;
+    for (; i < G_pieces; ++i) {
+      // Piece i has landed (this thread's copies), then everyone's; every warp is done with piece
+      // i − 1, whose slot takes piece i + 3.
+      asm volatile("cp.async.wait_group %0;" ::"n"(kWinSlots - 2) : "memory");
+      named_sync(kWinLoaderBarrier, kWinThreads);
+      issue(i + kWinSlots - 1, (i + kWinSlots - 1) % kWinSlots);
+      const uint4* w = ring + (i % kWinSlots) * 16 * P;
+      float acc[NG][4];
+#pragma unroll
+      for (int j = 0; j < NG; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[j][q] = 0.0f;
+      for (int c = warp; c < seg / 4; c += kWinWarps) {
+        const int k = 4 * c + t;
+        const uint4 lo = w[g * P + k], hi = w[(g + 8) * P + k];
+#pragma unroll
+        for (int j = 0; j < NG; ++j) {
+          const uint4 xb = xs[(8 * j + g) * P + k];
+          mma_m16n8k16_bf16(acc[j], lo.x, hi.x, lo.y, hi.y, xb.x, xb.y);
+          mma_m16n8k16_bf16(acc[j], lo.z, hi.z, lo.w, hi.w, xb.z, xb.w);
+        }
+      }
+      const int rs = i & 1;
+      if (i >= 2) named_sync(kWinFree + rs, kAll);  // the publishers have read slot rs
+      float* r = red + (rs * kWinWarps + warp) * NG * kWinPart;
+#pragma unroll
+      for (int j = 0; j < NG; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) r[(j * 4 + q) * 32 + lane] = acc[j][q];
+      named_arrive(kWinFull + rs, kAll);
+    }
+    // The publishers' last "free" arrivals, so that every arrival is matched.
+    for (int j = std::max(0, i - 2); j < i; ++j) named_sync(kWinFree + (j & 1), kAll);
+    stage_wait_all();  // the empty groups committed past the end
+    return;
+  }
+
+  // ---- publisher warp pw: token tile pw's partial sums of every piece, and the epilogues
+  const int pw = warp - kWinWarps;
+  pdl::wait();
+  // Unit u's outputs for token tile pw, once its ksegs partials are in scratch and acquired.
+  auto epilogue = [&](int u) {
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float* part = ws.scratch + (size_t(u) * ksegs * NG + pw) * kWinPart + lane;
+    // (unrolled so that several segments' loads are in flight at once; summed in segment order)
+#pragma unroll 4
+    for (int s = 0; s < ksegs; ++s, part += NG * kWinPart)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) v[q] += __ldcg(part + q * 32);
+        // C fragment of m16n8: registers 0, 1 at (row g, tokens 2t, 2t + 1), 2, 3 at row g + 8.
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int n = u * 16 + (lane >> 2) + (q >= 2 ? 8 : 0);
+      const int m = pw * 8 + 2 * (lane & 3) + (q & 1);
+      if (n < N && m < M) store_output(a, n, m, v[q]);
+    }
+    if (lane == 0) ws.tickets[size_t(u) * NG + pw] = 0;  // ready for the next launch
+  };
+  int prev = -1;
+  unsigned prev_old = 0;
+  auto settle = [&]() {  // a piece's ticket count, looked at one piece later
+    const unsigned old = __shfl_sync(0xffffffffu, prev_old, 0);
+    if (old + 1 != unsigned(ksegs)) return;  // warp-uniform
+    fence_acq_rel_gpu();
+    __syncwarp();
+    epilogue(prev);
+  };
+  for (int i = 0; i < G_pieces; ++i) {
+    const int rs = i & 1, p = i * G + b;
+    named_sync(kWinFull + rs, kAll);
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float* r = red + rs * kWinWarps * NG * kWinPart + pw * kWinPart + lane;
+#pragma unroll
+    for (int w = 0; w < kWinWarps; ++w)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) v[q] += r[w * NG * kWinPart + q * 32];
+    __syncwarp();
+    named_arrive(kWinFree + rs, kAll);
+    float* dst = ws.scratch + (size_t(p) * NG + pw) * kWinPart + lane;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) __stcg(dst + q * 32, v[q]);
+    __syncwarp();  // the lanes' stores, ordered before lane 0's release
+    const int u = p / ksegs;
+    unsigned old = 0;
+    if (lane == 0) old = add_release_gpu(ws.tickets + size_t(u) * NG + pw, 1u);
+    if (prev >= 0) settle();
+    prev = u, prev_old = old;
+  }
+  if (prev >= 0) settle();
+}
+
+// The grid: the resident blocks (one a SM with these rings), rounded down to a multiple of the
+// segments so that a block keeps its segment, at least one unit's worth, at most every piece.
+template <int NG>
+void launch_window_config(const SkinnyArgs& a, const WindowGemmPlan& plan,
+                          const WindowGemmWorkspace& ws, cudaStream_t stream) {
+  auto kernel = window_gemm_kernel<NG>;
+  const size_t smem = window_gemm_smem_bytes(plan);
+  struct Limits {  // (gemm_bf16_window checked that smem fits the opt-in limit)
+    int sms = 0, optin = 0;
+  };
+  static const Limits lim = [&] {
+    Limits l;
+    int device = 0;
+    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device));
+    RIDGE_GEMM_CUDA_CHECK(
+        cudaDeviceGetAttribute(&l.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    RIDGE_GEMM_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.optin));
+    return l;
+  }();
+  int per_sm = 0;
+  RIDGE_GEMM_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWinThreads + 32 * NG, smem));
+  const int units = (a.N + 15) / 16, pieces = units * plan.ksegs;
+  const int resident = lim.sms * std::max(per_sm, 1);
+  const int grid = std::min(pieces, std::max(plan.ksegs, resident / plan.ksegs * plan.ksegs));
+  RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel, dim3(unsigned(grid)),
+                                    dim3(kWinThreads + 32 * NG), smem, stream, a, ws, plan.seg,
+                                    plan.ksegs));
+}
+
+}  // namespace
+
+WindowGemmPlan window_gemm_plan(int M, int K, int seg) {
+  WindowGemmPlan p;
+  p.token_tiles = M <= 8 ? 1 : M <= 16 ? 2 : 4;
+  const int kchunks = K / 8;
+  if (seg == 0) {
+    seg = p.token_tiles <= 2 ? 128 : 64;  // 2 KB of a row (1 KB at 17-32 tokens: X's segment)
+    while (seg > 16 && seg / 2 >= kchunks) seg /= 2;  // no longer than the row needs
+  }
+  p.seg = seg;
+  p.ksegs = (kchunks + seg - 1) / seg;
+  return p;
+}
+
+size_t gemm_bf16_window_workspace_bytes(int M, int N, int K, int seg) {
+  const WindowGemmPlan p = window_gemm_plan(M, K, seg);
+  const size_t units = size_t((N + 15) / 16);
+  return window_gemm_ticket_bytes(units, p.token_tiles) +
+         units * p.ksegs * p.token_tiles * kWinPart * sizeof(float);
+}
+
+namespace detail {
+
+void launch_window(const SkinnyArgs& a, int seg, void* workspace, cudaStream_t stream) {
+  const WindowGemmPlan plan = window_gemm_plan(a.M, a.K, seg);
+  const size_t units = size_t((a.N + 15) / 16);
+  WindowGemmWorkspace ws;
+  ws.tickets = static_cast<unsigned*>(workspace);
+  ws.scratch = reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                        window_gemm_ticket_bytes(units, plan.token_tiles));
+  switch (plan.token_tiles) {
+    case 1:
+      launch_window_config<1>(a, plan, ws, stream);
+      return;
+    case 2:
+      launch_window_config<2>(a, plan, ws, stream);
+      return;
+    default:
+      launch_window_config<4>(a, plan, ws, stream);
+      return;
+  }
+}
+
+}  // namespace detail
+}  // namespace ridge::kernels
