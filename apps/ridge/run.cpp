@@ -117,7 +117,8 @@ void print_json(const nlohmann::json& j) {
 
 void run(RunFlags& f) {
   const int given = int(!f.prompt.empty()) + int(!f.prompt_ids.empty()) + int(!f.batch_file.empty());
-  RIDGE_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids or --batch-file");
+  RIDGE_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids or --batch-file{}",
+              given == 0 ? " (an empty prompt counts as none: there is nothing to continue)" : "");
   app::resolve_model(f.model);
   app::resolve_seed(f.gen);
   f.gen.generate.sampling.top_logprobs = f.top_logprobs;

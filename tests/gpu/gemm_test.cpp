@@ -754,8 +754,9 @@ TEST(GemmStream, MatchesReference) {
 // column group partly past K), one segment (K short), partial units (N not a multiple of 16),
 // more units than resident blocks, the residual in place. Each against the fp64 reference
 // (outputs poisoned first), a second run bitwise equal (the segments are summed in order). One
-// workspace, zeroed once, serves every case: every launch must leave its tickets at zero. Bad
-// token counts, segments and workspaces are refused.
+// workspace, zeroed once, serves every case, shapes large and small in turn: every launch must
+// leave its tickets at zero, and a shape's partial sums must not be read as another's tickets.
+// Bad token counts, widths, segments and workspaces are refused.
 TEST(GemmWindow, MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
@@ -776,12 +777,8 @@ TEST(GemmWindow, MatchesReference) {
   DeviceBuffer<unsigned char> ws(ws_bytes);
   ASSERT_TRUE(ws.ptr);
   CUDA_OK(cudaMemset(ws.ptr, 0, ws_bytes));
-  // The tickets sit at the start of the workspace; the largest count any case uses.
-  size_t max_tickets = 0;
-  for (const Case& c : cases) {
-    const auto plan = ridge::kernels::window_gemm_plan(c.M, c.K, c.seg);
-    max_tickets = std::max(max_tickets, size_t((c.N + 15) / 16) * plan.token_tiles);
-  }
+  // The tickets sit at the start of the workspace for every shape.
+  const size_t max_tickets = ridge::kernels::window_gemm_ticket_bytes / sizeof(unsigned);
   uint32_t seed = 2100;
   for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
     const Case& c = cases[ci];
@@ -803,6 +800,9 @@ TEST(GemmWindow, MatchesReference) {
   ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
   namespace kn = ridge::kernels;
   EXPECT_THROW(kn::gemm_bf16_window(X.ptr, W.ptr, Y.ptr, 33, 8, 64, nullptr, ws.ptr, ws_bytes),
+               ridge::Error);
+  EXPECT_THROW(kn::gemm_bf16_window(X.ptr, W.ptr, Y.ptr, 1, kn::window_gemm_max_n + 8, 64, nullptr,
+                                    ws.ptr, ws_bytes),
                ridge::Error);
   EXPECT_THROW(
       kn::gemm_bf16_window(X.ptr, W.ptr, Y.ptr, 1, 8, 64, nullptr, ws.ptr, ws_bytes, nullptr, 24),

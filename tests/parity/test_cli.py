@@ -96,39 +96,54 @@ def test_bad_sampling_parameter_names_it():
     assert p.returncode == 1 and "top_p" in p.stderr, p.stderr
 
 
-def test_gguf_without_tokenizer_takes_token_ids(tmp_path):
-    """A GGUF file with no tokenizer (a benchmark's random weights) loads with a warning and
-    decodes token ids; a text prompt is a clear error."""
+TINY_H, TINY_F, TINY_V = 256, 512, 300
+
+
+def write_tiny_gguf(path, block_count=1, layers=1, rope_dims=TINY_H // 4, freq_base=10000.0,
+                    k_rows=TINY_H):
+    """A random-weight llama GGUF without a tokenizer: 4 heads of 64, `layers` layers of tensors
+    under a `block_count` that may disagree, and the metadata or shapes given."""
     import numpy as np
     import gguf
     from gguf import GGMLQuantizationType as Q
     from ridge_harness import random_blocks
     rng = np.random.default_rng()
-    H, F, V = 256, 512, 300
-    path = tmp_path / "no-tokenizer.gguf"
+    H, F, V = TINY_H, TINY_F, TINY_V
     w = gguf.GGUFWriter(str(path), arch="llama")
     w.add_context_length(256)
     w.add_embedding_length(H)
-    w.add_block_count(1)
+    w.add_block_count(block_count)
     w.add_feed_forward_length(F)
     w.add_head_count(4)
     w.add_head_count_kv(4)
-    w.add_rope_dimension_count(H // 4)
-    w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(rope_dims)
+    w.add_rope_freq_base(freq_base)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(V)
-    for name, shape in {"token_embd.weight": (V, H), "output.weight": (V, H),
-                        "blk.0.attn_q.weight": (H, H), "blk.0.attn_k.weight": (H, H),
-                        "blk.0.attn_v.weight": (H, H), "blk.0.attn_output.weight": (H, H),
-                        "blk.0.ffn_gate.weight": (F, H), "blk.0.ffn_up.weight": (F, H),
-                        "blk.0.ffn_down.weight": (H, F)}.items():
+    shapes = {"token_embd.weight": (V, H), "output.weight": (V, H)}
+    for i in range(layers):
+        shapes.update({f"blk.{i}.attn_q.weight": (H, H), f"blk.{i}.attn_k.weight": (k_rows, H),
+                       f"blk.{i}.attn_v.weight": (H, H), f"blk.{i}.attn_output.weight": (H, H),
+                       f"blk.{i}.ffn_gate.weight": (F, H), f"blk.{i}.ffn_up.weight": (F, H),
+                       f"blk.{i}.ffn_down.weight": (H, F)})
+    for name, shape in shapes.items():
         w.add_tensor(name, random_blocks(rng, Q.Q4_K, *shape, lo=1e-3, hi=3e-3), raw_dtype=Q.Q4_K)
-    for name in ("blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"):
+    norms = ["output_norm.weight"] + [f"blk.{i}.{n}_norm.weight" for i in range(layers)
+                                      for n in ("attn", "ffn")]
+    for name in norms:
         w.add_tensor(name, np.ones(H, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def test_gguf_without_tokenizer_takes_token_ids(tmp_path):
+    """A GGUF file with no tokenizer (a benchmark's random weights) loads with a warning and
+    decodes token ids; a text prompt is a clear error."""
+    V = TINY_V
+    path = write_tiny_gguf(tmp_path / "no-tokenizer.gguf")
     p = ridge("run", "-m", path, "--prompt-ids", "5,17,42", "--max-tokens", "4", "--json",
               "--device", "cpu")
     assert "has no tokenizer" in p.stderr, p.stderr
@@ -136,3 +151,33 @@ def test_gguf_without_tokenizer_takes_token_ids(tmp_path):
     assert len(out["token_ids"]) == 4 and all(0 <= t < V for t in out["token_ids"])
     p = ridge("run", "-m", path, "-p", "hello", "--device", "cpu", check=False)
     assert p.returncode == 1 and "no tokenizer" in p.stderr and "--prompt-ids" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("kw,expect", [
+    (dict(block_count=1, layers=2), "blk.1."),  # layers the metadata leaves out
+    (dict(rope_dims=32), "rope.dimension_count is 32"),  # rotary over half a head
+    (dict(freq_base=float("inf")), "rope_theta"),
+    (dict(k_rows=250), "blk.0.attn_k.weight"),  # rows that are not whole heads
+])
+def test_gguf_metadata_that_disagrees_is_a_clear_error(tmp_path, kw, expect):
+    path = write_tiny_gguf(tmp_path / "bad.gguf", **kw)
+    p = ridge("run", "-m", path, "--prompt-ids", "5,17", "--max-tokens", "2", "--device", "cpu",
+              check=False)
+    assert p.returncode == 1 and "error:" in p.stderr and expect in p.stderr, p.stderr
+
+
+def test_a_fifo_as_the_model_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    p = ridge("run", "-m", fifo, "-p", "hi", check=False, timeout=60)
+    assert p.returncode == 1 and "not a regular file" in p.stderr, p.stderr
+    # and under another name, where the format is sniffed from the first bytes
+    fifo2 = tmp_path / "model.bin"
+    os.mkfifo(fifo2)
+    p = ridge("run", "-m", fifo2, "-p", "hi", check=False, timeout=60)
+    assert p.returncode == 1 and "not a regular file" in p.stderr, p.stderr
+
+
+def test_an_empty_prompt_says_so():
+    p = ridge("run", "-p", "", check=False)
+    assert p.returncode == 1 and "empty prompt" in p.stderr, p.stderr

@@ -270,3 +270,94 @@ def test_http10_stream_ends_with_the_connection(server):
     head, _, payload = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head.lower()
     assert payload.endswith(b"data: [DONE]\n\n")
+
+
+def test_numbers_past_a_double_are_400(server):
+    for body in ('{"prompt": "hi", "max_tokens": 1e400}', '{"prompt": "hi", "temperature": -1E+999}',
+                 '{"prompt": "hi", "max_tokens": 2, "unknown_field": 1e999}'):
+        status, e = error_of(post(server, "/v1/completions", body))
+        assert status == 400 and e["type"] == "invalid_request_error", (body, e)
+        assert "overflow" in e["message"], e
+
+
+def _read_until_closed(sock, timeout=10):
+    sock.settimeout(timeout)
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_transfer_encoding_not_chunked_is_refused_and_closes(server):
+    # Otherwise the body's bytes would be read as a request of their own (request smuggling).
+    sock = socket.create_connection((server.host, server.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n"
+                 b"GET /v2/smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = _read_until_closed(sock)
+    sock.close()
+    assert data.startswith(b"HTTP/1.1 400"), data[:200]
+    assert b"Transfer-Encoding" in data
+    assert data.count(b"HTTP/1.1 ") == 1, data  # nothing after it was taken as a request
+    assert server.request("GET", "/health")[0] == 200
+
+
+def test_more_choices_than_the_queue_is_400_naming_n():
+    s = Server("--max-queue", "4", stub=True)
+    try:
+        status, e = error_of(s.request("POST", "/v1/completions",
+                                       {"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 1}))
+        assert status == 400 and e["param"] == "n", e
+        assert "6 choices" in e["message"] and "4" in e["message"], e
+        m = s.metrics()  # nothing was queued
+        assert m["ridge_requests_waiting"] == 0 and m["ridge_requests_running"] == 0, m
+        # a request that fits is served
+        assert s.request("POST", "/v1/completions", {"prompt": "a", "n": 4, "max_tokens": 1})[0] == 200
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_stream_the_client_stops_reading_is_cancelled():
+    # 8 choices x 2000 tokens with logprobs take ~10 s; the client reads nothing, so once the
+    # socket buffers (a few MB) and --max-pending-bytes are full the server cancels the request
+    # instead of buffering the rest.
+    s = Server("--max-pending-bytes", "65536", "--stub-step-ms", "5", stub=True)
+    try:
+        base = s.metrics()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((s.host, s.port))
+        body = json.dumps({"prompt": "hi", "n": 8, "max_tokens": 2000, "ignore_eos": True,
+                           "stream": True, "logprobs": 5}).encode()
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.wait_metrics(lambda m: m["ridge_requests_running"] >= 1, 30)
+        after = s.wait_metrics(lambda m: m["ridge_requests_running"] == 0, 60)
+        made = after["ridge_generation_tokens_total"] - base["ridge_generation_tokens_total"]
+        assert after["ridge_requests_running"] == 0 and after["ridge_kv_blocks_used"] == 0, after
+        assert made < 8 * 2000 * 0.8, f"{made} tokens: the request ran on for a client not reading"
+        assert any("not reading" in line for line in s.stderr_lines), s.stderr_lines[-5:]
+        sock.close()
+    finally:
+        assert s.stop() == 0
+
+
+def test_expect_100_continue_is_answered(server):
+    # curl sends it for bodies past 1 MB and waits ~1 s for the 100 before sending anyway.
+    body = json.dumps({"model": server.model, "prompt": "Hi", "max_tokens": 2}).encode()
+    auth = f"Authorization: Bearer {server.api_key}\r\n" if server.api_key else ""
+    sock = socket.create_connection((server.host, server.port))
+    sock.settimeout(5)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                 auth.encode() + b"Expect: 100-continue\r\nConnection: close\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body))
+    t0 = time.monotonic()
+    first = sock.recv(4096)
+    assert first.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), first
+    assert time.monotonic() - t0 < 0.5
+    sock.sendall(body)
+    rest = first[len(b"HTTP/1.1 100 Continue\r\n\r\n"):] + _read_until_closed(sock)
+    sock.close()
+    assert rest.startswith(b"HTTP/1.1 200"), rest[:200]
+    assert json.loads(rest.split(b"\r\n\r\n", 1)[1])["choices"]

@@ -83,7 +83,7 @@ GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const Gene
     if (on_device) {
       if (uses_penalties(opt.sampling))
         history.update(prompt, output, vocab, opt.sampling.repetition_penalty != 1.0f);
-      const DeviceSampleRow row{&opt.sampling, uint64_t(output.size()), &history};
+      const DeviceSampleRow row{&opt.sampling, uint64_t(output.size()), &history, {}};
       if (device_sampler_.sample({}, model_.device_logits(), {&row, 1}, device_out)) {
         r = std::move(device_out[0]);
       } else {  // no device sampler: this step's logits to the host, and the host from now on

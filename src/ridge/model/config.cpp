@@ -1,5 +1,6 @@
 #include "ridge/model/config.h"
 
+#include <cmath>
 #include <cstdint>
 #include <fmt/format.h>
 
@@ -120,6 +121,12 @@ ModelConfig ModelConfig::from_gguf(const io::GgufFile& g) {
   c.max_position = g.try_int(gguf_key(arch, "context_length")).value_or(2048);
   c.rope_theta = g.try_float(gguf_key(arch, "rope.freq_base")).value_or(10000.0);
   c.rms_norm_eps = g.try_float(gguf_key(arch, "attention.layer_norm_rms_epsilon")).value_or(1e-5);
+  // RoPE over part of each head (partial rotary) is not implemented: refused rather than run as
+  // full rotary.
+  if (auto dims = g.try_int(gguf_key(arch, "rope.dimension_count")); dims && *dims != c.head_dim)
+    fail("{}: {}.rope.dimension_count is {}, the head dim {}: rotary embeddings over part of a "
+         "head are not supported",
+         g.path(), arch, *dims, c.head_dim);
   if (auto v = g.try_int(gguf_key(arch, "vocab_size"))) {
     c.vocab = *v;
   } else if (const auto* tok = g.find("tokenizer.ggml.tokens")) {
@@ -204,7 +211,8 @@ void ModelConfig::validate() const {
               "model config: {} attention heads are not a multiple of {} KV heads", n_heads,
               n_kv_heads);
   RIDGE_CHECK(head_dim % 2 == 0, "model config: head dim {} must be even for RoPE", head_dim);
-  RIDGE_CHECK(rope_theta > 0, "model config: rope_theta {} must be positive", rope_theta);
+  RIDGE_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
+              "model config: rope_theta {} must be positive and finite", rope_theta);
   RIDGE_CHECK(rms_norm_eps > 0 && rms_norm_eps < 1, "model config: rms_norm_eps {} is outside (0, 1)",
               rms_norm_eps);
 }

@@ -1,6 +1,8 @@
 #include "ridge/model/weights.h"
 
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -27,7 +29,10 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& path) {
   } else if (fs::is_directory(path, ec) || path.ends_with(".safetensors")) {
     w->load_safetensors(path);
   } else {
-    // Sniff the magic: a GGUF file need not end in .gguf.
+    // Sniff the magic: a GGUF file need not end in .gguf. (Not a FIFO or a device: opening one
+    // would wait for a writer, and it cannot be mapped.)
+    RIDGE_CHECK(fs::is_regular_file(path, ec), "model '{}' is not a regular file or a folder",
+                path);
     char magic[4] = {};
     if (FILE* f = std::fopen(path.c_str(), "rb")) {
       const size_t got = std::fread(magic, 1, 4, f);
@@ -44,10 +49,12 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& path) {
   return w;
 }
 
-HostBuffer unpermute_gguf_rows(const Tensor& w, int64_t n_heads) {
+HostBuffer unpermute_gguf_rows(const Tensor& w, int64_t n_heads, std::string_view name) {
   const int64_t rows = w.shape[0];
   RIDGE_CHECK(rows % n_heads == 0 && (rows / n_heads) % 2 == 0,
-              "cannot un-permute {} rows over {} heads", rows, n_heads);
+              "cannot un-permute the {} rows of {} over {} heads (its head count in the file's "
+              "metadata): the rows must be whole heads of even size",
+              rows, name.empty() ? std::string_view("a tensor") : name, n_heads);
   const int64_t hd = rows / n_heads, half = hd / 2;
   const size_t row = w.ndim == 1 ? ridge::row_bytes(w.dtype, 1) : w.row_bytes();
   HostBuffer out(row * size_t(rows));
@@ -74,12 +81,22 @@ void ModelWeights::load_gguf(const std::string& path) {
   // llama.cpp's converter permutes Q/K rows for the `llama` architecture only (qwen2 uses the
   // NEOX rope layout, which is Hugging Face's).
   const bool permuted = config_.architecture == "llama";
-  auto unpermute = [&](Tensor t, int64_t heads) {
+  auto unpermute = [&](const std::string& name, bool required, int64_t heads) {
+    Tensor t = required ? get(name) : opt(name);
     if (!permuted || !t.data) return t;
-    owned_.push_back(unpermute_gguf_rows(t, heads));
+    owned_.push_back(unpermute_gguf_rows(t, heads, name));
     t.data = owned_.back().data();
     return t;
   };
+  // Every layer tensor belongs to a layer of the config: a file whose block_count leaves some of
+  // its layers out would otherwise run as a smaller, different model.
+  for (const io::TensorData& t : g.tensors()) {
+    int64_t layer = -1;
+    if (std::sscanf(t.name.c_str(), "blk.%" SCNd64 ".", &layer) == 1 && layer >= config_.n_layers)
+      fail("{}: tensor {} belongs to layer {}, but the file's {}.block_count is {}: the metadata "
+           "and the tensors disagree",
+           path, t.name, layer, config_.architecture, config_.n_layers);
+  }
   token_embd = get("token_embd.weight");
   output_norm = get("output_norm.weight");
   output = config_.tied_embeddings ? token_embd : get("output.weight");
@@ -89,11 +106,11 @@ void ModelWeights::load_gguf(const std::string& path) {
     const std::string p = fmt::format("blk.{}.", i);
     LayerWeights& l = layers[size_t(i)];
     l.attn_norm = get(p + "attn_norm.weight");
-    l.wq = unpermute(get(p + "attn_q.weight"), config_.n_heads);
-    l.wk = unpermute(get(p + "attn_k.weight"), config_.n_kv_heads);
+    l.wq = unpermute(p + "attn_q.weight", true, config_.n_heads);
+    l.wk = unpermute(p + "attn_k.weight", true, config_.n_kv_heads);
     l.wv = get(p + "attn_v.weight");
-    l.bq = unpermute(opt(p + "attn_q.bias"), config_.n_heads);
-    l.bk = unpermute(opt(p + "attn_k.bias"), config_.n_kv_heads);
+    l.bq = unpermute(p + "attn_q.bias", false, config_.n_heads);
+    l.bk = unpermute(p + "attn_k.bias", false, config_.n_kv_heads);
     l.bv = opt(p + "attn_v.bias");
     l.wo = get(p + "attn_output.weight");
     l.ffn_norm = get(p + "ffn_norm.weight");
@@ -117,6 +134,14 @@ void ModelWeights::load_safetensors(const std::string& path) {
   output_norm = get("model.norm.weight");
   const io::TensorData* head = s.find_tensor("lm_head.weight");
   output = (config_.tied_embeddings || !head) ? token_embd : head->view();
+  for (const io::TensorData* t : s.tensors()) {  // as for GGUF: no layers left out
+    int64_t layer = -1;
+    if (std::sscanf(t->name.c_str(), "model.layers.%" SCNd64 ".", &layer) == 1 &&
+        layer >= config_.n_layers)
+      fail("{}: tensor {} belongs to layer {}, but config.json's num_hidden_layers is {}: the "
+           "config and the tensors disagree",
+           path, t->name, layer, config_.n_layers);
+  }
   layers.resize(size_t(config_.n_layers));
   for (int64_t i = 0; i < config_.n_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);

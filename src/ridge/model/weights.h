@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ridge/core/buffer.h"
@@ -74,6 +75,6 @@ class ModelWeights {
 
 // Un-permutes rows of a GGUF `llama` Q or K weight (or bias) of n_heads heads: GGUF row
 // h*hd + 2*j + t holds Hugging Face row h*hd + t*(hd/2) + j. Returns a new buffer.
-HostBuffer unpermute_gguf_rows(const Tensor& w, int64_t n_heads);
+HostBuffer unpermute_gguf_rows(const Tensor& w, int64_t n_heads, std::string_view name = {});
 
 }  // namespace ridge::model

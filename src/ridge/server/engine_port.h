@@ -22,6 +22,9 @@ class EnginePort {
   virtual void shutdown(bool drain) = 0;
   virtual engine::EngineMetrics metrics() const = 0;
   virtual int64_t max_model_len() const = 0;
+  // How many requests may wait at once (--max-queue): one HTTP request of more choices (prompts ×
+  // n) can never be queued whole.
+  virtual int32_t max_queue() const = 0;
   // The engine's device power now (thread safe); absent when the device reports none.
   virtual std::optional<backend::PowerReading> device_power() const { return std::nullopt; }
 };
@@ -37,6 +40,7 @@ class EngineAdapter final : public EnginePort {
   void shutdown(bool drain) override { engine_.shutdown(drain); }
   engine::EngineMetrics metrics() const override { return engine_.metrics(); }
   int64_t max_model_len() const override { return engine_.max_model_len(); }
+  int32_t max_queue() const override { return engine_.config().max_queue; }
   std::optional<backend::PowerReading> device_power() const override { return engine_.device_power(); }
 
  private:

@@ -217,7 +217,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Appends bytes of the response body (framed as one HTTP chunk when chunked).
   void send_body(std::string_view data) {
-    if (data.empty() || closed_) return;
+    if (data.empty() || closed_ || stalled_) return;
     if (chunked_) {
       char buf[20];
       auto r = std::to_chars(buf, buf + sizeof buf, data.size(), 16);
@@ -229,16 +229,19 @@ class Session : public std::enable_shared_from_this<Session> {
       pending_.append(data);
     }
     flush();
+    check_stalled();
   }
   void send_raw(std::string_view data) {
-    if (closed_) return;
+    if (closed_ || stalled_) return;
     pending_.append(data);
     flush();
+    check_stalled();
   }
   // Starts a streamed (chunked) response.
   void start_stream(std::string_view extra_headers) {
     // HTTP/1.0 has no chunked encoding: the body then ends when the connection closes.
     chunked_ = !http10_;
+    streaming_ = true;
     if (http10_) keep_alive_ = false;
     std::string head = http_head(200, "text/event-stream; charset=utf-8", -1, keep_alive_,
                                  fmt::format("Cache-Control: no-cache\r\n{}", extra_headers));
@@ -282,6 +285,36 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(64 * 1024);
     stream_.expires_after(std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(srv_.opt.keep_alive_seconds)));
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  // The headers are in: a client that waits for "100 Continue" before sending its body (curl does
+  // past 1 MB) gets it, then the body is read. (A body over the limit was refused by its
+  // Content-Length already, in on_read, without a 100.)
+  void on_header(beast::error_code ec) {
+    if (closed_) return;
+    if (ec) {
+      on_read(ec);
+      return;
+    }
+    if (!parser_->is_done() &&
+        beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(kContinue),
+                       [self = shared_from_this()](beast::error_code ec, size_t) {
+                         if (ec) {
+                           self->close();
+                           return;
+                         }
+                         self->read_body();
+                       });
+      return;
+    }
+    read_body();
+  }
+  void read_body() {
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
@@ -313,6 +346,16 @@ class Session : public std::enable_shared_from_this<Session> {
     auto req = parser_->release();
     keep_alive_ = req.keep_alive() && !srv_.stopping.load();
     http10_ = req.version() < 11;
+    // A Transfer-Encoding whose last coding is not chunked leaves the body's length unknown
+    // (RFC 9112 6.3): refused, and the connection closed, so that what follows is never read as
+    // another request.
+    if (req.count(http::field::transfer_encoding) && !req.chunked()) {
+      keep_alive_ = false;
+      respond_error(ApiError(400, fmt::format("Transfer-Encoding '{}' is not supported: the body "
+                                              "must be chunked last or sized by Content-Length.",
+                                              std::string(req[http::field::transfer_encoding]))));
+      return;
+    }
     try {
       handle(req);
     } catch (const ApiError& e) {
@@ -326,6 +369,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void begin_response() {
     in_response_ = true;
     chunked_ = false;
+    streaming_ = false;
     srv_.busy.fetch_add(1);
   }
 
@@ -356,6 +400,21 @@ class Session : public std::enable_shared_from_this<Session> {
   void response_written();
   void watch_disconnect();
 
+  // A streaming client that does not read: past max_pending_bytes waiting to be written, its
+  // request is cancelled and the connection closed (after the caller's output handler returns).
+  void check_stalled() {
+    // (Streams only: a whole response queued at once is as large as it is, and waits once.)
+    if (!streaming_ || stalled_ || closed_ ||
+        pending_.size() + writing_buf_.size() <= srv_.opt.max_pending_bytes)
+      return;
+    stalled_ = true;
+    log::warn("server: a client is not reading its response ({} bytes waiting, the limit is {}); "
+              "its request is cancelled and the connection closed",
+              pending_.size() + writing_buf_.size(), srv_.opt.max_pending_bytes);
+    pending_.clear();
+    net::post(ioc_, [self = shared_from_this()] { self->disconnect(); });
+  }
+
   void close() {
     if (closed_) return;
     closed_ = true;
@@ -375,6 +434,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string pending_, writing_buf_;
   bool writing_ = false;
+  bool streaming_ = false;  // the response in progress is a stream (start_stream)
+  bool stalled_ = false;    // cancelled for not reading (check_stalled)
   bool response_queued_ = false;
   bool in_response_ = false;
   bool chunked_ = false;
@@ -451,6 +512,16 @@ class Job : public std::enable_shared_from_this<Job> {
 
   // Submits every choice; throws ApiError when the engine refuses (earlier choices cancelled).
   void submit() {
+    // More choices than the queue can ever hold: refused before any is queued (a 429 would tell
+    // the client to retry a request that cannot succeed, and the choices queued meanwhile would
+    // push others out).
+    if (const int32_t cap = srv_.engine.max_queue(); choices_.size() > size_t(cap))
+      throw ApiError(400,
+                     fmt::format("This request asks for {} choices ({} prompt{} × n = {}), more "
+                                 "than the server queues at once ({}, --max-queue).",
+                                 choices_.size(), p_.prompts.size(),
+                                 p_.prompts.size() == 1 ? "" : "s", p_.n, cap),
+                     "n");
     std::random_device rd;
     const uint64_t base_seed = p_.seed_given ? p_.sampling.seed : (uint64_t(rd()) << 32 | rd());
     {

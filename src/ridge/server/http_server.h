@@ -34,6 +34,10 @@ struct ServerOptions {
   int http_threads = 1;
   double keep_alive_seconds = 60;                // idle connection timeout (also header reads)
   int max_connections = 16384;                   // beyond: new connections get 503 and close
+  // Response bytes a connection may have waiting for its client to read them: a client that
+  // keeps its connection but stops reading (a stalled stream) gets its request cancelled and the
+  // connection closed past this, instead of the server buffering its whole output.
+  size_t max_pending_bytes = size_t(32) << 20;
 };
 
 class HttpServer {

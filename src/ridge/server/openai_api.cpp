@@ -56,8 +56,9 @@ json parse_body(std::string_view body) {
   json j;
   try {
     j = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
-    // nlohmann's message names the byte position.
+  } catch (const json::exception& e) {
+    // nlohmann's message names the byte position (a syntax error) or the number that overflows a
+    // double (out_of_range 406).
     std::string what = e.what();
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
     throw ApiError(400, fmt::format("We could not parse the JSON body of your request: {}", what));

@@ -49,6 +49,7 @@ class StubEngine final : public EnginePort {
   void shutdown(bool drain) override;
   engine::EngineMetrics metrics() const override;
   int64_t max_model_len() const override { return config_.max_model_len; }
+  int32_t max_queue() const override { return config_.max_queue; }
   std::optional<backend::PowerReading> device_power() const override {
     return config_.power ? config_.power() : std::nullopt;
   }

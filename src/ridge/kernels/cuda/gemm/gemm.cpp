@@ -85,6 +85,7 @@ void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
   check_sm90(what);
   RIDGE_CHECK(M <= window_gemm_max_tokens, "{}: M = {} tokens, at most {}", what, M,
               window_gemm_max_tokens);
+  RIDGE_CHECK(N <= window_gemm_max_n, "{}: N = {} is larger than {}", what, N, window_gemm_max_n);
   RIDGE_CHECK(seg == 0 || (seg >= 16 && seg <= 128 && (seg & (seg - 1)) == 0),
               "{}: seg = {} chunks must be 0 (automatic) or a power of two in [16, 128]", what,
               seg);

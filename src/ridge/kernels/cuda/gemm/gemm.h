@@ -64,37 +64,43 @@ void gemm_bf16_stream(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 
 // The window GEMV for 1-32 tokens (window_gemm.cu): W is read in pieces of 16 rows × a K segment
 // (seg 16-byte chunks of each row, a power of two in [16, 128] whose ring fits in shared memory:
-// up to 64 past 16 tokens; 0: 2 KB of a row up to 16 tokens, 1 KB above), the GPU's blocks taking
-// consecutive pieces at once (one compact window, as the read ceiling reads memory), each block
-// always the same segment (its part of X staged once in shared memory). A unit's segments are
-// reduced across blocks through the workspace (partial sums and a ticket a unit and token tile; the
-// block that completes a unit stores it, summing the segments in order: deterministic). Workspace:
-// gemm_bf16_window_workspace_bytes(M, N, K, seg) bytes, 16-byte aligned, zeroed once before its
-// first use (every launch leaves its tickets zero); one launch at a time per workspace. M ≤
-// window_gemm_max_tokens, K % 8 == 0, N % 8 == 0, 16-byte aligned X, W, Y and residual, sm_90.
-// Launched with PDL when `pdl` (its weights start streaming before the previous kernel ends).
+// up to 64 past 16 tokens; 0: 2 KB of a row up to 16 tokens, 1 KB above, shorter where the row
+// is), the GPU's blocks taking consecutive pieces at once (one compact window, as the read
+// ceiling reads memory), each block always the same segment (its part of X staged once in shared
+// memory). A unit's segments are reduced across blocks through the workspace (partial sums and a
+// ticket a unit and token tile; the block that completes a unit stores it, summing the segments
+// in order: deterministic). Workspace: gemm_bf16_window_workspace_bytes(M, N, K, seg) bytes,
+// 16-byte aligned, zeroed once before its first use (every launch leaves its tickets zero; they
+// sit at the start for every shape, so a workspace serves any call it is large enough for); one
+// launch at a time per workspace. M ≤ window_gemm_max_tokens, N ≤ window_gemm_max_n, K % 8 == 0,
+// N % 8 == 0, 16-byte aligned X, W, Y and residual, sm_90. Launched with PDL when `pdl` (its
+// weights start streaming before the previous kernel ends).
 constexpr int window_gemm_max_tokens = 32;
+constexpr int window_gemm_max_n = 262144;
 struct WindowGemmPlan {
   int token_tiles = 0;  // of 8 tokens: 1, 2 or 4
   int seg = 0;          // 16-byte chunks of a row a piece holds
   int ksegs = 0;        // K segments (pieces a 16-row unit)
 };
 WindowGemmPlan window_gemm_plan(int M, int K, int seg = 0);
-// A block's shared memory: a ring of window_gemm_slots pieces and X's segment (rows padded by
-// window_gemm_pad chunks), and two slots of the warps' partial sums.
-constexpr int window_gemm_slots = 4, window_gemm_pad = 4, window_gemm_warps = 8,
-              window_gemm_part = 128;
+// A block's shared memory: a ring of pieces (window_gemm_slots) and X's segment, rows padded by
+// window_gemm_pad chunks, and window_gemm_red_slots slots of the warps' partial sums.
+constexpr int window_gemm_pad = 4, window_gemm_warps = 8, window_gemm_part = 128,
+              window_gemm_red_slots = 4;
+constexpr int window_gemm_slots(int token_tiles) {
+  return token_tiles == 4 ? 6 : 4;
+}
 constexpr size_t window_gemm_smem_bytes(const WindowGemmPlan& p) {
-  return size_t(window_gemm_slots * 16 + 8 * p.token_tiles) * size_t(p.seg + window_gemm_pad) * 16 +
-         size_t(2 * window_gemm_warps * p.token_tiles * window_gemm_part) * sizeof(float);
+  return size_t(window_gemm_slots(p.token_tiles) * 16 + 8 * p.token_tiles) *
+             size_t(p.seg + window_gemm_pad) * 16 +
+         size_t(window_gemm_red_slots * window_gemm_warps * p.token_tiles * window_gemm_part) *
+             sizeof(float);
 }
 struct WindowGemmWorkspace {
-  unsigned* tickets = nullptr;  // [units][token tiles]
+  unsigned* tickets = nullptr;  // [units][token tiles], window_gemm_ticket_bytes at the start
   float* scratch = nullptr;     // [units][ksegs][token tiles][4 × 32] partial sums
 };
-inline size_t window_gemm_ticket_bytes(size_t units, int token_tiles) {
-  return (units * size_t(token_tiles) * sizeof(unsigned) + 255) / 256 * 256;
-}
+constexpr size_t window_gemm_ticket_bytes = size_t(window_gemm_max_n / 16) * 4 * sizeof(unsigned);
 size_t gemm_bf16_window_workspace_bytes(int M, int N, int K, int seg = 0);
 void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                       cudaStream_t stream, void* workspace, size_t workspace_bytes,

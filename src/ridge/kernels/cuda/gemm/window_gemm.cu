@@ -12,19 +12,24 @@
 //     chunks, a warp 32 consecutive chunks (512 bytes of one row) per copy instruction;
 //   - every piece of a block is in the same K segment (b mod S): the block stages that segment of
 //     X in shared memory once, and nothing re-reads X.
-// Copies go with cp.async into a ring of 4 piece slots (3 in flight while one is reduced; one
-// block barrier a piece, since the MMA fragments read what other threads copied). Rows are padded
+// Copies go with cp.async into a ring of piece slots (4, 6 at 17-32 tokens where pieces are half
+// as long: all but one in flight while one is reduced; one block barrier a piece, since the MMA
+// fragments read what other threads copied). Rows are padded
 // by 4 chunks (64 bytes) so that the fragment reads of rows g and g + 1 fall in different banks.
 // The MMAs are the skinny kernel's (m16n8k16, each thread 8 consecutive k of rows g and g + 8 and
 // of token g, fed as k positions {2t, 2t+1, 2t+8, 2t+9}); the 8 warps split a piece's columns. A
-// unit's S pieces are reduced by S blocks: the warps' partial sums go through a 2-slot ring in
+// unit's S pieces are reduced by S blocks: the warps' partial sums go through a 4-slot ring in
 // shared memory (named barriers, as the row-stream GEMV's) to NG publisher warps (one a token
-// tile of 8), which sum them in warp order, store them to scratch and count them on the unit's
-// ticket with a release add (its result looked at one piece later). The block that completes a
-// unit acquires, sums the S partials in segment order (deterministic) and stores the unit's
-// outputs; then it resets the ticket. The loaders never wait for a ticket or a fence.
+// tile of 8), which sum them in warp order and store them to scratch. A piece is counted on its
+// unit's ticket one piece later (a release add: by then its stores are long acknowledged, so the
+// release does not wait for them), and the add's result is looked at one piece after that (its
+// round trip hidden behind the next piece). The block that completes a unit acquires, sums the S
+// partials in segment order (deterministic) and stores the unit's outputs; then it resets the
+// ticket. The loaders never wait for a ticket or a fence.
 // Limits (host-checked, gemm.cpp): 1 ≤ M ≤ 32, K % 8 == 0, N % 8 == 0, 16-byte aligned X (row
-// stride ld_x % 8 == 0), W, Y, residual; the workspace's tickets zero before the first launch.
+// stride ld_x % 8 == 0), W, Y, residual; N ≤ window_gemm_max_n; the workspace's tickets zero
+// before the first launch. The tickets sit at the workspace's start for every shape, so one
+// workspace serves calls of any shape it is large enough for.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -42,16 +47,17 @@ using namespace skinny_device;
 
 constexpr int kWinWarps = 8;  // loader and MMA warps; the publishers come after them
 constexpr int kWinThreads = 32 * kWinWarps;
-constexpr int kWinSlots = 4;  // the ring of pieces
-constexpr int kWinPad = 4;    // chunks of padding a row in shared memory
+constexpr int kWinPad = 4;       // chunks of padding a row in shared memory
+constexpr int kWinRedSlots = 4;  // the ring of the warps' partial sums
 constexpr int kWinLoaderBarrier = 1;
-constexpr int kWinFull = 2;  // 2, 3: reduction slot full
-constexpr int kWinFree = 4;  // 4, 5: reduction slot read
+constexpr int kWinFull = 2;                        // 2 … 5: partial-sum slot full
+constexpr int kWinFree = kWinFull + kWinRedSlots;  // 6 … 9: partial-sum slot read
+static_assert(kWinFree + kWinRedSlots <= 16, "named barriers 1 … 15");
 
 // Scratch of piece p, publisher (token tile) j: 4 fragment registers × 32 lanes.
 constexpr int kWinPart = 4 * 32;
-static_assert(kWinSlots == window_gemm_slots && kWinPad == window_gemm_pad &&
-                  kWinWarps == window_gemm_warps && kWinPart == window_gemm_part,
+static_assert(kWinPad == window_gemm_pad && kWinWarps == window_gemm_warps &&
+                  kWinPart == window_gemm_part && kWinRedSlots == window_gemm_red_slots,
               "window_gemm_smem_bytes (gemm.h) lays out this kernel's shared memory");
 
 template <int NG>
@@ -59,28 +65,31 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
     window_gemm_kernel(const SkinnyArgs a, WindowGemmWorkspace ws, int seg, int ksegs) {
   constexpr int MT = 8 * NG;
   constexpr int kAll = kWinThreads + 32 * NG;
+  constexpr int SLOTS = window_gemm_slots(NG);
   const int M = a.M, N = a.N, K = a.K, kchunks = K / 8;
   const int P = seg + kWinPad;  // a shared-memory row, in chunks
   const int units = (N + 15) / 16, pieces = units * ksegs;
   const int G = int(gridDim.x), b = int(blockIdx.x);
+  // G is a multiple of ksegs: piece i·G + b of this block is segment b % ksegs of unit
+  // b / ksegs + i · (G / ksegs).
   const int c0 = (b % ksegs) * seg;  // this block's K segment: chunks c0 … c0 + seg − 1
+  const int unit0 = b / ksegs, unit_step = G / ksegs;
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   extern __shared__ __align__(16) uint4 smem[];
   uint4* const ring = smem;                                  // [slot][16 rows][P]
-  uint4* const xs = ring + kWinSlots * 16 * P;               // [MT tokens][P]
-  float* const red = reinterpret_cast<float*>(xs + MT * P);  // [2][warp][NG][4][32]
+  uint4* const xs = ring + SLOTS * 16 * P;                   // [MT tokens][P]
+  float* const red = reinterpret_cast<float*>(xs + MT * P);  // [slot][warp][NG][4][32]
 
   pdl::launch_dependents();
-  const int G_pieces =
-      (pieces - b + G - 1) / G;  // pieces of this block (b < pieces: grid ≤ pieces)
-  if (warp < kWinWarps) {        // ---- loaders and MMAs
-    // Piece i of this block (unit (i·G + b) / ksegs) into ring slot s: thread tid copies chunk
-    // tid % seg of rows tid / seg, + 256 / seg, … (seg ≤ 128), chunks past K as zeros.
+  const int G_pieces = (pieces - b + G - 1) / G;  // pieces of this block (grid ≤ pieces)
+  if (warp < kWinWarps) {                         // ---- loaders and MMAs
+    // Piece i of this block into ring slot s: thread tid copies chunk tid % seg of rows
+    // tid / seg, + 256 / seg, … (seg ≤ 128), chunks past K as zeros, rows past N clamped.
     const int row0 = tid / seg, col = tid % seg, row_step = kWinThreads / seg;
     const bool col_ok = c0 + col < kchunks;
     auto issue = [&](int i, int s) {
       if (i < G_pieces) {
-        const int u = (i * G + b) / ksegs;
+        const int u = unit0 + i * unit_step;
         uint4* dst = ring + s * 16 * P + col;
         for (int r = row0; r < 16; r += row_step) {
           const bf16* src =
@@ -90,7 +99,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
       }
       stage_commit();
     };
-    for (int i = 0; i < kWinSlots - 1; ++i) issue(i, i);  // before the wait: weights only
+    for (int i = 0; i < SLOTS - 1; ++i) issue(i, i);  // before the wait: weights only
     pdl::wait();
     // X's segment of this block (tokens past M and chunks past K as zeros).
     for (int e = tid; e < MT * seg; e += kWinThreads) {
@@ -104,11 +113,11 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
     int i = 0;
     for (; i < G_pieces; ++i) {
       // Piece i has landed (this thread's copies), then everyone's; every warp is done with piece
-      // i − 1, whose slot takes piece i + 3.
-      asm volatile("cp.async.wait_group %0;" ::"n"(kWinSlots - 2) : "memory");
+      // i − 1, whose slot takes piece i + SLOTS − 1.
+      asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - 2) : "memory");
       named_sync(kWinLoaderBarrier, kWinThreads);
-      issue(i + kWinSlots - 1, (i + kWinSlots - 1) % kWinSlots);
-      const uint4* w = ring + (i % kWinSlots) * 16 * P;
+      issue(i + SLOTS - 1, (i + SLOTS - 1) % SLOTS);
+      const uint4* w = ring + (i % SLOTS) * 16 * P;
       float acc[NG][4];
 #pragma unroll
       for (int j = 0; j < NG; ++j)
@@ -124,8 +133,8 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
           mma_m16n8k16_bf16(acc[j], lo.z, hi.z, lo.w, hi.w, xb.z, xb.w);
         }
       }
-      const int rs = i & 1;
-      if (i >= 2) named_sync(kWinFree + rs, kAll);  // the publishers have read slot rs
+      const int rs = i % kWinRedSlots;
+      if (i >= kWinRedSlots) named_sync(kWinFree + rs, kAll);  // the publishers have read slot rs
       float* r = red + (rs * kWinWarps + warp) * NG * kWinPart;
 #pragma unroll
       for (int j = 0; j < NG; ++j)
@@ -134,7 +143,8 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
       named_arrive(kWinFull + rs, kAll);
     }
     // The publishers' last "free" arrivals, so that every arrival is matched.
-    for (int j = std::max(0, i - 2); j < i; ++j) named_sync(kWinFree + (j & 1), kAll);
+    for (int j = std::max(0, i - kWinRedSlots); j < i; ++j)
+      named_sync(kWinFree + j % kWinRedSlots, kAll);
     stage_wait_all();  // the empty groups committed past the end
     return;
   }
@@ -142,7 +152,8 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
   // ---- publisher warp pw: token tile pw's partial sums of every piece, and the epilogues
   const int pw = warp - kWinWarps;
   pdl::wait();
-  // Unit u's outputs for token tile pw, once its ksegs partials are in scratch and acquired.
+  // Unit u's outputs for token tile pw, once its ksegs partials are in scratch and acquired
+  // (bf16 out; the residual, which may alias Y, read for all four registers before any store).
   auto epilogue = [&](int u) {
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const float* part = ws.scratch + (size_t(u) * ksegs * NG + pw) * kWinPart + lane;
@@ -151,26 +162,37 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
     for (int s = 0; s < ksegs; ++s, part += NG * kWinPart)
 #pragma unroll
       for (int q = 0; q < 4; ++q) v[q] += __ldcg(part + q * 32);
-        // C fragment of m16n8: registers 0, 1 at (row g, tokens 2t, 2t + 1), 2, 3 at row g + 8.
+    // C fragment of m16n8: registers 0, 1 at (row g, tokens 2t, 2t + 1), 2, 3 at row g + 8.
+    size_t idx[4];
+    bool ok[4];
+    float res[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int n = u * 16 + (lane >> 2) + (q >= 2 ? 8 : 0);
       const int m = pw * 8 + 2 * (lane & 3) + (q & 1);
-      if (n < N && m < M) store_output(a, n, m, v[q]);
+      ok[q] = n < N && m < M;
+      idx[q] = size_t(m) * N + n;
+      res[q] = ok[q] && a.residual != nullptr ? __bfloat162float(a.residual[idx[q]]) : 0.0f;
     }
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (ok[q]) static_cast<bf16*>(a.Y)[idx[q]] = __float2bfloat16(v[q] + res[q]);
     if (lane == 0) ws.tickets[size_t(u) * NG + pw] = 0;  // ready for the next launch
   };
-  int prev = -1;
-  unsigned prev_old = 0;
-  auto settle = [&]() {  // a piece's ticket count, looked at one piece later
-    const unsigned old = __shfl_sync(0xffffffffu, prev_old, 0);
+  // The ticket count of the piece before the previous one (lane 0's add result): whether this
+  // block completed that unit.
+  auto settle = [&](int u, unsigned old) {
+    old = __shfl_sync(0xffffffffu, old, 0);
     if (old + 1 != unsigned(ksegs)) return;  // warp-uniform
     fence_acq_rel_gpu();
     __syncwarp();
-    epilogue(prev);
+    epilogue(u);
   };
-  for (int i = 0; i < G_pieces; ++i) {
-    const int rs = i & 1, p = i * G + b;
+  // Piece i: its partial sums from the warps into scratch; piece i − 1 counted (its stores were
+  // made a piece ago); piece i − 2's count settled. The count of piece j lives in old[j & 1]: two
+  // registers, so that no copy waits for an add's result (unrolled by two below).
+  auto step = [&](int i, unsigned& old_prev, unsigned& old_prev2) {
+    const int rs = i % kWinRedSlots;
     named_sync(kWinFull + rs, kAll);
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const float* r = red + rs * kWinWarps * NG * kWinPart + pw * kWinPart + lane;
@@ -180,17 +202,29 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
       for (int q = 0; q < 4; ++q) v[q] += r[w * NG * kWinPart + q * 32];
     __syncwarp();
     named_arrive(kWinFree + rs, kAll);
-    float* dst = ws.scratch + (size_t(p) * NG + pw) * kWinPart + lane;
+    // (the named barrier above ordered every lane's stores of piece i − 1 before lane 0's add)
+    if (i >= 1 && lane == 0)
+      old_prev = add_release_gpu(ws.tickets + size_t(unit0 + (i - 1) * unit_step) * NG + pw, 1u);
+    float* dst = ws.scratch + (size_t(i * G + b) * NG + pw) * kWinPart + lane;
 #pragma unroll
     for (int q = 0; q < 4; ++q) __stcg(dst + q * 32, v[q]);
-    __syncwarp();  // the lanes' stores, ordered before lane 0's release
-    const int u = p / ksegs;
-    unsigned old = 0;
-    if (lane == 0) old = add_release_gpu(ws.tickets + size_t(u) * NG + pw, 1u);
-    if (prev >= 0) settle();
-    prev = u, prev_old = old;
+    if (i >= 2) settle(unit0 + (i - 2) * unit_step, old_prev2);
+  };
+  unsigned old0 = 0, old1 = 0;  // the counts of even and odd pieces
+  int i = 0;
+  for (; i + 1 < G_pieces; i += 2) {
+    step(i, old1, old0);      // counts piece i − 1 (odd), settles i − 2 (even)
+    step(i + 1, old0, old1);  // counts piece i (even), settles i − 1 (odd)
   }
-  if (prev >= 0) settle();
+  if (i < G_pieces) step(i, old1, old0), ++i;
+  // The last piece: counted after its stores, then the last two settled.
+  __syncwarp();
+  const int last = i - 1;
+  if (lane == 0)
+    (last & 1 ? old1 : old0) =
+        add_release_gpu(ws.tickets + size_t(unit0 + last * unit_step) * NG + pw, 1u);
+  if (last >= 1) settle(unit0 + (last - 1) * unit_step, last & 1 ? old0 : old1);
+  settle(unit0 + last * unit_step, last & 1 ? old1 : old0);
 }
 
 // The grid: the resident blocks (one a SM with these rings), rounded down to a multiple of the
@@ -232,8 +266,12 @@ WindowGemmPlan window_gemm_plan(int M, int K, int seg) {
   p.token_tiles = M <= 8 ? 1 : M <= 16 ? 2 : 4;
   const int kchunks = K / 8;
   if (seg == 0) {
-    seg = p.token_tiles <= 2 ? 128 : 64;  // 2 KB of a row (1 KB at 17-32 tokens: X's segment)
-    while (seg > 16 && seg / 2 >= kchunks) seg /= 2;  // no longer than the row needs
+    // 2 KB of a row (1 KB at 17-32 tokens, where X's segment is twice as large), shorter where
+    // the row needs less or where the last segment would be mostly padding (over 1/16 of the
+    // row read as zeros).
+    seg = p.token_tiles <= 2 ? 128 : 64;
+    const auto padding = [&](int sg) { return (kchunks + sg - 1) / sg * sg - kchunks; };
+    while (seg > 16 && (seg / 2 >= kchunks || padding(seg) * 16 > kchunks)) seg /= 2;
   }
   p.seg = seg;
   p.ksegs = (kchunks + seg - 1) / seg;
@@ -243,19 +281,16 @@ WindowGemmPlan window_gemm_plan(int M, int K, int seg) {
 size_t gemm_bf16_window_workspace_bytes(int M, int N, int K, int seg) {
   const WindowGemmPlan p = window_gemm_plan(M, K, seg);
   const size_t units = size_t((N + 15) / 16);
-  return window_gemm_ticket_bytes(units, p.token_tiles) +
-         units * p.ksegs * p.token_tiles * kWinPart * sizeof(float);
+  return window_gemm_ticket_bytes + units * p.ksegs * p.token_tiles * kWinPart * sizeof(float);
 }
 
 namespace detail {
 
 void launch_window(const SkinnyArgs& a, int seg, void* workspace, cudaStream_t stream) {
   const WindowGemmPlan plan = window_gemm_plan(a.M, a.K, seg);
-  const size_t units = size_t((a.N + 15) / 16);
   WindowGemmWorkspace ws;
   ws.tickets = static_cast<unsigned*>(workspace);
-  ws.scratch = reinterpret_cast<float*>(static_cast<char*>(workspace) +
-                                        window_gemm_ticket_bytes(units, plan.token_tiles));
+  ws.scratch = reinterpret_cast<float*>(static_cast<char*>(workspace) + window_gemm_ticket_bytes);
   switch (plan.token_tiles) {
     case 1:
       launch_window_config<1>(a, plan, ws, stream);
