@@ -174,7 +174,8 @@ void setup(CLI::App& sub) {
   sub.add_option("--max-pending-bytes", s.max_pending_bytes,
                  "response bytes a connection may have waiting for its client to read; past "
                  "this its request is cancelled and the connection closed")
-      ->capture_default_str()->check(CLI::Range(size_t(1) << 16, size_t(1) << 40));
+      ->capture_default_str()
+      ->check(CLI::Range(size_t(1) << 16, size_t(1) << 40));
   sub.add_option("--max-connections", s.max_connections, "open connections at most")
       ->capture_default_str()->check(CLI::Range(1, 1 << 24));
   sub.add_option("--keep-alive", s.keep_alive_seconds, "idle connection timeout in seconds")

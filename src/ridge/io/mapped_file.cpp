@@ -26,7 +26,8 @@ struct FdCloser {
 }  // namespace
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; the check below refuses it.
+  // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; the check below refuses
+  // it.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("cannot open '{}': {}", path, std::strerror(errno));
   FdCloser closer{fd};

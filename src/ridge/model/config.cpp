@@ -1,8 +1,8 @@
 #include "ridge/model/config.h"
 
+#include <fmt/format.h>
 #include <cmath>
 #include <cstdint>
-#include <fmt/format.h>
 
 #include "ridge/core/error.h"
 #include "ridge/io/gguf.h"
@@ -124,9 +124,10 @@ ModelConfig ModelConfig::from_gguf(const io::GgufFile& g) {
   // RoPE over part of each head (partial rotary) is not implemented: refused rather than run as
   // full rotary.
   if (auto dims = g.try_int(gguf_key(arch, "rope.dimension_count")); dims && *dims != c.head_dim)
-    fail("{}: {}.rope.dimension_count is {}, the head dim {}: rotary embeddings over part of a "
-         "head are not supported",
-         g.path(), arch, *dims, c.head_dim);
+    fail(
+        "{}: {}.rope.dimension_count is {}, the head dim {}: rotary embeddings over part of a "
+        "head are not supported",
+        g.path(), arch, *dims, c.head_dim);
   if (auto v = g.try_int(gguf_key(arch, "vocab_size"))) {
     c.vocab = *v;
   } else if (const auto* tok = g.find("tokenizer.ggml.tokens")) {

@@ -93,9 +93,10 @@ void ModelWeights::load_gguf(const std::string& path) {
   for (const io::TensorData& t : g.tensors()) {
     int64_t layer = -1;
     if (std::sscanf(t.name.c_str(), "blk.%" SCNd64 ".", &layer) == 1 && layer >= config_.n_layers)
-      fail("{}: tensor {} belongs to layer {}, but the file's {}.block_count is {}: the metadata "
-           "and the tensors disagree",
-           path, t.name, layer, config_.architecture, config_.n_layers);
+      fail(
+          "{}: tensor {} belongs to layer {}, but the file's {}.block_count is {}: the metadata "
+          "and the tensors disagree",
+          path, t.name, layer, config_.architecture, config_.n_layers);
   }
   token_embd = get("token_embd.weight");
   output_norm = get("output_norm.weight");
@@ -138,9 +139,10 @@ void ModelWeights::load_safetensors(const std::string& path) {
     int64_t layer = -1;
     if (std::sscanf(t->name.c_str(), "model.layers.%" SCNd64 ".", &layer) == 1 &&
         layer >= config_.n_layers)
-      fail("{}: tensor {} belongs to layer {}, but config.json's num_hidden_layers is {}: the "
-           "config and the tensors disagree",
-           path, t->name, layer, config_.n_layers);
+      fail(
+          "{}: tensor {} belongs to layer {}, but config.json's num_hidden_layers is {}: the "
+          "config and the tensors disagree",
+          path, t->name, layer, config_.n_layers);
   }
   layers.resize(size_t(config_.n_layers));
   for (int64_t i = 0; i < config_.n_layers; ++i) {

@@ -408,9 +408,10 @@ class Session : public std::enable_shared_from_this<Session> {
         pending_.size() + writing_buf_.size() <= srv_.opt.max_pending_bytes)
       return;
     stalled_ = true;
-    log::warn("server: a client is not reading its response ({} bytes waiting, the limit is {}); "
-              "its request is cancelled and the connection closed",
-              pending_.size() + writing_buf_.size(), srv_.opt.max_pending_bytes);
+    log::warn(
+        "server: a client is not reading its response ({} bytes waiting, the limit is {}); "
+        "its request is cancelled and the connection closed",
+        pending_.size() + writing_buf_.size(), srv_.opt.max_pending_bytes);
     pending_.clear();
     net::post(ioc_, [self = shared_from_this()] { self->disconnect(); });
   }
