@@ -800,21 +800,23 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
     }
     if (lane == 0) a.stream.tickets[u] = 0;  // ready for the next launch
   };
-  // A group's ticket count is looked at one group later (the add's round trip then overlaps the
-  // next group's sums and stores instead of stalling the publisher): `prev` is the unit of the
-  // group before, `prev_old` lane 0's value from its add.
-  int prev = -1;
-  unsigned prev_old = 0;
-  auto settle = [&]() {
-    const unsigned old = __shfl_sync(0xffffffffu, prev_old, 0);
+  // Group i's row sums are stored to scratch at step i, counted on their unit's ticket at step
+  // i + 1 (a release add: the stores are acknowledged by then, so the release does not wait for
+  // them) and the count looked at at step i + 2 (the add's round trip hidden behind a group). The
+  // counts of even and odd groups live in two registers, so that no copy waits for an add's
+  // result (the loop is unrolled by two). (The first form stored, released and copied the count
+  // in one step: two L2 round trips a group in series on the publisher, in the SASS.)
+  auto unit_of = [&](int i) { return (int(blockIdx.x) + i * G) * R / 16; };
+  auto settle = [&](int u, unsigned old) {
+    old = __shfl_sync(0xffffffffu, old, 0);
     if (old + R != 16) return;  // warp-uniform
-    // This block completed unit prev: acquire the other blocks' sums, then its epilogue.
+    // This block completed unit u: acquire the other blocks' sums, then its epilogue.
     fence_acq_rel_gpu();
     __syncwarp();
-    epilogue(prev);
+    epilogue(u);
   };
-  int i = 0;
-  for (int it = int(blockIdx.x); it < groups; it += G, ++i) {
+  const int my_groups = (groups - int(blockIdx.x) + G - 1) / G;  // (grid ≤ groups)
+  auto step = [&](int i, unsigned& old_prev, unsigned& old_prev2) {
     const int slot = i % kStreamSlots;
     named_sync(kStreamFullBarrier + slot, kAll);
     float sum = 0.0f;
@@ -823,16 +825,28 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
       for (int w = 0; w < WARPS; ++w) sum += red[slot][w][lane];
     __syncwarp();
     named_arrive(kStreamFreeBarrier + slot, kAll);
+    // (the named barrier above ordered every lane's stores of group i − 1 before lane 0's add)
+    if (i >= 1 && lane == 0)
+      old_prev = add_release_gpu(a.stream.tickets + unit_of(i - 1), unsigned(R));
+    const int it = int(blockIdx.x) + i * G;
     if (lane < R * NT && lane % NT < M)
       __stcg(a.stream.scratch + size_t(it * R + lane / NT) * M + lane % NT, sum);
-    __syncwarp();  // the lanes' stores, ordered before lane 0's release
-    const int u = it * R / 16;
-    unsigned old = 0;
-    if (lane == 0) old = add_release_gpu(a.stream.tickets + u, unsigned(R));
-    if (prev >= 0) settle();
-    prev = u, prev_old = old;
+    if (i >= 2) settle(unit_of(i - 2), old_prev2);
+  };
+  unsigned old0 = 0, old1 = 0;  // the counts of even and odd groups
+  int i = 0;
+  for (; i + 1 < my_groups; i += 2) {
+    step(i, old1, old0);      // counts group i − 1 (odd), settles i − 2 (even)
+    step(i + 1, old0, old1);  // counts group i (even), settles i − 1 (odd)
   }
-  if (prev >= 0) settle();
+  if (i < my_groups) step(i, old1, old0), ++i;
+  // The last group: counted after its stores, then the last two settled.
+  __syncwarp();
+  const int last = i - 1;
+  if (lane == 0)
+    (last & 1 ? old1 : old0) = add_release_gpu(a.stream.tickets + unit_of(last), unsigned(R));
+  if (last >= 1) settle(unit_of(last - 1), last & 1 ? old0 : old1);
+  settle(unit_of(last), last & 1 ? old1 : old0);
 }
 
 std::atomic<int64_t> g_stream_launches{0};
