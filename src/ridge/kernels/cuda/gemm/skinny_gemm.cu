@@ -843,10 +843,10 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
   // The last group: counted after its stores, then the last two settled.
   __syncwarp();
   const int last = i - 1;
-  if (lane == 0)
-    (last & 1 ? old1 : old0) = add_release_gpu(a.stream.tickets + unit_of(last), unsigned(R));
+  unsigned old_last = 0;  // (its own register: settling the group before it need not wait)
+  if (lane == 0) old_last = add_release_gpu(a.stream.tickets + unit_of(last), unsigned(R));
   if (last >= 1) settle(unit_of(last - 1), last & 1 ? old0 : old1);
-  settle(unit_of(last), last & 1 ? old1 : old0);
+  settle(unit_of(last), old_last);
 }
 
 std::atomic<int64_t> g_stream_launches{0};

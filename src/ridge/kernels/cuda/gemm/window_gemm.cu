@@ -220,11 +220,11 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
   // The last piece: counted after its stores, then the last two settled.
   __syncwarp();
   const int last = i - 1;
+  unsigned old_last = 0;  // (its own register: settling the piece before it need not wait)
   if (lane == 0)
-    (last & 1 ? old1 : old0) =
-        add_release_gpu(ws.tickets + size_t(unit0 + last * unit_step) * NG + pw, 1u);
+    old_last = add_release_gpu(ws.tickets + size_t(unit0 + last * unit_step) * NG + pw, 1u);
   if (last >= 1) settle(unit0 + (last - 1) * unit_step, last & 1 ? old0 : old1);
-  settle(unit0 + last * unit_step, last & 1 ? old1 : old0);
+  settle(unit0 + last * unit_step, old_last);
 }
 
 // The grid: the resident blocks (one a SM with these rings), rounded down to a multiple of the
