@@ -108,6 +108,26 @@ def test_unknown_route_and_method(server):
     assert error_of(server.request("GET", "/v1/nothing"))[0] == 404
     status, headers, _ = server.request("GET", "/v1/chat/completions")
     assert status == 405 and headers["allow"] == "POST"
+    status, headers, _ = server.request("POST", "/health", {})
+    assert status == 405 and headers["allow"] == "GET, HEAD"
+
+
+def test_head_is_get_without_the_body(server):
+    for path in ("/health", "/v1/models", "/metrics"):
+        sock = socket.create_connection((server.host, server.port))
+        auth = f"Authorization: Bearer {server.api_key}\r\n" if server.api_key else ""
+        sock.sendall(f"HEAD {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n".encode())
+        data = _read_until_closed(sock)
+        sock.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), data[:200]
+        assert body == b"", (path, body[:100])
+        length = int([h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")][0])
+        if path != "/metrics":  # (metrics change between the two requests)
+            status, _, get_body = server.request("GET", path)
+            assert status == 200 and length == len(get_body), (path, length, len(get_body))
+        else:
+            assert length > 0
 
 
 def test_body_too_large_is_413():

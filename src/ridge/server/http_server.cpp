@@ -263,7 +263,7 @@ class Session : public std::enable_shared_from_this<Session> {
     srv_.count(status);
     if (srv_.stopping.load()) keep_alive_ = false;
     send_raw(http_head(status, content_type, int64_t(body.size()), keep_alive_, extra));
-    send_raw(body);
+    if (!head_only_) send_raw(body);
     end_response();
   }
   void respond_error(const ApiError& e) {
@@ -370,6 +370,7 @@ class Session : public std::enable_shared_from_this<Session> {
     in_response_ = true;
     chunked_ = false;
     streaming_ = false;
+    head_only_ = false;
     srv_.busy.fetch_add(1);
   }
 
@@ -436,6 +437,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string pending_, writing_buf_;
   bool writing_ = false;
   bool streaming_ = false;  // the response in progress is a stream (start_stream)
+  bool head_only_ = false;  // a HEAD request: the response's headers without its body
   bool stalled_ = false;    // cancelled for not reading (check_stalled)
   bool response_queued_ = false;
   bool in_response_ = false;
@@ -974,7 +976,9 @@ void Session::handle(http::request<http::string_body>& req) {
   std::string_view target(req.target().data(), req.target().size());
   if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
   const auto method = req.method();
-  const bool get = method == http::verb::get;
+  // HEAD is GET without the body (RFC 9110 9.3.2: the same headers, Content-Length included).
+  head_only_ = method == http::verb::head;
+  const bool get = method == http::verb::get || head_only_;
   const bool post = method == http::verb::post;
 
   if (target.starts_with("/v1/") && !srv_.opt.api_key.empty()) {
@@ -1004,16 +1008,16 @@ void Session::handle(http::request<http::string_body>& req) {
   };
 
   if (target == "/health") {
-    if (!allow(get, "GET")) return;
+    if (!allow(get, "GET, HEAD")) return;
     if (srv_.stopping.load())
       respond_error(ApiError(503, "The server is shutting down."));
     else
       respond(200, "application/json", "{\"status\":\"ok\"}");
   } else if (target == "/metrics") {
-    if (!allow(get, "GET")) return;
+    if (!allow(get, "GET, HEAD")) return;
     respond(200, "text/plain; version=0.0.4; charset=utf-8", srv_.metrics_text());
   } else if (target == "/v1/models" || target.starts_with("/v1/models/")) {
-    if (!allow(get, "GET")) return;
+    if (!allow(get, "GET, HEAD")) return;
     auto model = [&](const std::string& name) {
       ojson m;
       m["id"] = name;
