@@ -70,6 +70,43 @@ __device__ __forceinline__ void fence_acq_rel_gpu() {
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
+// The publisher warp's pipeline of the row-stream and window GEMVs, for items i = 0 … n − 1 of a
+// block (row groups, pieces): `receive(i)` takes item i's partial sums from the loader warps
+// (barrier, shared memory) and returns them, `store(i, sums)` writes them to scratch, `count(j)`
+// (lane 0) adds item j to its unit's ticket with a release and returns the count before it, and
+// `settle(j, old)` runs the unit's epilogue when item j completed it (old from lane 0). Item j is
+// counted one step after its store (its stores long acknowledged, so the release does not wait
+// for them; the barrier in receive orders every lane's stores before lane 0's add) and settled
+// one step after that (the add's round trip hidden behind an item). The counts of even and odd
+// items live in two registers, the loop unrolled by two, so that no register copy waits for an
+// add's result. (Stored, released and read in one step, the first forms made two L2 round trips
+// an item in series.) n ≥ 1.
+template <typename Receive, typename Store, typename Count, typename Settle>
+__device__ __forceinline__ void ticket_pipeline(int n, int lane, Receive&& receive, Store&& store,
+                                                Count&& count, Settle&& settle) {
+  auto step = [&](int i, unsigned& old_prev, unsigned& old_prev2) {
+    const auto sums = receive(i);
+    if (i >= 1 && lane == 0) old_prev = count(i - 1);
+    store(i, sums);
+    if (i >= 2) settle(i - 2, old_prev2);
+  };
+  unsigned old0 = 0, old1 = 0;  // the counts of even and odd items
+  int i = 0;
+  for (; i + 1 < n; i += 2) {
+    step(i, old1, old0);      // counts item i − 1 (odd), settles i − 2 (even)
+    step(i + 1, old0, old1);  // counts item i (even), settles i − 1 (odd)
+  }
+  if (i < n) step(i, old1, old0), ++i;
+  // The last item: counted after its stores (in its own register, so that settling the item
+  // before it does not wait for the add), then the last two settled.
+  __syncwarp();
+  const int last = i - 1;
+  unsigned old_last = 0;
+  if (lane == 0) old_last = count(last);
+  if (last >= 1) settle(last - 1, last & 1 ? old0 : old1);
+  settle(last, old_last);
+}
+
 // The plain store of Y[m, n] (+ residual; f32 or bf16); returns the value stored (bf16 output) for
 // the sums of squares, 0 for f32.
 __device__ __forceinline__ float store_output(const SkinnyArgs& a, int n, int m, float sum) {

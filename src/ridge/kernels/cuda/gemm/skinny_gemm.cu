@@ -800,53 +800,37 @@ __global__ void __launch_bounds__(THREADS + 32, 1024 / THREADS)
     }
     if (lane == 0) a.stream.tickets[u] = 0;  // ready for the next launch
   };
-  // Group i's row sums are stored to scratch at step i, counted on their unit's ticket at step
-  // i + 1 (a release add: the stores are acknowledged by then, so the release does not wait for
-  // them) and the count looked at at step i + 2 (the add's round trip hidden behind a group). The
-  // counts of even and odd groups live in two registers, so that no copy waits for an add's
-  // result (the loop is unrolled by two). (The first form stored, released and copied the count
-  // in one step: two L2 round trips a group in series on the publisher, in the SASS.)
+  // The ticket pipeline (skinny_device.cuh): group i's row sums from the loaders to scratch,
+  // counted on their unit's ticket, and the unit's epilogue in the block that completes it.
   auto unit_of = [&](int i) { return (int(blockIdx.x) + i * G) * R / 16; };
-  auto settle = [&](int u, unsigned old) {
-    old = __shfl_sync(0xffffffffu, old, 0);
-    if (old + R != 16) return;  // warp-uniform
-    // This block completed unit u: acquire the other blocks' sums, then its epilogue.
-    fence_acq_rel_gpu();
-    __syncwarp();
-    epilogue(u);
-  };
   const int my_groups = (groups - int(blockIdx.x) + G - 1) / G;  // (grid ≤ groups)
-  auto step = [&](int i, unsigned& old_prev, unsigned& old_prev2) {
-    const int slot = i % kStreamSlots;
-    named_sync(kStreamFullBarrier + slot, kAll);
-    float sum = 0.0f;
-    if (lane < R * NT)
+  ticket_pipeline(
+      my_groups, lane,
+      [&](int i) {  // receive
+        const int slot = i % kStreamSlots;
+        named_sync(kStreamFullBarrier + slot, kAll);
+        float sum = 0.0f;
+        if (lane < R * NT)
 #pragma unroll
-      for (int w = 0; w < WARPS; ++w) sum += red[slot][w][lane];
-    __syncwarp();
-    named_arrive(kStreamFreeBarrier + slot, kAll);
-    // (the named barrier above ordered every lane's stores of group i − 1 before lane 0's add)
-    if (i >= 1 && lane == 0)
-      old_prev = add_release_gpu(a.stream.tickets + unit_of(i - 1), unsigned(R));
-    const int it = int(blockIdx.x) + i * G;
-    if (lane < R * NT && lane % NT < M)
-      __stcg(a.stream.scratch + size_t(it * R + lane / NT) * M + lane % NT, sum);
-    if (i >= 2) settle(unit_of(i - 2), old_prev2);
-  };
-  unsigned old0 = 0, old1 = 0;  // the counts of even and odd groups
-  int i = 0;
-  for (; i + 1 < my_groups; i += 2) {
-    step(i, old1, old0);      // counts group i − 1 (odd), settles i − 2 (even)
-    step(i + 1, old0, old1);  // counts group i (even), settles i − 1 (odd)
-  }
-  if (i < my_groups) step(i, old1, old0), ++i;
-  // The last group: counted after its stores, then the last two settled.
-  __syncwarp();
-  const int last = i - 1;
-  unsigned old_last = 0;  // (its own register: settling the group before it need not wait)
-  if (lane == 0) old_last = add_release_gpu(a.stream.tickets + unit_of(last), unsigned(R));
-  if (last >= 1) settle(unit_of(last - 1), last & 1 ? old0 : old1);
-  settle(unit_of(last), old_last);
+          for (int w = 0; w < WARPS; ++w) sum += red[slot][w][lane];
+        __syncwarp();
+        named_arrive(kStreamFreeBarrier + slot, kAll);
+        return sum;
+      },
+      [&](int i, float sum) {  // store
+        const int it = int(blockIdx.x) + i * G;
+        if (lane < R * NT && lane % NT < M)
+          __stcg(a.stream.scratch + size_t(it * R + lane / NT) * M + lane % NT, sum);
+      },
+      [&](int j) { return add_release_gpu(a.stream.tickets + unit_of(j), unsigned(R)); },
+      [&](int j, unsigned old) {  // settle
+        old = __shfl_sync(0xffffffffu, old, 0);
+        if (old + R != 16) return;  // warp-uniform
+        // This block completed the unit: acquire the other blocks' sums, then its epilogue.
+        fence_acq_rel_gpu();
+        __syncwarp();
+        epilogue(unit_of(j));
+      });
 }
 
 std::atomic<int64_t> g_stream_launches{0};

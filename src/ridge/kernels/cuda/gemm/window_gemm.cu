@@ -179,52 +179,41 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
       if (ok[q]) static_cast<bf16*>(a.Y)[idx[q]] = __float2bfloat16(v[q] + res[q]);
     if (lane == 0) ws.tickets[size_t(u) * NG + pw] = 0;  // ready for the next launch
   };
-  // The ticket count of the piece before the previous one (lane 0's add result): whether this
-  // block completed that unit.
-  auto settle = [&](int u, unsigned old) {
-    old = __shfl_sync(0xffffffffu, old, 0);
-    if (old + 1 != unsigned(ksegs)) return;  // warp-uniform
-    fence_acq_rel_gpu();
-    __syncwarp();
-    epilogue(u);
+  // The ticket pipeline (skinny_device.cuh): piece i's partial sums for token tile pw from the
+  // warps to scratch, counted on the unit's ticket, and the unit's epilogue in the block that
+  // completes it.
+  struct Sums {
+    float v[4];
   };
-  // Piece i: its partial sums from the warps into scratch; piece i − 1 counted (its stores were
-  // made a piece ago); piece i − 2's count settled. The count of piece j lives in old[j & 1]: two
-  // registers, so that no copy waits for an add's result (unrolled by two below).
-  auto step = [&](int i, unsigned& old_prev, unsigned& old_prev2) {
-    const int rs = i % kWinRedSlots;
-    named_sync(kWinFull + rs, kAll);
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const float* r = red + rs * kWinWarps * NG * kWinPart + pw * kWinPart + lane;
+  auto unit_of = [&](int i) { return unit0 + i * unit_step; };
+  ticket_pipeline(
+      G_pieces, lane,
+      [&](int i) {  // receive
+        const int rs = i % kWinRedSlots;
+        named_sync(kWinFull + rs, kAll);
+        Sums sums{{0.0f, 0.0f, 0.0f, 0.0f}};
+        const float* r = red + rs * kWinWarps * NG * kWinPart + pw * kWinPart + lane;
 #pragma unroll
-    for (int w = 0; w < kWinWarps; ++w)
+        for (int w = 0; w < kWinWarps; ++w)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) v[q] += r[w * NG * kWinPart + q * 32];
-    __syncwarp();
-    named_arrive(kWinFree + rs, kAll);
-    // (the named barrier above ordered every lane's stores of piece i − 1 before lane 0's add)
-    if (i >= 1 && lane == 0)
-      old_prev = add_release_gpu(ws.tickets + size_t(unit0 + (i - 1) * unit_step) * NG + pw, 1u);
-    float* dst = ws.scratch + (size_t(i * G + b) * NG + pw) * kWinPart + lane;
+          for (int q = 0; q < 4; ++q) sums.v[q] += r[w * NG * kWinPart + q * 32];
+        __syncwarp();
+        named_arrive(kWinFree + rs, kAll);
+        return sums;
+      },
+      [&](int i, const Sums& sums) {  // store
+        float* dst = ws.scratch + (size_t(i * G + b) * NG + pw) * kWinPart + lane;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) __stcg(dst + q * 32, v[q]);
-    if (i >= 2) settle(unit0 + (i - 2) * unit_step, old_prev2);
-  };
-  unsigned old0 = 0, old1 = 0;  // the counts of even and odd pieces
-  int i = 0;
-  for (; i + 1 < G_pieces; i += 2) {
-    step(i, old1, old0);      // counts piece i − 1 (odd), settles i − 2 (even)
-    step(i + 1, old0, old1);  // counts piece i (even), settles i − 1 (odd)
-  }
-  if (i < G_pieces) step(i, old1, old0), ++i;
-  // The last piece: counted after its stores, then the last two settled.
-  __syncwarp();
-  const int last = i - 1;
-  unsigned old_last = 0;  // (its own register: settling the piece before it need not wait)
-  if (lane == 0)
-    old_last = add_release_gpu(ws.tickets + size_t(unit0 + last * unit_step) * NG + pw, 1u);
-  if (last >= 1) settle(unit0 + (last - 1) * unit_step, last & 1 ? old0 : old1);
-  settle(unit0 + last * unit_step, old_last);
+        for (int q = 0; q < 4; ++q) __stcg(dst + q * 32, sums.v[q]);
+      },
+      [&](int j) { return add_release_gpu(ws.tickets + size_t(unit_of(j)) * NG + pw, 1u); },
+      [&](int j, unsigned old) {  // settle
+        old = __shfl_sync(0xffffffffu, old, 0);
+        if (old + 1 != unsigned(ksegs)) return;  // warp-uniform
+        fence_acq_rel_gpu();
+        __syncwarp();
+        epilogue(unit_of(j));
+      });
 }
 
 // The grid: the resident blocks (one a SM with these rings), rounded down to a multiple of the
