@@ -23,6 +23,7 @@ struct RunFlags {
   engine::BundleOptions model;
   app::GenerationFlags gen;
   std::string prompt;
+  bool prompt_given = false;  // --prompt on the command line (empty or not)
   std::vector<int32_t> prompt_ids;
   std::string batch_file;
   std::string system;
@@ -118,7 +119,9 @@ void print_json(const nlohmann::json& j) {
 void run(RunFlags& f) {
   const int given = int(!f.prompt.empty()) + int(!f.prompt_ids.empty()) + int(!f.batch_file.empty());
   RIDGE_CHECK(given == 1, "give exactly one of --prompt, --prompt-ids or --batch-file{}",
-              given == 0 ? " (an empty prompt counts as none: there is nothing to continue)" : "");
+              given == 0 && f.prompt_given
+                  ? " (the prompt given is empty: there is nothing to continue)"
+                  : "");
   app::resolve_model(f.model);
   app::resolve_seed(f.gen);
   f.gen.generate.sampling.top_logprobs = f.top_logprobs;
@@ -159,7 +162,9 @@ void setup(CLI::App& sub) {
   auto f = std::make_shared<RunFlags>();
   app::add_model_options(sub, f->model);
   app::add_generation_options(sub, f->gen);
-  sub.add_option("-p,--prompt", f->prompt, "the prompt");
+  sub.add_option("-p,--prompt", f->prompt, "the prompt")->each([f](const std::string&) {
+    f->prompt_given = true;
+  });
   sub.add_option("--prompt-ids", f->prompt_ids, "the prompt as token ids (comma or space separated)")
       ->delimiter(',');
   sub.add_option("--batch-file", f->batch_file,

@@ -254,7 +254,10 @@ std::vector<Measured> check_then_time(Problem& p, const std::vector<Entry>& kern
     if (kernels[k].check) {
       try {
         out[k] = check(p, *kernels[k].fn, kernels[k].reference, s, rng);
-      } catch (const std::exception& e) {  // a shape the kernel refuses: reported, not timed
+      } catch (const std::exception& e) {
+        // A shape the kernel refuses (its host checks, before any launch): reported, not timed.
+        // A CUDA error is not a refusal: the run stops there.
+        if (cudaPeekAtLastError() != cudaSuccess) throw;
         std::fprintf(stderr, "M=%d N=%d K=%d: a candidate refused the shape: %s\n", p.M, p.N, p.K,
                      e.what());
         out[k].ok = false;

@@ -172,12 +172,25 @@ def test_a_fifo_as_the_model_is_refused_not_waited_on(tmp_path):
     p = ridge("run", "-m", fifo, "-p", "hi", check=False, timeout=60)
     assert p.returncode == 1 and "not a regular file" in p.stderr, p.stderr
     # and under another name, where the format is sniffed from the first bytes
-    fifo2 = tmp_path / "model.bin"
-    os.mkfifo(fifo2)
-    p = ridge("run", "-m", fifo2, "-p", "hi", check=False, timeout=60)
+    other = tmp_path / "model.bin"  # the format sniffed from the first bytes
+    os.mkfifo(other)
+    p = ridge("run", "-m", other, "-p", "hi", check=False, timeout=60)
     assert p.returncode == 1 and "not a regular file" in p.stderr, p.stderr
+    # a FIFO as a folder's model.safetensors: not taken for the weights file, never opened
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "num_hidden_layers": 1, "vocab_size": 100, "max_position_embeddings": 64,
+        "rms_norm_eps": 1e-5}))
+    os.mkfifo(folder / "model.safetensors")
+    p = ridge("run", "-m", folder, "--prompt-ids", "1,2", check=False, timeout=60)
+    assert p.returncode == 1 and "model.safetensors" in p.stderr, p.stderr
 
 
 def test_an_empty_prompt_says_so():
     p = ridge("run", "-p", "", check=False)
-    assert p.returncode == 1 and "empty prompt" in p.stderr, p.stderr
+    assert p.returncode == 1 and "prompt given is empty" in p.stderr, p.stderr
+    p = ridge("run", check=False)  # no prompt at all: no such hint
+    assert p.returncode == 1 and "exactly one of" in p.stderr and "empty" not in p.stderr, p.stderr

@@ -268,7 +268,7 @@ def test_second_signal_cancels_at_once():
     assert s.proc.wait(30) == 0
     # The harness gives a 20 s grace period (--shutdown-timeout 20) and the stream would run for
     # 150 s: only a second signal that cancels at once exits within a few seconds.
-    assert time.monotonic() - t0 < 5, "the second signal did not cancel the requests at once"
+    assert time.monotonic() - t0 < 15, "the second signal did not cancel the requests at once"
     data = b""
     while True:
         chunk = sock.recv(65536)
@@ -352,7 +352,8 @@ def test_a_stream_the_client_stops_reading_is_cancelled():
                            "stream": True, "logprobs": 5}).encode()
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        s.wait_metrics(lambda m: m["ridge_requests_running"] >= 1, 30)
+        during = s.wait_metrics(lambda m: m["ridge_requests_running"] >= 1, 30)
+        assert during["ridge_requests_running"] >= 1, during
         after = s.wait_metrics(lambda m: m["ridge_requests_running"] == 0, 60)
         made = after["ridge_generation_tokens_total"] - base["ridge_generation_tokens_total"]
         assert after["ridge_requests_running"] == 0 and after["ridge_kv_blocks_used"] == 0, after
@@ -372,12 +373,27 @@ def test_expect_100_continue_is_answered(server):
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
                  auth.encode() + b"Expect: 100-continue\r\nConnection: close\r\n"
                  b"Content-Length: %d\r\n\r\n" % len(body))
-    t0 = time.monotonic()
-    first = sock.recv(4096)
+    first = sock.recv(4096)  # (without the 100, this times out)
     assert first.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), first
-    assert time.monotonic() - t0 < 0.5
     sock.sendall(body)
     rest = first[len(b"HTTP/1.1 100 Continue\r\n\r\n"):] + _read_until_closed(sock)
     sock.close()
     assert rest.startswith(b"HTTP/1.1 200"), rest[:200]
     assert json.loads(rest.split(b"\r\n\r\n", 1)[1])["choices"]
+
+
+def test_expect_100_continue_refused_on_its_headers_gets_no_100(server):
+    # No such route, a GET route, or (with --api-key) a wrong key: the refusal is the answer, the
+    # body is never asked for, and the connection closes after it.
+    cases = [("/v1/nothing", 404), ("/health", 405)]
+    if server.api_key:
+        cases.append(("/v1/completions", 401))
+    for path, status in cases:
+        sock = socket.create_connection((server.host, server.port))
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+                     "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+                     "Content-Length: 5000000\r\n\r\n".encode())
+        data = _read_until_closed(sock)
+        sock.close()
+        assert data.startswith(f"HTTP/1.1 {status}".encode()), (path, data[:200])
+        assert b"100 Continue" not in data

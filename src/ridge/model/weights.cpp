@@ -1,6 +1,6 @@
 #include "ridge/model/weights.h"
 
-#include <cinttypes>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -49,6 +49,25 @@ std::unique_ptr<ModelWeights> ModelWeights::load(const std::string& path) {
   return w;
 }
 
+namespace {
+
+// A tensor named `prefix` + N + "." belongs to layer N: refused when N is not a layer of the config
+// (`count_name`: where the file states the layer count).
+void check_layer_of(const std::string& path, std::string_view name, std::string_view prefix,
+                    int64_t n_layers, std::string_view count_name) {
+  if (!name.starts_with(prefix)) return;
+  const char* first = name.data() + prefix.size();
+  const char* end = name.data() + name.size();
+  int64_t layer = -1;
+  const auto [ptr, ec] = std::from_chars(first, end, layer);
+  if (ec != std::errc() || ptr == first || ptr == end || *ptr != '.') return;
+  if (layer >= n_layers)
+    fail("{}: tensor {} belongs to layer {}, but {} is {}: the metadata and the tensors disagree",
+         path, name, layer, count_name, n_layers);
+}
+
+}  // namespace
+
 HostBuffer unpermute_gguf_rows(const Tensor& w, int64_t n_heads, std::string_view name) {
   const int64_t rows = w.shape[0];
   RIDGE_CHECK(rows % n_heads == 0 && (rows / n_heads) % 2 == 0,
@@ -90,14 +109,9 @@ void ModelWeights::load_gguf(const std::string& path) {
   };
   // Every layer tensor belongs to a layer of the config: a file whose block_count leaves some of
   // its layers out would otherwise run as a smaller, different model.
-  for (const io::TensorData& t : g.tensors()) {
-    int64_t layer = -1;
-    if (std::sscanf(t.name.c_str(), "blk.%" SCNd64 ".", &layer) == 1 && layer >= config_.n_layers)
-      fail(
-          "{}: tensor {} belongs to layer {}, but the file's {}.block_count is {}: the metadata "
-          "and the tensors disagree",
-          path, t.name, layer, config_.architecture, config_.n_layers);
-  }
+  for (const io::TensorData& t : g.tensors())
+    check_layer_of(path, t.name, "blk.", config_.n_layers,
+                   fmt::format("the file's {}.block_count", config_.architecture));
   token_embd = get("token_embd.weight");
   output_norm = get("output_norm.weight");
   output = config_.tied_embeddings ? token_embd : get("output.weight");
@@ -135,15 +149,9 @@ void ModelWeights::load_safetensors(const std::string& path) {
   output_norm = get("model.norm.weight");
   const io::TensorData* head = s.find_tensor("lm_head.weight");
   output = (config_.tied_embeddings || !head) ? token_embd : head->view();
-  for (const io::TensorData* t : s.tensors()) {  // as for GGUF: no layers left out
-    int64_t layer = -1;
-    if (std::sscanf(t->name.c_str(), "model.layers.%" SCNd64 ".", &layer) == 1 &&
-        layer >= config_.n_layers)
-      fail(
-          "{}: tensor {} belongs to layer {}, but config.json's num_hidden_layers is {}: the "
-          "config and the tensors disagree",
-          path, t->name, layer, config_.n_layers);
-  }
+  for (const io::TensorData* t : s.tensors())  // as for GGUF: no layers left out
+    check_layer_of(path, t->name, "model.layers.", config_.n_layers,
+                   "config.json's num_hidden_layers");
   layers.resize(size_t(config_.n_layers));
   for (int64_t i = 0; i < config_.n_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);

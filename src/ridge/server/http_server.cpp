@@ -291,16 +291,27 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // The headers are in: a client that waits for "100 Continue" before sending its body (curl does
-  // past 1 MB) gets it, then the body is read. (A body over the limit was refused by its
-  // Content-Length already, in on_read, without a 100.)
+  // past 1 MB) gets it, then the body is read; unless the headers alone refuse the request (no
+  // such POST route, a bad API key, a shutdown, an unknown Transfer-Encoding): then the refusal
+  // is the answer, the body is never read, and the connection closes after it (RFC 9110 10.1.1).
+  // HTTP/1.0 clients' Expect is ignored. (A body over the limit was refused by its Content-Length
+  // already, in on_read.)
   void on_header(beast::error_code ec) {
     if (closed_) return;
     if (ec) {
       on_read(ec);
       return;
     }
-    if (!parser_->is_done() &&
-        beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+    const auto& h = parser_->get();
+    if (!parser_->is_done() && h.version() >= 11 &&
+        beast::iequals(h[http::field::expect], "100-continue")) {
+      if (refused_before_body(h)) {
+        stream_.expires_never();
+        begin_response();
+        auto req = parser_->release();
+        dispatch(req, /*body_unread*/ true);
+        return;
+      }
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       net::async_write(stream_, net::buffer(kContinue),
                        [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -344,8 +355,33 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_never();
     begin_response();
     auto req = parser_->release();
-    keep_alive_ = req.keep_alive() && !srv_.stopping.load();
+    dispatch(req, /*body_unread*/ false);
+  }
+
+  // Whether a request with these headers is refused whatever its body (see on_header).
+  bool refused_before_body(const http::request<http::string_body>& h) const {
+    if (srv_.stopping.load()) return true;
+    if (h.count(http::field::transfer_encoding) && !h.chunked()) return true;
+    const std::string_view target = path_of(h);
+    if (h.method() != http::verb::post ||
+        (target != "/v1/completions" && target != "/v1/chat/completions"))
+      return true;
+    try {
+      check_api_key(h, target);
+    } catch (const ApiError&) {
+      return true;
+    }
+    return false;
+  }
+
+  // One request, read (or, body_unread, refused on its headers: the connection then closes).
+  void dispatch(http::request<http::string_body>& req, bool body_unread) {
+    keep_alive_ = req.keep_alive() && !srv_.stopping.load() && !body_unread;
     http10_ = req.version() < 11;
+    if (body_unread && srv_.stopping.load()) {
+      respond_error(ApiError(503, "The server is shutting down.", "", "service_unavailable"));
+      return;
+    }
     // A Transfer-Encoding whose last coding is not chunked leaves the body's length unknown
     // (RFC 9112 6.3): refused, and the connection closed, so that what follows is never read as
     // another request.
@@ -376,6 +412,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void handle(http::request<http::string_body>& req);
   void handle_generation(http::request<http::string_body>& req, Api api);
+  static std::string_view path_of(const http::request<http::string_body>& req) {
+    std::string_view target(req.target().data(), req.target().size());
+    if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
+    return target;
+  }
+  // With --api-key, /v1/* need "Authorization: Bearer KEY" (compared in constant time): throws
+  // the 401 otherwise.
+  void check_api_key(const http::request<http::string_body>& req, std::string_view target) const;
 
   void flush() {
     if (writing_ || closed_) return;
@@ -404,15 +448,14 @@ class Session : public std::enable_shared_from_this<Session> {
   // A streaming client that does not read: past max_pending_bytes waiting to be written, its
   // request is cancelled and the connection closed (after the caller's output handler returns).
   void check_stalled() {
-    // (Streams only: a whole response queued at once is as large as it is, and waits once.)
-    if (!streaming_ || stalled_ || closed_ ||
-        pending_.size() + writing_buf_.size() <= srv_.opt.max_pending_bytes)
-      return;
+    // (Streams only: a whole response queued at once is as large as it is, and waits once.
+    // pending_ holds bytes only while a write is in flight: what piles up behind the socket.)
+    if (!streaming_ || stalled_ || closed_ || pending_.size() <= srv_.opt.max_pending_bytes) return;
     stalled_ = true;
     log::warn(
         "server: a client is not reading its response ({} bytes waiting, the limit is {}); "
         "its request is cancelled and the connection closed",
-        pending_.size() + writing_buf_.size(), srv_.opt.max_pending_bytes);
+        pending_.size(), srv_.opt.max_pending_bytes);
     pending_.clear();
     net::post(ioc_, [self = shared_from_this()] { self->disconnect(); });
   }
@@ -518,7 +561,7 @@ class Job : public std::enable_shared_from_this<Job> {
     // More choices than the queue can ever hold: refused before any is queued (a 429 would tell
     // the client to retry a request that cannot succeed, and the choices queued meanwhile would
     // push others out).
-    if (const int32_t cap = srv_.engine.max_queue(); choices_.size() > size_t(cap))
+    if (const int32_t cap = srv_.engine.max_queue(); cap > 0 && choices_.size() > size_t(cap))
       throw ApiError(400,
                      fmt::format("This request asks for {} choices ({} prompt{} × n = {}), more "
                                  "than the server queues at once ({}, --max-queue).",
@@ -972,15 +1015,8 @@ void Session::watch_disconnect() {
       });
 }
 
-void Session::handle(http::request<http::string_body>& req) {
-  std::string_view target(req.target().data(), req.target().size());
-  if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
-  const auto method = req.method();
-  // HEAD is GET without the body (RFC 9110 9.3.2: the same headers, Content-Length included).
-  head_only_ = method == http::verb::head;
-  const bool get = method == http::verb::get || head_only_;
-  const bool post = method == http::verb::post;
-
+void Session::check_api_key(const http::request<http::string_body>& req,
+                            std::string_view target) const {
   if (target.starts_with("/v1/") && !srv_.opt.api_key.empty()) {
     auto it = req.find(http::field::authorization);
     if (it == req.end())
@@ -996,6 +1032,17 @@ void Session::handle(http::request<http::string_body>& req) {
       throw ApiError(401, "Incorrect API key provided.", "", "invalid_request_error",
                      "invalid_api_key");
   }
+}
+
+void Session::handle(http::request<http::string_body>& req) {
+  const std::string_view target = path_of(req);
+  const auto method = req.method();
+  // HEAD is GET without the body (RFC 9110 9.3.2: the same headers, Content-Length included).
+  head_only_ = method == http::verb::head;
+  const bool get = method == http::verb::get || head_only_;
+  const bool post = method == http::verb::post;
+
+  check_api_key(req, target);
 
   auto allow = [&](bool ok, const char* methods) {
     if (!ok) {

@@ -90,10 +90,13 @@ void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
               "{}: seg = {} chunks must be 0 (automatic) or a power of two in [16, 128]", what,
               seg);
   const WindowGemmPlan plan = window_gemm_plan(M, K, seg);
-  int device = 0, optin = 0;
-  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-  RIDGE_GEMM_CUDA_CHECK(
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  static const int optin = [] {  // (every GPU of one ridge process is the same model)
+    int device = 0, v = 0;
+    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+    RIDGE_GEMM_CUDA_CHECK(
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return v;
+  }();
   RIDGE_CHECK(window_gemm_smem_bytes(plan) <= size_t(optin),
               "{}: {} tokens with segments of {} chunks need {} bytes of shared memory a block, "
               "the device allows {}",
@@ -105,7 +108,7 @@ void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
   SkinnyArgs a;
   a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.residual = residual, a.M = M, a.N = N, a.K = K;
   a.pdl_launch = pdl;
-  detail::launch_window(a, seg, workspace, stream);
+  detail::launch_window(a, plan, workspace, stream);
 }
 
 void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream) {

@@ -28,8 +28,10 @@ void launch_stream_gemm(const bf16* X, const bf16* W, bf16* Y, const bf16* resid
                         int K, void* workspace, int max_ctas, cudaStream_t stream);
 
 // The window GEMV (window_gemm.cu): `a` plain (X, ld_x, W, Y bf16, residual, M, N, K,
-// pdl_launch), seg as gemm_bf16_window's, the workspace laid out as WindowGemmWorkspace.
-void launch_window(const SkinnyArgs& a, int seg, void* workspace, cudaStream_t stream);
+// pdl_launch), the plan window_gemm_plan made (its shared memory checked against the device's
+// opt-in limit), the workspace laid out as WindowGemmWorkspace.
+void launch_window(const SkinnyArgs& a, const WindowGemmPlan& plan, void* workspace,
+                   cudaStream_t stream);
 
 // W [N, K] := W · diag(scale), K % 8 == 0, W 16-byte aligned (checked by the caller).
 void launch_scale_columns(bf16* W, int64_t N, int64_t K, const float* scale, cudaStream_t stream);

@@ -45,20 +45,17 @@ namespace {
 
 using namespace skinny_device;
 
-constexpr int kWinWarps = 8;  // loader and MMA warps; the publishers come after them
+// The block's shape and shared-memory layout constants are gemm.h's (window_gemm_*), which
+// window_gemm_smem_bytes sizes from.
+constexpr int kWinWarps = window_gemm_warps;  // loader and MMA warps; the publishers come after
 constexpr int kWinThreads = 32 * kWinWarps;
-constexpr int kWinPad = 4;       // chunks of padding a row in shared memory
-constexpr int kWinRedSlots = 4;  // the ring of the warps' partial sums
+constexpr int kWinPad = window_gemm_pad;             // chunks of padding a row in shared memory
+constexpr int kWinRedSlots = window_gemm_red_slots;  // the ring of the warps' partial sums
+constexpr int kWinPart = window_gemm_part;  // scratch of a piece and token tile: 4 registers × 32
 constexpr int kWinLoaderBarrier = 1;
 constexpr int kWinFull = 2;                        // 2 … 5: partial-sum slot full
 constexpr int kWinFree = kWinFull + kWinRedSlots;  // 6 … 9: partial-sum slot read
 static_assert(kWinFree + kWinRedSlots <= 16, "named barriers 1 … 15");
-
-// Scratch of piece p, publisher (token tile) j: 4 fragment registers × 32 lanes.
-constexpr int kWinPart = 4 * 32;
-static_assert(kWinPad == window_gemm_pad && kWinWarps == window_gemm_warps &&
-                  kWinPart == window_gemm_part && kWinRedSlots == window_gemm_red_slots,
-              "window_gemm_smem_bytes (gemm.h) lays out this kernel's shared memory");
 
 template <int NG>
 __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
@@ -237,11 +234,16 @@ void launch_window_config(const SkinnyArgs& a, const WindowGemmPlan& plan,
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, l.optin));
     return l;
   }();
-  int per_sm = 0;
-  RIDGE_GEMM_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWinThreads + 32 * NG, smem));
+  // Resident blocks a SM, by segment length (16 … 128 chunks: four values), taken once each.
+  static int per_sm_by_seg[4] = {};
+  int& per_sm = per_sm_by_seg[std::min(3, __builtin_ctz(unsigned(plan.seg)) - 4)];
+  if (per_sm == 0) {
+    RIDGE_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, kernel, kWinThreads + 32 * NG, smem));
+    per_sm = std::max(per_sm, 1);
+  }
   const int units = (a.N + 15) / 16, pieces = units * plan.ksegs;
-  const int resident = lim.sms * std::max(per_sm, 1);
+  const int resident = lim.sms * per_sm;
   const int grid = std::min(pieces, std::max(plan.ksegs, resident / plan.ksegs * plan.ksegs));
   RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel, dim3(unsigned(grid)),
                                     dim3(kWinThreads + 32 * NG), smem, stream, a, ws, plan.seg,
@@ -275,8 +277,8 @@ size_t gemm_bf16_window_workspace_bytes(int M, int N, int K, int seg) {
 
 namespace detail {
 
-void launch_window(const SkinnyArgs& a, int seg, void* workspace, cudaStream_t stream) {
-  const WindowGemmPlan plan = window_gemm_plan(a.M, a.K, seg);
+void launch_window(const SkinnyArgs& a, const WindowGemmPlan& plan, void* workspace,
+                   cudaStream_t stream) {
   WindowGemmWorkspace ws;
   ws.tickets = static_cast<unsigned*>(workspace);
   ws.scratch = reinterpret_cast<float*>(static_cast<char*>(workspace) + window_gemm_ticket_bytes);
