@@ -255,17 +255,39 @@ CudaBackend::Workspace& CudaBackend::workspace_for(cudaStream_t stream) {
       w->gemv_stream = cuda::DeviceMemory(kernels::skinny_stream_workspace_bytes(kGemvStreamRows));
       RIDGE_CHECK_CUDA(cudaMemsetAsync(w->gemv_stream.data(), 0, w->gemv_stream.size(), stream));
     }
+    if (window_gemm_bytes_ > 0) {  // the window GEMV's tickets and partial sums (zeroed)
+      w->window_gemm = cuda::DeviceMemory(window_gemm_bytes_);
+      RIDGE_CHECK_CUDA(cudaMemsetAsync(w->window_gemm.data(), 0, window_gemm_bytes_, stream));
+    }
     RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
     log::debug(
         "cuda workspace for a stream: {} (cuBLASLt {}, attention {}, split tickets {}, "
-        "weight-stream GEMM {}, row-stream GEMV {}, sums of squares {})",
+        "weight-stream GEMM {}, row-stream GEMV {}, window GEMV {}, sums of squares {})",
         log::format_bytes(double(w->bytes())), log::format_bytes(double(kCublasWorkspaceBytes)),
         log::format_bytes(double(kAttentionWorkspaceBytes)),
         log::format_bytes(double(kSplitCounterBytes)), log::format_bytes(double(stream_gemm_bytes)),
         log::format_bytes(double(w->gemv_stream.size())),
+        log::format_bytes(double(w->window_gemm.size())),
         log::format_bytes(double(w->sumsq.size())));
   }
   return *w;
+}
+
+void CudaBackend::reserve_window_gemm(size_t bytes) {
+  std::lock_guard lock(workspace_mutex_);
+  if (bytes <= window_gemm_bytes_) return;
+  window_gemm_bytes_ = bytes;
+  for (auto& [stream, w] : workspaces_) {
+    if (w->window_gemm.size() > 0) {
+      // Work queued on the stream may still use the old buffer; graphs may hold it.
+      RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
+      w->fp8_retired.push_back(std::move(w->window_gemm));
+    }
+    w->window_gemm = cuda::DeviceMemory(bytes);
+    RIDGE_CHECK_CUDA(cudaMemsetAsync(w->window_gemm.data(), 0, bytes, stream));
+    RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
+  }
+  log::debug("window GEMV workspace: {} a stream", log::format_bytes(double(bytes)));
 }
 
 size_t CudaBackend::workspace_bytes() const {
@@ -670,6 +692,16 @@ void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, 
                                 ws.stream_gemm.data(), ws.stream_gemm.size(), residual);
       return;
     }
+    case GemmKernel::window: {
+      // The workspace tune_gemms reserved for the shapes it measured (a shape past it is refused
+      // by the kernel's check: a tuner candidate that throws is skipped).
+      Workspace& ws = workspace_for(stream);
+      kernels::gemm_bf16_window(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
+                                static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
+                                ws.window_gemm.data(), ws.window_gemm.size(), residual,
+                                /*seg*/ 0, /*pdl*/ kernels::pdl::enabled());
+      return;
+    }
     case GemmKernel::cublas:
     case GemmKernel::cublas_2:
     case GemmKernel::cublas_3:
@@ -886,6 +918,8 @@ const char* CudaBackend::gemm_name(GemmKernel k) {
     case GemmKernel::skinny_rows: return "ridge_skinny_rows";
     case GemmKernel::sm90: return "ridge_sm90";
     case GemmKernel::stream: return "ridge_stream";
+    case GemmKernel::window:
+      return "ridge_window";
     case GemmKernel::cublas: return "cublaslt";
     case GemmKernel::cublas_2: return "cublaslt_2";
     case GemmKernel::cublas_3: return "cublaslt_3";
@@ -903,7 +937,9 @@ int CudaBackend::cublas_algo(GemmKernel k) {
     case GemmKernel::skinny:
     case GemmKernel::skinny_rows:
     case GemmKernel::sm90:
-    case GemmKernel::stream: return -1;
+    case GemmKernel::stream:
+    case GemmKernel::window:
+      return -1;
   }
   return -1;
 }

@@ -118,9 +118,17 @@ class CudaBackend final : public Backend {
 
   // The matmul kernels behind matmul(): cuBLASLt (its heuristic's first algorithm, and its second
   // to fourth as tuner candidates too unless RIDGE_CUBLAS_ALGOS says fewer), or ridge's own
-  // (kernels/cuda/gemm: the skinny, row-warp skinny, weight-stream and sm90 kernels).
+  // (kernels/cuda/gemm: the skinny, row-warp skinny, weight-stream, window and sm90 kernels).
   enum class GemmKernel : uint8_t {
-    cublas, skinny, sm90, cublas_2, cublas_3, cublas_4, skinny_rows, stream
+    cublas,
+    skinny,
+    sm90,
+    cublas_2,
+    cublas_3,
+    cublas_4,
+    skinny_rows,
+    stream,
+    window
   };
   static const char* gemm_name(GemmKernel k);
   // Which of cuBLASLt's heuristic algorithms k runs (0 its first), or -1 for ridge's kernels.
@@ -148,6 +156,7 @@ class CudaBackend final : public Backend {
     cuda::DeviceMemory split_counters;  // zeroed ints: decode attention's in-kernel split merge
     cuda::DeviceMemory stream_gemm;     // zeroed: the weight-stream GEMM's partials and tickets
     cuda::DeviceMemory gemv_stream;     // the row-stream GEMV's row sums, then its zeroed tickets
+    cuda::DeviceMemory window_gemm;     // the window GEMV's zeroed tickets and partial sums
     // MatmulFusion::record_sumsq: per tag, the skinny GEMM's partial sums of squares of the rows
     // it stored (kSumsqFloats each) and what they describe.
     cuda::DeviceMemory sumsq;
@@ -156,7 +165,7 @@ class CudaBackend final : public Backend {
     cuda::DeviceMemory fp8_x, fp8_scales;
     // Where cuBLASLt refuses per-row scales: its unscaled fp32 product, scaled by ridge's kernel.
     cuda::DeviceMemory fp8_product;
-    std::vector<cuda::DeviceMemory> fp8_retired;  // outgrown fp8 buffers (graphs may hold them)
+    std::vector<cuda::DeviceMemory> fp8_retired;  // outgrown buffers (graphs may hold them)
     struct SumsqRecord {
       const void* out = nullptr;
       int64_t rows = 0, cols = 0;
@@ -169,8 +178,8 @@ class CudaBackend final : public Backend {
     }
     size_t bytes() const {
       return cublas.size() + attention.size() + split_counters.size() + stream_gemm.size() +
-             gemv_stream.size() + sumsq.size() + fp8_x.size() + fp8_scales.size() +
-             fp8_product.size() + retired();
+             gemv_stream.size() + window_gemm.size() + sumsq.size() + fp8_x.size() +
+             fp8_scales.size() + fp8_product.size() + retired();
     }
   };
   static constexpr int64_t kSumsqFloats = 16384;  // per tag: partial sums × rows
@@ -227,6 +236,10 @@ class CudaBackend final : public Backend {
     }
   };
   Workspace& workspace_for(cudaStream_t stream);
+  // Grows every stream's window-GEMV workspace (Workspace::window_gemm) to at least `bytes`, now
+  // and for streams that get a workspace later (tune_gemms, before any graph is captured; an
+  // outgrown buffer is retired, not freed, as graphs may hold it).
+  void reserve_window_gemm(size_t bytes);
 
   int device_ = 0;
   BackendOptions options_;
@@ -268,6 +281,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::LtMatmul> matmul_;
   mutable std::mutex workspace_mutex_;
   std::unordered_map<cudaStream_t, std::unique_ptr<Workspace>> workspaces_;
+  size_t window_gemm_bytes_ = 0;  // (workspace_mutex_) reserve_window_gemm's size
   std::vector<cuda::DeviceMemory> weights_;
   int64_t fp8_max_cols_ = 0;  // the widest K of a quantize_weight'ed matrix (0: none)
   int64_t fp8_tokens_ = 0;    // the fp8 activation buffers' tokens (prepare_matmuls)

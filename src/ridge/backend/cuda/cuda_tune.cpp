@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -66,7 +67,7 @@ struct Events {
 CudaBackend::GemmKernel CudaBackend::kernel_named(const std::string& name) {
   for (GemmKernel k : {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90,
                        GemmKernel::cublas_2, GemmKernel::cublas_3, GemmKernel::cublas_4,
-                       GemmKernel::skinny_rows, GemmKernel::stream})
+                       GemmKernel::skinny_rows, GemmKernel::stream, GemmKernel::window})
     if (name == gemm_name(k)) return k;
   return GemmKernel::cublas;
 }
@@ -100,6 +101,20 @@ int cublas_candidates() {
   }();
   return n;
 }
+
+// RIDGE_GEMM_WINDOW=1: the window GEMV (kernels::gemm_bf16_window) is a candidate at 1-32 tokens.
+// Off by default until the GPU machine has measured it (docs/KERNELS.md, run 27); its choices are
+// cached apart (the kernel version's "+win").
+bool window_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_GEMM_WINDOW");
+    return v && *v && std::string_view(v) != "0";
+  }();
+  return on;
+}
+bool window_applies(int64_t n, int64_t k) {
+  return n % 8 == 0 && k % 8 == 0 && n <= kernels::window_gemm_max_n;
+}
 }  // namespace
 
 tune::DeviceKey CudaBackend::device_key() const {
@@ -112,6 +127,7 @@ tune::DeviceKey CudaBackend::device_key() const {
   RIDGE_CHECK_CUDA(cudaRuntimeGetVersion(&k.cuda_runtime_version));
   k.kernel_version = kGemmKernelVersion;
   if (cublas_candidates() > 1) k.kernel_version += fmt::format("+lt{}", cublas_candidates());
+  if (window_candidates()) k.kernel_version += "+win";
   return k;
 }
 
@@ -137,6 +153,18 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
     max_k = std::max(max_k, sh.k);
     max_n = std::max(max_n, sh.n);
   }
+  // The window GEMV's workspace for every shape and token bucket it may run (whether measured now
+  // or a cached winner), reserved before any graph is captured.
+  if (window_candidates()) {
+    size_t window_bytes = 0;
+    for (const MatmulShape& sh : shapes)
+      if (window_applies(sh.n, sh.k))
+        for (int64_t T = 1; T <= std::min<int64_t>(top_bucket, kernels::window_gemm_max_tokens);
+             T *= 2)
+          window_bytes = std::max(window_bytes, kernels::gemm_bf16_window_workspace_bytes(
+                                                    int(T), int(sh.n), int(sh.k)));
+    if (window_bytes > 0) reserve_window_gemm(window_bytes);
+  }
   // Device buffers only when something is measured (a second start hits the cache throughout).
   cuda::DeviceMemory x, out;
   Events ev;
@@ -160,6 +188,8 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
       if (T >= 16) candidates.push_back({gemm_name(GemmKernel::sm90), "TMA + wgmma, persistent"});
       if (T <= kernels::stream_gemm_max_tokens)
         candidates.push_back({gemm_name(GemmKernel::stream), "TMA weight stream, stream-K"});
+      if (window_candidates() && T <= kernels::window_gemm_max_tokens && window_applies(sh.n, sh.k))
+        candidates.push_back({gemm_name(GemmKernel::window), "mma.sync, one window of pieces"});
       if (cublas_candidates() > 1) {
         // cuBLASLt's further algorithms for the operands the measurement uses (fresh, so
         // 256-byte aligned; the heuristic may offer fewer than asked). A host-side query: a
@@ -229,6 +259,10 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
 
 void CudaBackend::set_gemm_choice(int64_t T, int64_t N, int64_t K,
                                   std::optional<GemmKernel> kernel) {
+  if (kernel == GemmKernel::window && T <= kernels::window_gemm_max_tokens &&
+      window_applies(N, K))  // its workspace, as tune_gemms reserves it for a shape it measures
+    reserve_window_gemm(kernels::gemm_bf16_window_workspace_bytes(
+        int(std::min<int64_t>(token_bucket(T), kernels::window_gemm_max_tokens)), int(N), int(K)));
   std::lock_guard lock(gemm_mutex_);
   const GemmKey key{token_bucket(T), N, K};
   if (kernel)
