@@ -865,9 +865,10 @@ void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t strea
         &l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     RIDGE_GEMM_CUDA_CHECK(
         cudaDeviceGetAttribute(&l.reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
-    if (smem > 48 * 1024)
-      RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    // Always: 48 KB of ring plus the kernel's static shared memory is past the default limit
+    // (H200, run 27: launches at K in (8192, 12288], down's 11,008 among them, failed).
+    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     cudaFuncAttributes fa{};
     RIDGE_GEMM_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
     l.static_smem = int(fa.sharedSizeBytes);
