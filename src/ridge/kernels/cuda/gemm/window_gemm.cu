@@ -137,6 +137,10 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
       for (int j = 0; j < NG; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q) r[(j * 4 + q) * 32 + lane] = acc[j][q];
+      // The warp converged before it arrives, as in the row-stream GEMV (whose same hand-off
+      // racecheck passes; without this one racecheck reported the publishers' loads as racing
+      // these stores in run 27: to be confirmed on the GPU).
+      __syncwarp();
       named_arrive(kWinFull + rs, kAll);
     }
     // The publishers' last "free" arrivals, so that every arrival is matched.
