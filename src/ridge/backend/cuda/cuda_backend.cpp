@@ -281,7 +281,7 @@ void CudaBackend::reserve_window_gemm(size_t bytes) {
     if (w->window_gemm.size() > 0) {
       // Work queued on the stream may still use the old buffer; graphs may hold it.
       RIDGE_CHECK_CUDA(cudaStreamSynchronize(stream));
-      w->fp8_retired.push_back(std::move(w->window_gemm));
+      w->retired_buffers.push_back(std::move(w->window_gemm));
     }
     w->window_gemm = cuda::DeviceMemory(bytes);
     RIDGE_CHECK_CUDA(cudaMemsetAsync(w->window_gemm.data(), 0, bytes, stream));
@@ -453,7 +453,7 @@ void CudaBackend::reserve_fp8_activations(Workspace& ws, int64_t tokens, int64_t
   auto grow = [&](cuda::DeviceMemory& m, size_t bytes) {
     if (m.size() >= bytes) return;
     const size_t size = std::max(bytes, 2 * m.size());
-    if (m.size() > 0) ws.fp8_retired.push_back(std::move(m));
+    if (m.size() > 0) ws.retired_buffers.push_back(std::move(m));
     m = cuda::DeviceMemory(size);
   };
   grow(ws.fp8_x, need_x);

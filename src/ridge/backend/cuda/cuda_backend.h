@@ -165,7 +165,7 @@ class CudaBackend final : public Backend {
     cuda::DeviceMemory fp8_x, fp8_scales;
     // Where cuBLASLt refuses per-row scales: its unscaled fp32 product, scaled by ridge's kernel.
     cuda::DeviceMemory fp8_product;
-    std::vector<cuda::DeviceMemory> fp8_retired;  // outgrown buffers (graphs may hold them)
+    std::vector<cuda::DeviceMemory> retired_buffers;  // outgrown buffers (graphs may hold them)
     struct SumsqRecord {
       const void* out = nullptr;
       int64_t rows = 0, cols = 0;
@@ -173,7 +173,7 @@ class CudaBackend final : public Backend {
     SumsqRecord sumsq_records[MatmulFusion::kSumsqTags];
     size_t retired() const {
       size_t n = 0;
-      for (const auto& m : fp8_retired) n += m.size();
+      for (const auto& m : retired_buffers) n += m.size();
       return n;
     }
     size_t bytes() const {
