@@ -756,7 +756,8 @@ TEST(GemmStream, MatchesReference) {
 // (outputs poisoned first), a second run bitwise equal (the segments are summed in order). One
 // workspace, zeroed once, serves every case, shapes large and small in turn: every launch must
 // leave its tickets at zero, and a shape's partial sums must not be read as another's tickets.
-// Bad token counts, widths, segments and workspaces are refused.
+// Both loaders (cp.async by every thread; bulk copies by a producer warp): each case runs with
+// both. Bad token counts, widths, segments and workspaces are refused.
 TEST(GemmWindow, MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
@@ -782,15 +783,17 @@ TEST(GemmWindow, MatchesReference) {
   uint32_t seed = 2100;
   for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
     const Case& c = cases[ci];
-    const auto plan = ridge::kernels::window_gemm_plan(c.M, c.K, c.seg);
-    SCOPED_TRACE(::testing::Message()
-                 << "M=" << c.M << " N=" << c.N << " K=" << c.K << " seg=" << plan.seg
-                 << " ksegs=" << plan.ksegs << " residual=" << c.residual);
-    check_twice(c.M, c.N, c.K, c.residual, seed++,
-                [&](const bf16* X, const bf16* W, bf16* Y, const bf16* R) {
-                  ridge::kernels::gemm_bf16_window(X, W, Y, c.M, c.N, c.K, nullptr, ws.ptr,
-                                                   ws_bytes, R, c.seg, /*pdl*/ ci % 2 == 1);
-                });
+    for (bool bulk : {false, true}) {
+      const auto plan = ridge::kernels::window_gemm_plan(c.M, c.K, c.seg, bulk);
+      SCOPED_TRACE(::testing::Message()
+                   << "M=" << c.M << " N=" << c.N << " K=" << c.K << " seg=" << plan.seg
+                   << " ksegs=" << plan.ksegs << " residual=" << c.residual << " bulk=" << bulk);
+      check_twice(c.M, c.N, c.K, c.residual, seed++,
+                  [&](const bf16* X, const bf16* W, bf16* Y, const bf16* R) {
+                    ridge::kernels::gemm_bf16_window(X, W, Y, c.M, c.N, c.K, nullptr, ws.ptr,
+                                                     ws_bytes, R, c.seg, /*pdl*/ ci % 2 == 1, bulk);
+                  });
+    }
   }
   std::vector<unsigned> tickets(max_tickets);
   CUDA_OK(cudaMemcpy(tickets.data(), ws.ptr, max_tickets * 4, cudaMemcpyDeviceToHost));
@@ -824,7 +827,8 @@ TEST(GemmWindow, MatchesReference) {
 // The window GEMV launched 8 times back to back with PDL on one workspace, no synchronization
 // between them: each launch's blocks may start while the previous one's still publish and reduce,
 // so a ticket reset late or scratch read early would show. Every output within bounds of the fp64
-// reference and bitwise equal to the first.
+// reference and bitwise equal to the first; both loaders, which sum in the same order, so the bulk
+// loader's outputs equal the cp.async loader's bit for bit.
 TEST(GemmWindow, BackToBackWithPdl) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
@@ -838,18 +842,24 @@ TEST(GemmWindow, BackToBackWithPdl) {
   CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(ws.ptr, 0, ws_bytes));
-  CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
-  for (int l = 0; l < kLaunches; ++l)
-    ridge::kernels::gemm_bf16_window(X.ptr, W.ptr, Y.ptr + size_t(l) * M * N, M, N, K, nullptr,
-                                     ws.ptr, ws_bytes, nullptr, 0, /*pdl*/ true);
-  CUDA_OK(cudaDeviceSynchronize());
   const auto ref = reference(hX, hW, nullptr, M, N, K);
-  std::vector<std::vector<unsigned char>> outs(kLaunches);
-  for (int l = 0; l < kLaunches; ++l) {
-    SCOPED_TRACE(::testing::Message() << "launch " << l);
-    download_and_check(Y.ptr + size_t(l) * M * N, size_t(M) * N, false, ref, outs[size_t(l)]);
-    EXPECT_EQ(std::memcmp(outs[0].data(), outs[size_t(l)].data(), outs[0].size()), 0)
-        << "differs in its bits from the first launch";
+  std::vector<unsigned char> first;  // the cp.async loader's first output
+  for (bool bulk : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "bulk=" << bulk);
+    CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
+    for (int l = 0; l < kLaunches; ++l)
+      ridge::kernels::gemm_bf16_window(X.ptr, W.ptr, Y.ptr + size_t(l) * M * N, M, N, K, nullptr,
+                                       ws.ptr, ws_bytes, nullptr, 0, /*pdl*/ true, bulk);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<std::vector<unsigned char>> outs(kLaunches);
+    for (int l = 0; l < kLaunches; ++l) {
+      SCOPED_TRACE(::testing::Message() << "launch " << l);
+      download_and_check(Y.ptr + size_t(l) * M * N, size_t(M) * N, false, ref, outs[size_t(l)]);
+      EXPECT_EQ(std::memcmp(outs[0].data(), outs[size_t(l)].data(), outs[0].size()), 0)
+          << "differs in its bits from the first launch";
+    }
+    if (!bulk) first = outs[0];
+    EXPECT_TRUE(first == outs[0]) << "the bulk loader's output differs from the cp.async loader's";
   }
 }
 

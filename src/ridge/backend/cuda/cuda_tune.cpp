@@ -102,9 +102,9 @@ int cublas_candidates() {
   return n;
 }
 
-// RIDGE_GEMM_WINDOW=1: the window GEMV (kernels::gemm_bf16_window) is a candidate at 1-32 tokens.
-// Off by default until the GPU machine has measured it (docs/KERNELS.md, run 27); its choices are
-// cached apart (the kernel version's "+win").
+// RIDGE_GEMM_WINDOW=1 (or =bulk, its bulk-copy loader): the window GEMV (kernels::gemm_bf16_window)
+// is a candidate at 1-32 tokens. Off by default: it lost to the MMA skinny kernel on every shape in
+// run 28 (docs/KERNELS.md); its choices are cached apart (the kernel version's "+win", "+winbulk").
 bool window_candidates() {
   static const bool on = [] {
     const char* v = std::getenv("RIDGE_GEMM_WINDOW");
@@ -112,6 +112,17 @@ bool window_candidates() {
   }();
   return on;
 }
+}  // namespace
+
+bool CudaBackend::window_bulk() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_GEMM_WINDOW");
+    return v && std::string_view(v) == "bulk";
+  }();
+  return on;
+}
+
+namespace {
 bool window_applies(int64_t n, int64_t k) {
   return n % 8 == 0 && k % 8 == 0 && n <= kernels::window_gemm_max_n;
 }
@@ -127,7 +138,7 @@ tune::DeviceKey CudaBackend::device_key() const {
   RIDGE_CHECK_CUDA(cudaRuntimeGetVersion(&k.cuda_runtime_version));
   k.kernel_version = kGemmKernelVersion;
   if (cublas_candidates() > 1) k.kernel_version += fmt::format("+lt{}", cublas_candidates());
-  if (window_candidates()) k.kernel_version += "+win";
+  if (window_candidates()) k.kernel_version += window_bulk() ? "+winbulk" : "+win";
   return k;
 }
 

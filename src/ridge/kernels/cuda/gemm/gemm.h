@@ -81,8 +81,13 @@ struct WindowGemmPlan {
   int token_tiles = 0;  // of 8 tokens: 1, 2 or 4
   int seg = 0;          // 16-byte chunks of a row a piece holds
   int ksegs = 0;        // K segments (pieces a 16-row unit)
+  // The loads: false, every loader thread copies its chunks with cp.async and a block barrier a
+  // piece tells the MMA warps it landed; true, a producer warp copies each piece's 16 rows with
+  // bulk copies (cp.async.bulk) that complete on the slot's mbarrier, the MMA warps wait on that
+  // barrier alone and free the slot on another (no block barrier a piece; run 28's profile).
+  bool bulk = false;
 };
-WindowGemmPlan window_gemm_plan(int M, int K, int seg = 0);
+WindowGemmPlan window_gemm_plan(int M, int K, int seg = 0, bool bulk = false);
 // A block's shared memory: a ring of pieces (window_gemm_slots) and X's segment, rows padded by
 // window_gemm_pad chunks, and window_gemm_red_slots slots of the warps' partial sums.
 constexpr int window_gemm_pad = 4, window_gemm_warps = 8, window_gemm_part = 128,
@@ -94,7 +99,8 @@ constexpr size_t window_gemm_smem_bytes(const WindowGemmPlan& p) {
   return size_t(window_gemm_slots(p.token_tiles) * 16 + 8 * p.token_tiles) *
              size_t(p.seg + window_gemm_pad) * 16 +
          size_t(window_gemm_red_slots * window_gemm_warps * p.token_tiles * window_gemm_part) *
-             sizeof(float);
+             sizeof(float) +
+         (p.bulk ? size_t(2 * window_gemm_slots(p.token_tiles)) * 8 : 0);  // full, empty
 }
 struct WindowGemmWorkspace {
   unsigned* tickets = nullptr;  // [units][token tiles], window_gemm_ticket_bytes at the start
@@ -104,7 +110,8 @@ constexpr size_t window_gemm_ticket_bytes = size_t(window_gemm_max_n / 16) * 4 *
 size_t gemm_bf16_window_workspace_bytes(int M, int N, int K, int seg = 0);
 void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                       cudaStream_t stream, void* workspace, size_t workspace_bytes,
-                      const bf16* residual = nullptr, int seg = 0, bool pdl = false);
+                      const bf16* residual = nullptr, int seg = 0, bool pdl = false,
+                      bool bulk = false);
 
 // The skinny kernel with a prologue on its activations and a choice of output type (the decode
 // step's fusions). Y[M,N] = P(X)·Wᵀ (+ residual), with P:

@@ -54,6 +54,16 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 }
 
 // ---- TMA ------------------------------------------------------------------------------------
+// Copies `bytes` (a multiple of 16; src and dst 16-byte aligned) from global to shared memory with
+// the bulk-copy engine, completing on `bar` (expect the bytes on it first): no tensor map.
+__device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, uint32_t bytes,
+                                             uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
 // Loads the box at (c0 = innermost coordinate, c1) of a 2-D tensor map into shared memory and
 // signals `bar` with the byte count (out-of-bounds elements are zero-filled and still counted).
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar,

@@ -38,6 +38,7 @@
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
 #include "ridge/kernels/cuda/gemm/skinny_device.cuh"
+#include "ridge/kernels/cuda/gemm/sm90.cuh"
 #include "ridge/kernels/cuda/pdl.cuh"
 
 namespace ridge::kernels {
@@ -57,11 +58,11 @@ constexpr int kWinFull = 2;                        // 2 … 5: partial-sum slot 
 constexpr int kWinFree = kWinFull + kWinRedSlots;  // 6 … 9: partial-sum slot read
 static_assert(kWinFree + kWinRedSlots <= 16, "named barriers 1 … 15");
 
-template <int NG>
-__global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
+template <int NG, bool BULK>
+__global__ void __launch_bounds__(kWinThreads + 32 * NG + (BULK ? 32 : 0), 1)
     window_gemm_kernel(const SkinnyArgs a, WindowGemmWorkspace ws, int seg, int ksegs) {
   constexpr int MT = 8 * NG;
-  constexpr int kAll = kWinThreads + 32 * NG;
+  constexpr int kAll = kWinThreads + 32 * NG;  // the named barriers' threads (not the producer)
   constexpr int SLOTS = window_gemm_slots(NG);
   const int M = a.M, N = a.N, K = a.K, kchunks = K / 8;
   const int P = seg + kWinPad;  // a shared-memory row, in chunks
@@ -76,10 +77,48 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
   uint4* const ring = smem;                                  // [slot][16 rows][P]
   uint4* const xs = ring + SLOTS * 16 * P;                   // [MT tokens][P]
   float* const red = reinterpret_cast<float*>(xs + MT * P);  // [slot][warp][NG][4][32]
+  // BULK: a full and an empty mbarrier a ring slot, after the partial-sum ring.
+  uint64_t* const full =
+      reinterpret_cast<uint64_t*>(red + kWinRedSlots * kWinWarps * NG * kWinPart);
+  uint64_t* const empty = full + SLOTS;
 
   pdl::launch_dependents();
   const int G_pieces = (pieces - b + G - 1) / G;  // pieces of this block (grid ≤ pieces)
-  if (warp < kWinWarps) {                         // ---- loaders and MMAs
+  if constexpr (BULK) {
+    // The chunks of this block's segment past K are never copied: zero them in every slot once
+    // (the segment is the block's for the whole launch). Then the barriers, seen by the async
+    // proxy before the first copy.
+    const int valid = min(seg, kchunks - c0);
+    for (int e = tid; e < SLOTS * 16 * (seg - valid); e += int(blockDim.x)) {
+      const int rs = e / (seg - valid), c = valid + e % (seg - valid);
+      ring[rs * P + c] = make_uint4(0, 0, 0, 0);  // rs: slot × 16 + row
+    }
+    if (tid == 0) {
+      for (int s = 0; s < SLOTS; ++s) {
+        sm90::mbar_init(&full[s], 1);           // the producer's expect_tx
+        sm90::mbar_init(&empty[s], kWinWarps);  // each MMA warp, done reading the slot
+      }
+      sm90::mbar_fence_init();
+    }
+    __syncthreads();
+    if (warp == kWinWarps + NG) {  // ---- the producer: one lane issues every piece's copies
+      if (lane == 0) {
+        const uint32_t row_bytes = uint32_t(valid) * 16;
+        for (int i = 0; i < G_pieces; ++i) {
+          const int s = i % SLOTS;
+          if (i >= SLOTS) sm90::mbar_wait(&empty[s], uint32_t((i / SLOTS - 1) & 1));
+          sm90::mbar_arrive_expect_tx(&full[s], 16 * row_bytes);
+          const int u = unit0 + i * unit_step;
+          for (int r = 0; r < 16; ++r)
+            sm90::bulk_load_1d(ring + (s * 16 + r) * P,
+                               a.W + size_t(min(u * 16 + r, N - 1)) * K + size_t(c0) * 8, row_bytes,
+                               &full[s]);
+        }
+      }
+      return;  // (the copies complete on the full barriers, which the MMA warps wait on)
+    }
+  }
+  if (warp < kWinWarps) {  // ---- loaders and MMAs
     // Piece i of this block into ring slot s: thread tid copies chunk tid % seg of rows
     // tid / seg, + 256 / seg, … (seg ≤ 128), chunks past K as zeros, rows past N clamped.
     const int row0 = tid / seg, col = tid % seg, row_step = kWinThreads / seg;
@@ -96,7 +135,8 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
       }
       stage_commit();
     };
-    for (int i = 0; i < SLOTS - 1; ++i) issue(i, i);  // before the wait: weights only
+    if constexpr (!BULK)
+      for (int i = 0; i < SLOTS - 1; ++i) issue(i, i);  // before the wait: weights only
     pdl::wait();
     // X's segment of this block (tokens past M and chunks past K as zeros).
     for (int e = tid; e < MT * seg; e += kWinThreads) {
@@ -108,12 +148,17 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
     }
     const int g = lane >> 2, t = lane & 3;
     int i = 0;
+    if constexpr (BULK) named_sync(kWinLoaderBarrier, kWinThreads);  // X's segment staged
     for (; i < G_pieces; ++i) {
-      // Piece i has landed (this thread's copies), then everyone's; every warp is done with piece
-      // i − 1, whose slot takes piece i + SLOTS − 1.
-      asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - 2) : "memory");
-      named_sync(kWinLoaderBarrier, kWinThreads);
-      issue(i + SLOTS - 1, (i + SLOTS - 1) % SLOTS);
+      if constexpr (BULK) {
+        sm90::mbar_wait(&full[i % SLOTS], uint32_t((i / SLOTS) & 1));  // piece i landed
+      } else {
+        // Piece i has landed (this thread's copies), then everyone's; every warp is done with
+        // piece i − 1, whose slot takes piece i + SLOTS − 1.
+        asm volatile("cp.async.wait_group %0;" ::"n"(SLOTS - 2) : "memory");
+        named_sync(kWinLoaderBarrier, kWinThreads);
+        issue(i + SLOTS - 1, (i + SLOTS - 1) % SLOTS);
+      }
       const uint4* w = ring + (i % SLOTS) * 16 * P;
       float acc[NG][4];
 #pragma unroll
@@ -129,6 +174,10 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
           mma_m16n8k16_bf16(acc[j], lo.x, hi.x, lo.y, hi.y, xb.x, xb.y);
           mma_m16n8k16_bf16(acc[j], lo.z, hi.z, lo.w, hi.w, xb.z, xb.w);
         }
+      }
+      if constexpr (BULK) {  // this warp is done with the slot (its loads fed the MMAs above)
+        __syncwarp();
+        if (lane == 0) sm90::mbar_arrive(&empty[i % SLOTS]);
       }
       const int rs = i % kWinRedSlots;
       if (i >= kWinRedSlots) named_sync(kWinFree + rs, kAll);  // the publishers have read slot rs
@@ -146,7 +195,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
     // The publishers' last "free" arrivals, so that every arrival is matched.
     for (int j = std::max(0, i - kWinRedSlots); j < i; ++j)
       named_sync(kWinFree + j % kWinRedSlots, kAll);
-    stage_wait_all();  // the empty groups committed past the end
+    if constexpr (!BULK) stage_wait_all();  // the empty groups committed past the end
     return;
   }
 
@@ -219,10 +268,11 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG, 1)
 
 // The grid: the resident blocks (one a SM with these rings), rounded down to a multiple of the
 // segments so that a block keeps its segment, at least one unit's worth, at most every piece.
-template <int NG>
+template <int NG, bool BULK>
 void launch_window_config(const SkinnyArgs& a, const WindowGemmPlan& plan,
                           const WindowGemmWorkspace& ws, cudaStream_t stream) {
-  auto kernel = window_gemm_kernel<NG>;
+  auto kernel = window_gemm_kernel<NG, BULK>;
+  constexpr int threads = kWinThreads + 32 * NG + (BULK ? 32 : 0);
   const size_t smem = window_gemm_smem_bytes(plan);
   struct Limits {  // (gemm_bf16_window checked that smem fits the opt-in limit)
     int sms = 0, optin = 0;
@@ -242,22 +292,22 @@ void launch_window_config(const SkinnyArgs& a, const WindowGemmPlan& plan,
   static int per_sm_by_seg[4] = {};
   int& per_sm = per_sm_by_seg[std::min(3, __builtin_ctz(unsigned(plan.seg)) - 4)];
   if (per_sm == 0) {
-    RIDGE_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, kernel, kWinThreads + 32 * NG, smem));
+    RIDGE_GEMM_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     per_sm = std::max(per_sm, 1);
   }
   const int units = (a.N + 15) / 16, pieces = units * plan.ksegs;
   const int resident = lim.sms * per_sm;
   const int grid = std::min(pieces, std::max(plan.ksegs, resident / plan.ksegs * plan.ksegs));
-  RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel, dim3(unsigned(grid)),
-                                    dim3(kWinThreads + 32 * NG), smem, stream, a, ws, plan.seg,
-                                    plan.ksegs));
+  RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel, dim3(unsigned(grid)), dim3(threads), smem,
+                                    stream, a, ws, plan.seg, plan.ksegs));
 }
 
 }  // namespace
 
-WindowGemmPlan window_gemm_plan(int M, int K, int seg) {
+WindowGemmPlan window_gemm_plan(int M, int K, int seg, bool bulk) {
   WindowGemmPlan p;
+  p.bulk = bulk;
   p.token_tiles = M <= 8 ? 1 : M <= 16 ? 2 : 4;
   const int kchunks = K / 8;
   if (seg == 0) {
@@ -288,14 +338,14 @@ void launch_window(const SkinnyArgs& a, const WindowGemmPlan& plan, void* worksp
   ws.scratch = reinterpret_cast<float*>(static_cast<char*>(workspace) + window_gemm_ticket_bytes);
   switch (plan.token_tiles) {
     case 1:
-      launch_window_config<1>(a, plan, ws, stream);
-      return;
+      return plan.bulk ? launch_window_config<1, true>(a, plan, ws, stream)
+                       : launch_window_config<1, false>(a, plan, ws, stream);
     case 2:
-      launch_window_config<2>(a, plan, ws, stream);
-      return;
+      return plan.bulk ? launch_window_config<2, true>(a, plan, ws, stream)
+                       : launch_window_config<2, false>(a, plan, ws, stream);
     default:
-      launch_window_config<4>(a, plan, ws, stream);
-      return;
+      return plan.bulk ? launch_window_config<4, true>(a, plan, ws, stream)
+                       : launch_window_config<4, false>(a, plan, ws, stream);
   }
 }
 
