@@ -74,7 +74,8 @@ void gemm_bf16_stream(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // sit at the start for every shape, so a workspace serves any call it is large enough for); one
 // launch at a time per workspace. M ≤ window_gemm_max_tokens, N ≤ window_gemm_max_n, K % 8 == 0,
 // N % 8 == 0, 16-byte aligned X, W, Y and residual, sm_90. Launched with PDL when `pdl` (its
-// weights start streaming before the previous kernel ends).
+// weights start streaming before the previous kernel ends). `bulk`: the loader (WindowGemmPlan);
+// both give the same bits.
 constexpr int window_gemm_max_tokens = 32;
 constexpr int window_gemm_max_n = 262144;
 struct WindowGemmPlan {
