@@ -186,9 +186,9 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (BULK ? 32 : 0), 1)
       for (int j = 0; j < NG; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q) r[(j * 4 + q) * 32 + lane] = acc[j][q];
-      // The warp converged before it arrives, as in the row-stream GEMV (whose same hand-off
-      // racecheck passes; without this one racecheck reported the publishers' loads as racing
-      // these stores in run 27: to be confirmed on the GPU).
+      // The warp converged before it arrives (bar.arrive is warp-aligned), as in the row-stream
+      // GEMV. racecheck reports these stores as racing the publishers' loads with or without it
+      // (runs 27, 28), where the row-stream GEMV's same hand-off is clean; still open.
       __syncwarp();
       named_arrive(kWinFull + rs, kAll);
     }
