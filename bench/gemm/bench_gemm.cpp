@@ -421,10 +421,16 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     ridge::kernels::gemm_bf16_window(X, W, Y, M, N, K, st, window_ws, window_ws_bytes, nullptr,
                                      window_seg);
   };
-  // The same with its pieces brought in by bulk copies from a producer warp (WindowGemmPlan::bulk).
+  // The same with its pieces brought in by bulk copies from a producer warp, static and dynamic
+  // (kernels::WindowLoader).
+  using ridge::kernels::WindowLoader;
   const Gemm window_bulk = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
     ridge::kernels::gemm_bf16_window(X, W, Y, M, N, K, st, window_ws, window_ws_bytes, nullptr,
-                                     window_seg, /*pdl*/ false, /*bulk*/ true);
+                                     window_seg, /*pdl*/ false, WindowLoader::bulk);
+  };
+  const Gemm window_dyn = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::gemm_bf16_window(X, W, Y, M, N, K, st, window_ws, window_ws_bytes, nullptr,
+                                     window_seg, /*pdl*/ false, WindowLoader::bulk_dynamic);
   };
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s %6s | %s\n", "model",
               "layer", "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw",
@@ -461,7 +467,11 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       if (try_row_stream) entries.push_back({&row_stream});
       const size_t window_at = entries.size();
       const bool try_window = M <= ridge::kernels::window_gemm_max_tokens;
-      if (try_window) entries.push_back({&window}), entries.push_back({&window_bulk});
+      if (try_window) {
+        entries.push_back({&window});
+        entries.push_back({&window_bulk});
+        entries.push_back({&window_dyn});
+      }
       const std::vector<Measured> m = check_then_time(p, entries, s, rng);
       const Measured& mr = m[0];
       const Measured& mo = m[1];
@@ -494,6 +504,7 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       if (try_window) {
         alt(m[window_at], "alt_window", "window");
         alt(m[window_at + 1], "alt_window_bulk", "window-bulk");
+        alt(m[window_at + 2], "alt_window_dynamic", "window-dyn");
       }
       if (mo.ok && mr.ok) row["speedup_vs_cublas"] = mr.us / mo.us;
       rows.push_back(row);

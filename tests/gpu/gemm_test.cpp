@@ -749,6 +749,10 @@ TEST(GemmStream, MatchesReference) {
                ridge::Error);
 }
 
+constexpr ridge::kernels::WindowLoader kWindowLoaders[] = {
+    ridge::kernels::WindowLoader::cp_async, ridge::kernels::WindowLoader::bulk,
+    ridge::kernels::WindowLoader::bulk_dynamic};
+
 // The window GEMV (gemm_bf16_window): 1-32 tokens in every token-tile count (8, 16, 32), the
 // automatic segment and every forced one (16-128 chunks), K tails (a last segment and a last
 // column group partly past K), one segment (K short), partial units (N not a multiple of 16),
@@ -756,8 +760,9 @@ TEST(GemmStream, MatchesReference) {
 // (outputs poisoned first), a second run bitwise equal (the segments are summed in order). One
 // workspace, zeroed once, serves every case, shapes large and small in turn: every launch must
 // leave its tickets at zero, and a shape's partial sums must not be read as another's tickets.
-// Both loaders (cp.async by every thread; bulk copies by a producer warp): each case runs with
-// both. Bad token counts, widths, segments and workspaces are refused.
+// Every loader (cp.async by every thread; bulk copies by a producer warp, in the static order or
+// taking units from the workspace's counters): each case runs with each, and the counters must be
+// zero afterwards too. Bad token counts, widths, segments and workspaces are refused.
 TEST(GemmWindow, MatchesReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
@@ -783,15 +788,16 @@ TEST(GemmWindow, MatchesReference) {
   uint32_t seed = 2100;
   for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
     const Case& c = cases[ci];
-    for (bool bulk : {false, true}) {
-      const auto plan = ridge::kernels::window_gemm_plan(c.M, c.K, c.seg, bulk);
-      SCOPED_TRACE(::testing::Message()
-                   << "M=" << c.M << " N=" << c.N << " K=" << c.K << " seg=" << plan.seg
-                   << " ksegs=" << plan.ksegs << " residual=" << c.residual << " bulk=" << bulk);
+    for (auto loader : kWindowLoaders) {
+      const auto plan = ridge::kernels::window_gemm_plan(c.M, c.K, c.seg, loader);
+      SCOPED_TRACE(::testing::Message() << "M=" << c.M << " N=" << c.N << " K=" << c.K
+                                        << " seg=" << plan.seg << " ksegs=" << plan.ksegs
+                                        << " residual=" << c.residual << " loader=" << int(loader));
       check_twice(c.M, c.N, c.K, c.residual, seed++,
                   [&](const bf16* X, const bf16* W, bf16* Y, const bf16* R) {
                     ridge::kernels::gemm_bf16_window(X, W, Y, c.M, c.N, c.K, nullptr, ws.ptr,
-                                                     ws_bytes, R, c.seg, /*pdl*/ ci % 2 == 1, bulk);
+                                                     ws_bytes, R, c.seg, /*pdl*/ ci % 2 == 1,
+                                                     loader);
                   });
     }
   }
@@ -844,12 +850,13 @@ TEST(GemmWindow, BackToBackWithPdl) {
   CUDA_OK(cudaMemset(ws.ptr, 0, ws_bytes));
   const auto ref = reference(hX, hW, nullptr, M, N, K);
   std::vector<unsigned char> first;  // the cp.async loader's first output
-  for (bool bulk : {false, true}) {
-    SCOPED_TRACE(::testing::Message() << "bulk=" << bulk);
+  for (auto loader : kWindowLoaders) {
+    const bool bulk = loader != ridge::kernels::WindowLoader::cp_async;
+    SCOPED_TRACE(::testing::Message() << "loader=" << int(loader));
     CUDA_OK(cudaMemset(Y.ptr, 0xFF, Y.count * 2));
     for (int l = 0; l < kLaunches; ++l)
       ridge::kernels::gemm_bf16_window(X.ptr, W.ptr, Y.ptr + size_t(l) * M * N, M, N, K, nullptr,
-                                       ws.ptr, ws_bytes, nullptr, 0, /*pdl*/ true, bulk);
+                                       ws.ptr, ws_bytes, nullptr, 0, /*pdl*/ true, loader);
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<std::vector<unsigned char>> outs(kLaunches);
     for (int l = 0; l < kLaunches; ++l) {
@@ -864,6 +871,10 @@ TEST(GemmWindow, BackToBackWithPdl) {
       EXPECT_TRUE(first == outs[0])
           << "the bulk loader's output differs from the cp.async loader's";
   }
+  std::vector<unsigned> counters(ridge::kernels::window_gemm_ticket_bytes / sizeof(unsigned));
+  CUDA_OK(cudaMemcpy(counters.data(), ws.ptr, counters.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(size_t(std::count(counters.begin(), counters.end(), 0u)), counters.size())
+      << "tickets or counters not zero after the launches";
 }
 
 TEST(GemmSm90, MatchesReference) {

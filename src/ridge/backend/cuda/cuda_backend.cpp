@@ -699,7 +699,7 @@ void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, 
       kernels::gemm_bf16_window(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
                                 static_cast<kb*>(out.data), int(T), int(N), int(K), stream,
                                 ws.window_gemm.data(), ws.window_gemm.size(), residual,
-                                /*seg*/ 0, /*pdl*/ kernels::pdl::enabled(), window_bulk());
+                                /*seg*/ 0, /*pdl*/ kernels::pdl::enabled(), window_loader());
       return;
     }
     case GemmKernel::cublas:

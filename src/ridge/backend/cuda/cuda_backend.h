@@ -31,6 +31,7 @@
 
 namespace ridge::kernels {
 struct SkinnyRopeKv;
+enum class WindowLoader : uint8_t;
 }
 
 namespace ridge::backend {
@@ -131,9 +132,9 @@ class CudaBackend final : public Backend {
     window
   };
   static const char* gemm_name(GemmKernel k);
-  // RIDGE_GEMM_WINDOW=bulk: the window candidate loads its pieces with bulk copies from a producer
-  // warp (kernels::WindowGemmPlan::bulk) instead of every thread's cp.async.
-  static bool window_bulk();
+  // The window candidate's loader (kernels::WindowLoader): RIDGE_GEMM_WINDOW=bulk or =dynamic,
+  // else every thread's cp.async.
+  static kernels::WindowLoader window_loader();
   // Which of cuBLASLt's heuristic algorithms k runs (0 its first), or -1 for ridge's kernels.
   static int cublas_algo(GemmKernel k);
   // The kernel gemm_name() calls `name` (cublas for a name this build does not know).

@@ -102,9 +102,10 @@ int cublas_candidates() {
   return n;
 }
 
-// RIDGE_GEMM_WINDOW=1 (or =bulk, its bulk-copy loader): the window GEMV (kernels::gemm_bf16_window)
-// is a candidate at 1-32 tokens. Off by default: it lost to the MMA skinny kernel on every shape in
-// run 28 (docs/KERNELS.md); its choices are cached apart (the kernel version's "+win", "+winbulk").
+// RIDGE_GEMM_WINDOW=1 (or =bulk, =dynamic: its bulk-copy loaders): the window GEMV
+// (kernels::gemm_bf16_window) is a candidate at 1-32 tokens. Off by default: it lost to the MMA
+// skinny kernel on every shape in run 28 (docs/KERNELS.md); its choices are cached apart (the
+// kernel version's "+win", "+winbulk", "+windyn").
 bool window_candidates() {
   static const bool on = [] {
     const char* v = std::getenv("RIDGE_GEMM_WINDOW");
@@ -114,12 +115,15 @@ bool window_candidates() {
 }
 }  // namespace
 
-bool CudaBackend::window_bulk() {
-  static const bool on = [] {
+kernels::WindowLoader CudaBackend::window_loader() {
+  static const kernels::WindowLoader loader = [] {
     const char* v = std::getenv("RIDGE_GEMM_WINDOW");
-    return v && std::string_view(v) == "bulk";
+    const std::string_view s = v ? v : "";
+    return s == "bulk"      ? kernels::WindowLoader::bulk
+           : s == "dynamic" ? kernels::WindowLoader::bulk_dynamic
+                            : kernels::WindowLoader::cp_async;
   }();
-  return on;
+  return loader;
 }
 
 namespace {
@@ -138,7 +142,12 @@ tune::DeviceKey CudaBackend::device_key() const {
   RIDGE_CHECK_CUDA(cudaRuntimeGetVersion(&k.cuda_runtime_version));
   k.kernel_version = kGemmKernelVersion;
   if (cublas_candidates() > 1) k.kernel_version += fmt::format("+lt{}", cublas_candidates());
-  if (window_candidates()) k.kernel_version += window_bulk() ? "+winbulk" : "+win";
+  if (window_candidates()) {
+    const kernels::WindowLoader loader = window_loader();
+    k.kernel_version += loader == kernels::WindowLoader::bulk           ? "+winbulk"
+                        : loader == kernels::WindowLoader::bulk_dynamic ? "+windyn"
+                                                                        : "+win";
+  }
   return k;
 }
 

@@ -79,7 +79,7 @@ void gemm_bf16_stream(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 
 void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                       cudaStream_t stream, void* workspace, size_t workspace_bytes,
-                      const bf16* residual, int seg, bool pdl, bool bulk) {
+                      const bf16* residual, int seg, bool pdl, WindowLoader loader) {
   const char* what = "gemm_bf16_window";
   check_common(what, X, W, Y, residual, M, N, K);
   check_sm90(what);
@@ -89,7 +89,11 @@ void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
   RIDGE_CHECK(seg == 0 || (seg >= 16 && seg <= 128 && (seg & (seg - 1)) == 0),
               "{}: seg = {} chunks must be 0 (automatic) or a power of two in [16, 128]", what,
               seg);
-  const WindowGemmPlan plan = window_gemm_plan(M, K, seg, bulk);
+  const WindowGemmPlan plan = window_gemm_plan(M, K, seg, loader);
+  RIDGE_CHECK(loader != WindowLoader::bulk_dynamic || plan.ksegs < window_gemm_counters,
+              "{}: K = {} in segments of {} chunks is {} segments; the dynamic loader takes at "
+              "most {}",
+              what, K, plan.seg, plan.ksegs, window_gemm_counters - 1);
   static const int optin = [] {  // (every GPU of one ridge process is the same model)
     int device = 0, v = 0;
     RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));

@@ -74,21 +74,27 @@ void gemm_bf16_stream(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // sit at the start for every shape, so a workspace serves any call it is large enough for); one
 // launch at a time per workspace. M ≤ window_gemm_max_tokens, N ≤ window_gemm_max_n, K % 8 == 0,
 // N % 8 == 0, 16-byte aligned X, W, Y and residual, sm_90. Launched with PDL when `pdl` (its
-// weights start streaming before the previous kernel ends). `bulk`: the loader (WindowGemmPlan);
-// both give the same bits.
+// weights start streaming before the previous kernel ends). `loader`: WindowLoader.
 constexpr int window_gemm_max_tokens = 32;
 constexpr int window_gemm_max_n = 262144;
+// How the window GEMV's pieces reach shared memory (every loader gives the same bits):
+//   cp_async: every loader thread copies its chunks with cp.async, and a block barrier a piece
+//     tells the MMA warps that it landed;
+//   bulk: a producer warp copies each piece's 16 rows with bulk copies (cp.async.bulk) that
+//     complete on the slot's mbarrier; the MMA warps wait on that barrier alone and free the slot
+//     on another (no block barrier a piece: run 28's profile);
+//   bulk_dynamic: as bulk, but past each block's first ring of pieces the producer takes the next
+//     unit of its K segment from a counter in the workspace, so that blocks that run faster do
+//     more (run 28: the average SM sat empty for 30 % of a static launch).
+enum class WindowLoader : uint8_t { cp_async, bulk, bulk_dynamic };
 struct WindowGemmPlan {
   int token_tiles = 0;  // of 8 tokens: 1, 2 or 4
   int seg = 0;          // 16-byte chunks of a row a piece holds
   int ksegs = 0;        // K segments (pieces a 16-row unit)
-  // The loads: false, every loader thread copies its chunks with cp.async and a block barrier a
-  // piece tells the MMA warps it landed; true, a producer warp copies each piece's 16 rows with
-  // bulk copies (cp.async.bulk) that complete on the slot's mbarrier, the MMA warps wait on that
-  // barrier alone and free the slot on another (no block barrier a piece; run 28's profile).
-  bool bulk = false;
+  WindowLoader loader = WindowLoader::cp_async;
 };
-WindowGemmPlan window_gemm_plan(int M, int K, int seg = 0, bool bulk = false);
+WindowGemmPlan window_gemm_plan(int M, int K, int seg = 0,
+                                WindowLoader loader = WindowLoader::cp_async);
 // A block's shared memory: a ring of pieces (window_gemm_slots) and X's segment, rows padded by
 // window_gemm_pad chunks, and window_gemm_red_slots slots of the warps' partial sums.
 constexpr int window_gemm_pad = 4, window_gemm_warps = 8, window_gemm_part = 128,
@@ -101,18 +107,29 @@ constexpr size_t window_gemm_smem_bytes(const WindowGemmPlan& p) {
              size_t(p.seg + window_gemm_pad) * 16 +
          size_t(window_gemm_red_slots * window_gemm_warps * p.token_tiles * window_gemm_part) *
              sizeof(float) +
-         (p.bulk ? size_t(2 * window_gemm_slots(p.token_tiles)) * 8 : 0);  // full, empty
+         (p.loader != WindowLoader::cp_async
+              ? size_t(2 * window_gemm_slots(p.token_tiles)) * 8  // full, empty mbarriers
+              : 0) +
+         (p.loader == WindowLoader::bulk_dynamic  // each slot's unit, each partial-sum slot's
+              ? size_t(window_gemm_slots(p.token_tiles) + window_gemm_red_slots) * 4
+              : 0);
 }
+// bulk_dynamic's counters: one a K segment (the next unit to take), the last one the blocks done;
+// the last block to finish resets them. At most window_gemm_counters − 1 segments.
+constexpr int window_gemm_counters = 256;
 struct WindowGemmWorkspace {
-  unsigned* tickets = nullptr;  // [units][token tiles], window_gemm_ticket_bytes at the start
-  float* scratch = nullptr;     // [units][ksegs][token tiles][4 × 32] partial sums
+  unsigned* tickets = nullptr;   // [units][token tiles], then the counters
+  unsigned* counters = nullptr;  // [window_gemm_counters]
+  float* scratch = nullptr;      // [units][ksegs][token tiles][4 × 32] partial sums
 };
-constexpr size_t window_gemm_ticket_bytes = size_t(window_gemm_max_n / 16) * 4 * sizeof(unsigned);
+// The tickets and counters, at the start of the workspace for every shape.
+constexpr size_t window_gemm_ticket_bytes =
+    (size_t(window_gemm_max_n / 16) * 4 + window_gemm_counters) * sizeof(unsigned);
 size_t gemm_bf16_window_workspace_bytes(int M, int N, int K, int seg = 0);
 void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                       cudaStream_t stream, void* workspace, size_t workspace_bytes,
                       const bf16* residual = nullptr, int seg = 0, bool pdl = false,
-                      bool bulk = false);
+                      WindowLoader loader = WindowLoader::cp_async);
 
 // The skinny kernel with a prologue on its activations and a choice of output type (the decode
 // step's fusions). Y[M,N] = P(X)·Wᵀ (+ residual), with P:

@@ -58,9 +58,11 @@ constexpr int kWinFull = 2;                        // 2 … 5: partial-sum slot 
 constexpr int kWinFree = kWinFull + kWinRedSlots;  // 6 … 9: partial-sum slot read
 static_assert(kWinFree + kWinRedSlots <= 16, "named barriers 1 … 15");
 
-template <int NG, bool BULK>
-__global__ void __launch_bounds__(kWinThreads + 32 * NG + (BULK ? 32 : 0), 1)
+template <int NG, WindowLoader LOAD>
+__global__ void __launch_bounds__(kWinThreads + 32 * NG + (LOAD != WindowLoader::cp_async ? 32 : 0),
+                                  1)
     window_gemm_kernel(const SkinnyArgs a, WindowGemmWorkspace ws, int seg, int ksegs) {
+  constexpr bool BULK = LOAD != WindowLoader::cp_async, DYN = LOAD == WindowLoader::bulk_dynamic;
   constexpr int MT = 8 * NG;
   constexpr int kAll = kWinThreads + 32 * NG;  // the named barriers' threads (not the producer)
   constexpr int SLOTS = window_gemm_slots(NG);
@@ -81,6 +83,10 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (BULK ? 32 : 0), 1)
   uint64_t* const full =
       reinterpret_cast<uint64_t*>(red + kWinRedSlots * kWinWarps * NG * kWinPart);
   uint64_t* const empty = full + SLOTS;
+  // DYN: the unit of the piece in each ring slot (−1: no more) and in each partial-sum slot.
+  int* const slot_unit = reinterpret_cast<int*>(empty + SLOTS);
+  int* const red_unit = slot_unit + SLOTS;
+  const int sg = b % ksegs;  // this block's K segment
 
   pdl::launch_dependents();
   const int G_pieces = (pieces - b + G - 1) / G;  // pieces of this block (grid ≤ pieces)
@@ -104,15 +110,44 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (BULK ? 32 : 0), 1)
     if (warp == kWinWarps + NG) {  // ---- the producer: one lane issues every piece's copies
       if (lane == 0) {
         const uint32_t row_bytes = uint32_t(valid) * 16;
-        for (int i = 0; i < G_pieces; ++i) {
+        // DYN: the first ring of pieces as in the static order (units below SLOTS · unit_step of
+        // this segment, before the PDL wait: weights only), then the segment's next units from
+        // its counter (after the wait: the previous launch resets the counters as it ends).
+        const int first_dynamic = SLOTS * unit_step;
+        for (int i = 0;; ++i) {
+          if constexpr (!DYN)
+            if (i >= G_pieces) break;
+          int u = unit0 + i * unit_step;
+          if constexpr (DYN) {
+            if (i == SLOTS) pdl::wait();
+            if (i >= SLOTS) u = first_dynamic + int(atomicAdd(ws.counters + sg, 1u));
+          }
           const int s = i % SLOTS;
           if (i >= SLOTS) sm90::mbar_wait(&empty[s], uint32_t((i / SLOTS - 1) & 1));
+          if constexpr (DYN) {
+            if (u >= units) {  // no more: the MMA warps see −1 (the phase completes, no bytes)
+              slot_unit[s] = -1;
+              sm90::mbar_arrive(&full[s]);
+              break;
+            }
+            slot_unit[s] = u;  // (ordered before the waiters by the arrive's release)
+          }
           sm90::mbar_arrive_expect_tx(&full[s], 16 * row_bytes);
-          const int u = unit0 + i * unit_step;
           for (int r = 0; r < 16; ++r)
             sm90::bulk_load_1d(ring + (s * 16 + r) * P,
                                a.W + size_t(min(u * 16 + r, N - 1)) * K + size_t(c0) * 8, row_bytes,
                                &full[s]);
+        }
+        if constexpr (DYN) {
+          // This block takes no more units: count it done; the last one resets the counters for
+          // the next launch (every other block's last take came before its own count).
+          pdl::wait();
+          __threadfence();
+          if (atomicAdd(ws.counters + window_gemm_counters - 1, 1u) == unsigned(G - 1)) {
+            __threadfence();
+            for (int k = 0; k < ksegs; ++k) atomicExch(ws.counters + k, 0u);
+            atomicExch(ws.counters + window_gemm_counters - 1, 0u);
+          }
         }
       }
       return;  // (the copies complete on the full barriers, which the MMA warps wait on)
@@ -149,9 +184,16 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (BULK ? 32 : 0), 1)
     const int g = lane >> 2, t = lane & 3;
     int i = 0;
     if constexpr (BULK) named_sync(kWinLoaderBarrier, kWinThreads);  // X's segment staged
-    for (; i < G_pieces; ++i) {
+    for (;; ++i) {
+      [[maybe_unused]] int u = 0;  // (DYN: the piece's unit)
+      if constexpr (!DYN)
+        if (i >= G_pieces) break;
       if constexpr (BULK) {
         sm90::mbar_wait(&full[i % SLOTS], uint32_t((i / SLOTS) & 1));  // piece i landed
+        if constexpr (DYN) {
+          u = slot_unit[i % SLOTS];
+          if (u < 0) break;  // (the same for every warp)
+        }
       } else {
         // Piece i has landed (this thread's copies), then everyone's; every warp is done with
         // piece i − 1, whose slot takes piece i + SLOTS − 1.
@@ -186,11 +228,21 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (BULK ? 32 : 0), 1)
       for (int j = 0; j < NG; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q) r[(j * 4 + q) * 32 + lane] = acc[j][q];
+      if constexpr (DYN)
+        if (tid == 0) red_unit[rs] = u;
       // The warp converged before it arrives (bar.arrive is warp-aligned), as in the row-stream
       // GEMV. racecheck reports these stores as racing the publishers' loads with or without it
       // (runs 27, 28), where the row-stream GEMV's same hand-off is clean; still open.
       __syncwarp();
       named_arrive(kWinFull + rs, kAll);
+    }
+    if constexpr (DYN) {  // the end, through the partial-sum ring: unit −1
+      const int rs = i % kWinRedSlots;
+      if (i >= kWinRedSlots) named_sync(kWinFree + rs, kAll);
+      if (tid == 0) red_unit[rs] = -1;
+      __syncwarp();
+      named_arrive(kWinFull + rs, kAll);
+      ++i;
     }
     // The publishers' last "free" arrivals, so that every arrival is matched.
     for (int j = std::max(0, i - kWinRedSlots); j < i; ++j)
@@ -231,48 +283,78 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (BULK ? 32 : 0), 1)
   };
   // The ticket pipeline (skinny_device.cuh): piece i's partial sums for token tile pw from the
   // warps to scratch, counted on the unit's ticket, and the unit's epilogue in the block that
-  // completes it.
+  // completes it. A piece's partials go to scratch at (unit, segment).
   struct Sums {
     float v[4];
   };
-  auto unit_of = [&](int i) { return unit0 + i * unit_step; };
-  ticket_pipeline(
-      G_pieces, lane,
-      [&](int i) {  // receive
-        const int rs = i % kWinRedSlots;
-        named_sync(kWinFull + rs, kAll);
-        Sums sums{{0.0f, 0.0f, 0.0f, 0.0f}};
-        const float* r = red + rs * kWinWarps * NG * kWinPart + pw * kWinPart + lane;
+  auto receive = [&](int i, int* unit) {  // (DYN: the piece's unit, −1 for the end)
+    const int rs = i % kWinRedSlots;
+    named_sync(kWinFull + rs, kAll);
+    Sums sums{{0.0f, 0.0f, 0.0f, 0.0f}};
+    if constexpr (DYN) *unit = red_unit[rs];
+    if (!DYN || *unit >= 0) {
+      const float* r = red + rs * kWinWarps * NG * kWinPart + pw * kWinPart + lane;
 #pragma unroll
-        for (int w = 0; w < kWinWarps; ++w)
+      for (int w = 0; w < kWinWarps; ++w)
 #pragma unroll
-          for (int q = 0; q < 4; ++q) sums.v[q] += r[w * NG * kWinPart + q * 32];
-        __syncwarp();
-        named_arrive(kWinFree + rs, kAll);
-        return sums;
-      },
-      [&](int i, const Sums& sums) {  // store
-        float* dst = ws.scratch + (size_t(i * G + b) * NG + pw) * kWinPart + lane;
+        for (int q = 0; q < 4; ++q) sums.v[q] += r[w * NG * kWinPart + q * 32];
+    }
+    __syncwarp();
+    named_arrive(kWinFree + rs, kAll);
+    return sums;
+  };
+  auto store = [&](int u, const Sums& sums) {
+    float* dst = ws.scratch + ((size_t(u) * ksegs + sg) * NG + pw) * kWinPart + lane;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) __stcg(dst + q * 32, sums.v[q]);
-      },
-      [&](int j) { return add_release_gpu(ws.tickets + size_t(unit_of(j)) * NG + pw, 1u); },
-      [&](int j, unsigned old) {  // settle
-        old = __shfl_sync(0xffffffffu, old, 0);
-        if (old + 1 != unsigned(ksegs)) return;  // warp-uniform
-        fence_acq_rel_gpu();
-        __syncwarp();
-        epilogue(unit_of(j));
-      });
+    for (int q = 0; q < 4; ++q) __stcg(dst + q * 32, sums.v[q]);
+  };
+  auto count = [&](int u) { return add_release_gpu(ws.tickets + size_t(u) * NG + pw, 1u); };
+  auto settle = [&](int u, unsigned old) {
+    old = __shfl_sync(0xffffffffu, old, 0);
+    if (old + 1 != unsigned(ksegs)) return;  // warp-uniform
+    fence_acq_rel_gpu();
+    __syncwarp();
+    epilogue(u);
+  };
+  if constexpr (!DYN) {
+    auto unit_of = [&](int i) { return unit0 + i * unit_step; };
+    ticket_pipeline(
+        G_pieces, lane, [&](int i) { return receive(i, nullptr); },
+        [&](int i, const Sums& sums) { store(unit_of(i), sums); },
+        [&](int j) { return count(unit_of(j)); },
+        [&](int j, unsigned old) { settle(unit_of(j), old); });
+  } else {
+    // ticket_pipeline's order with the count unknown until the end: at step n, piece n received
+    // and stored, piece n − 1 counted, piece n − 2 settled with the count issued a step earlier.
+    int u_prev2 = -1, u_prev = -1;  // the units of pieces n − 2 and n − 1
+    unsigned c_prev2 = 0;           // piece n − 2's count (lane 0)
+    int n = 0;
+    for (;; ++n) {
+      int u = -1;
+      const Sums sums = receive(n, &u);
+      if (u < 0) break;
+      unsigned c_prev = 0;
+      if (n >= 1 && lane == 0) c_prev = count(u_prev);
+      store(u, sums);
+      if (n >= 2) settle(u_prev2, c_prev2);
+      u_prev2 = u_prev, c_prev2 = c_prev, u_prev = u;
+    }
+    // The last piece counted after its stores, then the last two settled.
+    __syncwarp();
+    unsigned c_last = 0;
+    if (n >= 1 && lane == 0) c_last = count(u_prev);
+    if (n >= 2) settle(u_prev2, c_prev2);
+    if (n >= 1) settle(u_prev, c_last);
+  }
 }
 
 // The grid: the resident blocks (one a SM with these rings), rounded down to a multiple of the
 // segments so that a block keeps its segment, at least one unit's worth, at most every piece.
-template <int NG, bool BULK>
+template <int NG, WindowLoader LOAD>
 void launch_window_config(const SkinnyArgs& a, const WindowGemmPlan& plan,
                           const WindowGemmWorkspace& ws, cudaStream_t stream) {
-  auto kernel = window_gemm_kernel<NG, BULK>;
-  constexpr int threads = kWinThreads + 32 * NG + (BULK ? 32 : 0);
+  auto kernel = window_gemm_kernel<NG, LOAD>;
+  constexpr int threads = kWinThreads + 32 * NG + (LOAD != WindowLoader::cp_async ? 32 : 0);
   const size_t smem = window_gemm_smem_bytes(plan);
   struct Limits {  // (gemm_bf16_window checked that smem fits the opt-in limit)
     int sms = 0, optin = 0;
@@ -303,11 +385,24 @@ void launch_window_config(const SkinnyArgs& a, const WindowGemmPlan& plan,
                                     stream, a, ws, plan.seg, plan.ksegs));
 }
 
+template <int NG>
+void launch_window_loader(const SkinnyArgs& a, const WindowGemmPlan& plan,
+                          const WindowGemmWorkspace& ws, cudaStream_t stream) {
+  switch (plan.loader) {
+    case WindowLoader::cp_async:
+      return launch_window_config<NG, WindowLoader::cp_async>(a, plan, ws, stream);
+    case WindowLoader::bulk:
+      return launch_window_config<NG, WindowLoader::bulk>(a, plan, ws, stream);
+    case WindowLoader::bulk_dynamic:
+      return launch_window_config<NG, WindowLoader::bulk_dynamic>(a, plan, ws, stream);
+  }
+}
+
 }  // namespace
 
-WindowGemmPlan window_gemm_plan(int M, int K, int seg, bool bulk) {
+WindowGemmPlan window_gemm_plan(int M, int K, int seg, WindowLoader loader) {
   WindowGemmPlan p;
-  p.bulk = bulk;
+  p.loader = loader;
   p.token_tiles = M <= 8 ? 1 : M <= 16 ? 2 : 4;
   const int kchunks = K / 8;
   if (seg == 0) {
@@ -335,17 +430,15 @@ void launch_window(const SkinnyArgs& a, const WindowGemmPlan& plan, void* worksp
                    cudaStream_t stream) {
   WindowGemmWorkspace ws;
   ws.tickets = static_cast<unsigned*>(workspace);
+  ws.counters = ws.tickets + window_gemm_max_n / 16 * 4;
   ws.scratch = reinterpret_cast<float*>(static_cast<char*>(workspace) + window_gemm_ticket_bytes);
   switch (plan.token_tiles) {
     case 1:
-      return plan.bulk ? launch_window_config<1, true>(a, plan, ws, stream)
-                       : launch_window_config<1, false>(a, plan, ws, stream);
+      return launch_window_loader<1>(a, plan, ws, stream);
     case 2:
-      return plan.bulk ? launch_window_config<2, true>(a, plan, ws, stream)
-                       : launch_window_config<2, false>(a, plan, ws, stream);
+      return launch_window_loader<2>(a, plan, ws, stream);
     default:
-      return plan.bulk ? launch_window_config<4, true>(a, plan, ws, stream)
-                       : launch_window_config<4, false>(a, plan, ws, stream);
+      return launch_window_loader<4>(a, plan, ws, stream);
   }
 }
 
