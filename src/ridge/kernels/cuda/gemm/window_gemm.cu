@@ -150,7 +150,8 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (LOAD != WindowLoader:
           }
         }
       }
-      return;  // (the copies complete on the full barriers, which the MMA warps wait on)
+      pdl::wait();  // (pdl.cuh: every thread reaches the wait before the grid may complete)
+      return;       // (the copies complete on the full barriers, which the MMA warps wait on)
     }
   }
   if (warp < kWinWarps) {  // ---- loaders and MMAs
@@ -326,25 +327,38 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (LOAD != WindowLoader:
   } else {
     // ticket_pipeline's order with the count unknown until the end: at step n, piece n received
     // and stored, piece n − 1 counted, piece n − 2 settled with the count issued a step earlier.
-    int u_prev2 = -1, u_prev = -1;  // the units of pieces n − 2 and n − 1
-    unsigned c_prev2 = 0;           // piece n − 2's count (lane 0)
-    int n = 0;
-    for (;; ++n) {
+    // As there, even and odd pieces keep their unit and count in registers of their own (two
+    // steps a loop), so that no copy of a count waits for its atomic before the next step.
+    int u0 = -1, u1 = -1;     // the units of the last even and odd pieces
+    unsigned c0 = 0, c1 = 0;  // their counts (lane 0)
+    // Step n: (u_same, c_same) hold piece n − 2, (u_other, c_other) piece n − 1. False at the end.
+    auto step = [&](int n, int& u_same, unsigned& c_same, int u_other, unsigned& c_other) {
       int u = -1;
       const Sums sums = receive(n, &u);
-      if (u < 0) break;
-      unsigned c_prev = 0;
-      if (n >= 1 && lane == 0) c_prev = count(u_prev);
+      if (u < 0) return false;
+      if (n >= 1 && lane == 0) c_other = count(u_other);
       store(u, sums);
-      if (n >= 2) settle(u_prev2, c_prev2);
-      u_prev2 = u_prev, c_prev2 = c_prev, u_prev = u;
+      if (n >= 2) settle(u_same, c_same);
+      u_same = u;
+      return true;
+    };
+    int n = 0;  // pieces received
+    for (;; n += 2) {
+      if (!step(n, u0, c0, u1, c1)) break;
+      if (!step(n + 1, u1, c1, u0, c0)) {
+        ++n;
+        break;
+      }
     }
     // The last piece counted after its stores, then the last two settled.
     __syncwarp();
-    unsigned c_last = 0;
-    if (n >= 1 && lane == 0) c_last = count(u_prev);
-    if (n >= 2) settle(u_prev2, c_prev2);
-    if (n >= 1) settle(u_prev, c_last);
+    if (n >= 1) {
+      const bool odd = ((n - 1) & 1) != 0;  // the last piece's parity
+      unsigned c_last = 0;
+      if (lane == 0) c_last = count(odd ? u1 : u0);
+      if (n >= 2) settle(odd ? u0 : u1, odd ? c0 : c1);
+      settle(odd ? u1 : u0, c_last);
+    }
   }
 }
 
