@@ -19,9 +19,9 @@
 // The MMAs are the skinny kernel's (m16n8k16, each thread 8 consecutive k of rows g and g + 8 and
 // of token g, fed as k positions {2t, 2t+1, 2t+8, 2t+9}); the 8 warps split a piece's columns. A
 // unit's S pieces are reduced by S blocks: the warps' partial sums go through a 4-slot ring in
-// shared memory (named barriers, as the row-stream GEMV's) to NG publisher warps (one a token
-// tile of 8), which sum them in warp order and store them to scratch. A piece is counted on its
-// unit's ticket one piece later (a release add: by then its stores are long acknowledged, so the
+// shared memory (named barriers, as the row-stream GEMV's) to 4 · NG publisher warps (one a slot
+// and token tile of 8), which sum them in warp order and store them to scratch. A piece is counted
+// on its unit's ticket one of the warp's pieces later (a release add: by then its stores are long acknowledged, so the
 // release does not wait for them), and the add's result is looked at one piece after that (its
 // round trip hidden behind the next piece). The block that completes a unit acquires, sums the S
 // partials in segment order (deterministic) and stores the unit's outputs; then it resets the
@@ -53,18 +53,24 @@ constexpr int kWinThreads = 32 * kWinWarps;
 constexpr int kWinPad = window_gemm_pad;             // chunks of padding a row in shared memory
 constexpr int kWinRedSlots = window_gemm_red_slots;  // the ring of the warps' partial sums
 constexpr int kWinPart = window_gemm_part;  // scratch of a piece and token tile: 4 registers × 32
+// Publisher warps a token tile: one a partial-sum slot, so that slot p's pieces (i ≡ p mod 4) are
+// published by warp p of the tile, four pieces' ticket round trips and epilogues overlapping (run
+// 29: one publisher a tile left the MMA warps waiting on its slots ~45 % of their time).
+constexpr int kWinPublishers = kWinRedSlots;
 constexpr int kWinLoaderBarrier = 1;
 constexpr int kWinFull = 2;                        // 2 … 5: partial-sum slot full
 constexpr int kWinFree = kWinFull + kWinRedSlots;  // 6 … 9: partial-sum slot read
 static_assert(kWinFree + kWinRedSlots <= 16, "named barriers 1 … 15");
 
 template <int NG, WindowLoader LOAD>
-__global__ void __launch_bounds__(kWinThreads + 32 * NG + (LOAD != WindowLoader::cp_async ? 32 : 0),
+__global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
+                                      (LOAD != WindowLoader::cp_async ? 32 : 0),
                                   1)
     window_gemm_kernel(const SkinnyArgs a, WindowGemmWorkspace ws, int seg, int ksegs) {
   constexpr bool BULK = LOAD != WindowLoader::cp_async, DYN = LOAD == WindowLoader::bulk_dynamic;
   constexpr int MT = 8 * NG;
-  constexpr int kAll = kWinThreads + 32 * NG;  // the named barriers' threads (not the producer)
+  // A partial-sum slot's barriers: the MMA warps and the slot's NG publishers (not the producer).
+  constexpr int kAll = kWinThreads + 32 * NG;
   constexpr int SLOTS = window_gemm_slots(NG);
   const int M = a.M, N = a.N, K = a.K, kchunks = K / 8;
   const int P = seg + kWinPad;  // a shared-memory row, in chunks
@@ -107,7 +113,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (LOAD != WindowLoader:
       sm90::mbar_fence_init();
     }
     __syncthreads();
-    if (warp == kWinWarps + NG) {  // ---- the producer: one lane issues every piece's copies
+    if (warp == kWinWarps + kWinPublishers * NG) {  // ---- the producer: one lane issues every piece's copies
       if (lane == 0) {
         const uint32_t row_bytes = uint32_t(valid) * 16;
         // DYN: the first ring of pieces as in the static order (units below SLOTS · unit_step of
@@ -237,13 +243,14 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (LOAD != WindowLoader:
       __syncwarp();
       named_arrive(kWinFull + rs, kAll);
     }
-    if constexpr (DYN) {  // the end, through the partial-sum ring: unit −1
-      const int rs = i % kWinRedSlots;
-      if (i >= kWinRedSlots) named_sync(kWinFree + rs, kAll);
-      if (tid == 0) red_unit[rs] = -1;
-      __syncwarp();
-      named_arrive(kWinFull + rs, kAll);
-      ++i;
+    if constexpr (DYN) {  // the end, through every partial-sum slot (its publishers): unit −1
+      for (int e = 0; e < kWinRedSlots; ++e, ++i) {
+        const int rs = i % kWinRedSlots;
+        if (i >= kWinRedSlots) named_sync(kWinFree + rs, kAll);
+        if (tid == 0) red_unit[rs] = -1;
+        __syncwarp();
+        named_arrive(kWinFull + rs, kAll);
+      }
     }
     // The publishers' last "free" arrivals, so that every arrival is matched.
     for (int j = std::max(0, i - kWinRedSlots); j < i; ++j)
@@ -252,8 +259,9 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (LOAD != WindowLoader:
     return;
   }
 
-  // ---- publisher warp pw: token tile pw's partial sums of every piece, and the epilogues
-  const int pw = warp - kWinWarps;
+  // ---- publisher warp (pw, ps): token tile pw's partial sums of the pieces in slot ps (pieces
+  // i ≡ ps mod kWinRedSlots), and the epilogues of the units they complete
+  const int pw = (warp - kWinWarps) % NG, ps = (warp - kWinWarps) / NG;
   pdl::wait();
   // Unit u's outputs for token tile pw, once its ksegs partials are in scratch and acquired
   // (bf16 out; the residual, which may alias Y, read for all four registers before any store).
@@ -317,13 +325,17 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (LOAD != WindowLoader:
     __syncwarp();
     epilogue(u);
   };
+  // This warp's n-th piece: piece ps + n · kWinRedSlots of the block.
+  auto piece_of = [&](int n) { return ps + n * kWinRedSlots; };
   if constexpr (!DYN) {
-    auto unit_of = [&](int i) { return unit0 + i * unit_step; };
-    ticket_pipeline(
-        G_pieces, lane, [&](int i) { return receive(i, nullptr); },
-        [&](int i, const Sums& sums) { store(unit_of(i), sums); },
-        [&](int j) { return count(unit_of(j)); },
-        [&](int j, unsigned old) { settle(unit_of(j), old); });
+    auto unit_of = [&](int n) { return unit0 + piece_of(n) * unit_step; };
+    const int mine = G_pieces > ps ? (G_pieces - ps + kWinRedSlots - 1) / kWinRedSlots : 0;
+    if (mine > 0)
+      ticket_pipeline(
+          mine, lane, [&](int n) { return receive(piece_of(n), nullptr); },
+          [&](int n, const Sums& sums) { store(unit_of(n), sums); },
+          [&](int n) { return count(unit_of(n)); },
+          [&](int n, unsigned old) { settle(unit_of(n), old); });
   } else {
     // ticket_pipeline's order with the count unknown until the end: at step n, piece n received
     // and stored, piece n − 1 counted, piece n − 2 settled with the count issued a step earlier.
@@ -334,7 +346,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (LOAD != WindowLoader:
     // Step n: (u_same, c_same) hold piece n − 2, (u_other, c_other) piece n − 1. False at the end.
     auto step = [&](int n, int& u_same, unsigned& c_same, int u_other, unsigned& c_other) {
       int u = -1;
-      const Sums sums = receive(n, &u);
+      const Sums sums = receive(piece_of(n), &u);
       if (u < 0) return false;
       if (n >= 1 && lane == 0) c_other = count(u_other);
       store(u, sums);
@@ -342,7 +354,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG + (LOAD != WindowLoader:
       u_same = u;
       return true;
     };
-    int n = 0;  // pieces received
+    int n = 0;  // this warp's pieces received
     for (;; n += 2) {
       if (!step(n, u0, c0, u1, c1)) break;
       if (!step(n + 1, u1, c1, u0, c0)) {
@@ -368,7 +380,8 @@ template <int NG, WindowLoader LOAD>
 void launch_window_config(const SkinnyArgs& a, const WindowGemmPlan& plan,
                           const WindowGemmWorkspace& ws, cudaStream_t stream) {
   auto kernel = window_gemm_kernel<NG, LOAD>;
-  constexpr int threads = kWinThreads + 32 * NG + (LOAD != WindowLoader::cp_async ? 32 : 0);
+  constexpr int threads =
+      kWinThreads + 32 * NG * kWinPublishers + (LOAD != WindowLoader::cp_async ? 32 : 0);
   const size_t smem = window_gemm_smem_bytes(plan);
   struct Limits {  // (gemm_bf16_window checked that smem fits the opt-in limit)
     int sms = 0, optin = 0;
