@@ -801,10 +801,16 @@ TEST(GemmWindow, MatchesReference) {
                   });
     }
   }
-  std::vector<unsigned> tickets(max_tickets);
-  CUDA_OK(cudaMemcpy(tickets.data(), ws.ptr, max_tickets * 4, cudaMemcpyDeviceToHost));
-  EXPECT_EQ(size_t(std::count(tickets.begin(), tickets.end(), 0u)), max_tickets)
-      << "the window GEMV left tickets that are not zero";
+  // Every launch leaves the whole workspace zero: tickets, counters and partial sums (the
+  // hand-off reads a partial until it is not zero).
+  std::vector<unsigned char> left(ws_bytes);
+  CUDA_OK(cudaMemcpy(left.data(), ws.ptr, ws_bytes, cudaMemcpyDeviceToHost));
+  const size_t nonzero = ws_bytes - size_t(std::count(left.begin(), left.end(), 0));
+  EXPECT_EQ(nonzero, 0u) << "the window GEMV left bytes of its workspace that are not zero, "
+                         << "the first at "
+                         << (std::find_if(left.begin(), left.end(), [](auto b) { return b != 0; }) -
+                             left.begin())
+                         << " (tickets and counters end at " << max_tickets * 4 << ")";
   DeviceBuffer<bf16> X(33 * 64), W(64 * 8), Y(33 * 8);
   ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
   namespace kn = ridge::kernels;
@@ -832,9 +838,9 @@ TEST(GemmWindow, MatchesReference) {
 
 // The window GEMV launched 8 times back to back with PDL on one workspace, no synchronization
 // between them: each launch's blocks may start while the previous one's still publish and reduce,
-// so a ticket reset late or scratch read early would show. Every output within bounds of the fp64
-// reference and bitwise equal to the first; both loaders, which sum in the same order, so the bulk
-// loader's outputs equal the cp.async loader's bit for bit.
+// so a ticket or partial reset late, or a partial read early, would show. Every output within
+// bounds of the fp64 reference and bitwise equal to the first; both loaders, which sum in the same
+// order, so the bulk loader's outputs equal the cp.async loader's bit for bit.
 TEST(GemmWindow, BackToBackWithPdl) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
@@ -871,10 +877,10 @@ TEST(GemmWindow, BackToBackWithPdl) {
       EXPECT_TRUE(first == outs[0])
           << "the bulk loader's output differs from the cp.async loader's";
   }
-  std::vector<unsigned> counters(ridge::kernels::window_gemm_ticket_bytes / sizeof(unsigned));
-  CUDA_OK(cudaMemcpy(counters.data(), ws.ptr, counters.size() * 4, cudaMemcpyDeviceToHost));
-  EXPECT_EQ(size_t(std::count(counters.begin(), counters.end(), 0u)), counters.size())
-      << "tickets or counters not zero after the launches";
+  std::vector<unsigned char> left(ws_bytes);
+  CUDA_OK(cudaMemcpy(left.data(), ws.ptr, ws_bytes, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(size_t(std::count(left.begin(), left.end(), 0)), ws_bytes)
+      << "tickets, counters or partial sums not zero after the launches";
 }
 
 TEST(GemmSm90, MatchesReference) {

@@ -70,8 +70,9 @@ void gemm_bf16_stream(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // memory). A unit's segments are reduced across blocks through the workspace (partial sums and a
 // ticket a unit and token tile; the block that completes a unit stores it, summing the segments
 // in order: deterministic). Workspace: gemm_bf16_window_workspace_bytes(M, N, K, seg) bytes,
-// 16-byte aligned, zeroed once before its first use (every launch leaves its tickets zero; they
-// sit at the start for every shape, so a workspace serves any call it is large enough for); one
+// 16-byte aligned, zeroed once before its first use (every launch leaves it zero, tickets and
+// partial sums: the hand-off needs scratch zero; the tickets sit at the start for every shape, so
+// a workspace serves any call it is large enough for); one
 // launch at a time per workspace. M ≤ window_gemm_max_tokens, N ≤ window_gemm_max_n, K % 8 == 0,
 // N % 8 == 0, 16-byte aligned X, W, Y and residual, sm_90. Launched with PDL when `pdl` (its
 // weights start streaming before the previous kernel ends). `loader`: WindowLoader.

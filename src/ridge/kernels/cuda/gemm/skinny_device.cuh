@@ -70,6 +70,36 @@ __device__ __forceinline__ void fence_acq_rel_gpu() {
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
+// The window GEMV's hand-off without fences: every partial sum is stored as bits that are never
+// zero (partial_bits: −0 made +0, then the sign bit flipped, so only −0 could have given 0), into
+// scratch that every launch leaves zero. The count is a relaxed add; the block that completes a
+// unit reads each partial until it is not zero (its store was issued before its block's count, so
+// it arrives), sums, and zeroes it again. Every access to scratch and tickets is a relaxed
+// gpu-scope one, so the per-location (coherence) order holds: the zero written after a read of
+// the value cannot be overtaken by the value's own store.
+__device__ __forceinline__ unsigned add_relaxed_gpu(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;"
+               : "=r"(old)
+               : "l"(p), "r"(v)
+               : "memory");
+  return old;
+}
+__device__ __forceinline__ unsigned ld_relaxed_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed_gpu(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned partial_bits(float v) {
+  return __float_as_uint(__fadd_rn(v, 0.0f)) ^ 0x80000000u;
+}
+__device__ __forceinline__ float partial_value(unsigned bits) {
+  return __uint_as_float(bits ^ 0x80000000u);
+}
+
 // The publisher warp's pipeline of the row-stream and window GEMVs, for items i = 0 … n − 1 of a
 // block (row groups, pieces): `receive(i)` takes item i's partial sums from the loader warps
 // (barrier, shared memory) and returns them, `store(i, sums)` writes them to scratch, `count(j)`

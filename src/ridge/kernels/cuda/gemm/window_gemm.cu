@@ -21,11 +21,13 @@
 // unit's S pieces are reduced by S blocks: the warps' partial sums go through a 4-slot ring in
 // shared memory (named barriers, as the row-stream GEMV's) to 4 · NG publisher warps (one a slot
 // and token tile of 8), which sum them in warp order and store them to scratch. A piece is counted
-// on its unit's ticket one of the warp's pieces later (a release add: by then its stores are long acknowledged, so the
-// release does not wait for them), and the add's result is looked at one piece after that (its
-// round trip hidden behind the next piece). The block that completes a unit acquires, sums the S
-// partials in segment order (deterministic) and stores the unit's outputs; then it resets the
-// ticket. The loaders never wait for a ticket or a fence.
+// on its unit's ticket one of the warp's pieces later, and the add's result is looked at one piece
+// after that (its round trip hidden behind the next piece). No fence orders the two: partials are
+// stored as bits that are never zero into scratch that is zero, and the block that completes a
+// unit reads each of the S partials until it is there (skinny_device.cuh; run 29: the release
+// adds and acquire fences of the ticket protocol cost ~8 µs of qkv's 43). It sums them in segment
+// order (deterministic), stores the unit's outputs and zeroes the partials and the ticket. The
+// loaders never wait for a ticket.
 // Limits (host-checked, gemm.cpp): 1 ≤ M ≤ 32, K % 8 == 0, N % 8 == 0, 16-byte aligned X (row
 // stride ld_x % 8 == 0), W, Y, residual; N ≤ window_gemm_max_n; the workspace's tickets zero
 // before the first launch. The tickets sit at the workspace's start for every shape, so one
@@ -263,16 +265,37 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
   // i ≡ ps mod kWinRedSlots), and the epilogues of the units they complete
   const int pw = (warp - kWinWarps) % NG, ps = (warp - kWinWarps) / NG;
   pdl::wait();
-  // Unit u's outputs for token tile pw, once its ksegs partials are in scratch and acquired
+  // The partial sums of (unit u, segment s) for this token tile, as bits (skinny_device.cuh's
+  // hand-off without fences).
+  unsigned* const scratch = reinterpret_cast<unsigned*>(ws.scratch);
+  auto partial = [&](int u, int s) {
+    return scratch + ((size_t(u) * ksegs + s) * NG + pw) * kWinPart + lane;
+  };
+  // Unit u's outputs for token tile pw, once every block has counted its segment: the ksegs
+  // partials read until they are there, summed in segment order, and zeroed for the next launch
   // (bf16 out; the residual, which may alias Y, read for all four registers before any store).
   auto epilogue = [&](int u) {
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const float* part = ws.scratch + (size_t(u) * ksegs * NG + pw) * kWinPart + lane;
-    // (unrolled so that several segments' loads are in flight at once; summed in segment order)
-#pragma unroll 4
-    for (int s = 0; s < ksegs; ++s, part += NG * kWinPart)
+    constexpr int kGroup = 4;  // segments whose loads are in flight at once
+    for (int s0 = 0; s0 < ksegs; s0 += kGroup) {
+      unsigned b[kGroup][4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) v[q] += __ldcg(part + q * 32);
+      for (int j = 0; j < kGroup; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          b[j][q] = s0 + j < ksegs ? ld_relaxed_gpu(partial(u, s0 + j) + q * 32) : 0u;
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j)
+        if (s0 + j < ksegs)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            while (b[j][q] == 0u) b[j][q] = ld_relaxed_gpu(partial(u, s0 + j) + q * 32);
+            v[q] += partial_value(b[j][q]);
+          }
+    }
+    for (int s = 0; s < ksegs; ++s)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) st_relaxed_gpu(partial(u, s) + q * 32, 0u);
     // C fragment of m16n8: registers 0, 1 at (row g, tokens 2t, 2t + 1), 2, 3 at row g + 8.
     size_t idx[4];
     bool ok[4];
@@ -288,7 +311,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
 #pragma unroll
     for (int q = 0; q < 4; ++q)
       if (ok[q]) static_cast<bf16*>(a.Y)[idx[q]] = __float2bfloat16(v[q] + res[q]);
-    if (lane == 0) ws.tickets[size_t(u) * NG + pw] = 0;  // ready for the next launch
+    if (lane == 0) st_relaxed_gpu(ws.tickets + size_t(u) * NG + pw, 0u);  // for the next launch
   };
   // The ticket pipeline (skinny_device.cuh): piece i's partial sums for token tile pw from the
   // warps to scratch, counted on the unit's ticket, and the unit's epilogue in the block that
@@ -313,16 +336,14 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
     return sums;
   };
   auto store = [&](int u, const Sums& sums) {
-    float* dst = ws.scratch + ((size_t(u) * ksegs + sg) * NG + pw) * kWinPart + lane;
+    unsigned* const dst = partial(u, sg);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) __stcg(dst + q * 32, sums.v[q]);
+    for (int q = 0; q < 4; ++q) st_relaxed_gpu(dst + q * 32, partial_bits(sums.v[q]));
   };
-  auto count = [&](int u) { return add_release_gpu(ws.tickets + size_t(u) * NG + pw, 1u); };
+  auto count = [&](int u) { return add_relaxed_gpu(ws.tickets + size_t(u) * NG + pw, 1u); };
   auto settle = [&](int u, unsigned old) {
     old = __shfl_sync(0xffffffffu, old, 0);
     if (old + 1 != unsigned(ksegs)) return;  // warp-uniform
-    fence_acq_rel_gpu();
-    __syncwarp();
     epilogue(u);
   };
   // This warp's n-th piece: piece ps + n · kWinRedSlots of the block.
