@@ -29,9 +29,9 @@
 // order (deterministic), stores the unit's outputs and zeroes the partials and the ticket. The
 // loaders never wait for a ticket.
 // Limits (host-checked, gemm.cpp): 1 ≤ M ≤ 32, K % 8 == 0, N % 8 == 0, 16-byte aligned X (row
-// stride ld_x % 8 == 0), W, Y, residual; N ≤ window_gemm_max_n; the workspace's tickets zero
-// before the first launch. The tickets sit at the workspace's start for every shape, so one
-// workspace serves calls of any shape it is large enough for.
+// stride ld_x % 8 == 0), W, Y, residual; N ≤ window_gemm_max_n; the workspace zero before the
+// first launch (each launch leaves it zero). The tickets sit at the workspace's start for every
+// shape, so one workspace serves calls of any shape it is large enough for.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
       sm90::mbar_fence_init();
     }
     __syncthreads();
-    if (warp == kWinWarps + kWinPublishers * NG) {  // ---- the producer: one lane issues every piece's copies
+    // ---- the producer (the warp after the publishers): one lane issues every piece's copies
+    if (warp == kWinWarps + kWinPublishers * NG) {
       if (lane == 0) {
         const uint32_t row_bytes = uint32_t(valid) * 16;
         // DYN: the first ring of pieces as in the static order (units below SLOTS · unit_step of
