@@ -5,6 +5,8 @@
 // benchmark measured in the same run, with the database's efficiency factors) next to the
 // measured times, with the error, and adds the predictions to its JSON (--json FILE).
 // --hardware ID|FILE predicts for a database entry or a profile instead of the same-run ceilings.
+// Then, for each token count and K whose shapes are all memory-bound, each kernel's fixed cost and
+// streaming rate over those shapes (perf/stream_fit.h), against the same run's read ceiling.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,7 +14,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -21,6 +26,7 @@
 #include "ridge/core/error.h"
 #include "ridge/perf/cost_model.h"
 #include "ridge/perf/hardware.h"
+#include "ridge/perf/stream_fit.h"
 #include "subcommand.h"
 
 namespace {
@@ -72,6 +78,63 @@ ridge::perf::Hardware hardware_for(const nlohmann::json& run, const std::string&
   return hw;
 }
 
+// Each kernel's time over the memory-bound shapes of one token count M and one K, as a fixed cost
+// plus bytes ÷ a streaming rate (perf::fit_stream; at least three sizes), printed beside the read
+// ceiling of the same run and returned as JSON. Kernels: "ours", "cublas" and every "alt_*".
+nlohmann::json stream_fits(const nlohmann::json& run,
+                           const std::set<std::pair<int64_t, int64_t>>& not_memory_bound) {
+  using Key =
+      std::tuple<int64_t, int64_t, int, std::string>;  // M, K, order (ours, cuBLAS, alts), kernel
+  std::map<Key, std::vector<std::pair<double, double>>> groups;
+  for (const auto& r : run["shapes"]) {
+    const int64_t M = r.value("M", 0), K = r.value("K", 0);
+    const double bytes = r.value("min_bytes", 0.0);
+    if (M <= 0 || K <= 0 || bytes <= 0 || not_memory_bound.count({M, K})) continue;
+    for (auto it = r.begin(); it != r.end(); ++it) {
+      const std::string& kernel = it.key();
+      if (kernel != "ours" && kernel != "cublas" && kernel.rfind("alt_", 0) != 0) continue;
+      if (!it->is_object() || !it->value("ok", false) || it->value("us", 0.0) <= 0) continue;
+      const int order = kernel == "ours" ? 0 : kernel == "cublas" ? 1 : 2;
+      groups[{M, K, order, kernel}].emplace_back(bytes, it->value("us", 0.0) * 1e-6);
+    }
+  }
+  const double read_tbps = run.contains("ceilings") ? run["ceilings"].value("read_tbps", 0.0) : 0.0;
+  nlohmann::json out = nlohmann::json::array();
+  bool header = false;
+  for (const auto& [key, points] : groups) {
+    std::set<double> sizes;
+    for (const auto& pt : points) sizes.insert(pt.first);
+    if (sizes.size() < 3) continue;
+    const auto& [M, K, order, kernel] = key;
+    const ridge::perf::StreamFit f = ridge::perf::fit_stream(points);
+    const double tbps = f.bytes_per_s / 1e12;
+    const std::string name = kernel.rfind("alt_", 0) == 0 ? kernel.substr(4) : kernel;
+    if (!header) {
+      fmt::print(
+          "\nfixed cost and streaming rate (least squares over the memory-bound shapes of one "
+          "M and K: t = fixed + bytes / rate; read ceiling {:.2f} TB/s)\n",
+          read_tbps);
+      fmt::print("{:>5} {:>6} {:<14} {:>6} | {:>8} {:>7} {:>6} {:>6}\n", "M", "K", "kernel",
+                 "shapes", "fixed_us", "TB/s", "%read", "r2");
+      header = true;
+    }
+    fmt::print("{:>5} {:>6} {:<14} {:>6} | {:>8.2f} {:>7.2f} {:>6} {:>6.3f}\n", M, K, name,
+               sizes.size(), f.fixed_s * 1e6, tbps,
+               read_tbps > 0 && tbps > 0 ? fmt::format("{:.0f}", 100 * tbps / read_tbps) : "-",
+               f.r2);
+    out.push_back({{"M", M},
+                   {"K", K},
+                   {"kernel", name},
+                   {"shapes", sizes.size()},
+                   {"points", f.points},
+                   {"fixed_us", f.fixed_s * 1e6},
+                   {"stream_tbps", tbps},
+                   {"pct_read", read_tbps > 0 ? 100 * tbps / read_tbps : 0.0},
+                   {"r2", f.r2}});
+  }
+  return out;
+}
+
 void predict(const fs::path& json_path, const std::string& spec) {
   using namespace ridge;
   std::ifstream in(json_path);
@@ -91,11 +154,13 @@ void predict(const fs::path& json_path, const std::string& spec) {
              "layer", "M", "N", "K", "roofline_us", "pred_us", "bound", "ours_us", "err", "cublas_us",
              "err", "beyond ±25%");
   int outside = 0, rows = 0;
+  std::set<std::pair<int64_t, int64_t>> not_memory_bound;  // (M, K) with a shape that is not
   for (auto& r : run["shapes"]) {
     const int64_t M = r.value("M", 0), N = r.value("N", 0), K = r.value("K", 0);
     if (M <= 0 || N <= 0 || K <= 0) continue;
     const perf::OpCost p = perf::predict_gemm(hw, M, N, K, ach);
     const perf::OpCost rl = perf::predict_gemm(hw, M, N, K, roof);
+    if (p.bound != perf::Bound::memory) not_memory_bound.insert({M, K});
     auto us_of = [&](const char* who) {
       return r.contains(who) && r[who].value("ok", false) ? r[who].value("us", 0.0) : 0.0;
     };
@@ -119,6 +184,7 @@ void predict(const fs::path& json_path, const std::string& spec) {
   }
   fmt::print("{} of {} shapes predicted within ±25% of the faster kernel\n", rows - outside, rows);
   run["prediction_hardware"] = hw.describe();
+  run["stream_fits"] = stream_fits(run, not_memory_bound);
   std::ofstream(json_path) << run.dump(1) << "\n";
 }
 
