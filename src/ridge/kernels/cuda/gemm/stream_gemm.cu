@@ -24,11 +24,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <vector>
 
+#include "ridge/kernels/cuda/gemm/block_trace.h"
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
 #include "ridge/kernels/cuda/gemm/sm90.cuh"
@@ -100,14 +97,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int G = gridDim.x, c = blockIdx.x;
   const long long begin = c * total / G, end = (c + 1) * total / G;
 
-  // RIDGE_STREAM_TRACE (diagnostic): per CTA, %globaltimer at entry, the first stage's arrival,
-  // the end of the main loop and the end of the CTA's last epilogue.
+  // RIDGE_STREAM_TRACE (diagnostic, block_trace.h): per CTA, %globaltimer at entry, the first
+  // stage's arrival, the end of the main loop and the end of the CTA's last epilogue.
   auto stamp = [&](int k) {
-    if (trace != nullptr) {
-      unsigned long long t;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-      trace[c * 4 + k] = t;
-    }
+    if (trace != nullptr) trace[c * detail::kBlockStamps + k] = globaltimer_ns();
   };
   if (threadIdx.x == 0) stamp(0);
   if (threadIdx.x == 0) {
@@ -280,30 +273,6 @@ void launch_stream(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, 
                                     trace));
 }
 
-// The RIDGE_STREAM_TRACE summary of one launch: per stamp, min / median / max over the CTAs in
-// µs after the first CTA's entry.
-void print_trace(const unsigned long long* trace, int ctas, int M, int N, int K,
-                 cudaStream_t stream) {
-  std::vector<unsigned long long> h(size_t(ctas) * 4);
-  RIDGE_GEMM_CUDA_CHECK(cudaStreamSynchronize(stream));
-  RIDGE_GEMM_CUDA_CHECK(cudaMemcpy(h.data(), trace, h.size() * 8, cudaMemcpyDeviceToHost));
-  unsigned long long t0 = h[0];
-  for (int c = 0; c < ctas; ++c) t0 = std::min(t0, h[size_t(c) * 4]);
-  static const char* const names[4] = {"entry", "first", "loop_end", "exit"};
-  std::string line;
-  for (int k = 0; k < 4; ++k) {
-    std::vector<double> v(ctas);
-    for (int c = 0; c < ctas; ++c) v[c] = double(h[size_t(c) * 4 + k] - t0) * 1e-3;
-    std::sort(v.begin(), v.end());
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " %s %.2f/%.2f/%.2f", names[k], v.front(), v[v.size() / 2],
-                  v.back());
-    line += buf;
-  }
-  std::fprintf(stderr, "stream trace M=%d N=%d K=%d ctas=%d (us min/median/max):%s\n", M, N, K,
-               ctas, line.c_str());
-}
-
 }  // namespace
 
 // The workspace: two partial tiles per CTA (at most one CTA per SM), then the tickets.
@@ -330,20 +299,9 @@ void detail::launch_stream_gemm(const bf16* X, const bf16* W, bf16* Y, const bf1
       reinterpret_cast<unsigned*>(static_cast<uint8_t*>(workspace) + partials_bytes(sms));
   // RIDGE_STREAM_TRACE=1 (diagnostic): launches outside stream capture are traced and the
   // per-CTA times summarized on stderr (this synchronizes the stream).
-  static const bool tracing = [] {
-    const char* v = std::getenv("RIDGE_STREAM_TRACE");
-    return v && *v && *v != '0';
-  }();
-  static unsigned long long* trace_buf = nullptr;
-  unsigned long long* trace = nullptr;
-  if (tracing) {
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    RIDGE_GEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
-    if (capturing == cudaStreamCaptureStatusNone) {
-      if (!trace_buf) RIDGE_GEMM_CUDA_CHECK(cudaMalloc(&trace_buf, size_t(sms) * 4 * 8));
-      trace = trace_buf;
-    }
-  }
+  static const bool tracing = detail::block_trace_requested("RIDGE_STREAM_TRACE");
+  unsigned long long* const trace =
+      tracing ? detail::block_trace("RIDGE_STREAM_TRACE", ctas, stream) : nullptr;
   if (M <= 8)
     launch_stream<8>(X, W, Y, residual, M, N, K, partials, tickets, ctas, stream, trace);
   else if (M <= 16)
@@ -352,7 +310,8 @@ void detail::launch_stream_gemm(const bf16* X, const bf16* W, bf16* Y, const bf1
     launch_stream<32>(X, W, Y, residual, M, N, K, partials, tickets, ctas, stream, trace);
   else
     launch_stream<64>(X, W, Y, residual, M, N, K, partials, tickets, ctas, stream, trace);
-  if (trace) print_trace(trace, ctas, M, N, K, stream);
+  static const char* const names[detail::kBlockStamps] = {"entry", "first", "loop_end", "exit"};
+  if (trace) detail::print_block_trace("stream", trace, ctas, names, M, N, K, stream);
 }
 
 }  // namespace ridge::kernels

@@ -37,6 +37,7 @@
 
 #include <algorithm>
 
+#include "ridge/kernels/cuda/gemm/block_trace.h"
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
 #include "ridge/kernels/cuda/gemm/skinny_device.cuh"
@@ -68,7 +69,8 @@ template <int NG, WindowLoader LOAD>
 __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
                                       (LOAD != WindowLoader::cp_async ? 32 : 0),
                                   1)
-    window_gemm_kernel(const SkinnyArgs a, WindowGemmWorkspace ws, int seg, int ksegs) {
+    window_gemm_kernel(const SkinnyArgs a, WindowGemmWorkspace ws, int seg, int ksegs,
+                       unsigned long long* trace) {
   constexpr bool BULK = LOAD != WindowLoader::cp_async, DYN = LOAD == WindowLoader::bulk_dynamic;
   constexpr int MT = 8 * NG;
   // A partial-sum slot's barriers: the MMA warps and the slot's NG publishers (not the producer).
@@ -95,6 +97,11 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
   int* const slot_unit = reinterpret_cast<int*>(empty + SLOTS);
   int* const red_unit = slot_unit + SLOTS;
   const int sg = b % ksegs;  // this block's K segment
+  // RIDGE_WINDOW_TRACE (diagnostic, block_trace.h): per block, %globaltimer at entry, when the
+  // MMA warps have the first piece, when they are done with the last, and when the last publisher
+  // warp is done (its epilogues and the block's tail).
+  unsigned long long* const stamps = trace ? trace + size_t(b) * detail::kBlockStamps : nullptr;
+  if (stamps && threadIdx.x == 0) stamps[0] = globaltimer_ns();
 
   pdl::launch_dependents();
   const int G_pieces = (pieces - b + G - 1) / G;  // pieces of this block (grid ≤ pieces)
@@ -211,6 +218,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
         named_sync(kWinLoaderBarrier, kWinThreads);
         issue(i + SLOTS - 1, (i + SLOTS - 1) % SLOTS);
       }
+      if (stamps && i == 0 && tid == 0) stamps[1] = globaltimer_ns();
       const uint4* w = ring + (i % SLOTS) * 16 * P;
       float acc[NG][4];
 #pragma unroll
@@ -246,6 +254,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
       __syncwarp();
       named_arrive(kWinFull + rs, kAll);
     }
+    if (stamps && tid == 0) stamps[2] = globaltimer_ns();
     if constexpr (DYN) {  // the end, through every partial-sum slot (its publishers): unit −1
       for (int e = 0; e < kWinRedSlots; ++e, ++i) {
         const int rs = i % kWinRedSlots;
@@ -394,6 +403,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
       settle(odd ? u1 : u0, c_last);
     }
   }
+  if (stamps && lane == 0) atomicMax(stamps + 3, globaltimer_ns());
 }
 
 // The grid: the resident blocks (one a SM with these rings), rounded down to a multiple of the
@@ -430,8 +440,15 @@ void launch_window_config(const SkinnyArgs& a, const WindowGemmPlan& plan,
   const int units = (a.N + 15) / 16, pieces = units * plan.ksegs;
   const int resident = lim.sms * per_sm;
   const int grid = std::min(pieces, std::max(plan.ksegs, resident / plan.ksegs * plan.ksegs));
+  // RIDGE_WINDOW_TRACE=1 (diagnostic): launches outside stream capture are traced and the
+  // per-block times summarized on stderr (this synchronizes the stream).
+  static const bool tracing = detail::block_trace_requested("RIDGE_WINDOW_TRACE");
+  unsigned long long* const trace =
+      tracing ? detail::block_trace("RIDGE_WINDOW_TRACE", grid, stream) : nullptr;
   RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel, dim3(unsigned(grid)), dim3(threads), smem,
-                                    stream, a, ws, plan.seg, plan.ksegs));
+                                    stream, a, ws, plan.seg, plan.ksegs, trace));
+  static const char* const names[detail::kBlockStamps] = {"entry", "first", "mma_end", "exit"};
+  if (trace) detail::print_block_trace("window", trace, grid, names, a.M, a.N, a.K, stream);
 }
 
 template <int NG>
