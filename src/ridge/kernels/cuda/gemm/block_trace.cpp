@@ -30,7 +30,7 @@ unsigned long long* block_trace(const char* env, int blocks, cudaStream_t stream
     if (buf) RIDGE_GEMM_CUDA_CHECK(cudaFree(buf));
     const size_t bytes = size_t(blocks) * kBlockStamps * sizeof(unsigned long long);
     RIDGE_GEMM_CUDA_CHECK(cudaMalloc(&buf, bytes));
-    RIDGE_GEMM_CUDA_CHECK(cudaMemset(buf, 0, bytes));
+    RIDGE_GEMM_CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, stream));  // before the traced launch
     size = blocks;
   }
   return buf;

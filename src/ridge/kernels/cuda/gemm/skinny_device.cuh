@@ -58,9 +58,9 @@ __device__ __forceinline__ void named_sync(int id, int count) {
 __device__ __forceinline__ void named_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
-// The ticket protocols: a release add publishes what the warp stored before it (after a
-// __syncwarp); the block that reads the completing count issues fence_acq_rel_gpu before it reads
-// what the other blocks published.
+// The row-stream GEMV's ticket protocol: a release add publishes what the warp stored before it
+// (after a __syncwarp); the block that reads the completing count issues fence_acq_rel_gpu before
+// it reads what the other blocks published. (The window GEMV's hand-off needs no fence: below.)
 __device__ __forceinline__ unsigned add_release_gpu(unsigned* p, unsigned v) {
   unsigned old;
   asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -103,10 +103,11 @@ __device__ __forceinline__ float partial_value(unsigned bits) {
 // The publisher warp's pipeline of the row-stream and window GEMVs, for items i = 0 … n − 1 of a
 // block (row groups, pieces): `receive(i)` takes item i's partial sums from the loader warps
 // (barrier, shared memory) and returns them, `store(i, sums)` writes them to scratch, `count(j)`
-// (lane 0) adds item j to its unit's ticket with a release and returns the count before it, and
-// `settle(j, old)` runs the unit's epilogue when item j completed it (old from lane 0). Item j is
-// counted one step after its store (its stores long acknowledged, so the release does not wait
-// for them; the barrier in receive orders every lane's stores before lane 0's add) and settled
+// (lane 0) adds item j to its unit's ticket (with a release in the row-stream GEMV, relaxed in
+// the window GEMV) and returns the count before it, and `settle(j, old)` runs the unit's epilogue
+// when item j completed it (old from lane 0). Item j is counted one step after its store (its
+// stores long acknowledged, so a release does not wait for them; the barrier in receive orders
+// every lane's stores before lane 0's add) and settled
 // one step after that (the add's round trip hidden behind an item). The counts of even and odd
 // items live in two registers, the loop unrolled by two, so that no register copy waits for an
 // add's result. (Stored, released and read in one step, the first forms made two L2 round trips

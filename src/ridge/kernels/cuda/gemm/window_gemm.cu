@@ -288,19 +288,19 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     constexpr int kGroup = 4;  // segments whose loads are in flight at once
     for (int s0 = 0; s0 < ksegs; s0 += kGroup) {
-      unsigned b[kGroup][4];
+      unsigned bits[kGroup][4];
 #pragma unroll
       for (int j = 0; j < kGroup; ++j)
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          b[j][q] = s0 + j < ksegs ? ld_relaxed_gpu(partial(u, s0 + j) + q * 32) : 0u;
+          bits[j][q] = s0 + j < ksegs ? ld_relaxed_gpu(partial(u, s0 + j) + q * 32) : 0u;
 #pragma unroll
       for (int j = 0; j < kGroup; ++j)
         if (s0 + j < ksegs)
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            while (b[j][q] == 0u) b[j][q] = ld_relaxed_gpu(partial(u, s0 + j) + q * 32);
-            v[q] += partial_value(b[j][q]);
+            while (bits[j][q] == 0u) bits[j][q] = ld_relaxed_gpu(partial(u, s0 + j) + q * 32);
+            v[q] += partial_value(bits[j][q]);
           }
     }
     for (int s = 0; s < ksegs; ++s)
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
     // As there, even and odd pieces keep their unit and count in registers of their own (two
     // steps a loop), so that no copy of a count waits for its atomic before the next step.
     int u0 = -1, u1 = -1;     // the units of the last even and odd pieces
-    unsigned c0 = 0, c1 = 0;  // their counts (lane 0)
+    unsigned cnt0 = 0, cnt1 = 0;  // their counts (lane 0)
     // Step n: (u_same, c_same) hold piece n − 2, (u_other, c_other) piece n − 1. False at the end.
     auto step = [&](int n, int& u_same, unsigned& c_same, int u_other, unsigned& c_other) {
       int u = -1;
@@ -387,8 +387,8 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
     };
     int n = 0;  // this warp's pieces received
     for (;; n += 2) {
-      if (!step(n, u0, c0, u1, c1)) break;
-      if (!step(n + 1, u1, c1, u0, c0)) {
+      if (!step(n, u0, cnt0, u1, cnt1)) break;
+      if (!step(n + 1, u1, cnt1, u0, cnt0)) {
         ++n;
         break;
       }
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(kWinThreads + 32 * NG * kWinPublishers +
       const bool odd = ((n - 1) & 1) != 0;  // the last piece's parity
       unsigned c_last = 0;
       if (lane == 0) c_last = count(odd ? u1 : u0);
-      if (n >= 2) settle(odd ? u0 : u1, odd ? c0 : c1);
+      if (n >= 2) settle(odd ? u0 : u1, odd ? cnt0 : cnt1);
       settle(odd ? u1 : u0, c_last);
     }
   }
