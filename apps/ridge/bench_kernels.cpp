@@ -154,7 +154,7 @@ void predict(const fs::path& json_path, const std::string& spec) {
              "layer", "M", "N", "K", "roofline_us", "pred_us", "bound", "ours_us", "err", "cublas_us",
              "err", "beyond ±25%");
   int outside = 0, rows = 0;
-  std::set<std::pair<int64_t, int64_t>> not_memory_bound;  // (M, K) with a shape that is not
+  std::set<std::pair<int64_t, int64_t>> not_memory_bound;  // (M, K) with a compute-bound shape
   for (auto& r : run["shapes"]) {
     const int64_t M = r.value("M", 0), N = r.value("N", 0), K = r.value("K", 0);
     if (M <= 0 || N <= 0 || K <= 0) continue;
