@@ -349,6 +349,17 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     };
   };
   const Gemm split = split_k(0), split2 = split_k(2), split4 = split_k(4);
+  // The weight ring at depths 2 and 3 (SkinnyArgs::ring; up to 16 tokens), and the register
+  // path (ring -1; the automatic choice takes the ring up to 8 tokens).
+  auto ring_k = [](int depth) -> Gemm {
+    return [depth](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+      ridge::kernels::SkinnyArgs a;
+      a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
+      a.ring = depth;
+      ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
+    };
+  };
+  const Gemm ring2 = ring_k(2), ring3 = ring_k(3), regs = ring_k(-1);
   // The row-warp kernel (17-64 tokens; activations staged once per 128-row block).
   const Gemm rows_k = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
     ridge::kernels::gemm_bf16_skinny_rows(X, W, Y, M, N, K, st);
@@ -446,11 +457,16 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
       std::vector<Entry> entries = {{&ref, true}, {&ours}};
       // Split-K (up to 16 tokens): the automatic choice and clusters of 2 and 4 on every shape.
       const bool try_split = M <= 16;
+      size_t ring_at = 0;
       if (try_split) {
         entries.push_back({&split});
         entries.push_back({&split2});
         entries.push_back({&split4});
         if (M == 16) entries.push_back({&rows_k});
+        ring_at = entries.size();
+        entries.push_back({&ring2});
+        entries.push_back({&ring3});
+        entries.push_back({&regs});
       } else if (M > 32 && M <= 512) {
         entries.push_back({&skinny});
         if (M <= 64) entries.push_back({&rows_k});
@@ -491,6 +507,9 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt(m[3], "alt_split2", "split2");
         alt(m[4], "alt_split4", "split4");
         if (M == 16) alt(m[5], "alt_rows", "rows");
+        alt(m[ring_at], "alt_ring2", "ring2");
+        alt(m[ring_at + 1], "alt_ring3", "ring3");
+        alt(m[ring_at + 2], "alt_registers", "regs");
       } else if (M > 32 && M <= 512) {
         alt(m[2], "alt_skinny", "skinny");
         if (M <= 64) alt(m[3], "alt_rows", "rows");

@@ -352,9 +352,14 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
 
     std::vector<std::vector<unsigned char>> outs;
     std::vector<std::vector<float>> sums;
-    for (int run = 0; run < 2; ++run) {
+    // The register path twice, then (not for the row-stream GEMV) the weight ring at depths 2
+    // and 3 (SkinnyArgs::ring), which must leave the same bits.
+    const int runs = stream ? 2 : 4;
+    const int64_t ring_before = ridge::kernels::skinny_ring_launches();
+    for (int run = 0; run < runs; ++run) {
       SCOPED_TRACE(::testing::Message() << "run " << run);
       SkinnyArgs a;
+      a.ring = run < 2 ? -1 : run;
       a.X = X.ptr, a.ld_x = K, a.W = W.ptr, a.Y = Y.ptr, a.M = M, a.N = N, a.K = K;
       a.y_f32 = f32;
       a.swiglu = swiglu;
@@ -395,12 +400,16 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
       }
     }
     if (outs.size() < 2) continue;  // the row-stream GEMV does not take this case
-    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), y_bytes), 0)
-        << "second run: outputs differ in their bits";
-    if (!sums.empty()) {
-      EXPECT_EQ(std::memcmp(sums[0].data(), sums[1].data(), sums[0].size() * 4), 0)
-          << "second run: sums of squares differ";
+    for (size_t r = 1; r < outs.size(); ++r) {
+      EXPECT_EQ(std::memcmp(outs[0].data(), outs[r].data(), y_bytes), 0)
+          << "run " << r << " (ring " << (r < 2 ? 0 : r) << "): outputs differ in their bits";
+      if (!sums.empty())
+        EXPECT_EQ(std::memcmp(sums[0].data(), sums[r].data(), sums[0].size() * 4), 0)
+            << "run " << r << ": sums of squares differ";
     }
+    // The ring takes every launch that is not split (split_k 1; the automatic choice may split).
+    if (!stream && c.split_k == 1)
+      EXPECT_EQ(ridge::kernels::skinny_ring_launches() - ring_before, 2) << "ring launches";
   }
   EXPECT_GE(stream_cases, small ? 3 : 18) << "cases the row-stream GEMV ran";
   std::vector<unsigned> tickets(kStreamRows / 16);
@@ -578,6 +587,7 @@ TEST(GemmSkinny, EarlyWeightsMatchUnstaged) {
       a.y_f32 = f32;
       a.swiglu = swiglu;
       a.stage_steps = stage;
+      a.ring = -1;  // the register path (an automatic weight ring would replace the staging)
       // The unstaged run unsplit; the staged one automatic, which must not split (bitwise equal).
       if (stage == 0) a.split_k = 1;
       // The residual in place (Y += X·Wᵀ, as the decode step's o and down projections).
@@ -617,6 +627,18 @@ TEST(GemmSkinny, EarlyWeightsMatchUnstaged) {
     a.M = 1, a.stage_steps = 1;
     EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, nullptr),
                  ridge::Error);
+    // The weight ring: depth 2 or 3 only, and not with staged steps.
+    a.split_k = 0;
+    a.ring = 2;  // (stage_steps still 1)
+    EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, nullptr),
+                 ridge::Error);
+    a.stage_steps = 0;
+    for (int bad : {1, 4, -2}) {
+      a.ring = bad;
+      EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, nullptr),
+                   ridge::Error)
+          << "ring " << bad;
+    }
   }
   // Refused before launching: too many steps, a prologue, more than 8 tokens.
   DeviceBuffer<bf16> X(16 * 64), W(64 * 64), Y(16 * 64);

@@ -146,6 +146,9 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
               "{}: split_k {} must be 0..{}, and above 1 only with at most 16 tokens (M = {}) "
               "and no staged steps",
               what, a.split_k, skinny_max_split_k, a.M);
+  RIDGE_CHECK(a.ring == 0 || a.ring == -1 || ((a.ring == 2 || a.ring == 3) && a.stage_steps == 0),
+              "{}: ring {} must be -1, 0, 2 or 3, and above 0 only without staged steps", what,
+              a.ring);
   if (a.rope.positions) {
     const int hd = a.rope.head_dim;
     RIDGE_CHECK(hd > 0 && hd % 16 == 0 && a.rope.q_dim > 0 && a.rope.q_dim % hd == 0 &&

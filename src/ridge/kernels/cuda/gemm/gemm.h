@@ -229,6 +229,15 @@ struct SkinnyArgs {
   // stage_steps). Measured on the H200 (run 14): 512×8192 at M = 1 9.0 → 6.1 µs, 1024×4096
   // 5.9 → 5.8; on the Llama projections the automatic choice is no split (forced 2 or 4 lose).
   int split_k = 0;
+  // The weight ring (one token tile of up to 16 tokens, RT = 1; where the split-K choice is 1):
+  // the weights stream through `ring` steps a warp of shared memory filled by cp.async (32 KB a
+  // step and block) instead of a register buffer, so that `ring` steps a warp are in flight where
+  // the register path keeps one (ptxas tracks all of a warp's weight loads on one scoreboard). Its
+  // first steps are copied before the PDL wait, so an automatic ring also replaces stage_steps.
+  // Bitwise the register path's result. 0: automatic (depth 2 up to 8 tokens, else the register
+  // path; RIDGE_SKINNY_RING=0/2/3 overrides it for A/B runs); -1: the register path; 2 or 3: that
+  // depth (not with stage_steps).
+  int ring = 0;
   // Epilogue rope_kv (decode q|k|v; on when rope.positions is set): W stacks q, k and v rows
   // (N = q_dim + 2·kv_dim, head_dim % 16 == 0), and each block takes 8 rows i of a q or k head's
   // first half with their partners i + head_dim/2 as the two 8-row halves of its MMA tile (v rows
@@ -255,6 +264,8 @@ struct SkinnyArgs {
 bool skinny_stream_applies(const SkinnyArgs& a);
 // How many row-stream GEMVs this process has launched (tests: which kernel a backend call ran).
 int64_t skinny_stream_launches();
+// How many launches took the weight ring (SkinnyArgs::ring; tests).
+int64_t skinny_ring_launches();
 constexpr int skinny_max_stage_steps = 6;
 constexpr int skinny_max_split_k = 8;
 constexpr int skinny_prologue_max_tokens = 16;

@@ -39,6 +39,11 @@ __device__ __forceinline__ void stage_commit() {
 __device__ __forceinline__ void stage_wait_all() {
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
+// Waits until at most N of this thread's commit groups are pending (the older ones landed).
+template <int N>
+__device__ __forceinline__ void stage_wait_groups() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t a0, uint32_t a1,
                                                   uint32_t a2, uint32_t a3, uint32_t b0,

@@ -6,9 +6,13 @@
 // kernels and their round trips.
 //
 // The weights dominate the bytes (N·K·2 against M·K·2), so the kernel is a weight stream: every
-// weight byte is read exactly once, with 16-byte non-allocating loads, a register double buffer
-// keeping two steps of loads in flight per warp, and tensor cores (mma.sync m16n8k16) doing the
-// arithmetic so that M up to 64 costs no more than M = 1.
+// weight byte is read exactly once, with 16-byte non-allocating loads, and tensor cores
+// (mma.sync m16n8k16) doing the arithmetic so that M up to 64 costs no more than M = 1. Up to 8
+// tokens the weights go through a ring of 2 steps a warp in shared memory (cp.async, RING below);
+// otherwise through registers, the next step loaded while the current one is multiplied. The
+// register path keeps one step a warp in flight, not two: ptxas tracks all of a warp's weight
+// loads on one scoreboard, so copying the next step into the current one's registers waits for
+// the loads just issued (read in the SASS, run 30).
 //
 // Trick: the reduction over k is order-free, so each thread loads 8 consecutive k (16 bytes) of
 // a weight row and of an activation row and feeds them to two m16n8k16 MMAs as k positions
@@ -321,7 +325,7 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
 }
 
 // NG: token groups of 8 (MT = 8·NG tokens per block); RT: 16-row weight tiles per warp;
-// KU: 32-column chunks per step (bytes in flight per thread = RT·2·KU·16, twice buffered);
+// KU: 32-column chunks per step (bytes in flight per thread = RT·2·KU·16 on the register path);
 // MIN_BLOCKS: blocks per SM the register budget must allow (2 keeps 16 warps streaming);
 // P: what is applied to the activations as they are loaded (gemm.h).
 // Row tiles: block (bx, by) takes row tiles by, by + gridDim.y, … (one each when the grid covers
@@ -341,10 +345,18 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
 // SPLIT: split-K over a cluster of gridDim.z CTAs (cluster dims 1 × 1 × gridDim.z): rank r takes
 // the steps [r·steps/S, (r+1)·steps/S) of every row tile and finish_tile reduces the ranks; one
 // block per row tile (no persistence) and no staging.
+// RING (SkinnyArgs::ring; one token tile of up to 16 tokens, RT = 1, no split or staging): the
+// weights go through a ring of a.ring steps a warp in shared memory instead of registers. Each
+// thread copies its own 16-byte pieces of a step with cp.async (one commit group a step) and
+// reads back only those, so cp.async.wait_group is the only ordering; a.ring steps are in flight
+// while a warp waits for the oldest (the register path has one: ptxas tracks a warp's weight loads
+// on one scoreboard, so `cur = nxt` waits for the loads just issued), and the first a.ring steps
+// are issued before the PDL wait. Same MMAs in the same order: bitwise the register path's result.
 template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P, bool SPLIT = false,
-          bool ROPE = false>
+          bool ROPE = false, bool RING = false>
 __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     skinny_gemm_kernel(const SkinnyArgs a) {
+  static_assert(!RING || (!SPLIT && RT == 1), "the ring path: one row tile a warp, no split");
   constexpr int MT = 8 * NG;
   constexpr int KSTEP = 32 * KU;
   constexpr int kRegs = RT * NG * 4;
@@ -419,6 +431,104 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     const int m = m0 + j * 8 + g;
     token_ok[j] = m < M;
     xrow[j] = a.X + static_cast<size_t>(min(m, M - 1)) * a.ld_x + t * 8;
+  }
+  if constexpr (RING) {
+    // The warp's items: its steps warp, warp + 8, … of each of the block's tiles in turn (tiles
+    // blockIdx.y, blockIdx.y + gridDim.y, … when persistent). A warp with no steps still takes
+    // part in every tile's reduction.
+    const int S = a.ring;                    // 2 or 3 (host-checked)
+    constexpr int kRingSlots = RT * 2 * KU;  // 16-byte pieces a thread copies a step
+    uint4* const ring = reinterpret_cast<uint4*>(reduce_smem + kSkinnyWarps * kRegs * 32);
+    // Piece q of this thread in ring slot `slot`: a warp's 16-byte reads are contiguous.
+    auto piece = [&](int slot, int q) {
+      return ring + (slot * kRingSlots + q) * kSkinnyThreads + threadIdx.x;
+    };
+    const int my_steps = warp < steps ? (steps - warp + kSkinnyWarps - 1) / kSkinnyWarps : 0;
+    const int my_tiles =
+        kPersist ? (n_tiles - int(blockIdx.y) + int(gridDim.y) - 1) / int(gridDim.y) : 1;
+    const int items = my_steps * my_tiles;
+    int ls = warp, lk = 0;  // the next item to copy: step ls of the block's lk-th tile
+    auto issue = [&](int slot) {
+#pragma unroll
+      for (int c = 0; c < KU; ++c) {
+        const int k = ls * KSTEP + 32 * c;
+        const bool ok = k + t * 8 < K;  // past K: zeros (the row start stays a valid address)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          stage_weights16_zfill(piece(slot, h * KU + c), ok ? wrow[0][h] + k : wrow[0][h],
+                                ok ? 16 : 0);
+      }
+      ls += kSkinnyWarps;
+      if (ls >= steps) {  // warp-uniform
+        ls = warp;
+        if (++lk < my_tiles) set_rows(wrow, int(blockIdx.y) + lk * int(gridDim.y));
+      }
+    };
+    pdl::launch_dependents();
+    for (int j = 0; j < S; ++j) {  // weights only: before the wait
+      if (j < items) issue(j);
+      stage_commit();
+    }
+    pdl::wait();
+    [[maybe_unused]] float part_ss[kSumsqRegs];
+    if constexpr (P == SkinnyPrologue::rms_sumsq) load_sumsq_parts<MT>(a, m0, part_ss);
+
+    float acc[RT][NG][4];
+    auto zero_acc = [&] {
+#pragma unroll
+      for (int j = 0; j < NG; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[0][j][r] = 0.f;
+    };
+    // The block's ck-th tile's reduction and epilogue; then, with more tiles to come, a barrier
+    // (reduce_smem and reg_ss are read before the next tile writes them).
+    auto finish = [&](int ck) {
+      if constexpr (P == SkinnyPrologue::rms_sumsq) {
+        if (ck == 0) finish_inv_rms<MT>(a, m0, part_ss, inv_rms);
+      }
+      finish_tile<RT, NG, P, false, ROPE>(a, acc, int(blockIdx.y) + ck * int(gridDim.y), m0,
+                                          reduce_smem, inv_rms, reg_ss, nullptr);
+      if (ck + 1 < my_tiles) __syncthreads();
+    };
+    zero_acc();
+    int cs = warp, ck = 0, slot = 0;  // the item to compute: step cs of the block's ck-th tile
+    for (int i = 0; i < items; ++i) {
+      if (S == 2)
+        stage_wait_groups<1>();  // this item's copies (this thread's) have landed
+      else
+        stage_wait_groups<2>();
+      uint4 w[2][KU];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int c = 0; c < KU; ++c) w[h][c] = *piece(slot, h * KU + c);
+#pragma unroll
+      for (int c = 0; c < KU; ++c) {
+        const int k = cs * KSTEP + 32 * c;
+        const bool k_ok = k + t * 8 < K;
+#pragma unroll
+        for (int j = 0; j < NG; ++j) {
+          const uint4 b =
+              (k_ok && token_ok[j]) ? load_activations16(xrow[j] + k) : make_uint4(0, 0, 0, 0);
+          mma_m16n8k16_bf16(acc[0][j], w[0][c].x, w[1][c].x, w[0][c].y, w[1][c].y, b.x, b.y);
+          mma_m16n8k16_bf16(acc[0][j], w[0][c].z, w[1][c].z, w[0][c].w, w[1][c].w, b.z, b.w);
+        }
+      }
+      // The MMAs have read every piece of the slot: refill it with the item S ahead.
+      if (i + S < items) issue(slot);
+      stage_commit();
+      slot = slot + 1 == S ? 0 : slot + 1;
+      cs += kSkinnyWarps;
+      if (cs >= steps) {  // warp-uniform: this warp's last step of the tile
+        finish(ck);
+        zero_acc();
+        cs = warp;
+        ++ck;
+      }
+    }
+    if (my_steps == 0)
+      for (int k = 0; k < my_tiles; ++k) finish(k);
+    return;
   }
   // Weights do not depend on the previous kernel: start streaming them before waiting for it.
   pdl::launch_dependents();
@@ -543,9 +653,92 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   }
 }
 
+std::atomic<int64_t> g_ring_launches{0};
+
+// The weight ring's depth for a launch of `a` (SkinnyArgs::ring), 0 for the register path:
+// automatic (ring 0) is 2 up to 8 tokens (run 30, H100: batch-1 decode 2.8-3.4 % faster; at 16
+// tokens the ring lost 5-11 %), unless RIDGE_SKINNY_RING=0 (registers) or 2 / 3 (that depth up to
+// 16 tokens) says otherwise, for A/B runs.
+int skinny_ring_steps(const SkinnyArgs& a) {
+  static const int forced = [] {
+    const char* v = std::getenv("RIDGE_SKINNY_RING");
+    if (!v || !*v) return -1;
+    const int n = std::atoi(v);
+    return n == 2 || n == 3 ? n : 0;
+  }();
+  if (a.ring != 0) return std::max(a.ring, 0);
+  if (forced >= 0) return forced;
+  return a.M <= 8 ? 2 : 0;
+}
+
+// Blocks of `smem` bytes of dynamic shared memory that fit an SM whose carveout is `percent` of
+// the maximum (sm_90: the driver rounds up to a capacity of 0, 8, 16, 32, 64, 100, 132, 164, 196
+// or 228 KB; each block also reserves 1 KB).
+int blocks_in_carveout(int percent, size_t smem) {
+  static constexpr int kCapacityKb[] = {0, 8, 16, 32, 64, 100, 132, 164, 196, 228};
+  const double want_kb = 228.0 * std::clamp(percent, 0, 100) / 100.0;
+  int kb = 228;
+  for (int c : kCapacityKb)
+    if (c >= want_kb) {
+      kb = c;
+      break;
+    }
+  return int(size_t(kb) * 1024 / (smem + 1024));
+}
+
+// The ring configuration of launch_skinny_config (one token tile, no split, no staged steps).
+template <int NG, int MIN_BLOCKS, SkinnyPrologue P, bool ROPE>
+void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t stream) {
+  constexpr int KU = 4;
+  auto kernel = skinny_gemm_kernel<NG, 1, KU, MIN_BLOCKS, P, false, ROPE, true>;
+  const size_t base_smem = sizeof(float) * kSkinnyWarps * NG * 4 * 32;
+  const size_t smem = base_smem + size_t(ring) * kSkinnyThreads * 2 * KU * sizeof(uint4);
+  // Resident blocks per ring depth (2 or 3), taken once per configuration: what the occupancy
+  // calculator allows with the whole split, capped by what a launch carveout leaves (the decode
+  // chain's, pdl.h): a persistent grid larger than what is resident would run a second wave.
+  static int resident[4] = {0, 0, 0, 0};
+  static int sms = 0;
+  if (resident[ring] == 0) {
+    int device = 0, per_sm = 0;
+    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem)));
+    // A carveout for two blocks a SM and no more, so that L1 keeps the rest for the activations
+    // (re-read by every row tile; 128 KB at 16 tokens and K = 4,096). A launch carveout
+    // (pdl::set_launch_carveout) overrides it, and then fewer blocks may be resident.
+    const int percent = int((2 * (smem + 1024) * 100 + 228 * 1024 - 1) / (228 * 1024));
+    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, std::min(percent, 100)));
+    RIDGE_GEMM_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSkinnyThreads, smem));
+    resident[ring] = std::max(1, per_sm);
+  }
+  int per_sm = resident[ring];
+  if (const int percent = pdl::launch_carveout(); percent >= 0)
+    per_sm = std::max(1, std::min(per_sm, blocks_in_carveout(percent, smem)));
+  SkinnyArgs r = a;
+  r.ring = ring;
+  const int grid_y = std::max(1, sms * per_sm);
+  const dim3 grid(1, skinny_persistent() ? std::min(n_tiles, grid_y) : n_tiles);
+  RIDGE_GEMM_CUDA_CHECK(
+      pdl::launch(a.pdl_launch, kernel, grid, dim3(kSkinnyThreads), smem, stream, r));
+  g_ring_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
 template <int NG, int RT, int KU, int MIN_BLOCKS, SkinnyPrologue P, bool ROPE = false>
 void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   constexpr int MT = 8 * NG;
+  // An automatic ring takes the place of staged steps: its first steps, too, are copied before
+  // the PDL wait.
+  if constexpr (NG <= 2 && RT == 1 && KU == 4) {
+    if (a.ring == 0 && a.stage_steps > 0 && skinny_ring_steps(a) > 0) {
+      SkinnyArgs b = a;
+      b.stage_steps = 0;
+      launch_skinny_config<NG, RT, KU, MIN_BLOCKS, P, ROPE>(b, stream);
+      return;
+    }
+  }
   const size_t base_smem = sizeof(float) * kSkinnyWarps * RT * NG * 4 * 32;
   // Early weights: compiled for the one-token-group, one-row-tile, plain-prologue configuration
   // (the kernel ignores stage_steps elsewhere, and so does the launch).
@@ -595,6 +788,14 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
       RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, unsigned(split), split_kernel,
                                         dim3(token_tiles, n_tiles, split), dim3(kSkinnyThreads),
                                         split_smem, stream, a));
+      return;
+    }
+  }
+  // The weight ring (SkinnyArgs::ring): one token tile, no staged steps, no split.
+  if constexpr (NG <= 2 && RT == 1 && KU == 4) {
+    const int ring = skinny_ring_steps(a);
+    if (ring > 0 && token_tiles == 1 && stage_steps == 0) {
+      launch_skinny_ring<NG, MIN_BLOCKS, P, ROPE>(a, ring, n_tiles, stream);
       return;
     }
   }
@@ -911,6 +1112,10 @@ void launch_gemv_stream_tokens(const SkinnyArgs& a, bool rms, cudaStream_t strea
 
 int64_t skinny_stream_launches() {
   return g_stream_launches.load(std::memory_order_relaxed);
+}
+
+int64_t skinny_ring_launches() {
+  return g_ring_launches.load(std::memory_order_relaxed);
 }
 
 bool skinny_stream_applies(const SkinnyArgs& a) {
