@@ -339,27 +339,21 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
     ridge::kernels::detail::launch_skinny(a, ridge::kernels::SkinnyPrologue::none, st, 16);
   };
-  // Split-K at a fixed cluster size (0: the automatic choice).
-  auto split_k = [](int split) -> Gemm {
-    return [split](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+  // The skinny kernel with a split-K cluster size (0: the automatic choice) and a weight ring
+  // depth (SkinnyArgs::ring: 0 automatic, -1 the register path, 2 or 3).
+  auto skinny_with = [](int split, int ring) -> Gemm {
+    return [split, ring](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
       ridge::kernels::SkinnyArgs a;
       a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
       a.split_k = split;
+      a.ring = ring;
       ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
     };
   };
-  const Gemm split = split_k(0), split2 = split_k(2), split4 = split_k(4);
-  // The weight ring at depths 2 and 3 (SkinnyArgs::ring; up to 16 tokens), and the register
-  // path (ring -1; the automatic choice takes the ring up to 8 tokens).
-  auto ring_k = [](int depth) -> Gemm {
-    return [depth](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
-      ridge::kernels::SkinnyArgs a;
-      a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
-      a.ring = depth;
-      ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
-    };
-  };
-  const Gemm ring2 = ring_k(2), ring3 = ring_k(3), regs = ring_k(-1);
+  const Gemm split = skinny_with(0, 0), split2 = skinny_with(2, 0), split4 = skinny_with(4, 0);
+  // The weight ring at depths 2 and 3 (up to 16 tokens), and the register path (the automatic
+  // choice takes the ring up to 8 tokens).
+  const Gemm ring2 = skinny_with(0, 2), ring3 = skinny_with(0, 3), regs = skinny_with(0, -1);
   // The row-warp kernel (17-64 tokens; activations staged once per 128-row block).
   const Gemm rows_k = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
     ridge::kernels::gemm_bf16_skinny_rows(X, W, Y, M, N, K, st);
