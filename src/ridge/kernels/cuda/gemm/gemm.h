@@ -217,7 +217,8 @@ struct SkinnyArgs {
   // block's first row tile, after the one loaded into registers) are copied into shared memory
   // (cp.async, 32 KB per step and block) before pdl::wait(), so that a block resident while a
   // latency-bound kernel runs (decode attention) streams most of its tile meanwhile. 0: none.
-  // Up to skinny_max_stage_steps, with the plain prologue and at most 8 tokens.
+  // Up to skinny_max_stage_steps, with the plain prologue and at most 8 tokens. An automatic
+  // weight ring (`ring` below) takes their place: it copies its first steps before the wait too.
   int stage_steps = 0;
   int M = 0, N = 0, K = 0;
   // Split-K where the row tiles do not fill the SMs (small N): a cluster of split_k CTAs per row

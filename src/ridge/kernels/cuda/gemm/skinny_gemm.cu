@@ -656,7 +656,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
 std::atomic<int64_t> g_ring_launches{0};
 
 // The weight ring's depth for a launch of `a` (SkinnyArgs::ring), 0 for the register path:
-// automatic (ring 0) is 2 up to 8 tokens (run 30, H100: batch-1 decode 2.8-3.4 % faster; at 16
+// automatic (ring 0) is 2 up to 8 tokens (run 30, H100: batch-1 decode 3.0-3.6 % faster; at 16
 // tokens the ring lost 5-11 %), unless RIDGE_SKINNY_RING=0 (registers) or 2 / 3 (that depth up to
 // 16 tokens) says otherwise, for A/B runs.
 int skinny_ring_steps(const SkinnyArgs& a) {
