@@ -140,6 +140,8 @@ __global__ void __launch_bounds__(256)
 // ...), so that consecutive pieces are read at once by different blocks; else each block walks its
 // own units (b, b + G, ...) through all their K segments, as the MMA skinny kernel does. A thread
 // has kPieceLoads loads in flight, kReadThreads apart; the first ones before the PDL wait.
+// seg < 0 (walking only): the addresses as if each 16-row unit were stored contiguously (a
+// tile-packed weight layout): a block walks its own units, each one contiguous run of bytes.
 constexpr int kPieceLoads = 4;
 constexpr int kPieceRows = 16;
 template <bool WINDOW>
@@ -148,6 +150,7 @@ __global__ void __launch_bounds__(kReadThreads, 4)
   kn::pdl::launch_dependents();
   // 32-bit chunk positions: a GEMV of up to 2^31 16-byte chunks (32 GB).
   const int kchunks = K / 8;
+  const bool linear = !WINDOW && seg < 0;
   if (seg <= 0 || seg > kchunks) seg = kchunks;
   const int ksegs = (kchunks + seg - 1) / seg;
   const int units = (N + kPieceRows - 1) / kPieceRows;
@@ -181,8 +184,9 @@ __global__ void __launch_bounds__(kReadThreads, 4)
       const int ks = w / piece, in = w % piece;
       const int row = u * kPieceRows + in / seg, col = ks * seg + in % seg;
       ok = ok && row < N && col < kchunks;
-      v[j] = ok ? __ldcs(reinterpret_cast<const uint4*>(W + size_t(row) * K) + col)
-                : make_uint4(0, 0, 0, 0);
+      const uint4* at = linear ? reinterpret_cast<const uint4*>(W) + g
+                               : reinterpret_cast<const uint4*>(W + size_t(row) * K) + col;
+      v[j] = ok ? __ldcs(at) : make_uint4(0, 0, 0, 0);
     }
     if (!waited) kn::pdl::wait(), waited = true;
 #pragma unroll
@@ -430,7 +434,8 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
                // 4: read_pieces a GEMV as one window, 5: read_pieces, each block its own units
     bool pdl;
     int per_sm;
-    int seg = 0;  // read_pieces: 16-byte chunks of a row a piece holds (0: the whole row)
+    int seg = 0;  // read_pieces: 16-byte chunks of a row a piece holds (0: the whole row;
+                  // -1: walking units stored contiguously)
   };
   const Stream streams[] = {
       {"read all", "read_region over all layers' weights in one launch (the ceiling)", 2, false, 0},
@@ -454,6 +459,18 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
       {"walk 512", "16 rows x 512 B pieces, each block its own units, 4 blocks/SM", 5, true, 4, 32},
       {"walk 256", "16 rows x 256 B pieces, each block its own units, 4 blocks/SM", 5, true, 4, 16},
       {"walk 128", "16 rows x 128 B pieces, each block its own units, 4 blocks/SM", 5, true, 4, 8},
+      {"walk 2K b2", "16 rows x 2 KB pieces, each block its own units, 2 blocks/SM", 5, true, 2,
+       128},
+      // The same units stored contiguously (a tile-packed layout): is it the rows' stride or the
+      // many concurrent per-block streams that costs the walk its bandwidth?
+      {"walk packed", "16-row units stored contiguously, each block its own, 4 blocks/SM", 5, true,
+       4, -1},
+      {"walk packed b2", "16-row units stored contiguously, each block its own, 2 blocks/SM", 5,
+       true, 2, -1},
+      {"walk 2K b1", "16 rows x 2 KB pieces, each block its own units, 1 block/SM", 5, true, 1,
+       128},
+      {"walk packed b1", "16-row units stored contiguously, each block its own, 1 block/SM", 5,
+       true, 1, -1},
   };
   for (const Stream& v : streams) {
     const double us = time_graph([&] {
