@@ -354,6 +354,13 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
   // The weight ring at depths 2 and 3 (up to 16 tokens), and the register path (the automatic
   // choice takes the ring up to 8 tokens).
   const Gemm ring2 = skinny_with(0, 2), ring3 = skinny_with(0, 3), regs = skinny_with(0, -1);
+  // The row-walk GEMV (one token; SkinnyArgs::walk).
+  const Gemm walk = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+    ridge::kernels::SkinnyArgs a;
+    a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
+    a.walk = 1;
+    ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
+  };
   // The row-warp kernel (17-64 tokens; activations staged once per 128-row block).
   const Gemm rows_k = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
     ridge::kernels::gemm_bf16_skinny_rows(X, W, Y, M, N, K, st);
@@ -469,6 +476,11 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         entries.push_back({&skinny16});
         entries.push_back({&rows_k});
       }
+      const size_t walk_at = entries.size();
+      ridge::kernels::SkinnyArgs walk_probe;
+      walk_probe.M = M, walk_probe.N = L.N, walk_probe.K = L.K, walk_probe.walk = 1;
+      const bool try_walk = ridge::kernels::skinny_walk_applies(walk_probe);
+      if (try_walk) entries.push_back({&walk});
       const size_t tma_at = entries.size();
       if (M <= ridge::kernels::stream_gemm_max_tokens) entries.push_back({&tma});
       const size_t row_stream_at = entries.size();
@@ -512,6 +524,7 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt(m[3], "alt_skinny16", "skinny16");
         alt(m[4], "alt_rows", "rows");
       }
+      if (try_walk) alt(m[walk_at], "alt_walk", "walk");
       if (M <= ridge::kernels::stream_gemm_max_tokens) alt(m[tma_at], "alt_tma", "tma");
       if (try_row_stream) alt(m[row_stream_at], "alt_row_stream", "row-stream");
       if (try_window) {

@@ -282,7 +282,14 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
       {Kind::sumsq_out, 2, 4104, 11008, 0},
       {Kind::plain, 1, 4104, 16384, 0},
       {Kind::rms_sumsq, 1, 4104, 11008, 0},
-      {Kind::f32, 2, 8200, 8192, 0}};
+      {Kind::f32, 2, 8200, 8192, 0},
+      // One token, unsplit, f32 (the row-walk GEMV's f32 store).
+      {Kind::f32, 1, 264, 4096, 1},
+      // One token, more 16-row units than any grid has blocks, in the row-walk GEMV's ring
+      // configurations of long rows (its blocks take two or more units each).
+      {Kind::residual, 1, 16400, 6000, 0},
+      {Kind::sumsq_out, 1, 16400, 11008, 0},
+      {Kind::rms_sumsq, 1, 16400, 16384, 0}};
   const char* kind_names[] = {"plain", "residual", "f32", "swiglu", "sumsq_out", "rms_sumsq"};
   uint32_t seed = 300;
   constexpr int kStreamRows = 32768;
@@ -292,20 +299,24 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
   ASSERT_TRUE(stream_ws.ptr);
   CUDA_OK(cudaMemset(stream_ws.ptr, 0, scratch_bytes + ticket_bytes));
   const auto ws = ridge::kernels::skinny_stream_workspace(stream_ws.ptr, kStreamRows);
-  int stream_cases = 0;
+  int stream_cases = 0, walk_cases = 0;
   // Under compute-sanitizer: the first few cases, two split-K ones (distributed shared memory)
   // and two row-stream ones (tickets).
   const bool small = std::getenv("RIDGE_GEMM_TEST_SMALL") != nullptr;
-  for (size_t run_i = 0; run_i < 2 * std::size(cases); ++run_i) {
+  // Three passes over the cases: the MMA kernel, the row-stream GEMV (its workspace given), the
+  // row-walk GEMV (SkinnyArgs::walk; one token).
+  for (size_t run_i = 0; run_i < 3 * std::size(cases); ++run_i) {
     const size_t ci = run_i % std::size(cases);
-    const bool stream = run_i >= std::size(cases);
+    const bool stream = run_i >= std::size(cases) && run_i < 2 * std::size(cases);
+    const bool walk = run_i >= 2 * std::size(cases);
     const Case& c = cases[ci];
     if (small && ci >= problem_limit(std::size(cases)) && ci != 9 && ci != 12 && ci != 16 &&
         ci != 23 && ci != 25)
       continue;
     SCOPED_TRACE(::testing::Message()
                  << kind_names[int(c.kind)] << " M=" << c.M << " N=" << c.N << " K=" << c.K
-                 << " split_k=" << c.split_k << (stream ? " row-stream" : ""));
+                 << " split_k=" << c.split_k << (stream ? " row-stream" : "")
+                 << (walk ? " row-walk" : ""));
     const int M = c.M, N = c.N, K = c.K;
     const bool swiglu = c.kind == Kind::swiglu, f32 = c.kind == Kind::f32;
     const int out_n = swiglu ? N / 2 : N;
@@ -352,14 +363,16 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
 
     std::vector<std::vector<unsigned char>> outs;
     std::vector<std::vector<float>> sums;
-    // The register path twice, then (not for the row-stream GEMV) the weight ring at depths 2
-    // and 3 (SkinnyArgs::ring), which must leave the same bits.
-    const int runs = stream ? 2 : 4;
+    // The register path twice, then (not for the row-stream or row-walk GEMV) the weight ring at
+    // depths 2 and 3 (SkinnyArgs::ring), which must leave the same bits.
+    const int runs = stream || walk ? 2 : 4;
     const int64_t ring_before = ridge::kernels::skinny_ring_launches();
+    const int64_t walk_before = ridge::kernels::skinny_walk_launches();
     for (int run = 0; run < runs; ++run) {
       SCOPED_TRACE(::testing::Message() << "run " << run);
       SkinnyArgs a;
       a.ring = run < 2 ? -1 : run;
+      a.walk = walk ? 1 : -1;
       a.X = X.ptr, a.ld_x = K, a.W = W.ptr, a.Y = Y.ptr, a.M = M, a.N = N, a.K = K;
       a.y_f32 = f32;
       a.swiglu = swiglu;
@@ -373,6 +386,10 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
         if (run == 0) ++stream_cases;
         // Row sums left by an earlier launch must never stand in for this one's: NaN if read.
         CUDA_OK(cudaMemset(ws.scratch, 0xFF, scratch_bytes));
+      }
+      if (walk) {
+        if (!ridge::kernels::skinny_walk_applies(a)) break;
+        if (run == 0) ++walk_cases;
       }
       CUDA_OK(cudaMemset(Y.ptr, 0xFF, y_bytes));
       CUDA_OK(cudaMemset(S_out.ptr, 0xFF, S_out.count * 4));
@@ -399,19 +416,25 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
         EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
       }
     }
-    if (outs.size() < 2) continue;  // the row-stream GEMV does not take this case
+    if (outs.size() < 2) continue;  // the row-stream or row-walk GEMV does not take this case
     for (size_t r = 1; r < outs.size(); ++r) {
       EXPECT_EQ(std::memcmp(outs[0].data(), outs[r].data(), y_bytes), 0)
           << "run " << r << " (ring " << (r < 2 ? 0 : r) << "): outputs differ in their bits";
-      if (!sums.empty())
+      if (!sums.empty()) {
         EXPECT_EQ(std::memcmp(sums[0].data(), sums[r].data(), sums[0].size() * 4), 0)
             << "run " << r << ": sums of squares differ";
+      }
     }
     // The ring takes every launch that is not split (split_k 1; the automatic choice may split).
-    if (!stream && c.split_k == 1)
+    if (!stream && !walk && c.split_k == 1) {
       EXPECT_EQ(ridge::kernels::skinny_ring_launches() - ring_before, 2) << "ring launches";
+    }
+    if (walk) {
+      EXPECT_EQ(ridge::kernels::skinny_walk_launches() - walk_before, 2) << "walk launches";
+    }
   }
-  EXPECT_GE(stream_cases, small ? 3 : 18) << "cases the row-stream GEMV ran";
+  EXPECT_GE(stream_cases, small ? 3 : 22) << "cases the row-stream GEMV ran";
+  EXPECT_GE(walk_cases, small ? 2 : 14) << "cases the row-walk GEMV ran";
   std::vector<unsigned> tickets(kStreamRows / 16);
   CUDA_OK(cudaMemcpy(tickets.data(), ws.tickets, ticket_bytes, cudaMemcpyDeviceToHost));
   EXPECT_EQ(std::count(tickets.begin(), tickets.end(), 0u), std::ptrdiff_t(tickets.size()))

@@ -38,6 +38,11 @@ struct BackendOptions {
   // run on the H200: run 26 measured the pattern (97.5 % of the read ceiling as a chain of pure
   // streams, 84 % with the skinny kernel's addresses), not yet this kernel (docs/KERNELS.md).
   bool gemv_stream = false;
+  // The fused decode GEMVs at one token in the row-walk GEMV (kernels::SkinnyArgs::walk: each
+  // block reads whole rows of its units, one contiguous run at a time) instead of the MMA skinny
+  // kernel. Opt-in until it has run on the H200, where the MMA kernel streams at 91 % of the read
+  // ceiling (docs/KERNELS.md, "Run 31").
+  bool gemv_walk = false;
 };
 
 // A `fuse` list (BackendOptions::fuse, CLI --fuse) read item by item: "norm", "silu", "rope_kv",

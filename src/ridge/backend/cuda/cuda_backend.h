@@ -129,7 +129,8 @@ class CudaBackend final : public Backend {
     cublas_4,
     skinny_rows,
     stream,
-    window
+    window,
+    walk
   };
   static const char* gemm_name(GemmKernel k);
   // The window candidate's loader (kernels::WindowLoader): RIDGE_GEMM_WINDOW=bulk or =dynamic,

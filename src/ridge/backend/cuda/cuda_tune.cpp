@@ -65,9 +65,10 @@ struct Events {
 // The kernel a tuner candidate or cached winner names (cuBLASLt's first algorithm for a name
 // this build does not know).
 CudaBackend::GemmKernel CudaBackend::kernel_named(const std::string& name) {
-  for (GemmKernel k : {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90,
-                       GemmKernel::cublas_2, GemmKernel::cublas_3, GemmKernel::cublas_4,
-                       GemmKernel::skinny_rows, GemmKernel::stream, GemmKernel::window})
+  for (GemmKernel k :
+       {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90, GemmKernel::cublas_2,
+        GemmKernel::cublas_3, GemmKernel::cublas_4, GemmKernel::skinny_rows, GemmKernel::stream,
+        GemmKernel::window, GemmKernel::walk})
     if (name == gemm_name(k)) return k;
   return GemmKernel::cublas;
 }
@@ -113,6 +114,18 @@ bool window_candidates() {
   }();
   return on;
 }
+
+// RIDGE_GEMM_WALK=1: the row-walk GEMV (kernels::SkinnyArgs::walk) is a candidate at one token,
+// and where the tuner picks it for a shape, the fused decode GEMVs of that shape run in it too.
+// Off by default until it has run on the H200 (docs/KERNELS.md, "Run 31"); its choices are
+// cached apart (the kernel version's "+walk").
+bool walk_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_GEMM_WALK");
+    return v && *v && std::string_view(v) != "0";
+  }();
+  return on;
+}
 }  // namespace
 
 kernels::WindowLoader CudaBackend::window_loader() {
@@ -148,6 +161,7 @@ tune::DeviceKey CudaBackend::device_key() const {
                         : loader == kernels::WindowLoader::bulk_dynamic ? "+windyn"
                                                                         : "+win";
   }
+  if (walk_candidates()) k.kernel_version += "+walk";
   return k;
 }
 
@@ -210,6 +224,8 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
         candidates.push_back({gemm_name(GemmKernel::stream), "TMA weight stream, stream-K"});
       if (window_candidates() && T <= kernels::window_gemm_max_tokens && window_applies(sh.n, sh.k))
         candidates.push_back({gemm_name(GemmKernel::window), "mma.sync, one window of pieces"});
+      if (walk_candidates() && T == 1 && sh.k <= kernels::skinny_walk_max_k)
+        candidates.push_back({gemm_name(GemmKernel::walk), "whole rows, a block's run at a time"});
       if (cublas_candidates() > 1) {
         // cuBLASLt's further algorithms for the operands the measurement uses (fresh, so
         // 256-byte aligned; the heuristic may offer fewer than asked). A host-side query: a

@@ -149,6 +149,7 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
   RIDGE_CHECK(a.ring == 0 || a.ring == -1 || ((a.ring == 2 || a.ring == 3) && a.stage_steps == 0),
               "{}: ring {} must be -1, 0, 2 or 3, and above 0 only without staged steps", what,
               a.ring);
+  RIDGE_CHECK(a.walk >= -1 && a.walk <= 1, "{}: walk {} must be -1, 0 or 1", what, a.walk);
   if (a.rope.positions) {
     const int hd = a.rope.head_dim;
     RIDGE_CHECK(hd > 0 && hd % 16 == 0 && a.rope.q_dim > 0 && a.rope.q_dim % hd == 0 &&
