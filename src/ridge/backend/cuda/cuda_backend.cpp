@@ -959,6 +959,7 @@ int CudaBackend::cublas_algo(GemmKernel k) {
     case GemmKernel::sm90:
     case GemmKernel::stream:
     case GemmKernel::window:
+    case GemmKernel::walk:
       return -1;
   }
   return -1;
