@@ -339,14 +339,16 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
     ridge::kernels::detail::launch_skinny(a, ridge::kernels::SkinnyPrologue::none, st, 16);
   };
-  // The skinny kernel with a split-K cluster size (0: the automatic choice) and a weight ring
-  // depth (SkinnyArgs::ring: 0 automatic, -1 the register path, 2 or 3).
-  auto skinny_with = [](int split, int ring) -> Gemm {
-    return [split, ring](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+  // The skinny kernel with a split-K cluster size (0: the automatic choice), a weight ring
+  // depth (SkinnyArgs::ring: 0 automatic, -1 the register path, 2 or 3) and, with walk, the
+  // row-walk GEMV (SkinnyArgs::walk; one token).
+  auto skinny_with = [](int split, int ring, bool walk = false) -> Gemm {
+    return [split, ring, walk](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
       ridge::kernels::SkinnyArgs a;
       a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
       a.split_k = split;
       a.ring = ring;
+      a.walk = walk ? 1 : 0;
       ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
     };
   };
@@ -354,13 +356,7 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
   // The weight ring at depths 2 and 3 (up to 16 tokens), and the register path (the automatic
   // choice takes the ring up to 8 tokens).
   const Gemm ring2 = skinny_with(0, 2), ring3 = skinny_with(0, 3), regs = skinny_with(0, -1);
-  // The row-walk GEMV (one token; SkinnyArgs::walk).
-  const Gemm walk = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
-    ridge::kernels::SkinnyArgs a;
-    a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
-    a.walk = 1;
-    ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
-  };
+  const Gemm walk = skinny_with(0, 0, /*walk*/ true);
   // The row-warp kernel (17-64 tokens; activations staged once per 128-row block).
   const Gemm rows_k = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
     ridge::kernels::gemm_bf16_skinny_rows(X, W, Y, M, N, K, st);

@@ -925,7 +925,10 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
     a.stream = kernels::skinny_stream_workspace(ws.gemv_stream.data(), kGemvStreamRows);
   // The row-walk GEMV where it applies (one token): asked for, or the tuner's choice for this
   // shape's plain product (a candidate under RIDGE_GEMM_WALK=1).
-  a.walk = options_.gemv_walk || (T == 1 && choose_gemm(T, N, K) == GemmKernel::walk) ? 1 : 0;
+  a.walk =
+      options_.gemv_walk || (T == 1 && walk_chosen_ && choose_gemm(T, N, K) == GemmKernel::walk)
+          ? 1
+          : 0;
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};
 }

@@ -307,6 +307,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<tune::Autotuner> tuner_;
   mutable std::mutex gemm_mutex_;
   std::unordered_map<GemmKey, GemmKernel, GemmKeyHash> gemm_choice_;
+  // Whether any choice so far is the row-walk GEMV: only then do the fused decode GEMVs look up
+  // their shape's choice (run_fused), so that the usual build adds no lookup to each call.
+  std::atomic<bool> walk_chosen_{false};
 
  public:
   // GPU sampling (cuda_sampling.cpp over kernels/cuda/sampling): Backend::sample on the device.

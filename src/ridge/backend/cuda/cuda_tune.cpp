@@ -279,6 +279,7 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
       const GemmKernel best = r.ok() ? kernel_named(r.winner) : GemmKernel::cublas;
       std::lock_guard lock(gemm_mutex_);
       gemm_choice_[key] = best;
+      if (best == GemmKernel::walk) walk_chosen_ = true;
       if (r.measured) {
         std::string times;
         for (const tune::Timing& t : r.timings)
@@ -301,10 +302,12 @@ void CudaBackend::set_gemm_choice(int64_t T, int64_t N, int64_t K,
         int(std::min<int64_t>(token_bucket(T), kernels::window_gemm_max_tokens)), int(N), int(K)));
   std::lock_guard lock(gemm_mutex_);
   const GemmKey key{token_bucket(T), N, K};
-  if (kernel)
+  if (kernel) {
     gemm_choice_[key] = *kernel;
-  else
+    if (*kernel == GemmKernel::walk) walk_chosen_ = true;
+  } else {
     gemm_choice_.erase(key);
+  }
 }
 
 std::string CudaBackend::gemm_choices() const {
