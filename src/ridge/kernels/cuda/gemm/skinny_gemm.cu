@@ -697,6 +697,24 @@ int skinny_blocks_cap() {
   return cap;
 }
 
+// A persistent grid of at most `cap` blocks over `units` row tiles (block b takes b, b + G, …).
+// Under RIDGE_SKINNY_EVEN_GRID=1 it takes the fewest blocks that need no more rounds than `cap`
+// blocks would: ceil(units / ceil(units / cap)). Then every block walks the same number of tiles
+// (±1) and no round runs with a thin tail of blocks: 1,376 SwiGLU tiles over 264 blocks are five
+// full rounds and a sixth of 56 blocks, over 230 blocks six full rounds. Whether the DRAM serves
+// the fuller rounds faster than the thin tail is for an A/B on the GPU (run 32).
+int persistent_grid(int units, int cap) {
+  static const bool even = [] {
+    const char* v = std::getenv("RIDGE_SKINNY_EVEN_GRID");
+    return v && *v == '1';
+  }();
+  cap = std::max(1, cap);
+  if (units <= cap) return std::max(1, units);
+  if (!even) return cap;
+  const int rounds = (units + cap - 1) / cap;
+  return (units + rounds - 1) / rounds;
+}
+
 // The blocks a SM of a persistent grid of blocks with `smem` bytes of dynamic shared memory, of
 // which `resident` fit a SM: capped by what a launch carveout (the decode chain's) leaves, and by
 // skinny_blocks_cap().
@@ -744,7 +762,7 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
   SkinnyArgs r = a;
   r.ring = ring;
   const int grid_y = std::max(1, sms * per_sm);
-  const dim3 grid(1, skinny_persistent() ? std::min(n_tiles, grid_y) : n_tiles);
+  const dim3 grid(1, skinny_persistent() ? persistent_grid(n_tiles, grid_y) : n_tiles);
   RIDGE_GEMM_CUDA_CHECK(
       pdl::launch(a.pdl_launch, kernel, grid, dim3(kSkinnyThreads), smem, stream, r));
   g_ring_launches.fetch_add(1, std::memory_order_relaxed);
@@ -792,7 +810,7 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   // Staged launches take one block per row tile (each stages the first tile it takes).
   const int grid_y =
       skinny_persists(NG) && token_tiles == 1 && skinny_persistent() && stage_steps == 0
-          ? std::min(n_tiles, resident)
+          ? persistent_grid(n_tiles, resident)
           : n_tiles;
   // Split-K (compiled for up to 16 tokens with one row tile per warp, SkinnyArgs::split_k).
   if constexpr (NG <= 2 && RT == 1 && !ROPE) {
@@ -1312,7 +1330,7 @@ void launch_gemv_walk_config(const SkinnyArgs& a, bool rms, cudaStream_t stream)
   const int sms = lim.sms;
   const int units = stream_units(a);
   RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel,
-                                    dim3(unsigned(std::min(units, sms * per_sm))),
+                                    dim3(unsigned(persistent_grid(units, sms * per_sm))),
                                     dim3(kWalkThreads), smem, stream, a, rms));
   g_walk_launches.fetch_add(1, std::memory_order_relaxed);
 }
