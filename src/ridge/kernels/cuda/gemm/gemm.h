@@ -288,6 +288,15 @@ constexpr int skinny_max_split_k = 8;
 constexpr int skinny_prologue_max_tokens = 16;
 constexpr int skinny_sumsq_rows = 16;  // output columns per partial sum of sumsq_out
 constexpr int skinny_sumsq_parts(int N) { return (N + skinny_sumsq_rows - 1) / skinny_sumsq_rows; }
+// A persistent grid of at most `cap` blocks over `units` row tiles (block b takes b, b + G, …)
+// without a thin last round (RIDGE_SKINNY_EVEN_GRID=1, skinny_gemm.cu): the fewest blocks that
+// need no more rounds than `cap` blocks would, ceil(units / ceil(units / cap)).
+constexpr int skinny_even_grid(int units, int cap) {
+  if (cap < 1) cap = 1;
+  if (units <= cap) return units < 1 ? 1 : units;
+  const int rounds = (units + cap - 1) / cap;
+  return (units + rounds - 1) / rounds;
+}
 void gemm_bf16_skinny_fused(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t stream);
 
 // W [N, K] bf16 := bf16(W[n, k] · scale[k]) in place (scale f32 [K]): folds an RMSNorm weight into

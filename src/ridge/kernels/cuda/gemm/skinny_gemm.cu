@@ -697,12 +697,11 @@ int skinny_blocks_cap() {
   return cap;
 }
 
-// A persistent grid of at most `cap` blocks over `units` row tiles (block b takes b, b + G, …).
-// Under RIDGE_SKINNY_EVEN_GRID=1 it takes the fewest blocks that need no more rounds than `cap`
-// blocks would: ceil(units / ceil(units / cap)). Then every block walks the same number of tiles
-// (±1) and no round runs with a thin tail of blocks: 1,376 SwiGLU tiles over 264 blocks are five
-// full rounds and a sixth of 56 blocks, over 230 blocks six full rounds. Whether the DRAM serves
-// the fuller rounds faster than the thin tail is for an A/B on the GPU (run 32).
+// A persistent grid of at most `cap` blocks over `units` row tiles: `cap` (or `units`), or under
+// RIDGE_SKINNY_EVEN_GRID=1 skinny_even_grid (gemm.h), so that every block walks the same number
+// of tiles (±1) and no round runs with a thin tail of blocks: 1,376 SwiGLU tiles over 264 blocks
+// are five full rounds and a sixth of 56 blocks, over 230 blocks six full rounds. Whether the DRAM
+// serves the fuller rounds faster than the thin tail is for an A/B on the GPU (not yet run).
 int persistent_grid(int units, int cap) {
   static const bool even = [] {
     const char* v = std::getenv("RIDGE_SKINNY_EVEN_GRID");
@@ -710,9 +709,7 @@ int persistent_grid(int units, int cap) {
   }();
   cap = std::max(1, cap);
   if (units <= cap) return std::max(1, units);
-  if (!even) return cap;
-  const int rounds = (units + cap - 1) / cap;
-  return (units + rounds - 1) / rounds;
+  return even ? skinny_even_grid(units, cap) : cap;
 }
 
 // The blocks a SM of a persistent grid of blocks with `smem` bytes of dynamic shared memory, of
