@@ -707,9 +707,7 @@ int persistent_grid(int units, int cap) {
     const char* v = std::getenv("RIDGE_SKINNY_EVEN_GRID");
     return v && *v == '1';
   }();
-  cap = std::max(1, cap);
-  if (units <= cap) return std::max(1, units);
-  return even ? skinny_even_grid(units, cap) : cap;
+  return even ? skinny_even_grid(units, cap) : std::max(1, std::min(units, cap));
 }
 
 // The blocks a SM of a persistent grid of blocks with `smem` bytes of dynamic shared memory, of
