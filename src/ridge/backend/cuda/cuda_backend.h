@@ -310,6 +310,8 @@ class CudaBackend final : public Backend {
   // Whether any choice so far is the row-walk GEMV: only then do the fused decode GEMVs look up
   // their shape's choice (run_fused), so that the usual build adds no lookup to each call.
   std::atomic<bool> walk_chosen_{false};
+  // gemm_choice_[key] = kernel, and walk_chosen_ with it (gemm_mutex_ held).
+  void record_gemm_choice(const GemmKey& key, GemmKernel kernel);
 
  public:
   // GPU sampling (cuda_sampling.cpp over kernels/cuda/sampling): Backend::sample on the device.

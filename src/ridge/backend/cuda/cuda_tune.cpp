@@ -278,8 +278,7 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
       (void)cudaGetLastError();
       const GemmKernel best = r.ok() ? kernel_named(r.winner) : GemmKernel::cublas;
       std::lock_guard lock(gemm_mutex_);
-      gemm_choice_[key] = best;
-      if (best == GemmKernel::walk) walk_chosen_ = true;
+      record_gemm_choice(key, best);
       if (r.measured) {
         std::string times;
         for (const tune::Timing& t : r.timings)
@@ -302,12 +301,15 @@ void CudaBackend::set_gemm_choice(int64_t T, int64_t N, int64_t K,
         int(std::min<int64_t>(token_bucket(T), kernels::window_gemm_max_tokens)), int(N), int(K)));
   std::lock_guard lock(gemm_mutex_);
   const GemmKey key{token_bucket(T), N, K};
-  if (kernel) {
-    gemm_choice_[key] = *kernel;
-    if (*kernel == GemmKernel::walk) walk_chosen_ = true;
-  } else {
+  if (kernel)
+    record_gemm_choice(key, *kernel);
+  else
     gemm_choice_.erase(key);
-  }
+}
+
+void CudaBackend::record_gemm_choice(const GemmKey& key, GemmKernel kernel) {
+  gemm_choice_[key] = kernel;
+  if (kernel == GemmKernel::walk) walk_chosen_ = true;
 }
 
 std::string CudaBackend::gemm_choices() const {
