@@ -142,11 +142,15 @@ __global__ void __launch_bounds__(256)
 // has kPieceLoads loads in flight, kReadThreads apart; the first ones before the PDL wait.
 // seg < 0 (walking only): the addresses as if each 16-row unit were stored contiguously (a
 // tile-packed weight layout): a block walks its own units, each one contiguous run of bytes.
+// INTERLEAVED (walking only): block b's j-th unit is not rows 16u.. but rows 16·jG + r·Gj + b
+// (r = 0..15, Gj the blocks with a unit in round j), the row-walk GEMV's order: at each piece the
+// blocks read the same K segment of consecutive rows.
 constexpr int kPieceLoads = 4;
 constexpr int kPieceRows = 16;
 template <bool WINDOW>
 __global__ void __launch_bounds__(kReadThreads, 4)
-    read_pieces(const bf16* __restrict__ W, int N, int K, int seg, unsigned* sink) {
+    read_pieces(const bf16* __restrict__ W, int N, int K, int seg, bool interleaved,
+                unsigned* sink) {
   kn::pdl::launch_dependents();
   // 32-bit chunk positions: a GEMV of up to 2^31 16-byte chunks (32 GB).
   const int kchunks = K / 8;
@@ -182,7 +186,12 @@ __global__ void __launch_bounds__(kReadThreads, 4)
       }
       const int u = g / unit_chunks, w = g % unit_chunks;
       const int ks = w / piece, in = w % piece;
-      const int row = u * kPieceRows + in / seg, col = ks * seg + in % seg;
+      int row = u * kPieceRows + in / seg;
+      const int col = ks * seg + in % seg;
+      if (!WINDOW && interleaved) {  // u = b + jG
+        const int first = u - b, Gj = min(G, units - first);
+        row = first * kPieceRows + (in / seg) * Gj + b;
+      }
       ok = ok && row < N && col < kchunks;
       const uint4* at = linear ? reinterpret_cast<const uint4*>(W) + g
                                : reinterpret_cast<const uint4*>(W + size_t(row) * K) + col;
@@ -417,21 +426,22 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
       CK(kn::pdl::launch(pdl_launch, read_tiles<false>, grid, dim3(256), 0, s, p, kind_n[k],
                          kind_k[k], sink.as<unsigned>()));
   };
-  const auto pieces = [&](bool window, int per_sm, int seg, int k, const bf16* p) {
+  const auto pieces = [&](int mode, int per_sm, int seg, int k, const bf16* p) {
     const dim3 grid(unsigned(per_sm * sms));
-    if (window)
+    if (mode == 4)
       CK(kn::pdl::launch(true, read_pieces<true>, grid, dim3(kReadThreads), 0, s, p, kind_n[k],
-                         kind_k[k], seg, sink.as<unsigned>()));
+                         kind_k[k], seg, false, sink.as<unsigned>()));
     else
       CK(kn::pdl::launch(true, read_pieces<false>, grid, dim3(kReadThreads), 0, s, p, kind_n[k],
-                         kind_k[k], seg, sink.as<unsigned>()));
+                         kind_k[k], seg, mode == 6, sink.as<unsigned>()));
   };
   const bf16* w0 = lw[0].qkv;
   struct Stream {
     const char* name;
     const char* what;
     int mode;  // 0: read_region a GEMV, 1: a layer, 2: everything; 3: read_tiles a GEMV;
-               // 4: read_pieces a GEMV as one window, 5: read_pieces, each block its own units
+               // 4: read_pieces a GEMV as one window, 5: read_pieces, each block its own units,
+               // 6: the same with interleaved rows
     bool pdl;
     int per_sm;
     int seg = 0;  // read_pieces: 16-byte chunks of a row a piece holds (0: the whole row;
@@ -471,6 +481,16 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
        128},
       {"walk packed b1", "16-row units stored contiguously, each block its own, 1 block/SM", 5,
        true, 1, -1},
+      // Each block its own units, their rows interleaved over the grid (the row-walk GEMV's order):
+      // whole rows, and the MMA kernel's 2 KB pieces.
+      {"inter rows b2", "16 whole rows a unit, interleaved over the blocks, 2 blocks/SM", 6, true,
+       2, 0},
+      {"inter rows", "16 whole rows a unit, interleaved over the blocks, 4 blocks/SM", 6, true, 4,
+       0},
+      {"inter 2K b2", "16 rows x 2 KB pieces, rows interleaved over the blocks, 2 blocks/SM", 6,
+       true, 2, 128},
+      {"inter 2K", "16 rows x 2 KB pieces, rows interleaved over the blocks, 4 blocks/SM", 6, true,
+       4, 128},
   };
   for (const Stream& v : streams) {
     const double us = time_graph([&] {
@@ -490,7 +510,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
           else if (v.mode == 3)
             tiles(v.pdl, v.per_sm, k, base + kind_offsets[k]);
           else
-            pieces(v.mode == 4, v.per_sm, v.seg, k, base + kind_offsets[k]);
+            pieces(v.mode, v.per_sm, v.seg, k, base + kind_offsets[k]);
         }
       }
     });
