@@ -51,7 +51,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <string_view>
 
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
@@ -1163,19 +1162,11 @@ void launch_gemv_stream_tokens(const SkinnyArgs& a, bool rms, cudaStream_t strea
 // with the MMA kernel's formulas.
 constexpr int kWalkThreads = 256;
 constexpr int kWalkWarps = kWalkThreads / 32;
-//
-// INTERLEAVED rows (the default; RIDGE_GEMV_WALK_ORDER=units for the order above): round j of the
-// grid (units jG .. jG + Gj - 1) still gives each block 16 rows (8 pairs) and one unit's epilogue
-// and sum of squares, but slot s of block b is the round's row (pair) s·Gj + b, so that at slot s
-// the Gj blocks read Gj consecutive rows (pairs) at once: the whole GPU reads one compact window
-// of the matrix, the pattern the decode-chain probe's "window rows" read at 95 % of the read-only
-// ceiling where each block's own 16 rows ("walk packed", the units order) read at 75 % (run 32).
 template <int CPT, int D>
-__global__ void __launch_bounds__(kWalkThreads, 2)
-    gemv_walk_kernel(const SkinnyArgs a, bool rms, bool interleaved) {
+__global__ void __launch_bounds__(kWalkThreads, 2) gemv_walk_kernel(const SkinnyArgs a, bool rms) {
   static_assert(16 % D == 0, "a unit's rows map onto the ring's slots statically");
   const int N = a.N, K = a.K, kchunks = K / 8, F = N / 2;
-  const bool rope = a.rope.positions != nullptr, pairs = rope || a.swiglu;
+  const bool rope = a.rope.positions != nullptr;
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int units = stream_units(a);
   const int G = int(gridDim.x), b = int(blockIdx.x);
@@ -1192,24 +1183,12 @@ __global__ void __launch_bounds__(kWalkThreads, 2)
                              // are issued in order
     if (i < items) {
       const int r = i & 15;
-      int row;
-      if (interleaved) {
-        const int j = i >> 4, first = j * G, Gj = min(G, units - first);
-        if (pairs) {
-          const int p = 8 * first + (r & 7) * Gj + b;
-          row = unit_row(a, p >> 3, (p & 7) | (r & 8));
-        } else {
-          const int q = 16 * first + r * Gj + b;
-          row = unit_row(a, q >> 4, q & 15);
-        }
-      } else {
-        if (r == 0) {
-          const int u = b + (i >> 4) * G;
-          lo = unit_row(a, u, 0), lo_cap = unit_row(a, u, 7);
-          hi = unit_row(a, u, 8), hi_cap = unit_row(a, u, 15);
-        }
-        row = r < 8 ? min(lo + r, lo_cap) : min(hi + (r - 8), hi_cap);
+      if (r == 0) {
+        const int u = b + (i >> 4) * G;
+        lo = unit_row(a, u, 0), lo_cap = unit_row(a, u, 7);
+        hi = unit_row(a, u, 8), hi_cap = unit_row(a, u, 15);
       }
+      const int row = r < 8 ? min(lo + r, lo_cap) : min(hi + (r - 8), hi_cap);
       const uint4* w = reinterpret_cast<const uint4*>(a.W + size_t(row) * K);
 #pragma unroll
       for (int c = 0; c < CPT; ++c) {
@@ -1283,25 +1262,21 @@ __global__ void __launch_bounds__(kWalkThreads, 2)
     __syncthreads();
     if (warp != 0) continue;
     const int u = b + j * G;
-    // Slot `lane`'s pair (pairs) or row: the unit's own, or the round's interleaved one.
-    const int first = j * G, Gj = min(G, units - first);
-    const int item =
-        interleaved ? (pairs ? 8 : 16) * first + lane * Gj + b : (pairs ? 8 : 16) * u + lane;
     float v = 0.0f;
     if (lane < 16)
 #pragma unroll
       for (int w = 0; w < kWalkWarps; ++w) v += red[j & 1][w][lane];
     v *= inv_rms;
-    if (pairs) {
+    if (rope || a.swiglu) {
       const float partner = __shfl_sync(0xffffffffu, v, (lane + 8) & 31);  // row g + 8
       if (lane < 8) {
         if (rope)
-          store_rope_pair(a, rope_rows(a, item >> 3, item & 7), 0, v, partner);
-        else if (item < F)
-          store_swiglu(a, item, 0, v, partner);
+          store_rope_pair(a, rope_rows(a, u, lane), 0, v, partner);
+        else if (u * 8 + lane < F)
+          store_swiglu(a, u * 8 + lane, 0, v, partner);
       }
     } else {
-      const int n = item;
+      const int n = u * 16 + lane;
       float sq = 0.0f;
       if (lane < 16 && n < N) {
         const float stored = store_output(a, n, 0, v);
@@ -1319,16 +1294,6 @@ __global__ void __launch_bounds__(kWalkThreads, 2)
 }
 
 std::atomic<int64_t> g_walk_launches{0};
-
-// RIDGE_GEMV_WALK_ORDER=units: each block reads its own units' rows (the order of run 31's
-// kernel), for A/B runs; else (the default) the interleaved rows of gemv_walk_kernel.
-bool gemv_walk_interleaved() {
-  static const bool interleaved = [] {
-    const char* v = std::getenv("RIDGE_GEMV_WALK_ORDER");
-    return !(v && std::string_view(v) == "units");
-  }();
-  return interleaved;
-}
 
 // Ring depths: D rows of CPT chunks a thread, 64 KB a block at most (two blocks under the decode
 // chain's 58 % carveout at K = 4,096).
@@ -1359,9 +1324,9 @@ void launch_gemv_walk_config(const SkinnyArgs& a, bool rms, cudaStream_t stream)
   const int per_sm = persistent_blocks_per_sm(lim.per_sm, smem + lim.static_smem);
   const int sms = lim.sms;
   const int units = stream_units(a);
-  RIDGE_GEMM_CUDA_CHECK(
-      pdl::launch(a.pdl_launch, kernel, dim3(unsigned(persistent_grid(units, sms * per_sm))),
-                  dim3(kWalkThreads), smem, stream, a, rms, gemv_walk_interleaved()));
+  RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel,
+                                    dim3(unsigned(persistent_grid(units, sms * per_sm))),
+                                    dim3(kWalkThreads), smem, stream, a, rms));
   g_walk_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
