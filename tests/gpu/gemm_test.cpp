@@ -471,6 +471,146 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
       << "the row-stream GEMV left tickets that are not zero";
 }
 
+// The weight ring's thin last round split over K (SkinnyArgs::tail_split): row-tile counts that
+// leave the persistent grid a last round of a third of the SMs' blocks (whatever the resident
+// blocks a SM), every epilogue and prologue, 1-8 tokens, partial last tiles and K tails; off and
+// at 2 and 4 ranks, each against the fp64 reference and the sums of squares against the stored
+// rows. The tiles before the tail run in the ring either way and must keep their bits.
+TEST(GemmSkinny, TailSplitMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  using ridge::kernels::SkinnyArgs;
+  using ridge::kernels::SkinnyPrologue;
+  enum class Kind { plain, residual, f32, swiglu, sumsq_out, rms_sumsq };
+  const char* kind_names[] = {"plain", "residual", "f32", "swiglu", "sumsq_out", "rms_sumsq"};
+  struct Case {
+    Kind kind;
+    int M, K;
+  };
+  const Case cases[] = {{Kind::plain, 1, 1032},     {Kind::residual, 1, 3000},
+                        {Kind::f32, 4, 1032},       {Kind::swiglu, 1, 3000},
+                        {Kind::sumsq_out, 1, 1032}, {Kind::rms_sumsq, 1, 4096},
+                        {Kind::swiglu, 8, 1032},    {Kind::rms_sumsq, 5, 1032}};
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  // 4 SMs' worth of blocks plus a third: past one round of 1, 2 or 3 blocks a SM, with a last
+  // round of at most half of it.
+  const int tiles = 4 * sms + sms / 3;
+  const bool small = std::getenv("RIDGE_GEMM_TEST_SMALL") != nullptr;
+  uint32_t seed = 900;
+  for (size_t ci = 0; ci < (small ? 2 : std::size(cases)); ++ci) {
+    const Case& c = cases[ci];
+    const bool swiglu = c.kind == Kind::swiglu, f32 = c.kind == Kind::f32;
+    const int M = c.M, K = c.K;
+    const int N = swiglu ? 2 * (tiles * 8 - 4) : tiles * 16 - 8;  // partial last tiles
+    SCOPED_TRACE(::testing::Message() << kind_names[int(c.kind)] << " M=" << M << " N=" << N
+                                      << " K=" << K << " (" << tiles << " row tiles)");
+    const int out_n = swiglu ? N / 2 : N;
+    const size_t ny = size_t(M) * out_n, y_bytes = ny * (f32 ? 4 : 2);
+    std::mt19937 rng(seed++);
+    auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
+    auto hR = random_bf16(ny, rng, 4.f);
+    const int parts_in = ridge::kernels::skinny_sumsq_parts(K);
+    const int parts_out = ridge::kernels::skinny_sumsq_parts(N);
+    std::vector<float> hS(size_t(parts_in) * M);
+    std::uniform_real_distribution<float> pos(0.05f, 2.0f);
+    for (auto& v : hS) v = pos(rng);
+    DeviceBuffer<bf16> X(hX.size()), W(hW.size()), R(ny);
+    DeviceBuffer<unsigned char> Y(y_bytes);
+    DeviceBuffer<float> S_in(hS.size()), S_out(size_t(parts_out) * M);
+    ASSERT_TRUE(X.ptr && W.ptr && R.ptr && Y.ptr && S_in.ptr && S_out.ptr);
+    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(R.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(S_in.ptr, hS.data(), hS.size() * 4, cudaMemcpyHostToDevice));
+    const auto xw = reference(hX, hW, nullptr, M, N, K);
+    std::vector<double> ref(ny);
+    for (int m = 0; m < M; ++m) {
+      double inv_rms = 1.0;
+      if (c.kind == Kind::rms_sumsq) {
+        double ss = 0;
+        for (int p = 0; p < parts_in; ++p) ss += hS[size_t(p) * M + m];
+        inv_rms = 1.0 / std::sqrt(ss / K + 1e-5);
+      }
+      for (int n = 0; n < out_n; ++n) {
+        double v;
+        if (swiglu) {
+          const double g = xw[size_t(m) * N + n], u = xw[size_t(m) * N + out_n + n];
+          v = g / (1 + std::exp(-g)) * u;
+        } else {
+          v = xw[size_t(m) * N + n] * inv_rms;
+          if (c.kind == Kind::residual) v += __bfloat162float(hR[size_t(m) * N + n]);
+        }
+        ref[size_t(m) * out_n + n] = v;
+      }
+    }
+    std::vector<unsigned char> unsplit;
+    std::vector<float> unsplit_sums;
+    for (const int split : {-1, 4, 2}) {
+      SCOPED_TRACE(::testing::Message() << "tail_split " << split);
+      SkinnyArgs a;
+      a.ring = 2;
+      a.walk = -1;
+      a.split_k = 1;
+      a.tail_split = split;
+      a.X = X.ptr, a.ld_x = K, a.W = W.ptr, a.Y = Y.ptr, a.M = M, a.N = N, a.K = K;
+      a.y_f32 = f32;
+      a.swiglu = swiglu;
+      if (c.kind == Kind::residual) a.residual = R.ptr;
+      if (c.kind == Kind::sumsq_out) a.sumsq_out = S_out.ptr;
+      if (c.kind == Kind::rms_sumsq) a.sumsq_in = S_in.ptr, a.sumsq_parts = parts_in, a.eps = 1e-5f;
+      CUDA_OK(cudaMemset(Y.ptr, 0xFF, y_bytes));
+      CUDA_OK(cudaMemset(S_out.ptr, 0xFF, S_out.count * 4));
+      const int64_t tails_before = ridge::kernels::skinny_tail_launches();
+      const int64_t rings_before = ridge::kernels::skinny_ring_launches();
+      ridge::kernels::gemm_bf16_skinny_fused(
+          a, c.kind == Kind::rms_sumsq ? SkinnyPrologue::rms_sumsq : SkinnyPrologue::none, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(ridge::kernels::skinny_ring_launches() - rings_before, 1) << "ring launches";
+      EXPECT_EQ(ridge::kernels::skinny_tail_launches() - tails_before, split > 1 ? 1 : 0)
+          << "tail-split launches";
+      std::vector<unsigned char> raw;
+      const std::vector<bf16> as_bf16 = download_and_check(Y.ptr, ny, f32, ref, raw);
+      std::vector<float> sums;
+      if (c.kind == Kind::sumsq_out) {
+        sums.resize(S_out.count);
+        CUDA_OK(cudaMemcpy(sums.data(), S_out.ptr, S_out.count * 4, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (int p = 0; p < parts_out; ++p)
+          for (int m = 0; m < M; ++m) {
+            double want = 0;
+            for (int n = p * 16; n < std::min(N, p * 16 + 16); ++n) {
+              const double y = __bfloat162float(as_bf16[size_t(m) * N + n]);
+              want += y * y;
+            }
+            worst = std::max(worst, std::abs(sums[size_t(p) * M + m] - want) / want);
+          }
+        EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
+      }
+      if (split < 0) {
+        unsplit = raw, unsplit_sums = sums;
+        continue;
+      }
+      // The tail's tiles are the last ones: outputs (and parts) before them keep their bits.
+      const int tail = ridge::kernels::skinny_last_tail_tiles();
+      ASSERT_GT(tail, 0);
+      ASSERT_LT(tail, tiles);
+      const int first_out = (tiles - tail) * (swiglu ? 8 : 16);
+      const size_t elem = f32 ? 4 : 2;
+      size_t differ = 0;
+      for (int m = 0; m < M; ++m)
+        differ +=
+            std::memcmp(raw.data() + size_t(m) * out_n * elem,
+                        unsplit.data() + size_t(m) * out_n * elem, size_t(first_out) * elem) != 0;
+      EXPECT_EQ(differ, 0u) << "tokens whose outputs before the tail differ in their bits";
+      if (!sums.empty()) {
+        EXPECT_EQ(std::memcmp(sums.data(), unsplit_sums.data(), size_t(tiles - tail) * M * 4), 0)
+            << "sums of squares before the tail differ";
+      }
+    }
+  }
+}
+
 // The row-stream GEMV launched back to back with PDL on one stream and one workspace, nothing
 // synchronized between the launches (as the decode chain runs it): each launch's tickets must be
 // back at zero before the next one counts on them. Plain with sums of squares, residual and

@@ -239,6 +239,19 @@ struct SkinnyArgs {
   // path; RIDGE_SKINNY_RING=0/2/3 overrides it for A/B runs); -1: the register path; 2 or 3: that
   // depth (not with stage_steps).
   int ring = 0;
+  // The ring's thin last round (one token tile, ring on, no rope_kv, where the automatic split-K
+  // choice is 1): when the row tiles leave the persistent grid a last round of at most half its
+  // blocks, those tiles run first in a split-K launch of tail_split ranks (a cluster each, as
+  // split_k), then the full rounds in the ring. Why: a block streams a tile at about the same
+  // rate whether the DRAM is busy or not, so a round of 56 blocks costs what a round of 264 does
+  // (Llama-2-7B gate|up at one token on the H200: 1,376 tiles, 5.2 rounds, timed as 6; run 32);
+  // split over K, the tail's tiles take a quarter of a round. Same bits on the full rounds; the
+  // tail's sums differ in order (as split_k's). 0: automatic (RIDGE_SKINNY_TAIL_SPLIT=n, else
+  // off until it has run on the GPU), -1: off, 2..8: that many ranks.
+  int tail_split = 0;
+  // Internal (the launch sets them): the row tiles [tile_begin, tile_end) of this launch
+  // (tile_end 0: to the last).
+  int tile_begin = 0, tile_end = 0;
   // Epilogue rope_kv (decode q|k|v; on when rope.positions is set): W stacks q, k and v rows
   // (N = q_dim + 2·kv_dim, head_dim % 16 == 0), and each block takes 8 rows i of a q or k head's
   // first half with their partners i + head_dim/2 as the two 8-row halves of its MMA tile (v rows
@@ -275,6 +288,10 @@ struct SkinnyArgs {
 constexpr int skinny_walk_max_k = 16384;
 // Whether gemm_bf16_skinny_fused runs `a` in the row-walk GEMV.
 bool skinny_walk_applies(const SkinnyArgs& a);
+// How many tail-split launches (SkinnyArgs::tail_split) this process has made, and how many row
+// tiles the last one took (tests).
+int64_t skinny_tail_launches();
+int skinny_last_tail_tiles();
 // How many row-walk GEMVs this process has launched (tests).
 int64_t skinny_walk_launches();
 // Whether gemm_bf16_skinny_fused runs `a` in the row-stream GEMV.

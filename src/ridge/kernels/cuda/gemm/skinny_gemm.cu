@@ -375,7 +375,11 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   const int t = lane & 3;   // thread in group: 8 k-columns at 8·t within each 32-column chunk
   const int m0 = blockIdx.x * MT;
   const int F = N / 2;      // swiglu: outputs
-  const int n_tiles = a.swiglu ? (F + 8 * RT - 1) / (8 * RT) : (N + 16 * RT - 1) / (16 * RT);
+  // This launch's row tiles: [a.tile_begin, n_tiles).
+  const int n_tiles = a.tile_end > 0 ? a.tile_end
+                      : a.swiglu     ? (F + 8 * RT - 1) / (8 * RT)
+                                     : (N + 16 * RT - 1) / (16 * RT);
+  const int tile0 = a.tile_begin + int(blockIdx.y);  // the block's first
 
   // MMA rows g and g + 8 of row tile rt of tile `tile`: weight rows tile·16·RT + rt·16 + g (+ 8),
   // or with the SwiGLU epilogue gate row f and up row F + f for f = (tile·RT + rt)·8 + g.
@@ -398,7 +402,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
         wr[rt][h] = W + static_cast<size_t>(n) * K + t * 8;
       }
   };
-  int tile = blockIdx.y;
+  int tile = tile0;
   const bf16* wrow[RT][2];
   const bf16* wnext[RT][2];
   set_rows(wrow, tile);
@@ -444,8 +448,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       return ring + (slot * kRingSlots + q) * kSkinnyThreads + threadIdx.x;
     };
     const int my_steps = warp < steps ? (steps - warp + kSkinnyWarps - 1) / kSkinnyWarps : 0;
-    const int my_tiles =
-        kPersist ? (n_tiles - int(blockIdx.y) + int(gridDim.y) - 1) / int(gridDim.y) : 1;
+    const int my_tiles = kPersist ? (n_tiles - tile0 + int(gridDim.y) - 1) / int(gridDim.y) : 1;
     const int items = my_steps * my_tiles;
     int ls = warp, lk = 0;  // the next item to copy: step ls of the block's lk-th tile
     auto issue = [&](int slot) {
@@ -461,7 +464,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       ls += kSkinnyWarps;
       if (ls >= steps) {  // warp-uniform
         ls = warp;
-        if (++lk < my_tiles) set_rows(wrow, int(blockIdx.y) + lk * int(gridDim.y));
+        if (++lk < my_tiles) set_rows(wrow, tile0 + lk * int(gridDim.y));
       }
     };
     pdl::launch_dependents();
@@ -486,8 +489,8 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       if constexpr (P == SkinnyPrologue::rms_sumsq) {
         if (ck == 0) finish_inv_rms<MT>(a, m0, part_ss, inv_rms);
       }
-      finish_tile<RT, NG, P, false, ROPE>(a, acc, int(blockIdx.y) + ck * int(gridDim.y), m0,
-                                          reduce_smem, inv_rms, reg_ss, nullptr);
+      finish_tile<RT, NG, P, false, ROPE>(a, acc, tile0 + ck * int(gridDim.y), m0, reduce_smem,
+                                          inv_rms, reg_ss, nullptr);
       if (ck + 1 < my_tiles) __syncthreads();
     };
     zero_acc();
@@ -721,6 +724,21 @@ int persistent_blocks_per_sm(int resident, size_t smem) {
   return per_sm;
 }
 
+std::atomic<int64_t> g_tail_launches{0};
+std::atomic<int> g_last_tail_tiles{0};
+
+// The ranks of SkinnyArgs::tail_split: forced, off, or automatic (RIDGE_SKINNY_TAIL_SPLIT=n for
+// A/B runs; off by default until measured).
+int tail_split_ranks(const SkinnyArgs& a) {
+  if (a.tail_split != 0) return a.tail_split;
+  static const int from_env = [] {
+    const char* v = std::getenv("RIDGE_SKINNY_TAIL_SPLIT");
+    const int n = v && *v ? std::atoi(v) : 0;
+    return n >= 2 && n <= skinny_max_split_k ? n : -1;
+  }();
+  return from_env;
+}
+
 // The ring configuration of launch_skinny_config (one token tile, no split, no staged steps).
 template <int NG, int MIN_BLOCKS, SkinnyPrologue P, bool ROPE>
 void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t stream) {
@@ -757,9 +775,32 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
   SkinnyArgs r = a;
   r.ring = ring;
   const int grid_y = std::max(1, sms * per_sm);
-  const dim3 grid(1, skinny_persistent() ? persistent_grid(n_tiles, grid_y) : n_tiles);
+  int full_tiles = n_tiles;  // the ring's: [0, full_tiles)
+  if constexpr (!ROPE) {
+    // A thin last round (SkinnyArgs::tail_split): its tiles first, split over K.
+    const int split = tail_split_ranks(a);
+    const int tail = n_tiles % grid_y;
+    if (split > 1 && skinny_persistent() && n_tiles > grid_y && tail > 0 && 2 * tail <= grid_y) {
+      SkinnyArgs t = a;
+      t.tile_begin = n_tiles - tail;
+      t.tile_end = n_tiles;
+      const int steps = (a.K + 32 * KU - 1) / (32 * KU);
+      const int ranks = std::min(split, steps);
+      auto split_kernel = skinny_gemm_kernel<NG, 1, KU, MIN_BLOCKS, P, true>;
+      const size_t split_smem = base_smem + sizeof(float) * NG * 4 * 32;
+      RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, unsigned(ranks), split_kernel,
+                                        dim3(1, tail, ranks), dim3(kSkinnyThreads), split_smem,
+                                        stream, t));
+      g_tail_launches.fetch_add(1, std::memory_order_relaxed);
+      g_last_tail_tiles.store(tail, std::memory_order_relaxed);
+      full_tiles = n_tiles - tail;
+      r.tile_end = full_tiles;
+      r.pdl_launch = true;  // its first weights stream while the tail runs
+    }
+  }
+  const dim3 grid(1, skinny_persistent() ? persistent_grid(full_tiles, grid_y) : full_tiles);
   RIDGE_GEMM_CUDA_CHECK(
-      pdl::launch(a.pdl_launch, kernel, grid, dim3(kSkinnyThreads), smem, stream, r));
+      pdl::launch(r.pdl_launch, kernel, grid, dim3(kSkinnyThreads), smem, stream, r));
   g_ring_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -1351,6 +1392,14 @@ int64_t skinny_stream_launches() {
 
 int64_t skinny_ring_launches() {
   return g_ring_launches.load(std::memory_order_relaxed);
+}
+
+int64_t skinny_tail_launches() {
+  return g_tail_launches.load(std::memory_order_relaxed);
+}
+
+int skinny_last_tail_tiles() {
+  return g_last_tail_tiles.load(std::memory_order_relaxed);
 }
 
 int64_t skinny_walk_launches() {
