@@ -194,36 +194,6 @@ void check_problem(Kernel kernel, const Problem& p, uint32_t seed) {
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
-// The even persistent grid (host arithmetic, no GPU): against a search over every grid size, the
-// fewest blocks whose round-robin walk takes no more rounds than `cap` blocks would, the real
-// projection tile counts (Llama-2/3 q|k|v, o, gate|up pairs, down at 16 rows a tile) and random
-// ones.
-TEST(GemmSkinnyGrid, EvenGridIsTheFewestBlocksWithTheSameRounds) {
-  auto rounds = [](int units, int blocks) { return (units + blocks - 1) / blocks; };
-  std::vector<std::pair<int, int>> cases = {{768, 264}, {256, 264}, {1376, 264}, {1792, 264},
-                                            {384, 264}, {1, 264},   {264, 264},  {265, 264}};
-  std::mt19937 rng(std::random_device{}());
-  for (int i = 0; i < 300; ++i)
-    cases.emplace_back(std::uniform_int_distribution<int>(1, 5000)(rng),
-                       std::uniform_int_distribution<int>(1, 600)(rng));
-  for (const auto& [units, cap] : cases) {
-    int want = 0;  // the search
-    for (int g = 1; g <= std::min(units, cap); ++g)
-      if (rounds(units, g) == rounds(units, std::min(units, cap))) {
-        want = g;
-        break;
-      }
-    const int g = ridge::kernels::skinny_even_grid(units, cap);
-    EXPECT_EQ(g, want) << units << " tiles, at most " << cap << " blocks";
-    // No thin last round: it is at most rounds - 1 blocks short of a full one (every block walks
-    // floor or ceil of units / g tiles).
-    const int r = rounds(units, g), last = units - (r - 1) * g;
-    EXPECT_GE(last, g - (r - 1)) << units << " tiles over " << g << " blocks";
-  }
-  EXPECT_EQ(ridge::kernels::skinny_even_grid(1376, 264), 230);
-  EXPECT_EQ(ridge::kernels::skinny_even_grid(0, 264), 1);
-}
-
 TEST(GemmSkinny, MatchesReference) {
   SKIP_WITHOUT_GPU();
   const Problem problems[] = {

@@ -40,8 +40,8 @@ struct BackendOptions {
   bool gemv_stream = false;
   // The fused decode GEMVs at one token in the row-walk GEMV (kernels::SkinnyArgs::walk: each
   // block reads whole rows of its units, one contiguous run at a time) instead of the MMA skinny
-  // kernel. Opt-in until it has run on the H200, where the MMA kernel streams at 91 % of the read
-  // ceiling (docs/KERNELS.md, "Run 31").
+  // kernel. Opt-in: in the engine at batch 1 it is 1 % slower than the MMA kernel's ring on the
+  // H200 and 10 % slower on the H100 (docs/KERNELS.md, "Run 32").
   bool gemv_walk = false;
 };
 

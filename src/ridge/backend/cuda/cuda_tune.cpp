@@ -117,8 +117,8 @@ bool window_candidates() {
 
 // RIDGE_GEMM_WALK=1: the row-walk GEMV (kernels::SkinnyArgs::walk) is a candidate at one token,
 // and where the tuner picks it for a shape, the fused decode GEMVs of that shape run in it too.
-// Off by default until it has run on the H200 (docs/KERNELS.md, "Run 31"); its choices are
-// cached apart (the kernel version's "+walk").
+// Off by default (slower than the ring in the engine on both GPUs, docs/KERNELS.md "Run 32"); its
+// choices are cached apart (the kernel version's "+walk").
 bool walk_candidates() {
   static const bool on = [] {
     const char* v = std::getenv("RIDGE_GEMM_WALK");

@@ -247,7 +247,8 @@ struct SkinnyArgs {
   // (Llama-2-7B gate|up at one token on the H200: 1,376 tiles, 5.2 rounds, timed as 6; run 32);
   // split over K, the tail's tiles take a quarter of a round. Same bits on the full rounds; the
   // tail's sums differ in order (as split_k's). 0: automatic (RIDGE_SKINNY_TAIL_SPLIT=n, else
-  // off until it has run on the GPU), -1: off, 2..8: that many ranks.
+  // off: on the H100, where a thin round is not slow, it costs 1.2 % a batch-1 step; the H200 A/B
+  // is still to run, run 32), -1: off, 2..8: that many ranks.
   int tail_split = 0;
   // Internal (the launch sets them): the row tiles [tile_begin, tile_end) of this launch
   // (tile_end 0: to the last).
@@ -281,8 +282,9 @@ struct SkinnyArgs {
   // (cp.async, the first ones before the PDL wait); each row is reduced on CUDA cores, a unit's 16
   // sums across the block once, and the unit's epilogue is the MMA kernel's (any prologue and
   // epilogue above). The sums differ from the MMA kernel's in order, not in precision.
-  // 0: automatic (off until it has run on the H200; BackendOptions::gemv_walk, --gemv-walk, asks
-  // for it), 1: on where it applies, -1: off.
+  // 0: automatic (off: in the engine at batch 1 it is 1 % slower than the ring on the H200, 10 %
+  // on the H100, run 32; BackendOptions::gemv_walk, --gemv-walk, asks for it), 1: on where it
+  // applies, -1: off.
   int walk = 0;
 };
 constexpr int skinny_walk_max_k = 16384;
@@ -304,15 +306,8 @@ constexpr int skinny_max_stage_steps = 6;
 constexpr int skinny_max_split_k = 8;
 constexpr int skinny_prologue_max_tokens = 16;
 constexpr int skinny_sumsq_rows = 16;  // output columns per partial sum of sumsq_out
-constexpr int skinny_sumsq_parts(int N) { return (N + skinny_sumsq_rows - 1) / skinny_sumsq_rows; }
-// A persistent grid of at most `cap` blocks over `units` row tiles (block b takes b, b + G, …)
-// without a thin last round (RIDGE_SKINNY_EVEN_GRID=1, skinny_gemm.cu): the fewest blocks that
-// need no more rounds than `cap` blocks would, ceil(units / ceil(units / cap)).
-constexpr int skinny_even_grid(int units, int cap) {
-  if (cap < 1) cap = 1;
-  if (units <= cap) return units < 1 ? 1 : units;
-  const int rounds = (units + cap - 1) / cap;
-  return (units + rounds - 1) / rounds;
+constexpr int skinny_sumsq_parts(int N) {
+  return (N + skinny_sumsq_rows - 1) / skinny_sumsq_rows;
 }
 void gemm_bf16_skinny_fused(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t stream);
 

@@ -700,17 +700,11 @@ int skinny_blocks_cap() {
   return cap;
 }
 
-// A persistent grid of at most `cap` blocks over `units` row tiles: `cap` (or `units`), or under
-// RIDGE_SKINNY_EVEN_GRID=1 skinny_even_grid (gemm.h), so that every block walks the same number
-// of tiles (±1) and no round runs with a thin tail of blocks: 1,376 SwiGLU tiles over 264 blocks
-// are five full rounds and a sixth of 56 blocks, over 230 blocks six full rounds. Whether the DRAM
-// serves the fuller rounds faster than the thin tail is for an A/B on the GPU (not yet run).
+// A persistent grid of at most `cap` blocks over `units` row tiles. (An even grid, the fewest
+// blocks with the same number of rounds, measured no different on the H200: a block streams a
+// tile at about the same rate however many run, so a GEMV costs its rounds; run 32.)
 int persistent_grid(int units, int cap) {
-  static const bool even = [] {
-    const char* v = std::getenv("RIDGE_SKINNY_EVEN_GRID");
-    return v && *v == '1';
-  }();
-  return even ? skinny_even_grid(units, cap) : std::max(1, std::min(units, cap));
+  return std::max(1, std::min(units, cap));
 }
 
 // The blocks a SM of a persistent grid of blocks with `smem` bytes of dynamic shared memory, of
@@ -1407,7 +1401,7 @@ int64_t skinny_walk_launches() {
 }
 
 bool skinny_walk_applies(const SkinnyArgs& a) {
-  if (a.walk <= 0) return false;  // automatic: off until it has run on the H200
+  if (a.walk <= 0) return false;  // automatic: off (slower than the ring in the engine; run 32)
   return a.M == 1 && a.K % 8 == 0 && a.K <= skinny_walk_max_k && a.split_k <= 1;
 }
 
