@@ -411,7 +411,8 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
               const double y = __bfloat162float(as_bf16[size_t(m) * N + n]);
               want += y * y;
             }
-            worst = std::max(worst, std::abs(sums.back()[size_t(p) * M + m] - want) / want);
+            const double err = std::abs(sums.back()[size_t(p) * M + m] - want) / want;
+            if (!(err <= worst)) worst = err;  // a NaN (an unwritten part) fails
           }
         EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
       }
@@ -439,6 +440,54 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
   CUDA_OK(cudaMemcpy(tickets.data(), ws.tickets, ticket_bytes, cudaMemcpyDeviceToHost));
   EXPECT_EQ(std::count(tickets.begin(), tickets.end(), 0u), std::ptrdiff_t(tickets.size()))
       << "the row-stream GEMV left tickets that are not zero";
+}
+
+// A tail-split GEMV (sums of squares out) and the GEMV that reads it (rms_sumsq prologue),
+// launched with PDL on one stream and not synchronized between: the second must see the first's
+// outputs and parts, the tail launch's included, only once they are written (outputs poisoned
+// beforehand). The second against the fp64 reference computed from the first's stored outputs.
+void tail_split_chained_with_pdl(int tiles) {
+  using ridge::kernels::SkinnyArgs;
+  using ridge::kernels::SkinnyPrologue;
+  const int N1 = tiles * 16, K1 = 1032, N2 = 1032, K2 = N1;
+  std::mt19937 rng(977);
+  const auto hX = random_bf16(K1, rng), hW1 = random_bf16(size_t(N1) * K1, rng),
+             hW2 = random_bf16(size_t(N2) * K2, rng);
+  const int parts = ridge::kernels::skinny_sumsq_parts(N1);
+  DeviceBuffer<bf16> X(K1), W1(hW1.size()), W2(hW2.size()), Y1(N1), Y2(N2);
+  DeviceBuffer<float> S(parts);
+  ASSERT_TRUE(X.ptr && W1.ptr && W2.ptr && Y1.ptr && Y2.ptr && S.ptr);
+  CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(W1.ptr, hW1.data(), hW1.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(W2.ptr, hW2.data(), hW2.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(Y1.ptr, 0xFF, size_t(N1) * 2));
+  CUDA_OK(cudaMemset(Y2.ptr, 0xFF, size_t(N2) * 2));
+  CUDA_OK(cudaMemset(S.ptr, 0xFF, size_t(parts) * 4));
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int64_t tails_before = ridge::kernels::skinny_tail_launches();
+  SkinnyArgs a;
+  a.ring = 2, a.walk = -1, a.split_k = 1, a.tail_split = 4, a.pdl_launch = true;
+  a.X = X.ptr, a.ld_x = K1, a.W = W1.ptr, a.Y = Y1.ptr, a.M = 1, a.N = N1, a.K = K1;
+  a.sumsq_out = S.ptr;
+  ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, stream);
+  SkinnyArgs b;
+  b.walk = -1, b.pdl_launch = true;
+  b.X = Y1.ptr, b.ld_x = K2, b.W = W2.ptr, b.Y = Y2.ptr, b.M = 1, b.N = N2, b.K = K2;
+  b.sumsq_in = S.ptr, b.sumsq_parts = parts, b.eps = 1e-5f;
+  ridge::kernels::gemm_bf16_skinny_fused(b, SkinnyPrologue::rms_sumsq, stream);
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  CUDA_OK(synced);
+  EXPECT_EQ(ridge::kernels::skinny_tail_launches() - tails_before, 1) << "tail-split launches";
+  std::vector<unsigned char> raw1, raw2;
+  const std::vector<bf16> y1 =
+      download_and_check(Y1.ptr, N1, false, reference(hX, hW1, nullptr, 1, N1, K1), raw1);
+  std::vector<double> ref2 = reference(y1, hW2, nullptr, 1, N2, K2);
+  double ss = 0;
+  for (const bf16 v : y1) ss += double(__bfloat162float(v)) * __bfloat162float(v);
+  for (double& v : ref2) v /= std::sqrt(ss / K2 + 1e-5);
+  download_and_check(Y2.ptr, N2, false, ref2, raw2);
 }
 
 // The weight ring's thin last round split over K (SkinnyArgs::tail_split): row-tile counts that
@@ -515,15 +564,18 @@ TEST(GemmSkinny, TailSplitMatchesReference) {
         ref[size_t(m) * out_n + n] = v;
       }
     }
-    std::vector<unsigned char> unsplit;
-    std::vector<float> unsplit_sums;
-    for (const int split : {-1, 4, 2}) {
-      SCOPED_TRACE(::testing::Message() << "tail_split " << split);
+    std::vector<unsigned char> unsplit, split4;
+    std::vector<float> unsplit_sums, split4_sums;
+    int tail = 0;
+    // Off, 4 and 2 ranks, then split_k = 4 over every tile (no ring): the tail launch's tiles must
+    // be its bits, so that they are known to come from the tail launch and not the ring.
+    for (const int split : {-1, 4, 2, 0}) {
+      SCOPED_TRACE(::testing::Message() << (split == 0 ? "split_k 4" : "tail_split ") << split);
       SkinnyArgs a;
       a.ring = 2;
       a.walk = -1;
-      a.split_k = 1;
-      a.tail_split = split;
+      a.split_k = split == 0 ? 4 : 1;
+      a.tail_split = split == 0 ? -1 : split;
       a.X = X.ptr, a.ld_x = K, a.W = W.ptr, a.Y = Y.ptr, a.M = M, a.N = N, a.K = K;
       a.y_f32 = f32;
       a.swiglu = swiglu;
@@ -537,7 +589,8 @@ TEST(GemmSkinny, TailSplitMatchesReference) {
       ridge::kernels::gemm_bf16_skinny_fused(
           a, c.kind == Kind::rms_sumsq ? SkinnyPrologue::rms_sumsq : SkinnyPrologue::none, nullptr);
       CUDA_OK(cudaDeviceSynchronize());
-      EXPECT_EQ(ridge::kernels::skinny_ring_launches() - rings_before, 1) << "ring launches";
+      EXPECT_EQ(ridge::kernels::skinny_ring_launches() - rings_before, split == 0 ? 0 : 1)
+          << "ring launches";
       EXPECT_EQ(ridge::kernels::skinny_tail_launches() - tails_before, split > 1 ? 1 : 0)
           << "tail-split launches";
       std::vector<unsigned char> raw;
@@ -554,7 +607,8 @@ TEST(GemmSkinny, TailSplitMatchesReference) {
               const double y = __bfloat162float(as_bf16[size_t(m) * N + n]);
               want += y * y;
             }
-            worst = std::max(worst, std::abs(sums[size_t(p) * M + m] - want) / want);
+            const double err = std::abs(sums[size_t(p) * M + m] - want) / want;
+            if (!(err <= worst)) worst = err;  // a NaN (an unwritten part) fails
           }
         EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
       }
@@ -562,24 +616,41 @@ TEST(GemmSkinny, TailSplitMatchesReference) {
         unsplit = raw, unsplit_sums = sums;
         continue;
       }
-      // The tail's tiles are the last ones: outputs (and parts) before them keep their bits.
-      const int tail = ridge::kernels::skinny_last_tail_tiles();
-      ASSERT_GT(tail, 0);
-      ASSERT_LT(tail, tiles);
+      if (split == 4) {
+        split4 = raw, split4_sums = sums;
+        tail = ridge::kernels::skinny_last_tail_tiles();
+        ASSERT_GT(tail, 0);
+        ASSERT_LT(tail, tiles);
+      }
+      // The tail's tiles are the last ones: outputs (and parts) before them are the ring's bits,
+      // and from them on split_k 4's, those of 4 ranks.
       const int first_out = (tiles - tail) * (swiglu ? 8 : 16);
-      const size_t elem = f32 ? 4 : 2;
+      const size_t elem = f32 ? 4 : 2, row = size_t(out_n) * elem, head = size_t(first_out) * elem;
       size_t differ = 0;
-      for (int m = 0; m < M; ++m)
-        differ +=
-            std::memcmp(raw.data() + size_t(m) * out_n * elem,
-                        unsplit.data() + size_t(m) * out_n * elem, size_t(first_out) * elem) != 0;
-      EXPECT_EQ(differ, 0u) << "tokens whose outputs before the tail differ in their bits";
+      for (int m = 0; m < M; ++m) {
+        const size_t at = size_t(m) * row;
+        if (split > 0)
+          differ += std::memcmp(raw.data() + at, unsplit.data() + at, head) != 0;
+        else
+          differ += std::memcmp(raw.data() + at + head, split4.data() + at + head, row - head) != 0;
+      }
+      EXPECT_EQ(differ, 0u) << "tokens whose outputs " << (split > 0 ? "before" : "in")
+                            << " the tail differ in their bits";
       if (!sums.empty()) {
-        EXPECT_EQ(std::memcmp(sums.data(), unsplit_sums.data(), size_t(tiles - tail) * M * 4), 0)
-            << "sums of squares before the tail differ";
+        const size_t head_parts = size_t(tiles - tail) * M;
+        if (split > 0)
+          EXPECT_EQ(std::memcmp(sums.data(), unsplit_sums.data(), head_parts * 4), 0)
+              << "sums of squares before the tail differ";
+        else
+          EXPECT_EQ(std::memcmp(sums.data() + head_parts, split4_sums.data() + head_parts,
+                                (sums.size() - head_parts) * 4),
+                    0)
+              << "sums of squares in the tail differ from split_k 4's";
       }
     }
   }
+  SCOPED_TRACE("chained with PDL");
+  tail_split_chained_with_pdl(tiles);
 }
 
 // The row-stream GEMV launched back to back with PDL on one stream and one workspace, nothing
@@ -682,7 +753,8 @@ TEST(GemmSkinny, RowStreamBackToBackWithPdl) {
           const double v = __bfloat162float(y[size_t(m) * l.N + n]);
           want += v * v;
         }
-        worst = std::max(worst, std::abs(sums[size_t(p) * l.M + m] - want) / want);
+        const double err = std::abs(sums[size_t(p) * l.M + m] - want) / want;
+        if (!(err <= worst)) worst = err;  // a NaN (an unwritten part) fails
       }
     EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
   }

@@ -21,8 +21,9 @@
 // columns), so the MMA computes Yᵀ tiles.
 //
 // Launch shape: 256 threads = 8 warps. Block (bx, by) covers tokens [bx·MT, bx·MT + MT) and
-// weight rows [by·16·RT, by·16·RT + 16·RT). The 8 warps split K (warp w takes steps w, w+8, …
-// of 32·KU columns) and are reduced through shared memory in a fixed order (deterministic).
+// weight rows [y·16·RT, y·16·RT + 16·RT), y = tile_begin + by. The 8 warps split K (warp w
+// takes steps w, w+8, … of 32·KU columns) and are reduced through shared memory in a fixed
+// order (deterministic).
 // Limits: K % 8 == 0, N % 8 == 0 (host-checked); partial row/token tiles are clamped on load
 // and masked on store; the k tail is zero-filled per 16-byte chunk.
 // Prologues: rms_sumsq — rmsnorm(x; w)·Wᵀ = (1/rms(x)) · x·(W·diag(w))ᵀ per token: the norm
@@ -328,7 +329,8 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
 // KU: 32-column chunks per step (bytes in flight per thread = RT·2·KU·16 on the register path);
 // MIN_BLOCKS: blocks per SM the register budget must allow (2 keeps 16 warps streaming);
 // P: what is applied to the activations as they are loaded (gemm.h).
-// Row tiles: block (bx, by) takes row tiles by, by + gridDim.y, … (one each when the grid covers
+// Row tiles: block (bx, by) takes row tiles y, y + gridDim.y, … below n_tiles (y = tile_begin + by,
+// n_tiles = tile_end when set; one each when the grid covers
 // them all; persistent when it is sized to the resident blocks): each warp's last step of one
 // tile is followed by the first step of its next tile, so the weight stream does not stop while
 // the block reduces and stores a tile, nor for a block to retire and a new one to start.
@@ -438,7 +440,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   }
   if constexpr (RING) {
     // The warp's items: its steps warp, warp + 8, … of each of the block's tiles in turn (tiles
-    // blockIdx.y, blockIdx.y + gridDim.y, … when persistent). A warp with no steps still takes
+    // tile0, tile0 + gridDim.y, … when persistent). A warp with no steps still takes
     // part in every tile's reduction.
     const int S = a.ring;                    // 2 or 3 (host-checked)
     constexpr int kRingSlots = RT * 2 * KU;  // 16-byte pieces a thread copies a step
@@ -733,7 +735,8 @@ int tail_split_ranks(const SkinnyArgs& a) {
   return from_env;
 }
 
-// The ring configuration of launch_skinny_config (one token tile, no split, no staged steps).
+// The ring configuration of launch_skinny_config (one token tile, no split-K of its own, no
+// staged steps), and before it the split-K launch of a thin last round (SkinnyArgs::tail_split).
 template <int NG, int MIN_BLOCKS, SkinnyPrologue P, bool ROPE>
 void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t stream) {
   constexpr int KU = 4;
@@ -744,6 +747,7 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
   // calculator allows with the whole split, capped by what a launch carveout leaves (the decode
   // chain's, pdl.h): a persistent grid larger than what is resident would run a second wave.
   static int resident[4] = {0, 0, 0, 0};
+  static int carveout[4] = {0, 0, 0, 0};  // the kernel's preferred carveout, percent
   static int sms = 0;
   if (resident[ring] == 0) {
     int device = 0, per_sm = 0;
@@ -756,11 +760,13 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
     // K = 4,096). A launch carveout (pdl::set_launch_carveout) overrides it, and then fewer blocks
     // may be resident. (Two blocks of ring 2 at 16 tokens take 146 KB, rounded up to a 164 KB
     // carveout: the L1 left, ~92 KB, no longer holds 16 tokens' activations, the likely cause of
-    // the ring's loss at 16 tokens; one block leaves ~156 KB. Not yet measured.)
+    // the ring's loss at 16 tokens; one block leaves ~156 KB. Run 32: one block a SM wins back
+    // 3.5 of the 5.3 µs the ring loses on q|k|v at 16 tokens on the H200.)
     const int blocks = skinny_blocks_cap() == 1 ? 1 : 2;
     const int percent = int((blocks * (smem + 1024) * 100 + 228 * 1024 - 1) / (228 * 1024));
+    carveout[ring] = std::min(percent, 100);
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, std::min(percent, 100)));
+        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout[ring]));
     RIDGE_GEMM_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSkinnyThreads, smem));
     resident[ring] = std::max(1, per_sm);
@@ -772,19 +778,25 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
   int full_tiles = n_tiles;  // the ring's: [0, full_tiles)
   if constexpr (!ROPE) {
     // A thin last round (SkinnyArgs::tail_split): its tiles first, split over K.
-    const int split = tail_split_ranks(a);
+    const int steps = (a.K + 32 * KU - 1) / (32 * KU);
+    const int ranks = std::min(tail_split_ranks(a), steps);  // every rank at least one step
     const int tail = n_tiles % grid_y;
-    if (split > 1 && skinny_persistent() && n_tiles > grid_y && tail > 0 && 2 * tail <= grid_y) {
+    if (ranks > 1 && skinny_persistent() && n_tiles > grid_y && tail > 0 && 2 * tail <= grid_y) {
       SkinnyArgs t = a;
       t.tile_begin = n_tiles - tail;
       t.tile_end = n_tiles;
-      const int steps = (a.K + 32 * KU - 1) / (32 * KU);
-      const int ranks = std::min(split, steps);
       auto split_kernel = skinny_gemm_kernel<NG, 1, KU, MIN_BLOCKS, P, true>;
       const size_t split_smem = base_smem + sizeof(float) * NG * 4 * 32;
-      RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, unsigned(ranks), split_kernel,
-                                        dim3(1, tail, ranks), dim3(kSkinnyThreads), split_smem,
-                                        stream, t));
+      // The ring's carveout for the tail too (unless a launch carveout is set for both), so that
+      // ring blocks can start beside tail blocks: kernels with different carveouts do not share
+      // an SM (pdl.h).
+      const int launch_carveout = pdl::launch_carveout();
+      if (launch_carveout < 0) pdl::set_launch_carveout(carveout[ring]);
+      const cudaError_t err =
+          pdl::launch(a.pdl_launch, unsigned(ranks), split_kernel, dim3(1, tail, ranks),
+                      dim3(kSkinnyThreads), split_smem, stream, t);
+      if (launch_carveout < 0) pdl::set_launch_carveout(launch_carveout);
+      RIDGE_GEMM_CUDA_CHECK(err);
       g_tail_launches.fetch_add(1, std::memory_order_relaxed);
       g_last_tail_tiles.store(tail, std::memory_order_relaxed);
       full_tiles = n_tiles - tail;
