@@ -229,6 +229,110 @@ std::vector<bf16> download_and_check(const void* Y, size_t n, bool f32,
   return v;
 }
 
+// A problem of gemm_bf16_skinny_fused with one prologue or epilogue: fresh random inputs on the
+// device, an output and sums of squares to fill, and the fp64 reference of the product with the
+// prologue or epilogue applied.
+enum class FusedKind { plain, residual, f32, swiglu, sumsq_out, rms_sumsq };
+constexpr const char* kFusedKindNames[] = {"plain",  "residual",  "f32",
+                                           "swiglu", "sumsq_out", "rms_sumsq"};
+struct FusedProblem {
+  FusedKind kind;
+  int M, N, K;
+  bool swiglu = kind == FusedKind::swiglu, f32 = kind == FusedKind::f32;
+  int out_n = swiglu ? N / 2 : N;
+  size_t ny = size_t(M) * out_n, y_bytes = ny * (f32 ? 4 : 2);
+  int parts_in = ridge::kernels::skinny_sumsq_parts(K);
+  int parts_out = ridge::kernels::skinny_sumsq_parts(N);
+  std::vector<bf16> hX, hW, hR;
+  std::vector<float> hS;
+  std::vector<double> ref;
+  DeviceBuffer<bf16> X{size_t(M) * K}, W{size_t(N) * K}, R{ny};
+  DeviceBuffer<unsigned char> Y{y_bytes};
+  DeviceBuffer<float> S_in{size_t(parts_in) * M}, S_out{size_t(parts_out) * M};
+
+  FusedProblem(FusedKind kind_, int M_, int N_, int K_, uint32_t seed)
+      : kind(kind_), M(M_), N(N_), K(K_) {
+    std::mt19937 rng(seed);
+    hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
+    hR = random_bf16(ny, rng, 4.f);
+    hS.resize(size_t(parts_in) * M);
+    std::uniform_real_distribution<float> pos(0.05f, 2.0f);
+    for (auto& v : hS) v = pos(rng);
+    const auto xw = reference(hX, hW, nullptr, M, N, K);
+    ref.resize(ny);
+    for (int m = 0; m < M; ++m) {
+      double inv_rms = 1.0;
+      if (kind == FusedKind::rms_sumsq) {
+        double ss = 0;
+        for (int p = 0; p < parts_in; ++p) ss += hS[size_t(p) * M + m];
+        inv_rms = 1.0 / std::sqrt(ss / K + 1e-5);
+      }
+      for (int n = 0; n < out_n; ++n) {
+        double v;
+        if (swiglu) {
+          const double g = xw[size_t(m) * N + n], u = xw[size_t(m) * N + out_n + n];
+          v = g / (1 + std::exp(-g)) * u;
+        } else {
+          v = xw[size_t(m) * N + n] * inv_rms;
+          if (kind == FusedKind::residual) v += __bfloat162float(hR[size_t(m) * N + n]);
+        }
+        ref[size_t(m) * out_n + n] = v;
+      }
+    }
+  }
+  // The inputs to the device (a fatal failure if a buffer is missing).
+  void upload() const {
+    ASSERT_TRUE(X.ptr && W.ptr && R.ptr && Y.ptr && S_in.ptr && S_out.ptr);
+    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(R.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(S_in.ptr, hS.data(), hS.size() * 4, cudaMemcpyHostToDevice));
+  }
+  // The launch arguments of the case (kernel choices left at their defaults).
+  ridge::kernels::SkinnyArgs args() const {
+    ridge::kernels::SkinnyArgs a;
+    a.X = X.ptr, a.ld_x = K, a.W = W.ptr, a.Y = Y.ptr, a.M = M, a.N = N, a.K = K;
+    a.y_f32 = f32;
+    a.swiglu = swiglu;
+    if (kind == FusedKind::residual) a.residual = R.ptr;
+    if (kind == FusedKind::sumsq_out) a.sumsq_out = S_out.ptr;
+    if (kind == FusedKind::rms_sumsq)
+      a.sumsq_in = S_in.ptr, a.sumsq_parts = parts_in, a.eps = 1e-5f;
+    return a;
+  }
+  ridge::kernels::SkinnyPrologue prologue() const {
+    return kind == FusedKind::rms_sumsq ? ridge::kernels::SkinnyPrologue::rms_sumsq
+                                        : ridge::kernels::SkinnyPrologue::none;
+  }
+  // Poison the outputs, launch `a`, and check them against the reference: `raw` gets the output
+  // bytes and, for sumsq_out, `sums` the parts, each checked against the squares of the 16
+  // stored bf16 outputs of its columns, per token.
+  void run(const ridge::kernels::SkinnyArgs& a, std::vector<unsigned char>& raw,
+           std::vector<float>& sums) const {
+    CUDA_OK(cudaMemset(Y.ptr, 0xFF, y_bytes));
+    CUDA_OK(cudaMemset(S_out.ptr, 0xFF, S_out.count * 4));
+    ridge::kernels::gemm_bf16_skinny_fused(a, prologue(), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<bf16> stored = download_and_check(Y.ptr, ny, f32, ref, raw);
+    sums.clear();
+    if (kind != FusedKind::sumsq_out) return;
+    sums.resize(S_out.count);
+    CUDA_OK(cudaMemcpy(sums.data(), S_out.ptr, S_out.count * 4, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    for (int p = 0; p < parts_out; ++p)
+      for (int m = 0; m < M; ++m) {
+        double want = 0;
+        for (int n = p * 16; n < std::min(N, p * 16 + 16); ++n) {
+          const double y = __bfloat162float(stored[size_t(m) * N + n]);
+          want += y * y;
+        }
+        const double err = std::abs(sums[size_t(p) * M + m] - want) / want;
+        if (!(err <= worst)) worst = err;  // a NaN (an unwritten part) fails
+      }
+    EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
+  }
+};
+
 // The skinny kernel with every prologue and epilogue (gemm_bf16_skinny_fused), on shapes with
 // partial row tiles, K tails and more row tiles than resident blocks, and split-K over clusters
 // of 2, 3, 4 and 8 CTAs and the automatic choice on narrow shapes: each against the fp64
@@ -239,8 +343,7 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
   using ridge::kernels::SkinnyArgs;
-  using ridge::kernels::SkinnyPrologue;
-  enum class Kind { plain, residual, f32, swiglu, sumsq_out, rms_sumsq };
+  using Kind = FusedKind;
   struct Case {
     Kind kind;
     int M, N, K;
@@ -290,7 +393,6 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
       {Kind::residual, 1, 16400, 6000, 0},
       {Kind::sumsq_out, 1, 16400, 11008, 0},
       {Kind::rms_sumsq, 1, 16400, 16384, 0}};
-  const char* kind_names[] = {"plain", "residual", "f32", "swiglu", "sumsq_out", "rms_sumsq"};
   uint32_t seed = 300;
   constexpr int kStreamRows = 32768;
   const size_t scratch_bytes = ridge::kernels::skinny_stream_scratch_bytes(kStreamRows);
@@ -314,52 +416,11 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
         ci != 23 && ci != 25)
       continue;
     SCOPED_TRACE(::testing::Message()
-                 << kind_names[int(c.kind)] << " M=" << c.M << " N=" << c.N << " K=" << c.K
+                 << kFusedKindNames[int(c.kind)] << " M=" << c.M << " N=" << c.N << " K=" << c.K
                  << " split_k=" << c.split_k << (stream ? " row-stream" : "")
                  << (walk ? " row-walk" : ""));
-    const int M = c.M, N = c.N, K = c.K;
-    const bool swiglu = c.kind == Kind::swiglu, f32 = c.kind == Kind::f32;
-    const int out_n = swiglu ? N / 2 : N;
-    const size_t ny = size_t(M) * out_n, y_bytes = ny * (f32 ? 4 : 2);
-    std::mt19937 rng(seed++);
-    auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
-    auto hR = random_bf16(ny, rng, 4.f);
-    const int parts_in = ridge::kernels::skinny_sumsq_parts(K);
-    const int parts_out = ridge::kernels::skinny_sumsq_parts(N);
-    std::vector<float> hS(size_t(parts_in) * M);
-    std::uniform_real_distribution<float> pos(0.05f, 2.0f);
-    for (auto& v : hS) v = pos(rng);
-    DeviceBuffer<bf16> X(hX.size()), W(hW.size()), R(ny);
-    DeviceBuffer<unsigned char> Y(y_bytes);
-    DeviceBuffer<float> S_in(hS.size()), S_out(size_t(parts_out) * M);
-    ASSERT_TRUE(X.ptr && W.ptr && R.ptr && Y.ptr && S_in.ptr && S_out.ptr);
-    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(R.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(S_in.ptr, hS.data(), hS.size() * 4, cudaMemcpyHostToDevice));
-
-    // The reference: the fp64 product with the case's prologue and epilogue.
-    const auto xw = reference(hX, hW, nullptr, M, N, K);
-    std::vector<double> ref(ny);
-    for (int m = 0; m < M; ++m) {
-      double inv_rms = 1.0;
-      if (c.kind == Kind::rms_sumsq) {
-        double ss = 0;
-        for (int p = 0; p < parts_in; ++p) ss += hS[size_t(p) * M + m];
-        inv_rms = 1.0 / std::sqrt(ss / K + 1e-5);
-      }
-      for (int n = 0; n < out_n; ++n) {
-        double v;
-        if (swiglu) {
-          const double g = xw[size_t(m) * N + n], u = xw[size_t(m) * N + out_n + n];
-          v = g / (1 + std::exp(-g)) * u;
-        } else {
-          v = xw[size_t(m) * N + n] * inv_rms;
-          if (c.kind == Kind::residual) v += __bfloat162float(hR[size_t(m) * N + n]);
-        }
-        ref[size_t(m) * out_n + n] = v;
-      }
-    }
+    const FusedProblem fp(c.kind, c.M, c.N, c.K, seed++);
+    ASSERT_NO_FATAL_FAILURE(fp.upload());
 
     std::vector<std::vector<unsigned char>> outs;
     std::vector<std::vector<float>> sums;
@@ -370,16 +431,10 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
     const int64_t walk_before = ridge::kernels::skinny_walk_launches();
     for (int run = 0; run < runs; ++run) {
       SCOPED_TRACE(::testing::Message() << "run " << run);
-      SkinnyArgs a;
+      SkinnyArgs a = fp.args();
       a.ring = run < 2 ? -1 : run;
       a.walk = walk ? 1 : -1;
-      a.X = X.ptr, a.ld_x = K, a.W = W.ptr, a.Y = Y.ptr, a.M = M, a.N = N, a.K = K;
-      a.y_f32 = f32;
-      a.swiglu = swiglu;
       a.split_k = c.split_k;
-      if (c.kind == Kind::residual) a.residual = R.ptr;
-      if (c.kind == Kind::sumsq_out) a.sumsq_out = S_out.ptr;
-      if (c.kind == Kind::rms_sumsq) a.sumsq_in = S_in.ptr, a.sumsq_parts = parts_in, a.eps = 1e-5f;
       if (stream) {
         a.stream = ws;
         if (!ridge::kernels::skinny_stream_applies(a)) break;
@@ -391,37 +446,15 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
         if (!ridge::kernels::skinny_walk_applies(a)) break;
         if (run == 0) ++walk_cases;
       }
-      CUDA_OK(cudaMemset(Y.ptr, 0xFF, y_bytes));
-      CUDA_OK(cudaMemset(S_out.ptr, 0xFF, S_out.count * 4));
-      ridge::kernels::gemm_bf16_skinny_fused(
-          a, c.kind == Kind::rms_sumsq ? SkinnyPrologue::rms_sumsq : SkinnyPrologue::none,
-          nullptr);
-      CUDA_OK(cudaDeviceSynchronize());
       outs.emplace_back();
-      const std::vector<bf16> as_bf16 = download_and_check(Y.ptr, ny, f32, ref, outs.back());
-      if (c.kind == Kind::sumsq_out) {
-        // Each part: the squares of the 16 stored bf16 outputs of its columns, per token.
-        sums.emplace_back(S_out.count);
-        CUDA_OK(cudaMemcpy(sums.back().data(), S_out.ptr, S_out.count * 4, cudaMemcpyDeviceToHost));
-        double worst = 0;
-        for (int p = 0; p < parts_out; ++p)
-          for (int m = 0; m < M; ++m) {
-            double want = 0;
-            for (int n = p * 16; n < std::min(N, p * 16 + 16); ++n) {
-              const double y = __bfloat162float(as_bf16[size_t(m) * N + n]);
-              want += y * y;
-            }
-            const double err = std::abs(sums.back()[size_t(p) * M + m] - want) / want;
-            if (!(err <= worst)) worst = err;  // a NaN (an unwritten part) fails
-          }
-        EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
-      }
+      sums.emplace_back();
+      ASSERT_NO_FATAL_FAILURE(fp.run(a, outs.back(), sums.back()));
     }
     if (outs.size() < 2) continue;  // the row-stream or row-walk GEMV does not take this case
     for (size_t r = 1; r < outs.size(); ++r) {
-      EXPECT_EQ(std::memcmp(outs[0].data(), outs[r].data(), y_bytes), 0)
+      EXPECT_EQ(std::memcmp(outs[0].data(), outs[r].data(), fp.y_bytes), 0)
           << "run " << r << " (ring " << (r < 2 ? 0 : r) << "): outputs differ in their bits";
-      if (!sums.empty()) {
+      if (!sums[0].empty()) {
         EXPECT_EQ(std::memcmp(sums[0].data(), sums[r].data(), sums[0].size() * 4), 0)
             << "run " << r << ": sums of squares differ";
       }
@@ -492,16 +525,15 @@ void tail_split_chained_with_pdl(int tiles) {
 
 // The weight ring's thin last round split over K (SkinnyArgs::tail_split): row-tile counts that
 // leave the persistent grid a last round of a third of the SMs' blocks (whatever the resident
-// blocks a SM), every epilogue and prologue, 1-8 tokens, partial last tiles (but SwiGLU's) and K tails; off and
-// at 2 and 4 ranks, each against the fp64 reference and the sums of squares against the stored
-// rows. The tiles before the tail run in the ring either way and must keep their bits.
+// blocks a SM), every epilogue and prologue, 1-8 tokens, partial last tiles (but SwiGLU's) and
+// K tails; off and at 2 and 4 ranks, each against the fp64 reference and the sums of squares
+// against the stored rows. The tiles before the tail run in the ring either way and must keep
+// their bits; the tail's must be split_k 4's. Then the chained case above.
 TEST(GemmSkinny, TailSplitMatchesReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
   using ridge::kernels::SkinnyArgs;
-  using ridge::kernels::SkinnyPrologue;
-  enum class Kind { plain, residual, f32, swiglu, sumsq_out, rms_sumsq };
-  const char* kind_names[] = {"plain", "residual", "f32", "swiglu", "sumsq_out", "rms_sumsq"};
+  using Kind = FusedKind;
   struct Case {
     Kind kind;
     int M, K;
@@ -523,47 +555,11 @@ TEST(GemmSkinny, TailSplitMatchesReference) {
     const int M = c.M, K = c.K;
     // A partial last tile (SwiGLU's outputs come in whole tiles: F % 8 == 0).
     const int N = swiglu ? 2 * tiles * 8 : tiles * 16 - 8;
-    SCOPED_TRACE(::testing::Message() << kind_names[int(c.kind)] << " M=" << M << " N=" << N
+    SCOPED_TRACE(::testing::Message() << kFusedKindNames[int(c.kind)] << " M=" << M << " N=" << N
                                       << " K=" << K << " (" << tiles << " row tiles)");
-    const int out_n = swiglu ? N / 2 : N;
-    const size_t ny = size_t(M) * out_n, y_bytes = ny * (f32 ? 4 : 2);
-    std::mt19937 rng(seed++);
-    auto hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
-    auto hR = random_bf16(ny, rng, 4.f);
-    const int parts_in = ridge::kernels::skinny_sumsq_parts(K);
-    const int parts_out = ridge::kernels::skinny_sumsq_parts(N);
-    std::vector<float> hS(size_t(parts_in) * M);
-    std::uniform_real_distribution<float> pos(0.05f, 2.0f);
-    for (auto& v : hS) v = pos(rng);
-    DeviceBuffer<bf16> X(hX.size()), W(hW.size()), R(ny);
-    DeviceBuffer<unsigned char> Y(y_bytes);
-    DeviceBuffer<float> S_in(hS.size()), S_out(size_t(parts_out) * M);
-    ASSERT_TRUE(X.ptr && W.ptr && R.ptr && Y.ptr && S_in.ptr && S_out.ptr);
-    CUDA_OK(cudaMemcpy(X.ptr, hX.data(), hX.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(W.ptr, hW.data(), hW.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(R.ptr, hR.data(), ny * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(S_in.ptr, hS.data(), hS.size() * 4, cudaMemcpyHostToDevice));
-    const auto xw = reference(hX, hW, nullptr, M, N, K);
-    std::vector<double> ref(ny);
-    for (int m = 0; m < M; ++m) {
-      double inv_rms = 1.0;
-      if (c.kind == Kind::rms_sumsq) {
-        double ss = 0;
-        for (int p = 0; p < parts_in; ++p) ss += hS[size_t(p) * M + m];
-        inv_rms = 1.0 / std::sqrt(ss / K + 1e-5);
-      }
-      for (int n = 0; n < out_n; ++n) {
-        double v;
-        if (swiglu) {
-          const double g = xw[size_t(m) * N + n], u = xw[size_t(m) * N + out_n + n];
-          v = g / (1 + std::exp(-g)) * u;
-        } else {
-          v = xw[size_t(m) * N + n] * inv_rms;
-          if (c.kind == Kind::residual) v += __bfloat162float(hR[size_t(m) * N + n]);
-        }
-        ref[size_t(m) * out_n + n] = v;
-      }
-    }
+    const FusedProblem fp(c.kind, M, N, K, seed++);
+    ASSERT_NO_FATAL_FAILURE(fp.upload());
+    const int out_n = fp.out_n;
     std::vector<unsigned char> unsplit, split4;
     std::vector<float> unsplit_sums, split4_sums;
     int tail = 0;
@@ -571,47 +567,20 @@ TEST(GemmSkinny, TailSplitMatchesReference) {
     // be its bits, so that they are known to come from the tail launch and not the ring.
     for (const int split : {-1, 4, 2, 0}) {
       SCOPED_TRACE(::testing::Message() << (split == 0 ? "split_k 4" : "tail_split ") << split);
-      SkinnyArgs a;
+      SkinnyArgs a = fp.args();
       a.ring = 2;
       a.walk = -1;
       a.split_k = split == 0 ? 4 : 1;
       a.tail_split = split == 0 ? -1 : split;
-      a.X = X.ptr, a.ld_x = K, a.W = W.ptr, a.Y = Y.ptr, a.M = M, a.N = N, a.K = K;
-      a.y_f32 = f32;
-      a.swiglu = swiglu;
-      if (c.kind == Kind::residual) a.residual = R.ptr;
-      if (c.kind == Kind::sumsq_out) a.sumsq_out = S_out.ptr;
-      if (c.kind == Kind::rms_sumsq) a.sumsq_in = S_in.ptr, a.sumsq_parts = parts_in, a.eps = 1e-5f;
-      CUDA_OK(cudaMemset(Y.ptr, 0xFF, y_bytes));
-      CUDA_OK(cudaMemset(S_out.ptr, 0xFF, S_out.count * 4));
       const int64_t tails_before = ridge::kernels::skinny_tail_launches();
       const int64_t rings_before = ridge::kernels::skinny_ring_launches();
-      ridge::kernels::gemm_bf16_skinny_fused(
-          a, c.kind == Kind::rms_sumsq ? SkinnyPrologue::rms_sumsq : SkinnyPrologue::none, nullptr);
-      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<unsigned char> raw;
+      std::vector<float> sums;
+      ASSERT_NO_FATAL_FAILURE(fp.run(a, raw, sums));
       EXPECT_EQ(ridge::kernels::skinny_ring_launches() - rings_before, split == 0 ? 0 : 1)
           << "ring launches";
       EXPECT_EQ(ridge::kernels::skinny_tail_launches() - tails_before, split > 1 ? 1 : 0)
           << "tail-split launches";
-      std::vector<unsigned char> raw;
-      const std::vector<bf16> as_bf16 = download_and_check(Y.ptr, ny, f32, ref, raw);
-      std::vector<float> sums;
-      if (c.kind == Kind::sumsq_out) {
-        sums.resize(S_out.count);
-        CUDA_OK(cudaMemcpy(sums.data(), S_out.ptr, S_out.count * 4, cudaMemcpyDeviceToHost));
-        double worst = 0;
-        for (int p = 0; p < parts_out; ++p)
-          for (int m = 0; m < M; ++m) {
-            double want = 0;
-            for (int n = p * 16; n < std::min(N, p * 16 + 16); ++n) {
-              const double y = __bfloat162float(as_bf16[size_t(m) * N + n]);
-              want += y * y;
-            }
-            const double err = std::abs(sums[size_t(p) * M + m] - want) / want;
-            if (!(err <= worst)) worst = err;  // a NaN (an unwritten part) fails
-          }
-        EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
-      }
       if (split < 0) {
         unsplit = raw, unsplit_sums = sums;
         continue;
