@@ -240,16 +240,16 @@ struct SkinnyArgs {
   // depth (not with stage_steps).
   int ring = 0;
   // The ring's thin last round (one token tile, ring on, persistent grid, no rope_kv, where the
-  // automatic split-K choice is 1): when the row tiles leave the persistent grid a last round of at
-  // most half its blocks, those tiles run first in a split-K launch of tail_split ranks (a cluster
-  // each, as split_k), then the full rounds in the ring. Why: a block streams a tile at about the
-  // same rate whether the DRAM is busy or not, so a round of 56 blocks costs what a round of 264
-  // does (Llama-2-7B gate|up at one token on the H200: 1,376 tiles, 5.2 rounds, timed as 6; run
-  // 32); split over K (ranks capped at K's steps of 128 columns; none below two), the tail's tiles
-  // take a quarter of a round. Same bits on the full rounds; the
-  // tail's sums differ in order (as split_k's). 0: automatic (RIDGE_SKINNY_TAIL_SPLIT=n, else
-  // off: on the H100, where a thin round is not slow, it costs 1.2 % a batch-1 step; the H200 A/B
-  // is still to run, run 32), -1: off, 2..8: that many ranks.
+  // automatic split-K choice is 1): when the row tiles leave the persistent grid a last round of
+  // at most half its blocks, those tiles run first in a split-K launch of tail_split ranks (a
+  // cluster each, as split_k; capped at K's steps of 128 columns, none below two), then the full
+  // rounds in the ring. Why: a block streams a tile at about the same rate whether the DRAM is
+  // busy or not, so a round of 56 blocks costs what a round of 264 does (Llama-2-7B gate|up at
+  // one token on the H200: 1,376 tiles, 5.2 rounds, timed as 6; run 32); split over K, the
+  // tail's tiles take a quarter of a round. Same bits on the full rounds; the tail's sums differ
+  // in order (they are split_k's). 0: automatic (RIDGE_SKINNY_TAIL_SPLIT=n, else off: on the
+  // H100, where a thin round is not slow, it costs 1.2 % a batch-1 step; the H200 A/B is still
+  // to run, run 32), -1: off, 2..8: that many ranks.
   int tail_split = 0;
   // Internal (the launch sets them): the row tiles [tile_begin, tile_end) of this launch
   // (tile_end 0: to the last).
