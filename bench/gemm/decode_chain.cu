@@ -142,15 +142,16 @@ __global__ void __launch_bounds__(256)
 // has kPieceLoads loads in flight, kReadThreads apart; the first ones before the PDL wait.
 // seg < 0 (walking only): the addresses as if each 16-row unit were stored contiguously (a
 // tile-packed weight layout): a block walks its own units, each one contiguous run of bytes.
-// INTERLEAVED (walking only): block b's j-th unit is not rows 16u.. but rows 16·jG + r·Gj + b
-// (r = 0..15, Gj the blocks with a unit in round j), the row-walk GEMV's order: at each piece the
-// blocks read the same K segment of consecutive rows.
+// ORDER (walking only) 1, interleaved: block b's j-th unit is not rows 16u.. but rows
+// 16·jG + r·Gj + b (r = 0..15, Gj the blocks with a unit in round j), the row-walk GEMV's order:
+// at each piece the blocks read the same K segment of consecutive rows. 2, skewed: block b reads
+// each of its units rotated to start b/G of the way in (in 512-byte steps), so that at any moment
+// the blocks' addresses are not one power-of-two stride apart (b x 128 KB at K = 4,096).
 constexpr int kPieceLoads = 4;
 constexpr int kPieceRows = 16;
 template <bool WINDOW>
 __global__ void __launch_bounds__(kReadThreads, 4)
-    read_pieces(const bf16* __restrict__ W, int N, int K, int seg, bool interleaved,
-                unsigned* sink) {
+    read_pieces(const bf16* __restrict__ W, int N, int K, int seg, int order, unsigned* sink) {
   kn::pdl::launch_dependents();
   // 32-bit chunk positions: a GEMV of up to 2^31 16-byte chunks (32 GB).
   const int kchunks = K / 8;
@@ -164,6 +165,7 @@ __global__ void __launch_bounds__(kReadThreads, 4)
   constexpr int kRun = kReadThreads * kPieceLoads;  // chunks a block reads per iteration
   const int G = int(gridDim.x), b = int(blockIdx.x), t = int(threadIdx.x);
   const int owned = b < units ? (units - b + G - 1) / G : 0;  // units a walking block owns
+  const int skew = order == 2 ? int(int64_t(b) * unit_chunks / G) & ~31 : 0;
   const int iters =
       WINDOW ? (total + G * kRun - 1) / (G * kRun) : (owned * unit_chunks + kRun - 1) / kRun;
   unsigned acc = 0;
@@ -182,13 +184,13 @@ __global__ void __launch_bounds__(kReadThreads, 4)
       } else {  // iteration i is the i-th run of this block's own chunk sequence
         const int q = i * kRun + r;
         ok = q < owned * unit_chunks;
-        g = (b + (q / unit_chunks) * G) * unit_chunks + q % unit_chunks;
+        g = (b + (q / unit_chunks) * G) * unit_chunks + (q % unit_chunks + skew) % unit_chunks;
       }
       const int u = g / unit_chunks, w = g % unit_chunks;
       const int ks = w / piece, in = w % piece;
       int row = u * kPieceRows + in / seg;
       const int col = ks * seg + in % seg;
-      if (!WINDOW && interleaved) {  // u = b + jG
+      if (!WINDOW && order == 1) {  // u = b + jG
         const int first = u - b, Gj = min(G, units - first);
         row = first * kPieceRows + (in / seg) * Gj + b;
       }
@@ -430,10 +432,10 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
     const dim3 grid(unsigned(per_sm * sms));
     if (mode == 4)
       CK(kn::pdl::launch(true, read_pieces<true>, grid, dim3(kReadThreads), 0, s, p, kind_n[k],
-                         kind_k[k], seg, false, sink.as<unsigned>()));
+                         kind_k[k], seg, 0, sink.as<unsigned>()));
     else
       CK(kn::pdl::launch(true, read_pieces<false>, grid, dim3(kReadThreads), 0, s, p, kind_n[k],
-                         kind_k[k], seg, mode == 6, sink.as<unsigned>()));
+                         kind_k[k], seg, mode - 5, sink.as<unsigned>()));
   };
   const bf16* w0 = lw[0].qkv;
   struct Stream {
@@ -441,7 +443,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
     const char* what;
     int mode;  // 0: read_region a GEMV, 1: a layer, 2: everything; 3: read_tiles a GEMV;
                // 4: read_pieces a GEMV as one window, 5: read_pieces, each block its own units,
-               // 6: the same with interleaved rows
+               // 6: the same with interleaved rows, 7: with each unit's start skewed
     bool pdl;
     int per_sm;
     int seg = 0;  // read_pieces: 16-byte chunks of a row a piece holds (0: the whole row;
@@ -491,6 +493,15 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
        true, 2, 128},
       {"inter 2K", "16 rows x 2 KB pieces, rows interleaved over the blocks, 4 blocks/SM", 6, true,
        4, 128},
+      // Each block its own units, each started b/G of the way in: the same bytes a block reads,
+      // without every block at the same offset of its unit (a power-of-two stride apart).
+      {"skew 2K", "16 rows x 2 KB pieces, own units, starts skewed, 4 blocks/SM", 7, true, 4, 128},
+      {"skew 2K b2", "16 rows x 2 KB pieces, own units, starts skewed, 2 blocks/SM", 7, true, 2,
+       128},
+      {"skew packed", "units stored contiguously, own units, starts skewed, 4 blocks/SM", 7, true,
+       4, -1},
+      {"skew packed b2", "units stored contiguously, own units, starts skewed, 2 blocks/SM", 7,
+       true, 2, -1},
   };
   for (const Stream& v : streams) {
     const double us = time_graph([&] {

@@ -622,6 +622,48 @@ TEST(GemmSkinny, TailSplitMatchesReference) {
   tail_split_chained_with_pdl(tiles);
 }
 
+// The weight ring with its steps rotated per block (SkinnyArgs::skew): every epilogue and
+// prologue, 1-8 tokens, K tails (a rotated partial last step) and several rounds of row tiles,
+// each against the fp64 reference and the sums of squares against the stored rows, and a
+// second run bitwise equal (the rotation is the block's, not the schedule's).
+TEST(GemmSkinny, SkewedRingMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  using ridge::kernels::SkinnyArgs;
+  using Kind = FusedKind;
+  struct Case {
+    Kind kind;
+    int M, K;
+  };
+  const Case cases[] = {{Kind::plain, 1, 3000},     {Kind::residual, 8, 11008},
+                        {Kind::f32, 4, 1032},       {Kind::swiglu, 1, 4096},
+                        {Kind::sumsq_out, 1, 2056}, {Kind::rms_sumsq, 5, 4096}};
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int tiles = 4 * sms + sms / 3;
+  const bool small = std::getenv("RIDGE_GEMM_TEST_SMALL") != nullptr;
+  uint32_t seed = 950;
+  for (size_t ci = 0; ci < (small ? 2 : std::size(cases)); ++ci) {
+    const Case& c = cases[ci];
+    const bool swiglu = c.kind == Kind::swiglu;
+    const int N = swiglu ? 2 * tiles * 8 : tiles * 16 - 8;
+    SCOPED_TRACE(::testing::Message()
+                 << kFusedKindNames[int(c.kind)] << " M=" << c.M << " N=" << N << " K=" << c.K);
+    const FusedProblem fp(c.kind, c.M, N, c.K, seed++);
+    ASSERT_NO_FATAL_FAILURE(fp.upload());
+    SkinnyArgs a = fp.args();
+    a.ring = 2, a.walk = -1, a.split_k = 1, a.tail_split = -1, a.skew = 1;
+    const int64_t rings_before = ridge::kernels::skinny_ring_launches();
+    std::vector<unsigned char> first, second;
+    std::vector<float> first_sums, second_sums;
+    ASSERT_NO_FATAL_FAILURE(fp.run(a, first, first_sums));
+    ASSERT_NO_FATAL_FAILURE(fp.run(a, second, second_sums));
+    EXPECT_EQ(ridge::kernels::skinny_ring_launches() - rings_before, 2) << "ring launches";
+    EXPECT_TRUE(first == second) << "two skewed runs differ in their bits";
+    EXPECT_TRUE(first_sums == second_sums) << "two skewed runs' sums of squares differ";
+  }
+}
+
 // The row-stream GEMV launched back to back with PDL on one stream and one workspace, nothing
 // synchronized between the launches (as the decode chain runs it): each launch's tickets must be
 // back at zero before the next one counts on them. Plain with sums of squares, residual and

@@ -152,6 +152,7 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
   RIDGE_CHECK(a.walk >= -1 && a.walk <= 1, "{}: walk {} must be -1, 0 or 1", what, a.walk);
   RIDGE_CHECK(a.tail_split >= -1 && a.tail_split <= skinny_max_split_k && a.tail_split != 1,
               "{}: tail_split {} must be -1, 0 or 2..{}", what, a.tail_split, skinny_max_split_k);
+  RIDGE_CHECK(a.skew >= -1 && a.skew <= 1, "{}: skew {} must be -1, 0 or 1", what, a.skew);
   RIDGE_CHECK(a.tile_begin == 0 && a.tile_end == 0, "{}: tile_begin and tile_end are the launch's",
               what);
   if (a.rope.positions) {

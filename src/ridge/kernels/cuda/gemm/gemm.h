@@ -251,6 +251,12 @@ struct SkinnyArgs {
   // H100, where a thin round is not slow, it costs 1.2 % a batch-1 step; the H200 A/B is still
   // to run, run 32), -1: off, 2..8: that many ranks.
   int tail_split = 0;
+  // The ring's step order (probe of run 33): each block reads its row tiles' K steps rotated to
+  // start b/G of the way along K (b its block, G the grid), so that at any moment the blocks'
+  // addresses are not all one row tile (a power of two: 128 KB at K = 4,096) apart. The sums
+  // differ from the unrotated ring's in order, not in precision. 0: automatic
+  // (RIDGE_SKINNY_SKEW=1, else off), -1: off, 1: on.
+  int skew = 0;
   // Internal (the launch sets them): the row tiles [tile_begin, tile_end) of this launch
   // (tile_end 0: to the last).
   int tile_begin = 0, tile_end = 0;

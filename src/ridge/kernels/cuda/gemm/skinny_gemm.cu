@@ -449,14 +449,18 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     auto piece = [&](int slot, int q) {
       return ring + (slot * kRingSlots + q) * kSkinnyThreads + threadIdx.x;
     };
+    // SkinnyArgs::skew: this block's steps in the order rot, rot + 1, …, steps - 1, 0, ….
+    const int rot = a.skew > 0 ? int(int64_t(blockIdx.y) * steps / int(gridDim.y)) : 0;
+    const auto rotated = [&](int s) { return s + rot >= steps ? s + rot - steps : s + rot; };
     const int my_steps = warp < steps ? (steps - warp + kSkinnyWarps - 1) / kSkinnyWarps : 0;
     const int my_tiles = kPersist ? (n_tiles - tile0 + int(gridDim.y) - 1) / int(gridDim.y) : 1;
     const int items = my_steps * my_tiles;
     int ls = warp, lk = 0;  // the next item to copy: step ls of the block's lk-th tile
     auto issue = [&](int slot) {
+      const int k0 = rotated(ls) * KSTEP;
 #pragma unroll
       for (int c = 0; c < KU; ++c) {
-        const int k = ls * KSTEP + 32 * c;
+        const int k = k0 + 32 * c;
         const bool ok = k + t * 8 < K;  // past K: zeros (the row start stays a valid address)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
@@ -507,9 +511,10 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int c = 0; c < KU; ++c) w[h][c] = *piece(slot, h * KU + c);
+      const int k0 = rotated(cs) * KSTEP;
 #pragma unroll
       for (int c = 0; c < KU; ++c) {
-        const int k = cs * KSTEP + 32 * c;
+        const int k = k0 + 32 * c;
         const bool k_ok = k + t * 8 < K;
 #pragma unroll
         for (int j = 0; j < NG; ++j) {
@@ -735,6 +740,17 @@ int tail_split_ranks(const SkinnyArgs& a) {
   return from_env;
 }
 
+// SkinnyArgs::skew: forced, off, or automatic (RIDGE_SKINNY_SKEW=1 for A/B runs; off by default
+// until measured).
+int skew_of(const SkinnyArgs& a) {
+  if (a.skew != 0) return a.skew;
+  static const int from_env = [] {
+    const char* v = std::getenv("RIDGE_SKINNY_SKEW");
+    return v && std::atoi(v) == 1 ? 1 : -1;
+  }();
+  return from_env;
+}
+
 // The ring configuration of launch_skinny_config (one token tile, no split-K of its own, no
 // staged steps), and before it the split-K launch of a thin last round (SkinnyArgs::tail_split).
 template <int NG, int MIN_BLOCKS, SkinnyPrologue P, bool ROPE>
@@ -774,6 +790,7 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
   const int per_sm = persistent_blocks_per_sm(resident[ring], smem);
   SkinnyArgs r = a;
   r.ring = ring;
+  r.skew = skew_of(a);
   const int grid_y = std::max(1, sms * per_sm);
   int full_tiles = n_tiles;  // the ring's: [0, full_tiles)
   if constexpr (!ROPE) {
