@@ -100,10 +100,6 @@ void add_model_options(CLI::App& app, engine::BundleOptions& o) {
       "--gemv-stream", [&o] { o.backend.gemv_stream = true; },
       "GPU (experimental): the decode GEMVs at 1-2 tokens read the weights as the read-only "
       "ceiling kernel does (the row-stream GEMV) instead of tile by tile");
-  app.add_flag_callback(
-      "--gemv-walk", [&o] { o.backend.gemv_walk = true; },
-      "GPU (experimental): the decode GEMVs at one token read whole weight rows, each block one "
-      "contiguous run at a time (the row-walk GEMV), instead of 16-row tiles");
 }
 
 void resolve_model(engine::BundleOptions& o) {

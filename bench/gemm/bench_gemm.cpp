@@ -340,16 +340,14 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     ridge::kernels::detail::launch_skinny(a, ridge::kernels::SkinnyPrologue::none, st, 16);
   };
   // The skinny kernel with a split-K cluster size (0: the automatic choice), a weight ring
-  // depth (SkinnyArgs::ring: 0 automatic, -1 the register path, 2 or 3), with walk the
-  // row-walk GEMV (SkinnyArgs::walk; one token) and with skew the ring's rotated steps
-  // (SkinnyArgs::skew).
-  auto skinny_with = [](int split, int ring, bool walk = false, bool skew = false) -> Gemm {
-    return [split, ring, walk, skew](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+  // depth (SkinnyArgs::ring: 0 automatic, -1 the register path, 2 or 3), and with skew the ring's
+  // rotated steps (SkinnyArgs::skew).
+  auto skinny_with = [](int split, int ring, bool skew = false) -> Gemm {
+    return [split, ring, skew](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
       ridge::kernels::SkinnyArgs a;
       a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
       a.split_k = split;
       a.ring = ring;
-      a.walk = walk ? 1 : 0;
       a.skew = skew ? 1 : -1;
       ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
     };
@@ -358,8 +356,7 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
   // The weight ring at depths 2 and 3 (up to 16 tokens), and the register path (the automatic
   // choice takes the ring up to 8 tokens).
   const Gemm ring2 = skinny_with(0, 2), ring3 = skinny_with(0, 3), regs = skinny_with(0, -1);
-  const Gemm skew2 = skinny_with(0, 2, false, /*skew*/ true);
-  const Gemm walk = skinny_with(0, 0, /*walk*/ true);
+  const Gemm skew2 = skinny_with(0, 2, /*skew*/ true);
   // The row-warp kernel (17-64 tokens; activations staged once per 128-row block).
   const Gemm rows_k = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
     ridge::kernels::gemm_bf16_skinny_rows(X, W, Y, M, N, K, st);
@@ -476,11 +473,6 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         entries.push_back({&skinny16});
         entries.push_back({&rows_k});
       }
-      const size_t walk_at = entries.size();
-      ridge::kernels::SkinnyArgs walk_probe;
-      walk_probe.M = M, walk_probe.N = L.N, walk_probe.K = L.K, walk_probe.walk = 1;
-      const bool try_walk = ridge::kernels::skinny_walk_applies(walk_probe);
-      if (try_walk) entries.push_back({&walk});
       const size_t tma_at = entries.size();
       if (M <= ridge::kernels::stream_gemm_max_tokens) entries.push_back({&tma});
       const size_t row_stream_at = entries.size();
@@ -525,7 +517,6 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt(m[3], "alt_skinny16", "skinny16");
         alt(m[4], "alt_rows", "rows");
       }
-      if (try_walk) alt(m[walk_at], "alt_walk", "walk");
       if (M <= ridge::kernels::stream_gemm_max_tokens) alt(m[tma_at], "alt_tma", "tma");
       if (try_row_stream) alt(m[row_stream_at], "alt_row_stream", "row-stream");
       if (try_window) {

@@ -386,10 +386,9 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
       {Kind::plain, 1, 4104, 16384, 0},
       {Kind::rms_sumsq, 1, 4104, 11008, 0},
       {Kind::f32, 2, 8200, 8192, 0},
-      // One token, unsplit, f32 (the row-walk GEMV's f32 store).
+      // One token, unsplit, f32.
       {Kind::f32, 1, 264, 4096, 1},
-      // One token, more 16-row units than any grid has blocks, in the row-walk GEMV's ring
-      // configurations of long rows (its blocks take two or more units each).
+      // One token, more 16-row units than any grid has blocks, with long rows.
       {Kind::residual, 1, 16400, 6000, 0},
       {Kind::sumsq_out, 1, 16400, 11008, 0},
       {Kind::rms_sumsq, 1, 16400, 16384, 0}};
@@ -401,39 +400,34 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
   ASSERT_TRUE(stream_ws.ptr);
   CUDA_OK(cudaMemset(stream_ws.ptr, 0, scratch_bytes + ticket_bytes));
   const auto ws = ridge::kernels::skinny_stream_workspace(stream_ws.ptr, kStreamRows);
-  int stream_cases = 0, walk_cases = 0;
+  int stream_cases = 0;
   // Under compute-sanitizer: the first few cases, two split-K ones (distributed shared memory)
   // and two row-stream ones (tickets).
   const bool small = std::getenv("RIDGE_GEMM_TEST_SMALL") != nullptr;
-  // Three passes over the cases: the MMA kernel, the row-stream GEMV (its workspace given), the
-  // row-walk GEMV (SkinnyArgs::walk; one token).
-  for (size_t run_i = 0; run_i < 3 * std::size(cases); ++run_i) {
+  // Two passes over the cases: the MMA kernel, the row-stream GEMV (its workspace given).
+  for (size_t run_i = 0; run_i < 2 * std::size(cases); ++run_i) {
     const size_t ci = run_i % std::size(cases);
-    const bool stream = run_i >= std::size(cases) && run_i < 2 * std::size(cases);
-    const bool walk = run_i >= 2 * std::size(cases);
+    const bool stream = run_i >= std::size(cases);
     const Case& c = cases[ci];
     if (small && ci >= problem_limit(std::size(cases)) && ci != 9 && ci != 12 && ci != 16 &&
         ci != 23 && ci != 25)
       continue;
     SCOPED_TRACE(::testing::Message()
                  << kFusedKindNames[int(c.kind)] << " M=" << c.M << " N=" << c.N << " K=" << c.K
-                 << " split_k=" << c.split_k << (stream ? " row-stream" : "")
-                 << (walk ? " row-walk" : ""));
+                 << " split_k=" << c.split_k << (stream ? " row-stream" : ""));
     const FusedProblem fp(c.kind, c.M, c.N, c.K, seed++);
     ASSERT_NO_FATAL_FAILURE(fp.upload());
 
     std::vector<std::vector<unsigned char>> outs;
     std::vector<std::vector<float>> sums;
-    // The register path twice, then (not for the row-stream or row-walk GEMV) the weight ring at
-    // depths 2 and 3 (SkinnyArgs::ring), which must leave the same bits.
-    const int runs = stream || walk ? 2 : 4;
+    // The register path twice, then (not for the row-stream GEMV) the weight ring at depths 2
+    // and 3 (SkinnyArgs::ring), which must leave the same bits.
+    const int runs = stream ? 2 : 4;
     const int64_t ring_before = ridge::kernels::skinny_ring_launches();
-    const int64_t walk_before = ridge::kernels::skinny_walk_launches();
     for (int run = 0; run < runs; ++run) {
       SCOPED_TRACE(::testing::Message() << "run " << run);
       SkinnyArgs a = fp.args();
       a.ring = run < 2 ? -1 : run;
-      a.walk = walk ? 1 : -1;
       a.split_k = c.split_k;
       if (stream) {
         a.stream = ws;
@@ -442,15 +436,11 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
         // Row sums left by an earlier launch must never stand in for this one's: NaN if read.
         CUDA_OK(cudaMemset(ws.scratch, 0xFF, scratch_bytes));
       }
-      if (walk) {
-        if (!ridge::kernels::skinny_walk_applies(a)) break;
-        if (run == 0) ++walk_cases;
-      }
       outs.emplace_back();
       sums.emplace_back();
       ASSERT_NO_FATAL_FAILURE(fp.run(a, outs.back(), sums.back()));
     }
-    if (outs.size() < 2) continue;  // the row-stream or row-walk GEMV does not take this case
+    if (outs.size() < 2) continue;  // the row-stream GEMV does not take this case
     for (size_t r = 1; r < outs.size(); ++r) {
       EXPECT_EQ(std::memcmp(outs[0].data(), outs[r].data(), fp.y_bytes), 0)
           << "run " << r << " (ring " << (r < 2 ? 0 : r) << "): outputs differ in their bits";
@@ -460,15 +450,11 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
       }
     }
     // The ring takes every launch that is not split (split_k 1; the automatic choice may split).
-    if (!stream && !walk && c.split_k == 1) {
+    if (!stream && c.split_k == 1) {
       EXPECT_EQ(ridge::kernels::skinny_ring_launches() - ring_before, 2) << "ring launches";
-    }
-    if (walk) {
-      EXPECT_EQ(ridge::kernels::skinny_walk_launches() - walk_before, 2) << "walk launches";
     }
   }
   EXPECT_GE(stream_cases, small ? 3 : 22) << "cases the row-stream GEMV ran";
-  EXPECT_GE(walk_cases, small ? 2 : 14) << "cases the row-walk GEMV ran";
   std::vector<unsigned> tickets(kStreamRows / 16);
   CUDA_OK(cudaMemcpy(tickets.data(), ws.tickets, ticket_bytes, cudaMemcpyDeviceToHost));
   EXPECT_EQ(std::count(tickets.begin(), tickets.end(), 0u), std::ptrdiff_t(tickets.size()))
@@ -500,12 +486,12 @@ void tail_split_chained_with_pdl(int tiles) {
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int64_t tails_before = ridge::kernels::skinny_tail_launches();
   SkinnyArgs a;
-  a.ring = 2, a.walk = -1, a.split_k = 1, a.tail_split = 4, a.pdl_launch = true;
+  a.ring = 2, a.split_k = 1, a.tail_split = 4, a.pdl_launch = true;
   a.X = X.ptr, a.ld_x = K1, a.W = W1.ptr, a.Y = Y1.ptr, a.M = 1, a.N = N1, a.K = K1;
   a.sumsq_out = S.ptr;
   ridge::kernels::gemm_bf16_skinny_fused(a, SkinnyPrologue::none, stream);
   SkinnyArgs b;
-  b.walk = -1, b.pdl_launch = true;
+  b.pdl_launch = true;
   b.X = Y1.ptr, b.ld_x = K2, b.W = W2.ptr, b.Y = Y2.ptr, b.M = 1, b.N = N2, b.K = K2;
   b.sumsq_in = S.ptr, b.sumsq_parts = parts, b.eps = 1e-5f;
   ridge::kernels::gemm_bf16_skinny_fused(b, SkinnyPrologue::rms_sumsq, stream);
@@ -569,7 +555,6 @@ TEST(GemmSkinny, TailSplitMatchesReference) {
       SCOPED_TRACE(::testing::Message() << (split == 0 ? "split_k 4" : "tail_split ") << split);
       SkinnyArgs a = fp.args();
       a.ring = 2;
-      a.walk = -1;
       a.split_k = split == 0 ? 4 : 1;
       a.tail_split = split == 0 ? -1 : split;
       const int64_t tails_before = ridge::kernels::skinny_tail_launches();
@@ -652,7 +637,7 @@ TEST(GemmSkinny, SkewedRingMatchesReference) {
     const FusedProblem fp(c.kind, c.M, N, c.K, seed++);
     ASSERT_NO_FATAL_FAILURE(fp.upload());
     SkinnyArgs a = fp.args();
-    a.ring = 2, a.walk = -1, a.split_k = 1, a.tail_split = -1, a.skew = 1;
+    a.ring = 2, a.split_k = 1, a.tail_split = -1, a.skew = 1;
     const int64_t rings_before = ridge::kernels::skinny_ring_launches();
     std::vector<unsigned char> first, second;
     std::vector<float> first_sums, second_sums;

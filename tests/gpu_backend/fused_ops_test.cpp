@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -19,7 +18,6 @@
 #include "ridge/backend/factory.h"
 #include "ridge/core/error.h"
 #if RIDGE_TEST_GEMM_KERNELS
-#include "ridge/backend/cuda/cuda_backend.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
 #endif
 
@@ -47,16 +45,6 @@ Backend& streaming() {
     BackendOptions o;
     o.fuse = "norm,silu,rope_kv";
     o.gemv_stream = true;
-    return make_backend("cuda", o);
-  }();
-  return *b;
-}
-// Every fusion, and the decode GEMVs at one token in the row-walk GEMV (--gemv-walk).
-Backend& walking() {
-  static std::unique_ptr<Backend> b = [] {
-    BackendOptions o;
-    o.fuse = "norm,silu,rope_kv";
-    o.gemv_walk = true;
     return make_backend("cuda", o);
   }();
   return *b;
@@ -617,26 +605,6 @@ TEST_F(GpuBackend, MatmulRopeKvEpilogue) {
   run_matmul_rope_kv(2, 3, 1, 40, 256, true, false);
 }
 
-// Runs a case and expects at least one GEMV of it to have launched in `kernel` ("row-stream" or
-// "row-walk"), by the kernels' launch counters (where this build links them).
-template <typename Case>
-void ran_in_kernel(std::string_view kernel, const char* what, Case&& run_case) {
-#if RIDGE_TEST_GEMM_KERNELS
-  auto launches = [&] {
-    return kernel == "row-walk" ? ridge::kernels::skinny_walk_launches()
-                                : ridge::kernels::skinny_stream_launches();
-  };
-  const int64_t before = launches();
-#endif
-  run_case();
-#if RIDGE_TEST_GEMM_KERNELS
-  EXPECT_GE(launches() - before, 1) << what << ": no GEMV ran in the " << kernel << " kernel";
-#else
-  (void)kernel;
-  (void)what;
-#endif
-}
-
 // The row-stream GEMV (--gemv-stream: kernels::SkinnyArgs::stream) behind the same fused calls,
 // at 1-2 tokens with K past 2048, where it replaces the MMA skinny kernel: the norm from recorded
 // sums (and the producer's residual and sums of squares, down_proj with SiLU·mul before it),
@@ -647,7 +615,16 @@ TEST_F(GpuBackend, GemvStreamFusions) {
   // Each case runs its K > 2048 GEMVs in the row-stream kernel: one at least (the rope_kv cases
   // have one, q|k|v; the norm cases three: producer, consumer, and the consumer of another x).
   auto in_stream = [&](const char* what, auto&& run_case) {
-    ran_in_kernel("row-stream", what, run_case);
+#if RIDGE_TEST_GEMM_KERNELS
+    const int64_t before = ridge::kernels::skinny_stream_launches();
+#endif
+    run_case();
+#if RIDGE_TEST_GEMM_KERNELS
+    EXPECT_GE(ridge::kernels::skinny_stream_launches() - before, 1)
+        << what << ": no GEMV ran in the row-stream kernel";
+#else
+    (void)what;
+#endif
   };
   // Llama-2-7B o_proj then q|k|v; down_proj then gate|up; partial units and K tails.
   in_stream("norm 1x4096", [&] { run_norm_from_sums(1, 4096, 12288, 4096, false, &be); });
@@ -660,38 +637,6 @@ TEST_F(GpuBackend, GemvStreamFusions) {
     in_stream("rope_kv GQA", [&] { run_matmul_rope_kv(2, 32, 8, 128, 4096, sums, false, &be); });
     in_stream("rope_kv fp8", [&] { run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, true, &be); });
   }
-}
-
-// The row-walk GEMV (--gemv-walk: kernels::SkinnyArgs::walk) behind the same fused calls at one
-// token, where it replaces the MMA skinny kernel: the norm from recorded sums (with the producer's
-// residual and sums of squares; down_proj with SiLU·mul before it), SwiGLU, RoPE + the KV store
-// into bf16 and E4M3 pools (MHA and GQA); each against the CPU's composition, as above for the MMA
-// kernel, and each case checked by a launch counter to have run in the row-walk GEMV.
-TEST_F(GpuBackend, GemvWalkFusions) {
-  Backend& be = walking();
-  auto in_walk = [&](const char* what, auto&& run_case) {
-    ran_in_kernel("row-walk", what, run_case);
-  };
-  in_walk("norm 1x4096", [&] { run_norm_from_sums(1, 4096, 12288, 4096, false, &be); });
-  in_walk("norm 1x11008 silu", [&] { run_norm_from_sums(1, 4096, 22016, 11008, true, &be); });
-  in_walk("norm 1x3000", [&] { run_norm_from_sums(1, 4104, 1032, 3000, false, &be); });
-  in_walk("swiglu 1", [&] { run_swiglu(1, 11008, 4096, false, true, false, &be); });
-  in_walk("swiglu 1 norm", [&] { run_swiglu(1, 11008, 4096, true, true, false, &be); });
-  for (bool sums : {true, false}) {
-    in_walk("rope_kv MHA", [&] { run_matmul_rope_kv(1, 32, 32, 128, 4096, sums, false, &be); });
-    in_walk("rope_kv GQA", [&] { run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, false, &be); });
-    in_walk("rope_kv fp8", [&] { run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, true, &be); });
-    in_walk("rope_kv SmolLM2", [&] { run_matmul_rope_kv(1, 9, 3, 64, 576, sums, false, &be); });
-  }
-#if RIDGE_TEST_GEMM_KERNELS
-  // Without --gemv-walk: where the tuner picked the row-walk GEMV for a shape's plain product
-  // (RIDGE_GEMM_WALK=1), the fused calls of that shape at one token run in it too.
-  auto* tuned = dynamic_cast<CudaBackend*>(&fusing());
-  ASSERT_NE(tuned, nullptr);
-  tuned->set_gemm_choice(1, 3 * 4096, 4096, CudaBackend::GemmKernel::walk);
-  in_walk("rope_kv MHA, tuned", [&] { run_matmul_rope_kv(1, 32, 32, 128, 4096, true, false); });
-  tuned->set_gemm_choice(1, 3 * 4096, 4096, std::nullopt);
-#endif
 }
 
 // kv_store into E4M3 pools: the CUDA kernel's bytes equal the CPU backend's (both round the same

@@ -195,7 +195,7 @@ TEST_F(GpuBackend, MatmulShapes) {
 // the backend's dispatch and workspaces for each (the weight-stream kernel's per-stream partials
 // and tickets among them), on decode shapes and odd ones. The weight-stream and window kernels also
 // run captured in a CUDA graph, replayed twice (their tickets must come back to zero between
-// replays). (The window GEMV takes up to 32 tokens, the row-walk GEMV one.)
+// replays). (The window GEMV takes up to 32 tokens.)
 TEST_F(GpuBackend, MatmulEveryTunerKernel) {
   auto* be = dynamic_cast<CudaBackend*>(&cuda());
   ASSERT_NE(be, nullptr);
@@ -214,10 +214,9 @@ TEST_F(GpuBackend, MatmulEveryTunerKernel) {
     for (size_t i = 0; i < ref.size(); ++i) ref_add[i] += ref[i];
     const Tensor w_dev = cuda().upload_weight(w_t);  // bf16-exact values: converted unchanged
     DeviceMatrix xd = device_bf16(T, K, x);
-    for (GK k : {GK::skinny, GK::skinny_rows, GK::sm90, GK::stream, GK::window, GK::walk,
-                 GK::cublas, GK::cublas_2}) {
+    for (GK k : {GK::skinny, GK::skinny_rows, GK::sm90, GK::stream, GK::window, GK::cublas,
+                 GK::cublas_2}) {
       if (k == GK::window && T > ridge::kernels::window_gemm_max_tokens) continue;
-      if (k == GK::walk && T != 1) continue;  // the row-walk GEMV takes one token
       be->set_gemm_choice(T, N, K, k);
       const std::string what =
           fmt::format("{} T={} N={} K={}", CudaBackend::gemm_name(k), T, N, K);
@@ -227,7 +226,7 @@ TEST_F(GpuBackend, MatmulEveryTunerKernel) {
       DeviceMatrix acc = device_bf16(T, N, r);
       cuda().matmul_add({}, xd.view, w_dev, acc.view);
       expect_close("matmul_add", what, download_view(acc), ref_add, 1e-2);
-      if (k == GK::stream || k == GK::window || k == GK::walk) {
+      if (k == GK::stream || k == GK::window) {
         DeviceMatrix g = device_bf16(T, N, {});
         const Stream st{};
         auto graph = cuda().capture(st, [&](const Stream& s) {

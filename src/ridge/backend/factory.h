@@ -38,11 +38,6 @@ struct BackendOptions {
   // run on the H200: run 26 measured the pattern (97.5 % of the read ceiling as a chain of pure
   // streams, 84 % with the skinny kernel's addresses), not yet this kernel (docs/KERNELS.md).
   bool gemv_stream = false;
-  // The fused decode GEMVs at one token in the row-walk GEMV (kernels::SkinnyArgs::walk: each
-  // block reads whole rows of its units, one contiguous run at a time) instead of the MMA skinny
-  // kernel. Opt-in: in the engine at batch 1 it is 1 % slower than the MMA kernel's ring on the
-  // H200 and 10 % slower on the H100 (docs/KERNELS.md, "Run 32").
-  bool gemv_walk = false;
 };
 
 // A `fuse` list (BackendOptions::fuse, CLI --fuse) read item by item: "norm", "silu", "rope_kv",

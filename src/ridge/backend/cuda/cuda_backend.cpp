@@ -702,21 +702,6 @@ void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, 
                                 /*seg*/ 0, /*pdl*/ kernels::pdl::enabled(), window_loader());
       return;
     }
-    case GemmKernel::walk: {  // the row-walk GEMV (one token; a tuner candidate under
-                              // RIDGE_GEMM_WALK=1)
-      kernels::SkinnyArgs a;
-      a.X = static_cast<const kb*>(x.data), a.ld_x = x.stride[0];
-      a.W = static_cast<const kb*>(w.data);
-      a.Y = out.data, a.residual = residual;
-      a.M = int(T), a.N = int(N), a.K = int(K);
-      a.pdl_launch = kernels::pdl::enabled();
-      a.walk = 1;
-      expect(kernels::skinny_walk_applies(a), "matmul",
-             fmt::format("the row-walk GEMV takes one token and K % 8 == 0 up to {} ({}x{}x{})",
-                         kernels::skinny_walk_max_k, T, N, K));
-      kernels::gemm_bf16_skinny_fused(a, kernels::SkinnyPrologue::none, stream);
-      return;
-    }
     case GemmKernel::cublas:
     case GemmKernel::cublas_2:
     case GemmKernel::cublas_3:
@@ -923,12 +908,6 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   if (rope_kv) a.rope = *rope_kv;
   if (options_.gemv_stream)  // the row-stream GEMV where it applies (1-2 tokens)
     a.stream = kernels::skinny_stream_workspace(ws.gemv_stream.data(), kGemvStreamRows);
-  // The row-walk GEMV where it applies (one token): asked for, or the tuner's choice for this
-  // shape's plain product (a candidate under RIDGE_GEMM_WALK=1).
-  a.walk =
-      options_.gemv_walk || (T == 1 && walk_chosen_ && choose_gemm(T, N, K) == GemmKernel::walk)
-          ? 1
-          : 0;
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};
 }
@@ -941,8 +920,6 @@ const char* CudaBackend::gemm_name(GemmKernel k) {
     case GemmKernel::stream: return "ridge_stream";
     case GemmKernel::window:
       return "ridge_window";
-    case GemmKernel::walk:
-      return "ridge_walk";
     case GemmKernel::cublas: return "cublaslt";
     case GemmKernel::cublas_2: return "cublaslt_2";
     case GemmKernel::cublas_3: return "cublaslt_3";
@@ -962,7 +939,6 @@ int CudaBackend::cublas_algo(GemmKernel k) {
     case GemmKernel::sm90:
     case GemmKernel::stream:
     case GemmKernel::window:
-    case GemmKernel::walk:
       return -1;
   }
   return -1;

@@ -129,8 +129,7 @@ class CudaBackend final : public Backend {
     cublas_4,
     skinny_rows,
     stream,
-    window,
-    walk
+    window
   };
   static const char* gemm_name(GemmKernel k);
   // The window candidate's loader (kernels::WindowLoader): RIDGE_GEMM_WINDOW=bulk or =dynamic,
@@ -307,11 +306,6 @@ class CudaBackend final : public Backend {
   std::unique_ptr<tune::Autotuner> tuner_;
   mutable std::mutex gemm_mutex_;
   std::unordered_map<GemmKey, GemmKernel, GemmKeyHash> gemm_choice_;
-  // Whether any choice so far is the row-walk GEMV: only then do the fused decode GEMVs look up
-  // their shape's choice (run_fused), so that the usual build adds no lookup to each call.
-  std::atomic<bool> walk_chosen_{false};
-  // gemm_choice_[key] = kernel, and walk_chosen_ with it (gemm_mutex_ held).
-  void record_gemm_choice(const GemmKey& key, GemmKernel kernel);
 
  public:
   // GPU sampling (cuda_sampling.cpp over kernels/cuda/sampling): Backend::sample on the device.

@@ -65,10 +65,9 @@ struct Events {
 // The kernel a tuner candidate or cached winner names (cuBLASLt's first algorithm for a name
 // this build does not know).
 CudaBackend::GemmKernel CudaBackend::kernel_named(const std::string& name) {
-  for (GemmKernel k :
-       {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90, GemmKernel::cublas_2,
-        GemmKernel::cublas_3, GemmKernel::cublas_4, GemmKernel::skinny_rows, GemmKernel::stream,
-        GemmKernel::window, GemmKernel::walk})
+  for (GemmKernel k : {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90,
+                       GemmKernel::cublas_2, GemmKernel::cublas_3, GemmKernel::cublas_4,
+                       GemmKernel::skinny_rows, GemmKernel::stream, GemmKernel::window})
     if (name == gemm_name(k)) return k;
   return GemmKernel::cublas;
 }
@@ -114,18 +113,6 @@ bool window_candidates() {
   }();
   return on;
 }
-
-// RIDGE_GEMM_WALK=1: the row-walk GEMV (kernels::SkinnyArgs::walk) is a candidate at one token,
-// and where the tuner picks it for a shape, the fused decode GEMVs of that shape run in it too.
-// Off by default (slower than the ring in the engine on both GPUs, docs/KERNELS.md "Run 32"); its
-// choices are cached apart (the kernel version's "+walk").
-bool walk_candidates() {
-  static const bool on = [] {
-    const char* v = std::getenv("RIDGE_GEMM_WALK");
-    return v && *v && std::string_view(v) != "0";
-  }();
-  return on;
-}
 }  // namespace
 
 kernels::WindowLoader CudaBackend::window_loader() {
@@ -161,7 +148,6 @@ tune::DeviceKey CudaBackend::device_key() const {
                         : loader == kernels::WindowLoader::bulk_dynamic ? "+windyn"
                                                                         : "+win";
   }
-  if (walk_candidates()) k.kernel_version += "+walk";
   return k;
 }
 
@@ -224,8 +210,6 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
         candidates.push_back({gemm_name(GemmKernel::stream), "TMA weight stream, stream-K"});
       if (window_candidates() && T <= kernels::window_gemm_max_tokens && window_applies(sh.n, sh.k))
         candidates.push_back({gemm_name(GemmKernel::window), "mma.sync, one window of pieces"});
-      if (walk_candidates() && T == 1 && sh.k <= kernels::skinny_walk_max_k)
-        candidates.push_back({gemm_name(GemmKernel::walk), "whole rows, a block's run at a time"});
       if (cublas_candidates() > 1) {
         // cuBLASLt's further algorithms for the operands the measurement uses (fresh, so
         // 256-byte aligned; the heuristic may offer fewer than asked). A host-side query: a
@@ -278,7 +262,7 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
       (void)cudaGetLastError();
       const GemmKernel best = r.ok() ? kernel_named(r.winner) : GemmKernel::cublas;
       std::lock_guard lock(gemm_mutex_);
-      record_gemm_choice(key, best);
+      gemm_choice_[key] = best;
       if (r.measured) {
         std::string times;
         for (const tune::Timing& t : r.timings)
@@ -302,14 +286,9 @@ void CudaBackend::set_gemm_choice(int64_t T, int64_t N, int64_t K,
   std::lock_guard lock(gemm_mutex_);
   const GemmKey key{token_bucket(T), N, K};
   if (kernel)
-    record_gemm_choice(key, *kernel);
+    gemm_choice_[key] = *kernel;
   else
     gemm_choice_.erase(key);
-}
-
-void CudaBackend::record_gemm_choice(const GemmKey& key, GemmKernel kernel) {
-  gemm_choice_[key] = kernel;
-  if (kernel == GemmKernel::walk) walk_chosen_ = true;
 }
 
 std::string CudaBackend::gemm_choices() const {

@@ -281,28 +281,11 @@ struct SkinnyArgs {
   // differ from the MMA kernel's in order, not in precision. Without a workspace (the default),
   // the MMA kernel.
   SkinnyStreamWorkspace stream;
-  // The row-walk GEMV (one token, K % 8 == 0, K ≤ skinny_walk_max_k, no forced split): block b
-  // takes the 16-row units b, b + G, … (the row tiles above: rope pairs, gate/up pairs or plain
-  // rows) and reads each unit's rows whole, one after another (its 256 threads consecutive 16
-  // bytes of a row), so that each block streams one contiguous run of bytes at a time where the
-  // MMA kernel's 8 warps read 16 rows × 2 KB. Rows go through a ring of rows in shared memory
-  // (cp.async, the first ones before the PDL wait); each row is reduced on CUDA cores, a unit's 16
-  // sums across the block once, and the unit's epilogue is the MMA kernel's (any prologue and
-  // epilogue above). The sums differ from the MMA kernel's in order, not in precision.
-  // 0: automatic (off: in the engine at batch 1 it is 1 % slower than the ring on the H200, 10 %
-  // on the H100, run 32; BackendOptions::gemv_walk, --gemv-walk, asks for it), 1: on where it
-  // applies, -1: off.
-  int walk = 0;
 };
-constexpr int skinny_walk_max_k = 16384;
-// Whether gemm_bf16_skinny_fused runs `a` in the row-walk GEMV.
-bool skinny_walk_applies(const SkinnyArgs& a);
 // How many tail-split launches (SkinnyArgs::tail_split) this process has made, and how many row
 // tiles the last one took (tests).
 int64_t skinny_tail_launches();
 int skinny_last_tail_tiles();
-// How many row-walk GEMVs this process has launched (tests).
-int64_t skinny_walk_launches();
 // Whether gemm_bf16_skinny_fused runs `a` in the row-stream GEMV.
 bool skinny_stream_applies(const SkinnyArgs& a);
 // How many row-stream GEMVs this process has launched (tests: which kernel a backend call ran).

@@ -696,9 +696,9 @@ int blocks_in_carveout(int percent, size_t smem) {
   return int(size_t(kb) * 1024 / (smem + 1024));
 }
 
-// RIDGE_SKINNY_BLOCKS_PER_SM=n: at most n blocks a SM in the weight ring's and the row-walk GEMV's
-// persistent grids (0: no cap), for A/B runs of how many concurrent row-tile streams the DRAM
-// serves best and of the L1 the ring leaves (run 31).
+// RIDGE_SKINNY_BLOCKS_PER_SM=n: at most n blocks a SM in the weight ring's persistent grid (0: no
+// cap), for A/B runs of how many concurrent row-tile streams the DRAM serves best and of the L1
+// the ring leaves (run 31).
 int skinny_blocks_cap() {
   static const int cap = [] {
     const char* v = std::getenv("RIDGE_SKINNY_BLOCKS_PER_SM");
@@ -1211,202 +1211,6 @@ void launch_gemv_stream_tokens(const SkinnyArgs& a, bool rms, cudaStream_t strea
     launch_gemv_stream_config<512, 4, 1, 1>(a, rms, stream);
 }
 
-// ---- the row-walk GEMV (SkinnyArgs::walk, gemm.h) ---------------------------------------------
-// One token. Block b of G takes the units u = b, b + G, … (stream_units: the MMA kernel's row
-// tiles) and reads unit u's 16 rows in order, each row whole: thread t copies chunks t, t + 256, …
-// (CPT of them) of the row, so that the block streams one contiguous run of bytes at a time (a
-// plain unit's 16 rows are 16·K·2 consecutive bytes; a SwiGLU or RoPE unit two runs of 8 rows).
-// Why: on the H200 the MMA kernel streams at ~91 % of the read-only ceiling, its blocks each
-// reading 16 rows × 2 KB at once (run 31). Rows go through a ring of D rows in shared memory, laid
-// out [slot][chunk][thread]: one cp.async commit group a row, each thread reading back only what it
-// copied, so cp.async.wait_group is the only ordering; the first D rows before the PDL wait. Each
-// thread keeps its chunks of X as floats and one partial sum per row of the unit; at the unit's end
-// every warp reduces its 16 sums with shuffles into shared memory (two buffers by unit parity, so
-// one block barrier a unit), and warp 0 adds the 8 warps in order and runs the unit's epilogue
-// with the MMA kernel's formulas.
-constexpr int kWalkThreads = 256;
-constexpr int kWalkWarps = kWalkThreads / 32;
-template <int CPT, int D>
-__global__ void __launch_bounds__(kWalkThreads, 2) gemv_walk_kernel(const SkinnyArgs a, bool rms) {
-  static_assert(16 % D == 0, "a unit's rows map onto the ring's slots statically");
-  const int N = a.N, K = a.K, kchunks = K / 8, F = N / 2;
-  const bool rope = a.rope.positions != nullptr;
-  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int units = stream_units(a);
-  const int G = int(gridDim.x), b = int(blockIdx.x);
-  const int my_units = b < units ? (units - b + G - 1) / G : 0;
-  const int items = my_units * 16;  // rows, unit-major
-  __shared__ float red[2][kWalkWarps][16];
-  extern __shared__ __align__(16) uint4 ring[];
-  auto chunk = [&](int slot, int c) { return ring + (slot * CPT + c) * kWalkThreads + tid; };
-  // The rows of the unit being issued: r < 8 at lo + r, r >= 8 at hi + r - 8 (each half is
-  // consecutive rows in every layout), clamped at lo_cap / hi_cap; set at the unit's first row, so
-  // that the per-row address needs no division (rope_rows divides).
-  int lo = 0, hi = 0, lo_cap = 0, hi_cap = 0;
-  auto issue = [&](int i) {  // row i of the block's sequence into slot i % D (maybe empty); rows
-                             // are issued in order
-    if (i < items) {
-      const int r = i & 15;
-      if (r == 0) {
-        const int u = b + (i >> 4) * G;
-        lo = unit_row(a, u, 0), lo_cap = unit_row(a, u, 7);
-        hi = unit_row(a, u, 8), hi_cap = unit_row(a, u, 15);
-      }
-      const int row = r < 8 ? min(lo + r, lo_cap) : min(hi + (r - 8), hi_cap);
-      const uint4* w = reinterpret_cast<const uint4*>(a.W + size_t(row) * K);
-#pragma unroll
-      for (int c = 0; c < CPT; ++c) {
-        const int k = tid + c * kWalkThreads;
-        if (k < kchunks) stage_weights16(chunk(i % D, c), w + k);
-      }
-    }
-    stage_commit();
-  };
-
-  pdl::launch_dependents();
-#pragma unroll
-  for (int i = 0; i < D; ++i) issue(i);  // weights only: before the wait
-  pdl::wait();
-
-  float x[CPT][8];
-#pragma unroll
-  for (int c = 0; c < CPT; ++c) {
-    const int k = tid + c * kWalkThreads;
-    const uint4 v = k < kchunks ? load_activations16(a.X + size_t(k) * 8) : make_uint4(0, 0, 0, 0);
-    const uint32_t vs[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      x[c][2 * j] = __uint_as_float(vs[j] << 16);
-      x[c][2 * j + 1] = __uint_as_float(vs[j] & 0xffff0000u);
-    }
-  }
-  // rms_sumsq: 1 / rms of the token from the previous kernel's partial sums (warp 0, which alone
-  // runs the epilogues).
-  float inv_rms = 1.0f;
-  if (rms && warp == 0) {
-    float v = 0.0f;
-    for (int p = lane; p < a.sumsq_parts; p += 32) v += a.sumsq_in[p];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    inv_rms = 1.0f / sqrtf(v / float(K) + a.eps);
-  }
-
-  for (int j = 0; j < my_units; ++j) {
-    float acc[16];
-#pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      stage_wait_groups<D - 1>();  // row j·16 + r (this thread's chunks) has landed
-      float sum = 0.0f;
-#pragma unroll
-      for (int c = 0; c < CPT; ++c) {
-        // Chunks past the row were not copied: whatever the slot holds there counts as zeros
-        // (x is zero there too, but the bits could be a NaN). The loads are not predicated, so
-        // that all CPT of them issue at once.
-        uint4 wv = *chunk(r % D, c);
-        if (tid + c * kWalkThreads >= kchunks) wv = make_uint4(0, 0, 0, 0);
-        const uint32_t ws[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          sum = fmaf(__uint_as_float(ws[q] << 16), x[c][2 * q], sum);
-          sum = fmaf(__uint_as_float(ws[q] & 0xffff0000u), x[c][2 * q + 1], sum);
-        }
-      }
-      acc[r] = sum;
-      issue(j * 16 + r + D);  // into the slot just read (its values are in registers)
-    }
-#pragma unroll
-    for (int r = 0; r < 16; ++r)
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-    if (lane == 0)
-#pragma unroll
-      for (int r = 0; r < 16; ++r) red[j & 1][warp][r] = acc[r];
-    // One barrier a unit: warp 0 reads red[j & 1] before it reaches the next unit's barrier, and
-    // red[j & 1] is written again only after that one.
-    __syncthreads();
-    if (warp != 0) continue;
-    const int u = b + j * G;
-    float v = 0.0f;
-    if (lane < 16)
-#pragma unroll
-      for (int w = 0; w < kWalkWarps; ++w) v += red[j & 1][w][lane];
-    v *= inv_rms;
-    if (rope || a.swiglu) {
-      const float partner = __shfl_sync(0xffffffffu, v, (lane + 8) & 31);  // row g + 8
-      if (lane < 8) {
-        if (rope)
-          store_rope_pair(a, rope_rows(a, u, lane), 0, v, partner);
-        else if (u * 8 + lane < F)
-          store_swiglu(a, u * 8 + lane, 0, v, partner);
-      }
-    } else {
-      const int n = u * 16 + lane;
-      float sq = 0.0f;
-      if (lane < 16 && n < N) {
-        const float stored = store_output(a, n, 0, v);
-        sq = stored * stored;
-      }
-      if (a.sumsq_out != nullptr) {  // the unit's part: its 16 rows' squares, in row order
-        float total = 0.0f;
-#pragma unroll
-        for (int r = 0; r < 16; ++r) total += __shfl_sync(0xffffffffu, sq, r);
-        if (lane == 0) a.sumsq_out[u] = total;
-      }
-    }
-  }
-  stage_wait_all();  // the empty groups committed past the end
-}
-
-std::atomic<int64_t> g_walk_launches{0};
-
-// Ring depths: D rows of CPT chunks a thread, 64 KB a block at most (two blocks under the decode
-// chain's 58 % carveout at K = 4,096).
-template <int CPT, int D>
-void launch_gemv_walk_config(const SkinnyArgs& a, bool rms, cudaStream_t stream) {
-  auto kernel = gemv_walk_kernel<CPT, D>;
-  constexpr size_t smem = size_t(D) * CPT * kWalkThreads * sizeof(uint4);
-  struct Limits {
-    int sms = 0, per_sm = 0;
-    size_t static_smem = 0;
-  };
-  static const Limits lim = [&] {
-    Limits l;
-    int device = 0;
-    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device));
-    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem)));
-    cudaFuncAttributes fa{};
-    RIDGE_GEMM_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-    l.static_smem = fa.sharedSizeBytes;
-    RIDGE_GEMM_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&l.per_sm, kernel, kWalkThreads, smem));
-    l.per_sm = std::max(1, l.per_sm);
-    return l;
-  }();
-  // (The carveout holds the static `red` buffers too.)
-  const int per_sm = persistent_blocks_per_sm(lim.per_sm, smem + lim.static_smem);
-  const int sms = lim.sms;
-  const int units = stream_units(a);
-  RIDGE_GEMM_CUDA_CHECK(pdl::launch(a.pdl_launch, kernel,
-                                    dim3(unsigned(persistent_grid(units, sms * per_sm))),
-                                    dim3(kWalkThreads), smem, stream, a, rms));
-  g_walk_launches.fetch_add(1, std::memory_order_relaxed);
-}
-
-void launch_gemv_walk(const SkinnyArgs& a, bool rms, cudaStream_t stream) {
-  const int cpt = (a.K / 8 + kWalkThreads - 1) / kWalkThreads;
-  static_assert(skinny_walk_max_k / 8 <= 8 * kWalkThreads);
-  if (cpt <= 2)
-    launch_gemv_walk_config<2, 8>(a, rms, stream);
-  else if (cpt <= 4)
-    launch_gemv_walk_config<4, 4>(a, rms, stream);
-  else if (cpt <= 6)
-    launch_gemv_walk_config<6, 2>(a, rms, stream);
-  else
-    launch_gemv_walk_config<8, 2>(a, rms, stream);
-}
-
 }  // namespace
 
 int64_t skinny_stream_launches() {
@@ -1423,15 +1227,6 @@ int64_t skinny_tail_launches() {
 
 int skinny_last_tail_tiles() {
   return g_last_tail_tiles.load(std::memory_order_relaxed);
-}
-
-int64_t skinny_walk_launches() {
-  return g_walk_launches.load(std::memory_order_relaxed);
-}
-
-bool skinny_walk_applies(const SkinnyArgs& a) {
-  if (a.walk <= 0) return false;  // automatic: off (slower than the ring in the engine; run 32)
-  return a.M == 1 && a.K % 8 == 0 && a.K <= skinny_walk_max_k && a.split_k <= 1;
 }
 
 bool skinny_stream_applies(const SkinnyArgs& a) {
@@ -1451,10 +1246,6 @@ void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t st
       launch_gemv_stream_tokens<1>(a, rms, stream);
     else
       launch_gemv_stream_tokens<2>(a, rms, stream);
-    return;
-  }
-  if (tokens_per_block == 0 && skinny_walk_applies(a)) {
-    launch_gemv_walk(a, prologue == SkinnyPrologue::rms_sumsq, stream);
     return;
   }
   // The prologues and the rope_kv epilogue exist for up to 16 tokens (decode at small batch), the
