@@ -143,10 +143,11 @@ __global__ void __launch_bounds__(256)
 // seg < 0 (walking only): the addresses as if each 16-row unit were stored contiguously (a
 // tile-packed weight layout): a block walks its own units, each one contiguous run of bytes.
 // ORDER (walking only) 1, interleaved: block b's j-th unit is not rows 16u.. but rows
-// 16·jG + r·Gj + b (r = 0..15, Gj the blocks with a unit in round j), the row-walk GEMV's order:
-// at each piece the blocks read the same K segment of consecutive rows. 2, skewed: block b reads
-// each of its units rotated to start b/G of the way in (in 512-byte steps), so that at any moment
-// the blocks' addresses are not one power-of-two stride apart (b x 128 KB at K = 4,096).
+// 16·jG + r·Gj + b (r = 0..15, Gj the blocks with a unit in round j), the order of run 32's
+// row-walk GEMV (since removed): at each piece the blocks read the same K segment of consecutive
+// rows. 2, skewed: block b reads each of its units rotated to start b/G of the way in (in
+// 512-byte steps), so that at any moment the blocks' addresses are not one power-of-two stride
+// apart (b x 128 KB at K = 4,096).
 constexpr int kPieceLoads = 4;
 constexpr int kPieceRows = 16;
 template <bool WINDOW>
@@ -483,7 +484,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
        128},
       {"walk packed b1", "16-row units stored contiguously, each block its own, 1 block/SM", 5,
        true, 1, -1},
-      // Each block its own units, their rows interleaved over the grid (the row-walk GEMV's order):
+      // Each block its own units, their rows interleaved over the grid (run 32's row-walk order):
       // whole rows, and the MMA kernel's 2 KB pieces.
       {"inter rows b2", "16 whole rows a unit, interleaved over the blocks, 2 blocks/SM", 6, true,
        2, 0},
