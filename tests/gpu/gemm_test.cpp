@@ -509,6 +509,22 @@ void tail_split_chained_with_pdl(int tiles) {
   download_and_check(Y2.ptr, N2, false, ref2, raw2);
 }
 
+// The ring tests' cases (tail split, skew) and shapes: row tiles of 4 SMs' worth of blocks plus a
+// third, past one round of 1, 2 or 3 blocks a SM with a last round of at most half of it, and a
+// partial last tile (SwiGLU's outputs come in whole tiles: F % 8 == 0).
+struct RingCase {
+  FusedKind kind;
+  int M, K;
+};
+int ring_test_tiles() {
+  int sms = 0;
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  return 4 * sms + sms / 3;
+}
+int ring_test_n(FusedKind kind, int tiles) {
+  return kind == FusedKind::swiglu ? 2 * tiles * 8 : tiles * 16 - 8;
+}
+
 // The weight ring's thin last round split over K (SkinnyArgs::tail_split): row-tile counts that
 // leave the persistent grid a last round of a third of the SMs' blocks (whatever the resident
 // blocks a SM), every epilogue and prologue, 1-8 tokens, partial last tiles (but SwiGLU's) and
@@ -520,27 +536,17 @@ TEST(GemmSkinny, TailSplitMatchesReference) {
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
   using ridge::kernels::SkinnyArgs;
   using Kind = FusedKind;
-  struct Case {
-    Kind kind;
-    int M, K;
-  };
-  const Case cases[] = {{Kind::plain, 1, 1032},     {Kind::residual, 1, 3000},
-                        {Kind::f32, 4, 1032},       {Kind::swiglu, 1, 3000},
-                        {Kind::sumsq_out, 1, 1032}, {Kind::rms_sumsq, 1, 4096},
-                        {Kind::swiglu, 8, 1032},    {Kind::rms_sumsq, 5, 1032}};
-  int sms = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  // 4 SMs' worth of blocks plus a third: past one round of 1, 2 or 3 blocks a SM, with a last
-  // round of at most half of it.
-  const int tiles = 4 * sms + sms / 3;
+  const RingCase cases[] = {{Kind::plain, 1, 1032},     {Kind::residual, 1, 3000},
+                            {Kind::f32, 4, 1032},       {Kind::swiglu, 1, 3000},
+                            {Kind::sumsq_out, 1, 1032}, {Kind::rms_sumsq, 1, 4096},
+                            {Kind::swiglu, 8, 1032},    {Kind::rms_sumsq, 5, 1032}};
+  const int tiles = ring_test_tiles();
   const bool small = std::getenv("RIDGE_GEMM_TEST_SMALL") != nullptr;
   uint32_t seed = 900;
   for (size_t ci = 0; ci < (small ? 2 : std::size(cases)); ++ci) {
-    const Case& c = cases[ci];
+    const RingCase& c = cases[ci];
     const bool swiglu = c.kind == Kind::swiglu, f32 = c.kind == Kind::f32;
-    const int M = c.M, K = c.K;
-    // A partial last tile (SwiGLU's outputs come in whole tiles: F % 8 == 0).
-    const int N = swiglu ? 2 * tiles * 8 : tiles * 16 - 8;
+    const int M = c.M, K = c.K, N = ring_test_n(c.kind, tiles);
     SCOPED_TRACE(::testing::Message() << kFusedKindNames[int(c.kind)] << " M=" << M << " N=" << N
                                       << " K=" << K << " (" << tiles << " row tiles)");
     const FusedProblem fp(c.kind, M, N, K, seed++);
@@ -616,22 +622,15 @@ TEST(GemmSkinny, SkewedRingMatchesReference) {
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
   using ridge::kernels::SkinnyArgs;
   using Kind = FusedKind;
-  struct Case {
-    Kind kind;
-    int M, K;
-  };
-  const Case cases[] = {{Kind::plain, 1, 3000},     {Kind::residual, 8, 11008},
-                        {Kind::f32, 4, 1032},       {Kind::swiglu, 1, 4096},
-                        {Kind::sumsq_out, 1, 2056}, {Kind::rms_sumsq, 5, 4096}};
-  int sms = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int tiles = 4 * sms + sms / 3;
+  const RingCase cases[] = {{Kind::plain, 1, 3000},     {Kind::residual, 8, 11008},
+                            {Kind::f32, 4, 1032},       {Kind::swiglu, 1, 4096},
+                            {Kind::sumsq_out, 1, 2056}, {Kind::rms_sumsq, 5, 4096}};
+  const int tiles = ring_test_tiles();
   const bool small = std::getenv("RIDGE_GEMM_TEST_SMALL") != nullptr;
   uint32_t seed = 950;
   for (size_t ci = 0; ci < (small ? 2 : std::size(cases)); ++ci) {
-    const Case& c = cases[ci];
-    const bool swiglu = c.kind == Kind::swiglu;
-    const int N = swiglu ? 2 * tiles * 8 : tiles * 16 - 8;
+    const RingCase& c = cases[ci];
+    const int N = ring_test_n(c.kind, tiles);
     SCOPED_TRACE(::testing::Message()
                  << kFusedKindNames[int(c.kind)] << " M=" << c.M << " N=" << N << " K=" << c.K);
     const FusedProblem fp(c.kind, c.M, N, c.K, seed++);
