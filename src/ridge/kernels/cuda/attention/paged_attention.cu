@@ -84,6 +84,7 @@
 
 #include "ridge/kernels/cuda/elementwise/check.h"
 #include "ridge/kernels/cuda/pdl.cuh"
+#include "ridge/kernels/cuda/trace/block_trace.h"
 
 namespace ridge::kernels {
 namespace {
@@ -269,6 +270,10 @@ struct KernelArgs {
   float scale_log2;  // softmax scale * log2(e)
   int* counters;     // decode kernel: [num_seqs, nkv] split tickets (in-kernel merge), or null
   bool early_kv;     // decode kernel: earlier positions' first tiles loaded before the PDL wait
+  // Decode kernel, RIDGE_ATTN_TRACE (diagnostic, trace/block_trace.h): per block, %globaltimer at
+  // entry, when its first tile has landed, when its last tile is done, when its output is
+  // written, and its SM; null: not traced.
+  unsigned long long* trace;
 };
 
 // MT: 16-row MMA tiles per warp (1: 64-row blocks; 2: 128-row blocks, FlashAttention-2's
@@ -653,6 +658,11 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   // that their page-table reads and HBM round trips overlap the previous kernels' tail.
   pdl::launch_dependents();
   const int kvh = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
+  unsigned long long* const stamps =
+      a.trace && threadIdx.x == 0
+          ? a.trace + (size_t(seq * gridDim.y + split) * gridDim.x + kvh) * detail::kPhaseEntries
+          : nullptr;
+  if (stamps) stamps[0] = globaltimer_ns(), stamps[4] = sm_id();
   const int q_start = a.cu_seqlens_q[seq];
   const int q_len = a.cu_seqlens_q[seq + 1] - q_start;
   const int ctx = min(a.context_lens[seq], a.max_ctx);
@@ -789,6 +799,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     else
       cp_async_wait<STAGES - 2>();
     __syncthreads();  // everyone's have; everyone is done with tile - 1's stage
+    if (stamps && tile == 0) stamps[1] = globaltimer_ns();
     {
       const int next = tile + STAGES - 1;
       if (next < n_tiles) load_kv(next, next % STAGES, 0);
@@ -926,8 +937,9 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   }
   cp_async_wait<0>();  // the ring is reused below (only empty groups can still be pending)
   __syncthreads();     // every warp is done reading the ring
+  if (stamps) stamps[2] = globaltimer_ns();
 
-  // Merge the 4 warps' states. Row sums over the quad first (m is quad-uniform already).
+    // Merge the 4 warps' states. Row sums over the quad first (m is quad-uniform already).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -1004,6 +1016,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
       if (d == 0) *reinterpret_cast<float2*>(a.ws_ml + ws_row * 2) = make_float2(row_m[r], L);
     }
   }
+  if (stamps) stamps[3] = globaltimer_ns();  // thread 0's outputs (and partials) written
   if (a.num_splits == 1 || a.counters == nullptr || sole) return;
 
   // In-kernel merge of the splits: the last block of this (sequence, KV head) to finish takes a
@@ -1130,8 +1143,22 @@ void set_decode_smem() {
 template <int HD, int STAGES, bool FP8 = false>
 void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStream_t stream) {
   const dim3 grid{unsigned(nkv), unsigned(splits), unsigned(seqs)};
+  // RIDGE_ATTN_TRACE=1 (diagnostic): launches outside stream capture stamp their blocks' phases
+  // and print a summary (trace/block_trace.h): whether the SMs run out of streaming blocks between
+  // waves (run 21's fixed ~2-3 ms a 512-sequence step).
+  static const bool tracing = detail::block_trace_requested("RIDGE_ATTN_TRACE");
+  const int blocks = nkv * splits * seqs;
+  KernelArgs traced = k;
+  traced.trace =
+      tracing ? detail::block_trace("RIDGE_ATTN_TRACE", blocks, stream, detail::kPhaseEntries)
+              : nullptr;
   RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_kernel<HD, STAGES, FP8>, grid, dim3(kThreads),
-                                   decode_smem_bytes<HD, STAGES, FP8>(), stream, k));
+                                   decode_smem_bytes<HD, STAGES, FP8>(), stream, traced));
+  if (traced.trace) {
+    static const char* const phases[3] = {"start", "tiles", "finish"};
+    detail::print_block_phases(FP8 ? "decode attention (fp8 KV)" : "decode attention", traced.trace,
+                               blocks, phases, stream);
+  }
 }
 
 // fp8 KV: rows of half the bytes and no Q fragments in registers, so more resident blocks: at

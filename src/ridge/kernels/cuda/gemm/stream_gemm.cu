@@ -25,11 +25,11 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ridge/kernels/cuda/gemm/block_trace.h"
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/launch.h"
 #include "ridge/kernels/cuda/gemm/sm90.cuh"
 #include "ridge/kernels/cuda/pdl.cuh"
+#include "ridge/kernels/cuda/trace/block_trace.h"
 
 namespace ridge::kernels {
 namespace {
