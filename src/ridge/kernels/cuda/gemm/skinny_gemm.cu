@@ -50,6 +50,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 
@@ -71,6 +72,12 @@ constexpr int kSkinnyWarps = 8;
 // of the resident blocks walking the row tiles. (The resident count is taken once, for the first
 // device that launches: every GPU of one ridge process is the same model.)
 constexpr bool skinny_persists(int token_groups) { return token_groups <= 2; }
+// The integer of the environment variable `name` (an A/B knob below), or `unset` when it is not
+// set or empty.
+int env_int(const char* name, int unset) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : unset;
+}
 bool skinny_persistent() {
   static const bool on = [] {
     const char* v = std::getenv("RIDGE_SKINNY_PERSISTENT");
@@ -671,10 +678,8 @@ std::atomic<int64_t> g_ring_launches{0};
 // 16 tokens) says otherwise, for A/B runs.
 int skinny_ring_steps(const SkinnyArgs& a) {
   static const int forced = [] {
-    const char* v = std::getenv("RIDGE_SKINNY_RING");
-    if (!v || !*v) return -1;
-    const int n = std::atoi(v);
-    return n == 2 || n == 3 ? n : 0;
+    const int n = env_int("RIDGE_SKINNY_RING", INT_MIN);
+    return n == INT_MIN ? -1 : n == 2 || n == 3 ? n : 0;
   }();
   if (a.ring != 0) return std::max(a.ring, 0);
   if (forced >= 0) return forced;
@@ -700,10 +705,7 @@ int blocks_in_carveout(int percent, size_t smem) {
 // cap), for A/B runs of how many concurrent row-tile streams the DRAM serves best and of the L1
 // the ring leaves (run 31).
 int skinny_blocks_cap() {
-  static const int cap = [] {
-    const char* v = std::getenv("RIDGE_SKINNY_BLOCKS_PER_SM");
-    return v && *v ? std::max(0, std::atoi(v)) : 0;
-  }();
+  static const int cap = std::max(0, env_int("RIDGE_SKINNY_BLOCKS_PER_SM", 0));
   return cap;
 }
 
@@ -733,8 +735,7 @@ std::atomic<int> g_last_tail_tiles{0};
 int tail_split_ranks(const SkinnyArgs& a) {
   if (a.tail_split != 0) return a.tail_split;
   static const int from_env = [] {
-    const char* v = std::getenv("RIDGE_SKINNY_TAIL_SPLIT");
-    const int n = v && *v ? std::atoi(v) : 0;
+    const int n = env_int("RIDGE_SKINNY_TAIL_SPLIT", 0);
     return n >= 2 && n <= skinny_max_split_k ? n : -1;
   }();
   return from_env;
@@ -744,10 +745,7 @@ int tail_split_ranks(const SkinnyArgs& a) {
 // until measured).
 int skew_of(const SkinnyArgs& a) {
   if (a.skew != 0) return a.skew;
-  static const int from_env = [] {
-    const char* v = std::getenv("RIDGE_SKINNY_SKEW");
-    return v && std::atoi(v) == 1 ? 1 : -1;
-  }();
+  static const int from_env = env_int("RIDGE_SKINNY_SKEW", 0) == 1 ? 1 : -1;
   return from_env;
 }
 
@@ -1142,10 +1140,7 @@ std::atomic<int64_t> g_stream_launches{0};
 // RIDGE_STREAM_BLOCKS_PER_SM=n (A/B runs): at most n row-stream blocks a SM (the grid then has
 // n per SM where they fit), instead of as many as are resident.
 int stream_blocks_cap() {
-  static const int cap = [] {
-    const char* v = std::getenv("RIDGE_STREAM_BLOCKS_PER_SM");
-    return v ? std::atoi(v) : 0;
-  }();
+  static const int cap = env_int("RIDGE_STREAM_BLOCKS_PER_SM", 0);
   return cap;
 }
 
