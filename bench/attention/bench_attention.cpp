@@ -196,6 +196,7 @@ struct Variant {
   bool graph_split;
   bool fp8 = false;  // E4M3 pools (the bf16 pools rounded), checked against the general kernel
                      // on bf16 pools holding the same values
+  int fill_ring = -1;  // PagedAttentionArgs::decode_fill_ring: 0 / 1, -1 its default
 };
 
 // One decode token per sequence over bf16 pools (the caller sets the path, splits and fp8).
@@ -287,6 +288,7 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
     a.kv_fp8 = v.fp8;
     a.path = v.path;
     a.decode_stages = v.stages;
+    if (v.fill_ring >= 0) a.decode_fill_ring = v.fill_ring == 1;
     if (v.graph_split) {
       a.fixed_splits =
           kn::graph_attention_splits(B, 1, m.nkv, m.group, m.hd, ctx, sms, kWorkspaceBytes);
@@ -297,12 +299,17 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
   };
   const std::vector<Variant> variants = {
       {"general (before)", kn::AttentionPath::general, 0, false},
+      // "no fill": the prologue that leaves the ring's last stage to tile 0's iteration.
       {"decode s2", kn::AttentionPath::decode, 2, false},
+      {"decode s2, no fill", kn::AttentionPath::decode, 2, false, false, 0},
       {"decode s3", kn::AttentionPath::decode, 3, false},
+      {"decode s3, no fill", kn::AttentionPath::decode, 3, false, false, 0},
       {"decode s4", kn::AttentionPath::decode, 4, false},
       {"decode default, graph split", kn::AttentionPath::decode, 0, true},
+      {"decode graph split, no fill", kn::AttentionPath::decode, 0, true, false, 0},
       {"auto (the backend's pick)", kn::AttentionPath::automatic, 0, false},
       {"fp8 KV decode", kn::AttentionPath::decode, 0, false, true},
+      {"fp8 KV decode, no fill", kn::AttentionPath::decode, 0, false, true, 0},
       {"fp8 KV decode, short ring", kn::AttentionPath::decode, 2, false, true},
       {"fp8 KV decode, deep ring", kn::AttentionPath::decode, 3, false, true},
       {"fp8 KV decode, graph split", kn::AttentionPath::decode, 0, true, true},
@@ -352,8 +359,10 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
       rows.push_back(row);
       continue;
     }
+    // Timed into `out` (variant 0 too): the other sets' pools give other outputs, and `ref` must
+    // stay set 0's for the variants after it.
     std::vector<kn::PagedAttentionArgs> per_set;
-    for (int i = 0; i < sets; ++i) per_set.push_back(args_for(v, i, dst));
+    for (int i = 0; i < sets; ++i) per_set.push_back(args_for(v, i, out.as<uint16_t>()));
     const double us = time_launches(
         [&](int r) { kn::paged_attention_bf16(per_set[size_t(r)], plan, ws.ptr, s); }, sets, s);
     const double tbps = bytes / (us * 1e-6) / 1e12;

@@ -188,6 +188,7 @@ struct Variant {
   int block_rows = 0;     // the general kernel's rows per block (0: automatic, 64, 128)
   int min_split = 0;      // PagedAttentionArgs::min_split_positions
   bool counters = false;  // split counters given: the decode kernel merges its splits itself
+  bool fill_ring = true;  // PagedAttentionArgs::decode_fill_ring (false: the older prologue)
   std::string name() const {
     std::string s = path == kn::AttentionPath::general  ? "general"
                     : path == kn::AttentionPath::decode ? "decode"
@@ -198,6 +199,7 @@ struct Variant {
                       : (one_wave ? " planned(1 block)" : " planned");
     if (min_split) s += fmt::format(" min_split={}", min_split);
     if (counters) s += " in-kernel merge";
+    if (!fill_ring) s += " no-fill";
     return s;
   }
 };
@@ -232,6 +234,7 @@ kn::PagedAttentionArgs args_for(const Pools& p, Dev& d, const Batch& b, const Va
   a.scale = 1.0f / std::sqrt(float(p.hd));
   a.path = v.path;
   a.decode_stages = v.stages;
+  a.decode_fill_ring = v.fill_ring;
   a.general_block_rows = v.block_rows;
   a.fixed_splits = v.fixed_splits;
   a.min_split_positions = v.min_split;
@@ -311,6 +314,11 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
     vs.push_back({kn::AttentionPath::decode, graph, 0, false, 0, 256, true});
     vs.push_back({kn::AttentionPath::decode, graph, 0, false, 0, 1024, true});
     vs.push_back({kn::AttentionPath::decode, 0, 0, false, 0, 256, true});
+    // The prologue that leaves the ring's last stage for tile 0's iteration (RIDGE_ATTN_FILL_RING
+    // =0): unsplit, planned splits, graph splits with the in-kernel merge.
+    vs.push_back({kn::AttentionPath::decode, 0, 0, false, 0, 0, false, false});
+    vs.push_back({kn::AttentionPath::decode, 0, 0, true, 0, 0, false, false});
+    vs.push_back({kn::AttentionPath::decode, graph, 0, false, 0, 256, true, false});
     vs.push_back({kn::AttentionPath::general, 7, 0, false, 0, 128, false});
     // Mostly empty splits, where 64 of them fit the workspace (a larger request is refused: the
     // refusal itself is checked in AttentionKernelRefusals).
@@ -321,6 +329,8 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
       for (int s : {2, 3, 4}) {
         vs.push_back({kn::AttentionPath::decode, 0, s, false});
         vs.push_back({kn::AttentionPath::decode, 5, s, false});
+        vs.push_back({kn::AttentionPath::decode, 0, s, false, 0, 0, false, false});
+        vs.push_back({kn::AttentionPath::decode, 5, s, false, 0, 0, false, false});
       }
   }
   for (const Variant& v : vs) {
@@ -470,6 +480,8 @@ TEST_F(GpuBackend, AttentionKernelSanitizerSubset) {
                              Variant{kn::AttentionPath::decode, 0, 3, false},
                              Variant{kn::AttentionPath::decode, 0, 4, true},
                              Variant{kn::AttentionPath::decode, 6, 0, false, 0, 256, true},
+                             Variant{kn::AttentionPath::decode, 0, 2, false, 0, 0, false, false},
+                             Variant{kn::AttentionPath::decode, 6, 3, false, 0, 256, true, false},
                              Variant{kn::AttentionPath::general, 4, 0, false},
                              Variant{kn::AttentionPath::general, 4, 0, false, 128},
                              Variant{kn::AttentionPath::general, 0, 0, false, 128}}) {

@@ -41,6 +41,17 @@ bool attention_early_kv() {
   return on;
 }
 
+// RIDGE_ATTN_FILL_RING=1 / 0 forces the decode kernel's prologue to fill its whole ring (or
+// not) for A/B runs; unset: PagedAttentionArgs' default.
+bool attention_fill_ring() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_ATTN_FILL_RING");
+    if (!v || !*v) return kernels::PagedAttentionArgs{}.decode_fill_ring;
+    return std::string_view(v) != "0";
+  }();
+  return on;
+}
+
 // RIDGE_ATTN_SPLIT_MIXED=0 keeps a mixed batch's decode tokens in the general kernel (A/B runs).
 bool attention_split_mixed() {
   static const bool on = [] {
@@ -1137,6 +1148,7 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.host_context_lens = meta.host_context_lens;
   a.general_block_rows = attention_block_rows();
   a.early_kv = attention_early_kv();
+  a.decode_fill_ring = attention_fill_ring();
   a.min_split_positions = attention_min_split();
   if (attention_decode_stages()) a.decode_stages = attention_decode_stages();
   cudaStream_t stream = stream_of(s);

@@ -40,9 +40,11 @@
 //   own online softmax state (m, l, O) for the 16 rows. The 128 threads fill the ring with
 //   cp.async (16 bytes per copy, a warp instruction covers 2 whole 256-byte rows at HD 128; each
 //   thread first issues its 8 (HD 128) or 4 (HD 64) block-table loads together, then its
-//   copies), STAGES - 1 tiles in flight while one is
-//   computed; one __syncthreads per tile (it both publishes tile t and frees the stage of tile
-//   t - 1, which the loads issued right after it refill).
+//   copies). The prologue fills the whole ring (KernelArgs::fill_ring, the default: STAGES tiles
+//   in flight from the start; off, STAGES - 1 and the last stage loaded in tile 0's iteration);
+//   then STAGES - 1 tiles in flight while one is computed; one __syncthreads per tile (it both
+//   publishes tile t and frees the stage of tile t - 1, which the loads issued right after it
+//   refill).
 //   Per warp and tile: S (16 x 16) = Q K^T with K fragments from ldmatrix.x4 (2 n-tiles x
 //   HD/16 k-steps), mask (causal per row, and the split's range), online softmax in the exp2
 //   domain, P to bf16 in registers, O += P V (V from ldmatrix.x4.trans, HD/8 n-tiles).
@@ -270,6 +272,7 @@ struct KernelArgs {
   float scale_log2;  // softmax scale * log2(e)
   int* counters;     // decode kernel: [num_seqs, nkv] split tickets (in-kernel merge), or null
   bool early_kv;     // decode kernel: earlier positions' first tiles loaded before the PDL wait
+  bool fill_ring;    // decode kernel: the prologue loads STAGES tiles (every stage), not STAGES - 1
   // Decode kernel, RIDGE_ATTN_TRACE (diagnostic, trace/block_trace.h): per block, %globaltimer at
   // entry, when its first tile has landed, when its last tile is done, when its output is
   // written, and its SM; null: not traced.
@@ -637,8 +640,6 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   constexpr int KSTEPS = HD / 16;               // k-steps of Q K^T
   constexpr int DTILES = HD / 8;                // n8 tiles of the output
   constexpr int CHUNKS = HD / 8;                // 16-byte chunks per row
-  constexpr int ROW_STEP = kThreads / CHUNKS;   // KV rows between one thread's copies (8 or 16)
-  constexpr int COPIES = kBN / ROW_STEP;        // copies of K (and of V) per thread per tile
   constexpr int RROW = HD + 8;                  // fp32 row of the merge scratch
   extern __shared__ __align__(16) uint16_t smem[];
   __shared__ float red_m[kWarps][kDecRows], red_l[kWarps][kDecRows];
@@ -663,6 +664,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
           ? a.trace + (size_t(seq * gridDim.y + split) * gridDim.x + kvh) * detail::kPhaseEntries
           : nullptr;
   if (stamps) stamps[0] = globaltimer_ns(), stamps[4] = sm_id();
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
   const int q_start = a.cu_seqlens_q[seq];
   const int q_len = a.cu_seqlens_q[seq + 1] - q_start;
   const int ctx = min(a.context_lens[seq], a.max_ctx);
@@ -688,67 +691,48 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   const int kv_end = min(ctx, kv_begin + chunk);
   const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kBN - 1) / kBN : 0;
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t4 = lane % 4;
-  const int32_t* table = a.block_tables + int64_t(seq) * a.max_blocks_per_seq;
-
-  // This thread copies rows j0 + i * ROW_STEP (i < COPIES) of every tile, chunk cc: first all
-  // COPIES page lookups (independent loads, in flight together), then the 2 * COPIES copies.
-  const int j0 = tid / CHUNKS, cc = tid % CHUNKS;
   const int64_t page_elems = int64_t(a.block_size) * a.nkv * HD;  // one page of one pool
   const int row_elems = a.nkv * HD;                                // one position of one page
-  const int64_t head_off = int64_t(kvh) * HD + cc * 8;
   const int bs_mask = a.block_size - 1;  // the decode kernel takes power-of-two block sizes
-  const int last_blk = a.max_blocks_per_seq - 1;  // >= 0 whenever a tile is loaded (ctx >= 1)
   // Positions [stable_end, kv_end) are this step's new tokens (written by the kernel before).
   // part: 0 all rows; 1 the earlier rows (the new ones are skipped: no copy, no zero fill); 2 only
   // the new rows. Every shared row of a tile is written by exactly one copy.
   const int stable_end = ctx - q_len;
+  const int32_t* table = a.block_tables + int64_t(seq) * a.max_blocks_per_seq;
+  const int last_blk = a.max_blocks_per_seq - 1;  // >= 0 whenever a tile is loaded (ctx >= 1)
+  // KV copies of 16 bytes: LCH per row (HD / 8 bf16, HD / 16 fp8 chunks), so the 128 threads cover
+  // LSTEP rows a round; this thread copies rows lj + i * LSTEP (i < LCOPIES) of every tile, chunk
+  // lc. The page lookups of a tile (independent loads, in flight together) come before its copies.
+  constexpr int LCH = FP8 ? HD / 16 : HD / 8;
+  constexpr int LSTEP = kThreads / LCH;
+  constexpr int LCOPIES = kBN / LSTEP;
+  const int lj = tid / LCH, lc = tid % LCH;
+  const int64_t head_off = int64_t(kvh) * HD + lc * (FP8 ? 16 : 8);  // elements (fp8: bytes)
   auto load_kv = [&](int tile, int stage, int part) {
-    if constexpr (FP8) {
-      // 16 positions' bytes per copy: HD / 16 copies per row, the 128 threads cover
-      // kThreads / (HD / 16) rows per round (16 at HD 128, 32 at 64).
-      constexpr int CH8 = HD / 16, RS8 = kThreads / CH8, CP8 = kBN / RS8;
-      const int j8 = tid / CH8, c8 = tid % CH8;
-      const int p0 = kv_begin + tile * kBN + j8;
-      int pg[CP8];
+    const int p0 = kv_begin + tile * kBN + lj;
+    int pg[LCOPIES];
 #pragma unroll
-      for (int i = 0; i < CP8; ++i)
-        pg[i] = __ldg(table + min((p0 + i * RS8) >> a.bs_shift, last_blk));
-      uint8_t* kd8 = ring8 + ((stage * 2 + 0) * kBN + j8) * FROW + c8 * 16;
-      uint8_t* vd8 = ring8 + ((stage * 2 + 1) * kBN + j8) * FROW + c8 * 16;
-      const auto* kp8 = reinterpret_cast<const uint8_t*>(a.k_pool);
-      const auto* vp8 = reinterpret_cast<const uint8_t*>(a.v_pool);
+    for (int i = 0; i < LCOPIES; ++i)  // clamped: always a valid table entry, no branch
+      pg[i] = __ldg(table + min((p0 + i * LSTEP) >> a.bs_shift, last_blk));
 #pragma unroll
-      for (int i = 0; i < CP8; ++i) {
-        const int pos = p0 + i * RS8;
-        const bool fresh = pos >= stable_end && pos < kv_end;
-        if (part == 1 ? fresh : part == 2 ? !fresh : false) continue;
-        const bool valid = pos < kv_end && unsigned(pg[i]) < unsigned(a.num_blocks_i);
-        const int64_t off = int64_t(valid ? pg[i] : 0) * page_elems + (pos & bs_mask) * row_elems +
-                            int64_t(kvh) * HD + c8 * 16;
-        cp_async_16(kd8 + i * RS8 * FROW, kp8 + off, valid);
-        cp_async_16(vd8 + i * RS8 * FROW, vp8 + off, valid);
-      }
-      return;
-    }
-    const int pos0 = kv_begin + tile * kBN + j0;
-    int page[COPIES];
-#pragma unroll
-    for (int i = 0; i < COPIES; ++i)  // clamped: always a valid table entry, no branch
-      page[i] = __ldg(table + min((pos0 + i * ROW_STEP) >> a.bs_shift, last_blk));
-    uint16_t* kd = ks + (stage * kBN + j0) * SROW + cc * 8;
-    uint16_t* vd = vs + (stage * kBN + j0) * SROW + cc * 8;
-#pragma unroll
-    for (int i = 0; i < COPIES; ++i) {
-      const int pos = pos0 + i * ROW_STEP;
+    for (int i = 0; i < LCOPIES; ++i) {
+      const int pos = p0 + i * LSTEP;
       const bool fresh = pos >= stable_end && pos < kv_end;
       if (part == 1 ? fresh : part == 2 ? !fresh : false) continue;
-      const bool valid = pos < kv_end && unsigned(page[i]) < unsigned(a.num_blocks_i);
+      const bool valid = pos < kv_end && unsigned(pg[i]) < unsigned(a.num_blocks_i);
       const int64_t off =
-          int64_t(valid ? page[i] : 0) * page_elems + (pos & bs_mask) * row_elems + head_off;
-      cp_async_16(kd + i * ROW_STEP * SROW, a.k_pool + off, valid);
-      cp_async_16(vd + i * ROW_STEP * SROW, a.v_pool + off, valid);
+          int64_t(valid ? pg[i] : 0) * page_elems + (pos & bs_mask) * row_elems + head_off;
+      if constexpr (FP8) {
+        const auto* kp8 = reinterpret_cast<const uint8_t*>(a.k_pool);
+        const auto* vp8 = reinterpret_cast<const uint8_t*>(a.v_pool);
+        const int r = (stage * 2 * kBN + lj + i * LSTEP) * FROW + lc * 16;
+        cp_async_16(ring8 + r, kp8 + off, valid);
+        cp_async_16(ring8 + r + kBN * FROW, vp8 + off, valid);
+      } else {
+        const int r = (stage * kBN + lj + i * LSTEP) * SROW + lc * 8;
+        cp_async_16(ks + r, a.k_pool + off, valid);
+        cp_async_16(vs + r, a.v_pool + off, valid);
+      }
     }
   };
   // Prologue, before the wait: tiles 0 .. STAGES - 2 without the new rows, one group each (empty
@@ -774,6 +758,15 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   for (int s = 0; s < STAGES - 1; ++s)
     if (s < n_tiles) load_kv(s, s, 2);
   cp_async_commit();
+  // fill_ring: the last stage is free until tile 0 is consumed, so tile STAGES - 1 (all its rows:
+  // after the wait) is loaded now, as the group tile 0's iteration would have committed; the
+  // first wait then leaves it in flight. STAGES tiles in flight from the start instead of
+  // STAGES - 1: a block of a short context (2-3 tiles at 128-192 positions) no longer waits one
+  // round trip per tile, and the group sequence below is the same as without it.
+  if (a.fill_ring) {
+    if (STAGES - 1 < n_tiles) load_kv(STAGES - 1, STAGES - 1, 0);
+    cp_async_commit();
+  }
 
   // This thread's rows (g and g + 8 of the tile): their positions; -1 masks a row.
   int row_pos[2];
@@ -794,13 +787,17 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   for (int tile = 0; tile < n_tiles; ++tile) {
     // This thread's copies of tile `tile` have landed (at tile 0 the prologue's last group holds
     // Q and the new rows of every prologue tile: all groups).
-    if (tile == 0)
-      cp_async_wait<0>();
-    else
+    if (tile == 0) {
+      if (a.fill_ring)
+        cp_async_wait<1>();  // every group but tile STAGES - 1's
+      else
+        cp_async_wait<0>();
+    } else {
       cp_async_wait<STAGES - 2>();
+    }
     __syncthreads();  // everyone's have; everyone is done with tile - 1's stage
     if (stamps && tile == 0) stamps[1] = globaltimer_ns();
-    {
+    if (tile > 0 || !a.fill_ring) {  // (fill_ring: tile STAGES - 1 is in flight already)
       const int next = tile + STAGES - 1;
       if (next < n_tiles) load_kv(next, next % STAGES, 0);
       cp_async_commit();
@@ -1427,6 +1424,7 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.ws_ml = k.ws_o ? k.ws_o + size_t(p.num_splits) * k.ws_rows * a.head_dim : nullptr;
   k.scale_log2 = a.scale * kLog2e;
   k.early_kv = a.early_kv;
+  k.fill_ring = a.decode_fill_ring;
   k.counters = p.decode && p.num_splits > 1 && a.split_counters &&
                        a.split_counters_len >= int64_t(a.num_seqs) * a.num_kv_heads
                    ? a.split_counters
