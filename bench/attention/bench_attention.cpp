@@ -196,7 +196,8 @@ struct Variant {
   bool graph_split;
   bool fp8 = false;  // E4M3 pools (the bf16 pools rounded), checked against the general kernel
                      // on bf16 pools holding the same values
-  int fill_ring = -1;  // PagedAttentionArgs::decode_fill_ring: 0 / 1, -1 its default
+  int fill_ring = -1;   // PagedAttentionArgs::decode_fill_ring: 0 / 1, -1 its default
+  int skip_empty = -1;  // PagedAttentionArgs::decode_skip_empty: 0 / 1, -1 its default
 };
 
 // One decode token per sequence over bf16 pools (the caller sets the path, splits and fp8).
@@ -289,6 +290,7 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
     a.path = v.path;
     a.decode_stages = v.stages;
     if (v.fill_ring >= 0) a.decode_fill_ring = v.fill_ring == 1;
+    if (v.skip_empty >= 0) a.decode_skip_empty = v.skip_empty == 1;
     if (v.graph_split) {
       a.fixed_splits =
           kn::graph_attention_splits(B, 1, m.nkv, m.group, m.hd, ctx, sms, kWorkspaceBytes);
@@ -299,17 +301,21 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
   };
   const std::vector<Variant> variants = {
       {"general (before)", kn::AttentionPath::general, 0, false},
-      // "no fill": the prologue that leaves the ring's last stage to tile 0's iteration.
+      // "no fill": the prologue that leaves the ring's last stage to tile 0's iteration; "no
+      // skip": warps compute their tiles past the range too.
       {"decode s2", kn::AttentionPath::decode, 2, false},
       {"decode s2, no fill", kn::AttentionPath::decode, 2, false, false, 0},
+      {"decode s2, no skip", kn::AttentionPath::decode, 2, false, false, -1, 0},
       {"decode s3", kn::AttentionPath::decode, 3, false},
       {"decode s3, no fill", kn::AttentionPath::decode, 3, false, false, 0},
       {"decode s4", kn::AttentionPath::decode, 4, false},
       {"decode default, graph split", kn::AttentionPath::decode, 0, true},
       {"decode graph split, no fill", kn::AttentionPath::decode, 0, true, false, 0},
+      {"decode graph split, no skip", kn::AttentionPath::decode, 0, true, false, -1, 0},
       {"auto (the backend's pick)", kn::AttentionPath::automatic, 0, false},
       {"fp8 KV decode", kn::AttentionPath::decode, 0, false, true},
       {"fp8 KV decode, no fill", kn::AttentionPath::decode, 0, false, true, 0},
+      {"fp8 KV decode, no skip", kn::AttentionPath::decode, 0, false, true, -1, 0},
       {"fp8 KV decode, short ring", kn::AttentionPath::decode, 2, false, true},
       {"fp8 KV decode, deep ring", kn::AttentionPath::decode, 3, false, true},
       {"fp8 KV decode, graph split", kn::AttentionPath::decode, 0, true, true},

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -189,6 +190,7 @@ struct Variant {
   int min_split = 0;      // PagedAttentionArgs::min_split_positions
   bool counters = false;  // split counters given: the decode kernel merges its splits itself
   bool fill_ring = true;  // PagedAttentionArgs::decode_fill_ring (false: the older prologue)
+  bool skip_empty = true;  // PagedAttentionArgs::decode_skip_empty (false: every warp computes)
   std::string name() const {
     std::string s = path == kn::AttentionPath::general  ? "general"
                     : path == kn::AttentionPath::decode ? "decode"
@@ -200,6 +202,7 @@ struct Variant {
     if (min_split) s += fmt::format(" min_split={}", min_split);
     if (counters) s += " in-kernel merge";
     if (!fill_ring) s += " no-fill";
+    if (!skip_empty) s += " no-skip";
     return s;
   }
 };
@@ -235,6 +238,7 @@ kn::PagedAttentionArgs args_for(const Pools& p, Dev& d, const Batch& b, const Va
   a.path = v.path;
   a.decode_stages = v.stages;
   a.decode_fill_ring = v.fill_ring;
+  a.decode_skip_empty = v.skip_empty;
   a.general_block_rows = v.block_rows;
   a.fixed_splits = v.fixed_splits;
   a.min_split_positions = v.min_split;
@@ -319,6 +323,11 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
     vs.push_back({kn::AttentionPath::decode, 0, 0, false, 0, 0, false, false});
     vs.push_back({kn::AttentionPath::decode, 0, 0, true, 0, 0, false, false});
     vs.push_back({kn::AttentionPath::decode, graph, 0, false, 0, 256, true, false});
+    // Every warp computing every tile (the skip off): unsplit, planned splits, graph splits with
+    // the in-kernel merge.
+    vs.push_back({kn::AttentionPath::decode, 0, 0, false, 0, 0, false, true, false});
+    vs.push_back({kn::AttentionPath::decode, 0, 0, true, 0, 0, false, true, false});
+    vs.push_back({kn::AttentionPath::decode, graph, 0, false, 0, 256, true, true, false});
     vs.push_back({kn::AttentionPath::general, 7, 0, false, 0, 128, false});
     // Mostly empty splits, where 64 of them fit the workspace (a larger request is refused: the
     // refusal itself is checked in AttentionKernelRefusals).
@@ -331,6 +340,7 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
         vs.push_back({kn::AttentionPath::decode, 5, s, false});
         vs.push_back({kn::AttentionPath::decode, 0, s, false, 0, 0, false, false});
         vs.push_back({kn::AttentionPath::decode, 5, s, false, 0, 0, false, false});
+        vs.push_back({kn::AttentionPath::decode, 5, s, false, 0, 0, false, true, false});
       }
   }
   for (const Variant& v : vs) {
@@ -476,19 +486,48 @@ TEST_F(GpuBackend, AttentionKernelSanitizerSubset) {
     const Pools p = make_pools(2, 4, hd, 16, blocks_for(seqs, 16), max_blocks_for(seqs, 16));
     const Batch b = make_batch(p, seqs);
     Dev d = make_dev(p, b.S, b.T);
-    for (const Variant& v : {Variant{kn::AttentionPath::decode, 6, 2, false},
-                             Variant{kn::AttentionPath::decode, 0, 3, false},
-                             Variant{kn::AttentionPath::decode, 0, 4, true},
-                             Variant{kn::AttentionPath::decode, 6, 0, false, 0, 256, true},
-                             Variant{kn::AttentionPath::decode, 0, 2, false, 0, 0, false, false},
-                             Variant{kn::AttentionPath::decode, 6, 3, false, 0, 256, true, false},
-                             Variant{kn::AttentionPath::general, 4, 0, false},
-                             Variant{kn::AttentionPath::general, 4, 0, false, 128},
-                             Variant{kn::AttentionPath::general, 0, 0, false, 128}}) {
+    for (const Variant& v :
+         {Variant{kn::AttentionPath::decode, 6, 2, false},
+          Variant{kn::AttentionPath::decode, 0, 3, false},
+          Variant{kn::AttentionPath::decode, 0, 4, true},
+          Variant{kn::AttentionPath::decode, 6, 0, false, 0, 256, true},
+          Variant{kn::AttentionPath::decode, 0, 2, false, 0, 0, false, false},
+          Variant{kn::AttentionPath::decode, 6, 3, false, 0, 256, true, false},
+          Variant{kn::AttentionPath::decode, 0, 2, false, 0, 0, false, true, false},
+          Variant{kn::AttentionPath::decode, 6, 0, false, 0, 256, true, true, false},
+          Variant{kn::AttentionPath::general, 4, 0, false},
+          Variant{kn::AttentionPath::general, 4, 0, false, 128},
+          Variant{kn::AttentionPath::general, 0, 0, false, 128}}) {
       load(d, b);
       const kn::PagedAttentionPlan plan = run_variant(p, d, b, v);
       check(fmt::format("{} [{}, splits {}]", b.label, v.name(), plan.num_splits), d, b);
     }
+  }
+}
+
+// A warp that skips the tiles past its range (PagedAttentionArgs::decode_skip_empty) changes no
+// bit of the output: contexts whose last tile leaves 1-3 warps empty or all four busy, two rows
+// a sequence, padding, every ring depth, unsplit and split.
+TEST_F(GpuBackend, AttentionKernelSkipEmptyIsExact) {
+  for (int64_t hd : {64, 128}) {
+    const std::vector<DSeq> seqs = {{1, 1}, {1, 17}, {1, 65}, {1, 130}, {1, 200}, {2, 47}, pad()};
+    const Pools p = make_pools(2, 4, hd, 16, blocks_for(seqs, 16), max_blocks_for(seqs, 16));
+    const Batch b = make_batch(p, seqs);
+    Dev d = make_dev(p, b.S, b.T);
+    for (int stages : {2, 3, 4})
+      for (int splits : {0, 3}) {
+        std::vector<float> out[2];
+        for (int skip = 0; skip < 2; ++skip) {
+          load(d, b);
+          Variant v{kn::AttentionPath::decode, splits, stages, false};
+          v.skip_empty = skip == 1;
+          run_variant(p, d, b, v);
+          out[skip] = download_view(d.out);
+        }
+        ASSERT_EQ(out[0].size(), out[1].size());
+        EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0)
+            << "hd " << hd << ", " << stages << " stages, " << splits << " fixed splits";
+      }
   }
 }
 

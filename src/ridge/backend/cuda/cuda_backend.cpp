@@ -32,41 +32,45 @@ int attention_block_rows() {
   return rows;
 }
 
-// RIDGE_ATTN_EARLY_KV=0 turns off the decode kernel's KV loads before its PDL wait (A/B runs).
+// An on/off knob for A/B runs on the GPU machine: "0" off, any other value on, unset or empty
+// `fallback`. Read once per process.
+bool env_switch(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  return std::string_view(v) != "0";
+}
+
+// RIDGE_ATTN_EARLY_KV=0 turns off the decode kernel's KV loads before its PDL wait.
 bool attention_early_kv() {
-  static const bool on = [] {
-    const char* v = std::getenv("RIDGE_ATTN_EARLY_KV");
-    return !(v && std::string_view(v) == "0");
-  }();
+  static const bool on = env_switch("RIDGE_ATTN_EARLY_KV", true);
   return on;
 }
 
-// RIDGE_ATTN_FILL_RING=1 / 0 forces the decode kernel's prologue to fill its whole ring (or
-// not) for A/B runs; unset: PagedAttentionArgs' default.
+// RIDGE_ATTN_FILL_RING=0 / 1: the decode kernel's prologue leaves the ring's last stage to tile
+// 0's iteration, or fills the ring (PagedAttentionArgs::decode_fill_ring; unset: its default).
 bool attention_fill_ring() {
-  static const bool on = [] {
-    const char* v = std::getenv("RIDGE_ATTN_FILL_RING");
-    if (!v || !*v) return kernels::PagedAttentionArgs{}.decode_fill_ring;
-    return std::string_view(v) != "0";
-  }();
+  static const bool on =
+      env_switch("RIDGE_ATTN_FILL_RING", kernels::PagedAttentionArgs{}.decode_fill_ring);
   return on;
 }
 
-// RIDGE_ATTN_SPLIT_MIXED=0 keeps a mixed batch's decode tokens in the general kernel (A/B runs).
+// RIDGE_ATTN_SKIP_EMPTY=0 / 1: the decode kernel's warps skip tiles with none of their positions
+// in range (PagedAttentionArgs::decode_skip_empty; unset: its default).
+bool attention_skip_empty() {
+  static const bool on =
+      env_switch("RIDGE_ATTN_SKIP_EMPTY", kernels::PagedAttentionArgs{}.decode_skip_empty);
+  return on;
+}
+
+// RIDGE_ATTN_SPLIT_MIXED=0 keeps a mixed batch's decode tokens in the general kernel.
 bool attention_split_mixed() {
-  static const bool on = [] {
-    const char* v = std::getenv("RIDGE_ATTN_SPLIT_MIXED");
-    return !(v && std::string_view(v) == "0");
-  }();
+  static const bool on = env_switch("RIDGE_ATTN_SPLIT_MIXED", true);
   return on;
 }
 
-// RIDGE_QKV_ROPE=0 keeps RoPE and the KV store out of the q|k|v GEMV's epilogue (A/B runs).
+// RIDGE_QKV_ROPE=0 keeps RoPE and the KV store out of the q|k|v GEMV's epilogue.
 bool qkv_rope_epilogue() {
-  static const bool on = [] {
-    const char* v = std::getenv("RIDGE_QKV_ROPE");
-    return !(v && std::string_view(v) == "0");
-  }();
+  static const bool on = env_switch("RIDGE_QKV_ROPE", true);
   return on;
 }
 
@@ -1149,6 +1153,7 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.general_block_rows = attention_block_rows();
   a.early_kv = attention_early_kv();
   a.decode_fill_ring = attention_fill_ring();
+  a.decode_skip_empty = attention_skip_empty();
   a.min_split_positions = attention_min_split();
   if (attention_decode_stages()) a.decode_stages = attention_decode_stages();
   cudaStream_t stream = stream_of(s);

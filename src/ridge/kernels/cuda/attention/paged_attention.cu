@@ -47,7 +47,9 @@
 //   refill).
 //   Per warp and tile: S (16 x 16) = Q K^T with K fragments from ldmatrix.x4 (2 n-tiles x
 //   HD/16 k-steps), mask (causal per row, and the split's range), online softmax in the exp2
-//   domain, P to bf16 in registers, O += P V (V from ldmatrix.x4.trans, HD/8 n-tiles).
+//   domain, P to bf16 in registers, O += P V (V from ldmatrix.x4.trans, HD/8 n-tiles). A warp
+//   whose 16 positions all lie past the range skips both MMA sections (KernelArgs::skip_empty,
+//   the default: the same bits, less work in a context's last tile).
 //   Merge: each warp's (m, l) per row to shared memory, M = max over warps, L = sum l_w 2^(m_w -
 //   M); each warp writes O_w 2^(m_w - M) as fp32 into the (drained) ring (rows padded to
 //   HD + 8 floats: conflict-free float2 stores); then all threads sum the 4 warps per element in
@@ -57,9 +59,9 @@
 //
 // combine_splits_kernel<HD>
 //   Launch: one warp per (token, head) row, 4 rows per 128-thread block, rows from
-//   cu_seqlens_q[0] * nh up to cu_seqlens_q[S] * nh read on the device (the grid covers the plan's num_tokens). out =
-//   sum_i w_i O_i / sum_i w_i with w_i = l_i * 2^(m_i - max m), splits with l_i = 0 skipped;
-//   fixed order (deterministic).
+//   cu_seqlens_q[0] * nh up to cu_seqlens_q[S] * nh read on the device (the grid covers the plan's
+//   num_tokens). out = sum_i w_i O_i / sum_i w_i with w_i = l_i * 2^(m_i - max m), splits with l_i
+//   = 0 skipped; fixed order (deterministic).
 //
 // Numerics (both kernels): scores and softmax in fp32 (exp2 domain), P rounded to bf16 for the
 // P V product, fp32 accumulation, the output rounded to bf16 once.
@@ -273,6 +275,7 @@ struct KernelArgs {
   int* counters;     // decode kernel: [num_seqs, nkv] split tickets (in-kernel merge), or null
   bool early_kv;     // decode kernel: earlier positions' first tiles loaded before the PDL wait
   bool fill_ring;    // decode kernel: the prologue loads STAGES tiles (every stage), not STAGES - 1
+  bool skip_empty;   // decode kernel: a warp skips the MMAs of a tile wholly past its range
   // Decode kernel, RIDGE_ATTN_TRACE (diagnostic, trace/block_trace.h): per block, %globaltimer at
   // entry, when its first tile has landed, when its last tile is done, when its output is
   // written, and its SM; null: not traced.
@@ -820,44 +823,50 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
         qa[s][3] = lds32(qw + 8 * SROW + s * 16 + 8);
       }
     }
+    // A warp whose 16 positions all lie past the range (the tail of the last tile) has nothing to
+    // add: every score would be masked, which leaves m, l and O exactly as they are, so it skips
+    // the tile's MMAs (warp-uniform; the barrier at the loop's top is outside the skip).
+    const int kv0 = kv_begin + tile * kBN + warp * kDecWarpN;
+    const bool live = !(a.skip_empty && kv0 >= kv_end);
     const int stage = tile % STAGES;
     const uint16_t* kt = ks + (stage * kBN + warp * kDecWarpN) * SROW;
     const uint16_t* vt = vs + (stage * kBN + warp * kDecWarpN) * SROW;
     // S = Q K^T for this warp's 16 positions.
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    if constexpr (FP8) {
-      // The head dimension of Q and K is permuted within each k-step (the dot product does not
-      // care), so that a thread's four K values of a k-step are 4 adjacent bytes: its fragment
-      // columns 2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9 are head dims 4t4 .. 4t4 + 3. E4M3 K rows
-      // straight into f16 fragments: n-tile n's b0/b1 of k-step k are the 4 bytes at head dims
-      // 16k + 4t4 of position 8n + g (one 32-bit load, two cvt.f16x2.e4m3x2; the 144-byte rows
-      // put a warp's 8 rows x 16 bytes in distinct banks).
-      const uint8_t* k8 = ring8 + ((stage * 2 + 0) * kBN + warp * kDecWarpN + g) * FROW + 4 * t4;
-      const uint16_t* qw = qs + g * SROW + 4 * t4;
+    if (live) {
+      if constexpr (FP8) {
+        // The head dimension of Q and K is permuted within each k-step (the dot product does not
+        // care), so that a thread's four K values of a k-step are 4 adjacent bytes: its fragment
+        // columns 2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9 are head dims 4t4 .. 4t4 + 3. E4M3 K rows
+        // straight into f16 fragments: n-tile n's b0/b1 of k-step k are the 4 bytes at head dims
+        // 16k + 4t4 of position 8n + g (one 32-bit load, two cvt.f16x2.e4m3x2; the 144-byte rows
+        // put a warp's 8 rows x 16 bytes in distinct banks).
+        const uint8_t* k8 = ring8 + ((stage * 2 + 0) * kBN + warp * kDecWarpN + g) * FROW + 4 * t4;
+        const uint16_t* qw = qs + g * SROW + 4 * t4;
 #pragma unroll
-      for (int k = 0; k < KSTEPS; ++k) {
-        const uint32_t q[4] = {lds32(qw + k * 16), lds32(qw + 8 * SROW + k * 16),
-                               lds32(qw + k * 16 + 2), lds32(qw + 8 * SROW + k * 16 + 2)};
+        for (int k = 0; k < KSTEPS; ++k) {
+          const uint32_t q[4] = {lds32(qw + k * 16), lds32(qw + 8 * SROW + k * 16),
+                                 lds32(qw + k * 16 + 2), lds32(qw + 8 * SROW + k * 16 + 2)};
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const uint32_t w = *reinterpret_cast<const uint32_t*>(k8 + n * 8 * FROW + k * 16);
-          mma_16816<true>(s[n], q, fp8x2_to_f16x2(w), fp8x2_to_f16x2(w >> 16));
+          for (int n = 0; n < 2; ++n) {
+            const uint32_t w = *reinterpret_cast<const uint32_t*>(k8 + n * 8 * FROW + k * 16);
+            mma_16816<true>(s[n], q, fp8x2_to_f16x2(w), fp8x2_to_f16x2(w >> 16));
+          }
         }
-      }
-    } else {
-      // ldmatrix.x4 gives both n-tiles' b0/b1 per k-step (matrix i = lane / 8: n-tile i / 2, k
-      // half i % 2).
-      const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
+      } else {
+        // ldmatrix.x4 gives both n-tiles' b0/b1 per k-step (matrix i = lane / 8: n-tile i / 2, k
+        // half i % 2).
+        const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
 #pragma unroll
-      for (int k = 0; k < KSTEPS; ++k) {
-        uint32_t b[4];
-        ldmatrix_x4(b, krow + k * 16);
-        mma_16816<false>(s[0], qa[k], b[0], b[1]);
-        mma_16816<false>(s[1], qa[k], b[2], b[3]);
+        for (int k = 0; k < KSTEPS; ++k) {
+          uint32_t b[4];
+          ldmatrix_x4(b, krow + k * 16);
+          mma_16816<false>(s[0], qa[k], b[0], b[1]);
+          mma_16816<false>(s[1], qa[k], b[2], b[3]);
+        }
       }
     }
     // Mask, scale, online softmax.
-    const int kv0 = kv_begin + tile * kBN + warp * kDecWarpN;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -898,37 +907,40 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     auto pack_p = [](float lo, float hi) { return FP8 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
     const uint32_t pa[4] = {pack_p(s[0][0], s[0][1]), pack_p(s[0][2], s[0][3]),
                             pack_p(s[1][0], s[1][1]), pack_p(s[1][2], s[1][3])};
-    if constexpr (FP8) {
-      // E4M3 V rows straight into f16 fragments. The output's head dims are permuted in groups
-      // of 32: n-tile 4G + j, column c is head dim 32G + 4c + j (the merge below writes them
-      // back in order), so that one 32-bit load per position gives 4 n-tiles' values, and the
-      // 4 positions a thread's b0/b1 need (2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9) make 4 n-tiles'
-      // fragments with 4 byte permutes and 8 conversions. Banks: each of the 4 loads reads 4
-      // rows of 32 bytes at distinct offsets (rows 2 x 144 bytes apart).
-      const uint8_t* v8 = ring8 + ((stage * 2 + 1) * kBN + warp * kDecWarpN + 2 * t4) * FROW + 4 * g;
+    if (live) {
+      if constexpr (FP8) {
+        // E4M3 V rows straight into f16 fragments. The output's head dims are permuted in groups
+        // of 32: n-tile 4G + j, column c is head dim 32G + 4c + j (the merge below writes them
+        // back in order), so that one 32-bit load per position gives 4 n-tiles' values, and the
+        // 4 positions a thread's b0/b1 need (2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9) make 4 n-tiles'
+        // fragments with 4 byte permutes and 8 conversions. Banks: each of the 4 loads reads 4
+        // rows of 32 bytes at distinct offsets (rows 2 x 144 bytes apart).
+        const uint8_t* v8 =
+            ring8 + ((stage * 2 + 1) * kBN + warp * kDecWarpN + 2 * t4) * FROW + 4 * g;
 #pragma unroll
-      for (int G = 0; G < HD / 32; ++G) {
-        const uint8_t* p = v8 + G * 32;
-        const uint32_t w0 = *reinterpret_cast<const uint32_t*>(p);
-        const uint32_t w1 = *reinterpret_cast<const uint32_t*>(p + FROW);
-        const uint32_t w2 = *reinterpret_cast<const uint32_t*>(p + 8 * FROW);
-        const uint32_t w3 = *reinterpret_cast<const uint32_t*>(p + 9 * FROW);
-        // Bytes j of positions (2t4, 2t4 + 1) and of (2t4 + 8, 2t4 + 9), pairwise.
-        const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), hi01 = __byte_perm(w0, w1, 0x7362);
-        const uint32_t lo23 = __byte_perm(w2, w3, 0x5140), hi23 = __byte_perm(w2, w3, 0x7362);
-        mma_16816<true>(o[4 * G + 0], pa, fp8x2_to_f16x2(lo01), fp8x2_to_f16x2(lo23));
-        mma_16816<true>(o[4 * G + 1], pa, fp8x2_to_f16x2(lo01 >> 16), fp8x2_to_f16x2(lo23 >> 16));
-        mma_16816<true>(o[4 * G + 2], pa, fp8x2_to_f16x2(hi01), fp8x2_to_f16x2(hi23));
-        mma_16816<true>(o[4 * G + 3], pa, fp8x2_to_f16x2(hi01 >> 16), fp8x2_to_f16x2(hi23 >> 16));
-      }
-    } else {
-      const uint16_t* vrow = vt + (lane & 15) * SROW + (lane >> 4) * 8;
+        for (int G = 0; G < HD / 32; ++G) {
+          const uint8_t* p = v8 + G * 32;
+          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(p);
+          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(p + FROW);
+          const uint32_t w2 = *reinterpret_cast<const uint32_t*>(p + 8 * FROW);
+          const uint32_t w3 = *reinterpret_cast<const uint32_t*>(p + 9 * FROW);
+          // Bytes j of positions (2t4, 2t4 + 1) and of (2t4 + 8, 2t4 + 9), pairwise.
+          const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), hi01 = __byte_perm(w0, w1, 0x7362);
+          const uint32_t lo23 = __byte_perm(w2, w3, 0x5140), hi23 = __byte_perm(w2, w3, 0x7362);
+          mma_16816<true>(o[4 * G + 0], pa, fp8x2_to_f16x2(lo01), fp8x2_to_f16x2(lo23));
+          mma_16816<true>(o[4 * G + 1], pa, fp8x2_to_f16x2(lo01 >> 16), fp8x2_to_f16x2(lo23 >> 16));
+          mma_16816<true>(o[4 * G + 2], pa, fp8x2_to_f16x2(hi01), fp8x2_to_f16x2(hi23));
+          mma_16816<true>(o[4 * G + 3], pa, fp8x2_to_f16x2(hi01 >> 16), fp8x2_to_f16x2(hi23 >> 16));
+        }
+      } else {
+        const uint16_t* vrow = vt + (lane & 15) * SROW + (lane >> 4) * 8;
 #pragma unroll
-      for (int d = 0; d < DTILES; d += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vrow + d * 8);
-        mma_16816<false>(o[d], pa, b[0], b[1]);
-        mma_16816<false>(o[d + 1], pa, b[2], b[3]);
+        for (int d = 0; d < DTILES; d += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vrow + d * 8);
+          mma_16816<false>(o[d], pa, b[0], b[1]);
+          mma_16816<false>(o[d + 1], pa, b[2], b[3]);
+        }
       }
     }
   }
@@ -1425,6 +1437,7 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.scale_log2 = a.scale * kLog2e;
   k.early_kv = a.early_kv;
   k.fill_ring = a.decode_fill_ring;
+  k.skip_empty = a.decode_skip_empty;
   k.counters = p.decode && p.num_splits > 1 && a.split_counters &&
                        a.split_counters_len >= int64_t(a.num_seqs) * a.num_kv_heads
                    ? a.split_counters

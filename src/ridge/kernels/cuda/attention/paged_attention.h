@@ -94,6 +94,11 @@ struct PagedAttentionArgs {
   // is then loaded in tile 0's iteration). H100, run 34: fp8 KV at 512 x 130 positions 2.2 %
   // faster, one sequence of 1,024 positions 5 %, bandwidth-bound shapes unchanged.
   bool decode_fill_ring = true;
+  // The decode kernel's warps skip a tile's MMAs when all 16 of their positions lie past the
+  // range (the tail of a context's last tile): the same bits out (AttentionKernelSkipEmptyIsExact).
+  // false: they compute the masked scores as before. H100, run 34: fp8 KV at 512 x 130 positions
+  // 3 % faster alone, the 512-sequence fp8 step 1.2 %; bf16 level.
+  bool decode_skip_empty = true;
   // Fixed-split mode (graph replays, whose split count is set for the bucket's longest context):
   // each split covers at least this many positions (rounded up to whole 64-position tiles), so a
   // short context takes fewer blocks' worth of splits and the rest are empty. 0: an even share.
