@@ -33,7 +33,7 @@ int attention_block_rows() {
 }
 
 // An on/off knob for A/B runs on the GPU machine: "0" off, any other value on, unset or empty
-// `fallback`. Read once per process.
+// `fallback`. The knobs below keep their first reading (function statics).
 bool env_switch(const char* name, bool fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
