@@ -62,6 +62,22 @@ bool attention_skip_empty() {
   return on;
 }
 
+// RIDGE_ATTN_TWO_BARRIERS=0 / 1: the decode kernel loads each tile before the wait for the one
+// STAGES - 1 before it (PagedAttentionArgs::decode_two_barriers; unset: its default).
+bool attention_two_barriers() {
+  static const bool on =
+      env_switch("RIDGE_ATTN_TWO_BARRIERS", kernels::PagedAttentionArgs{}.decode_two_barriers);
+  return on;
+}
+
+// RIDGE_ATTN_PERSISTENT=0 / 1: unsplit decode attention in the persistent decode kernel
+// (PagedAttentionArgs::decode_persistent; unset: its default).
+bool attention_persistent() {
+  static const bool on =
+      env_switch("RIDGE_ATTN_PERSISTENT", kernels::PagedAttentionArgs{}.decode_persistent);
+  return on;
+}
+
 // RIDGE_ATTN_SPLIT_MIXED=0 keeps a mixed batch's decode tokens in the general kernel.
 bool attention_split_mixed() {
   static const bool on = env_switch("RIDGE_ATTN_SPLIT_MIXED", true);
@@ -1154,6 +1170,8 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.early_kv = attention_early_kv();
   a.decode_fill_ring = attention_fill_ring();
   a.decode_skip_empty = attention_skip_empty();
+  a.decode_persistent = attention_persistent();
+  a.decode_two_barriers = attention_two_barriers();
   a.min_split_positions = attention_min_split();
   if (attention_decode_stages()) a.decode_stages = attention_decode_stages();
   cudaStream_t stream = stream_of(s);

@@ -44,7 +44,8 @@
 //   in flight from the start; off, STAGES - 1 and the last stage loaded in tile 0's iteration);
 //   then STAGES - 1 tiles in flight while one is computed; one __syncthreads per tile (it both
 //   publishes tile t and frees the stage of tile t - 1, which the loads issued right after it
-//   refill).
+//   refill). KernelArgs::two_barriers (opt-in) splits it in two around the wait so that the next
+//   tile is loaded before it: STAGES tiles in flight during each wait (H100, run 35: level).
 //   Per warp and tile: S (16 x 16) = Q K^T with K fragments from ldmatrix.x4 (2 n-tiles x
 //   HD/16 k-steps), mask (causal per row, and the split's range), online softmax in the exp2
 //   domain, P to bf16 in registers, O += P V (V from ldmatrix.x4.trans, HD/8 n-tiles). A warp
@@ -78,6 +79,7 @@
 #include "ridge/kernels/cuda/attention/paged_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -149,6 +151,10 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   // src-size 0 zero-fills the 16 bytes (rows past the range, padding rows).
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(valid ? 16 : 0));
+}
+// Brings a line into L1 without waiting for it (no register written).
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -276,6 +282,8 @@ struct KernelArgs {
   bool early_kv;     // decode kernel: earlier positions' first tiles loaded before the PDL wait
   bool fill_ring;    // decode kernel: the prologue loads STAGES tiles (every stage), not STAGES - 1
   bool skip_empty;   // decode kernel: a warp skips the MMAs of a tile wholly past its range
+  bool
+      two_barriers;  // decode kernel (with fill_ring): loads before each wait (two barriers a tile)
   // Decode kernel, RIDGE_ATTN_TRACE (diagnostic, trace/block_trace.h): per block, %globaltimer at
   // entry, when its first tile has landed, when its last tile is done, when its output is
   // written, and its SM; null: not traced.
@@ -631,6 +639,229 @@ __global__ void __launch_bounds__(kThreads, MT == 2 ? 2 : 1)
     }
   }
 }
+
+// One warp's share of one KV tile in the decode kernels: S = Q K^T over its 16 positions kv0 ..
+// kv0 + 15 (stage `stage` of the ring: bf16 rows ks / vs, or E4M3 rows ring8), the mask (causal
+// per row by row_pos, and the range end kv_end), the online softmax update of (m, l) in the exp2
+// domain, and O += P V. live false: every score is masked and the MMAs are skipped (m, l and O
+// stay as they are). Q: fragments qa (bf16) or the f16 tile qs (fp8).
+template <int HD, bool FP8>
+__device__ __forceinline__ void decode_tile(const uint16_t* ks, const uint16_t* vs,
+                                            const uint8_t* ring8, int stage, const uint16_t* qs,
+                                            const uint32_t (&qa)[FP8 ? 1 : HD / 16][4],
+                                            float (&o)[HD / 8][4], float (&m)[2], float (&l)[2],
+                                            const int (&row_pos)[2], int kv0, int kv_end, bool live,
+                                            float scale_log2) {
+  constexpr int SROW = smem_row<HD>();
+  constexpr int KSTEPS = HD / 16;
+  constexpr int DTILES = HD / 8;
+  constexpr int FROW = fp8_row<HD>();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const uint16_t* kt = ks + (stage * kBN + warp * kDecWarpN) * SROW;
+  const uint16_t* vt = vs + (stage * kBN + warp * kDecWarpN) * SROW;
+  // S = Q K^T for this warp's 16 positions.
+  float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  if (live) {
+    if constexpr (FP8) {
+      // The head dimension of Q and K is permuted within each k-step (the dot product does not
+      // care), so that a thread's four K values of a k-step are 4 adjacent bytes: its fragment
+      // columns 2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9 are head dims 4t4 .. 4t4 + 3. E4M3 K rows
+      // straight into f16 fragments: n-tile n's b0/b1 of k-step k are the 4 bytes at head dims
+      // 16k + 4t4 of position 8n + g (one 32-bit load, two cvt.f16x2.e4m3x2; the 144-byte rows
+      // put a warp's 8 rows x 16 bytes in distinct banks).
+      const uint8_t* k8 = ring8 + ((stage * 2 + 0) * kBN + warp * kDecWarpN + g) * FROW + 4 * t4;
+      const uint16_t* qw = qs + g * SROW + 4 * t4;
+#pragma unroll
+      for (int k = 0; k < KSTEPS; ++k) {
+        const uint32_t q[4] = {lds32(qw + k * 16), lds32(qw + 8 * SROW + k * 16),
+                               lds32(qw + k * 16 + 2), lds32(qw + 8 * SROW + k * 16 + 2)};
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(k8 + n * 8 * FROW + k * 16);
+          mma_16816<true>(s[n], q, fp8x2_to_f16x2(w), fp8x2_to_f16x2(w >> 16));
+        }
+      }
+    } else {
+      // ldmatrix.x4 gives both n-tiles' b0/b1 per k-step (matrix i = lane / 8: n-tile i / 2, k
+      // half i % 2).
+      const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int k = 0; k < KSTEPS; ++k) {
+        uint32_t b[4];
+        ldmatrix_x4(b, krow + k * 16);
+        mma_16816<false>(s[0], qa[k], b[0], b[1]);
+        mma_16816<false>(s[1], qa[k], b[2], b[3]);
+      }
+    }
+  }
+  // Mask, scale, online softmax.
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int h = e / 2;
+      const int pos = kv0 + n * 8 + 2 * t4 + (e & 1);
+      const bool ok = pos <= row_pos[h] && pos < kv_end;
+      s[n][e] = ok ? s[n][e] * scale_log2 : -INFINITY;
+      mx[h] = fmaxf(mx[h], s[n][e]);
+    }
+  float alpha[2], base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    const float m_new = fmaxf(m[h], mx[h]);
+    base[h] = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[h] = exp2f(m[h] - base[h]);  // 0 while the row has seen nothing
+    m[h] = m_new;
+    l[h] *= alpha[h];
+  }
+#pragma unroll
+  for (int d = 0; d < DTILES; ++d) {
+    o[d][0] *= alpha[0];
+    o[d][1] *= alpha[0];
+    o[d][2] *= alpha[1];
+    o[d][3] *= alpha[1];
+  }
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = exp2f(s[n][e] - base[e / 2]);
+      l[e / 2] += s[n][e];
+    }
+  // O += P V over the warp's 16 positions (one k-step).
+  auto pack_p = [](float lo, float hi) { return FP8 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
+  const uint32_t pa[4] = {pack_p(s[0][0], s[0][1]), pack_p(s[0][2], s[0][3]),
+                          pack_p(s[1][0], s[1][1]), pack_p(s[1][2], s[1][3])};
+  if (live) {
+    if constexpr (FP8) {
+      // E4M3 V rows straight into f16 fragments. The output's head dims are permuted in groups
+      // of 32: n-tile 4G + j, column c is head dim 32G + 4c + j (the merge below writes them
+      // back in order), so that one 32-bit load per position gives 4 n-tiles' values, and the
+      // 4 positions a thread's b0/b1 need (2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9) make 4 n-tiles'
+      // fragments with 4 byte permutes and 8 conversions. Banks: each of the 4 loads reads 4
+      // rows of 32 bytes at distinct offsets (rows 2 x 144 bytes apart).
+      const uint8_t* v8 =
+          ring8 + ((stage * 2 + 1) * kBN + warp * kDecWarpN + 2 * t4) * FROW + 4 * g;
+#pragma unroll
+      for (int G = 0; G < HD / 32; ++G) {
+        const uint8_t* p = v8 + G * 32;
+        const uint32_t w0 = *reinterpret_cast<const uint32_t*>(p);
+        const uint32_t w1 = *reinterpret_cast<const uint32_t*>(p + FROW);
+        const uint32_t w2 = *reinterpret_cast<const uint32_t*>(p + 8 * FROW);
+        const uint32_t w3 = *reinterpret_cast<const uint32_t*>(p + 9 * FROW);
+        // Bytes j of positions (2t4, 2t4 + 1) and of (2t4 + 8, 2t4 + 9), pairwise.
+        const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), hi01 = __byte_perm(w0, w1, 0x7362);
+        const uint32_t lo23 = __byte_perm(w2, w3, 0x5140), hi23 = __byte_perm(w2, w3, 0x7362);
+        mma_16816<true>(o[4 * G + 0], pa, fp8x2_to_f16x2(lo01), fp8x2_to_f16x2(lo23));
+        mma_16816<true>(o[4 * G + 1], pa, fp8x2_to_f16x2(lo01 >> 16), fp8x2_to_f16x2(lo23 >> 16));
+        mma_16816<true>(o[4 * G + 2], pa, fp8x2_to_f16x2(hi01), fp8x2_to_f16x2(hi23));
+        mma_16816<true>(o[4 * G + 3], pa, fp8x2_to_f16x2(hi01 >> 16), fp8x2_to_f16x2(hi23 >> 16));
+      }
+    } else {
+      const uint16_t* vrow = vt + (lane & 15) * SROW + (lane >> 4) * 8;
+#pragma unroll
+      for (int d = 0; d < DTILES; d += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vrow + d * 8);
+        mma_16816<false>(o[d], pa, b[0], b[1]);
+        mma_16816<false>(o[d + 1], pa, b[2], b[3]);
+      }
+    }
+  }
+}
+
+// The decode kernels' Q rows of one (sequence, KV head) into shared memory: `slots` rows of
+// SROW, row r the query head kvh * group + r % group of token q_start + r / group; rows from
+// `rows` on zero-filled. One cp.async of 16 bytes per thread and chunk.
+template <int HD>
+__device__ __forceinline__ void load_q_rows(uint16_t* dst, int slots, int rows, const uint16_t* q,
+                                            int64_t ld_q, int q_start, int kvh, int group) {
+  constexpr int CHUNKS = HD / 8;
+  for (int c = threadIdx.x; c < slots * CHUNKS; c += kThreads) {
+    const int r = c / CHUNKS, cc = c % CHUNKS;
+    const bool valid = r < rows;
+    const int rr = valid ? r : 0;
+    const int64_t token = q_start + rr / group;
+    const int head = kvh * group + rr % group;
+    cp_async_16(dst + r * smem_row<HD>() + cc * 8, q + token * ld_q + int64_t(head) * HD + cc * 8,
+                valid);
+  }
+}
+
+// The decode kernels' merge of their 4 warps' states, in pieces both use (the same arithmetic,
+// the same order). merge_publish: each warp's row sums over its quad (m is quad-uniform), and (m,
+// l) per warp and row to red_m / red_l (the caller then waits at a barrier).
+__device__ __forceinline__ void merge_publish(const float (&m)[2], float (&l)[2],
+                                              float (*red_m)[kDecRows], float (*red_l)[kDecRows]) {
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t4 = threadIdx.x % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  if (t4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      red_m[warp][g + 8 * h] = m[h];
+      red_l[warp][g + 8 * h] = l[h];
+    }
+  }
+}
+// Row r's maximum over the warps.
+__device__ __forceinline__ float merge_max(const float (*red_m)[kDecRows], int r) {
+  float M = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][r]);
+  return M;
+}
+// Row r's (M, L): L = sum over the warps of l_w 2^(m_w - M).
+__device__ __forceinline__ float2 merge_row_stats(const float (*red_m)[kDecRows],
+                                                  const float (*red_l)[kDecRows], int r) {
+  const float M = merge_max(red_m, r);
+  float L = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w)
+    if (red_m[w][r] != -INFINITY) L += red_l[w][r] * exp2f(red_m[w][r] - M);
+  return make_float2(M, L);
+}
+// This thread's part of row h (g + 8h) of its warp's O, scaled by f, in head-dim order into `row`
+// (fp32; the fp8 forms' n-tiles 4G .. 4G + 3 at column c are head dims 32G + 4c .. 32G + 4c + 3).
+template <int HD, bool FP8>
+__device__ __forceinline__ void store_scaled_row(float* row, const float (&o)[HD / 8][4], int h,
+                                                 float f) {
+  const int t4 = threadIdx.x % 4;
+  if constexpr (FP8) {
+#pragma unroll
+    for (int G = 0; G < HD / 32; ++G)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        *reinterpret_cast<float4*>(row + 32 * G + 4 * (2 * t4 + e)) =
+            make_float4(o[4 * G][2 * h + e] * f, o[4 * G + 1][2 * h + e] * f,
+                        o[4 * G + 2][2 * h + e] * f, o[4 * G + 3][2 * h + e] * f);
+  } else {
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d)
+      *reinterpret_cast<float2*>(row + 2 * t4 + d * 8) =
+          make_float2(o[d][2 * h] * f, o[d][2 * h + 1] * f);
+  }
+}
+// Columns d, d + 1 of a row summed over the warps' scaled rows (warp w's at row + w * stride), in
+// warp order.
+__device__ __forceinline__ float2 sum_warps(const float* row, int stride, int d) {
+  float2 acc = *reinterpret_cast<const float2*>(row + d);
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) {
+    const float2 v = *reinterpret_cast<const float2*>(row + w * stride + d);
+    acc.x += v.x;
+    acc.y += v.y;
+  }
+  return acc;
+}
+
 template <int HD, int STAGES, bool FP8 = false>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>())
     paged_decode_kernel(const KernelArgs a) {
@@ -642,7 +873,6 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   constexpr int SROW = smem_row<HD>();
   constexpr int KSTEPS = HD / 16;               // k-steps of Q K^T
   constexpr int DTILES = HD / 8;                // n8 tiles of the output
-  constexpr int CHUNKS = HD / 8;                // 16-byte chunks per row
   constexpr int RROW = HD + 8;                  // fp32 row of the merge scratch
   extern __shared__ __align__(16) uint16_t smem[];
   __shared__ float red_m[kWarps][kDecRows], red_l[kWarps][kDecRows];
@@ -749,14 +979,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   }
   if (a.early_kv) pdl::wait();
   // Q tile -> shared (rows past `rows` zero-filled).
-  for (int c = tid; c < kDecRows * CHUNKS; c += kThreads) {
-    const int r = c / CHUNKS, cc = c % CHUNKS;
-    const bool valid = r < rows;
-    const int rr = valid ? r : 0;
-    const int64_t token = q_start + rr / a.group;
-    const int head = kvh * a.group + rr % a.group;
-    cp_async_16(qs + r * SROW + cc * 8, a.q + token * a.ld_q + int64_t(head) * HD + cc * 8, valid);
-  }
+  load_q_rows<HD>(qs, kDecRows, rows, a.q, a.ld_q, q_start, kvh, a.group);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s)
     if (s < n_tiles) load_kv(s, s, 2);
@@ -787,10 +1010,23 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   for (int d = 0; d < DTILES; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
+  // two_barriers (with fill_ring): tile t + STAGES - 1 is loaded before tile t is awaited, after
+  // a barrier that frees tile t - 1's stage, so that STAGES tiles are in flight during the wait;
+  // a second barrier then publishes tile t. Tile t lies in group t + 1 from tile STAGES - 1 on
+  // (the prologue's groups: STAGES - 1 of earlier rows, Q and new rows, tile STAGES - 1).
+  const bool two_barriers = a.two_barriers && a.fill_ring;
   for (int tile = 0; tile < n_tiles; ++tile) {
     // This thread's copies of tile `tile` have landed (at tile 0 the prologue's last group holds
     // Q and the new rows of every prologue tile: all groups).
-    if (tile == 0) {
+    if (two_barriers && tile > 0) {
+      __syncthreads();  // everyone is done with tile - 1's stage
+      const int next = tile + STAGES - 1;
+      if (next < n_tiles) load_kv(next, next % STAGES, 0);
+      cp_async_commit();
+      // Groups committed: STAGES + 1 + tile; tile's is group tile + 1 from tile STAGES - 1 on
+      // (earlier tiles landed with the prologue's first STAGES groups).
+      cp_async_wait<STAGES - 1>();
+    } else if (tile == 0) {
       if (a.fill_ring)
         cp_async_wait<1>();  // every group but tile STAGES - 1's
       else
@@ -800,7 +1036,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     }
     __syncthreads();  // everyone's have; everyone is done with tile - 1's stage
     if (stamps && tile == 0) stamps[1] = globaltimer_ns();
-    if (tile > 0 || !a.fill_ring) {  // (fill_ring: tile STAGES - 1 is in flight already)
+    if (!two_barriers && (tile > 0 || !a.fill_ring)) {  // (fill_ring: tile STAGES - 1 is in
+                                                        // flight already)
       const int next = tile + STAGES - 1;
       if (next < n_tiles) load_kv(next, next % STAGES, 0);
       cp_async_commit();
@@ -829,187 +1066,37 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     const int kv0 = kv_begin + tile * kBN + warp * kDecWarpN;
     const bool live = !(a.skip_empty && kv0 >= kv_end);
     const int stage = tile % STAGES;
-    const uint16_t* kt = ks + (stage * kBN + warp * kDecWarpN) * SROW;
-    const uint16_t* vt = vs + (stage * kBN + warp * kDecWarpN) * SROW;
-    // S = Q K^T for this warp's 16 positions.
-    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    if (live) {
-      if constexpr (FP8) {
-        // The head dimension of Q and K is permuted within each k-step (the dot product does not
-        // care), so that a thread's four K values of a k-step are 4 adjacent bytes: its fragment
-        // columns 2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9 are head dims 4t4 .. 4t4 + 3. E4M3 K rows
-        // straight into f16 fragments: n-tile n's b0/b1 of k-step k are the 4 bytes at head dims
-        // 16k + 4t4 of position 8n + g (one 32-bit load, two cvt.f16x2.e4m3x2; the 144-byte rows
-        // put a warp's 8 rows x 16 bytes in distinct banks).
-        const uint8_t* k8 = ring8 + ((stage * 2 + 0) * kBN + warp * kDecWarpN + g) * FROW + 4 * t4;
-        const uint16_t* qw = qs + g * SROW + 4 * t4;
-#pragma unroll
-        for (int k = 0; k < KSTEPS; ++k) {
-          const uint32_t q[4] = {lds32(qw + k * 16), lds32(qw + 8 * SROW + k * 16),
-                                 lds32(qw + k * 16 + 2), lds32(qw + 8 * SROW + k * 16 + 2)};
-#pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            const uint32_t w = *reinterpret_cast<const uint32_t*>(k8 + n * 8 * FROW + k * 16);
-            mma_16816<true>(s[n], q, fp8x2_to_f16x2(w), fp8x2_to_f16x2(w >> 16));
-          }
-        }
-      } else {
-        // ldmatrix.x4 gives both n-tiles' b0/b1 per k-step (matrix i = lane / 8: n-tile i / 2, k
-        // half i % 2).
-        const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
-#pragma unroll
-        for (int k = 0; k < KSTEPS; ++k) {
-          uint32_t b[4];
-          ldmatrix_x4(b, krow + k * 16);
-          mma_16816<false>(s[0], qa[k], b[0], b[1]);
-          mma_16816<false>(s[1], qa[k], b[2], b[3]);
-        }
-      }
-    }
-    // Mask, scale, online softmax.
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const int pos = kv0 + n * 8 + 2 * t4 + (e & 1);
-        const bool ok = pos <= row_pos[h] && pos < kv_end;
-        s[n][e] = ok ? s[n][e] * a.scale_log2 : -INFINITY;
-        mx[h] = fmaxf(mx[h], s[n][e]);
-      }
-    float alpha[2], base[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float m_new = fmaxf(m[h], mx[h]);
-      base[h] = m_new == -INFINITY ? 0.0f : m_new;
-      alpha[h] = exp2f(m[h] - base[h]);  // 0 while the row has seen nothing
-      m[h] = m_new;
-      l[h] *= alpha[h];
-    }
-#pragma unroll
-    for (int d = 0; d < DTILES; ++d) {
-      o[d][0] *= alpha[0];
-      o[d][1] *= alpha[0];
-      o[d][2] *= alpha[1];
-      o[d][3] *= alpha[1];
-    }
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = exp2f(s[n][e] - base[e / 2]);
-        l[e / 2] += s[n][e];
-      }
-    // O += P V over the warp's 16 positions (one k-step).
-    auto pack_p = [](float lo, float hi) { return FP8 ? pack_f16(lo, hi) : pack_bf16(lo, hi); };
-    const uint32_t pa[4] = {pack_p(s[0][0], s[0][1]), pack_p(s[0][2], s[0][3]),
-                            pack_p(s[1][0], s[1][1]), pack_p(s[1][2], s[1][3])};
-    if (live) {
-      if constexpr (FP8) {
-        // E4M3 V rows straight into f16 fragments. The output's head dims are permuted in groups
-        // of 32: n-tile 4G + j, column c is head dim 32G + 4c + j (the merge below writes them
-        // back in order), so that one 32-bit load per position gives 4 n-tiles' values, and the
-        // 4 positions a thread's b0/b1 need (2t4, 2t4 + 1, 2t4 + 8, 2t4 + 9) make 4 n-tiles'
-        // fragments with 4 byte permutes and 8 conversions. Banks: each of the 4 loads reads 4
-        // rows of 32 bytes at distinct offsets (rows 2 x 144 bytes apart).
-        const uint8_t* v8 =
-            ring8 + ((stage * 2 + 1) * kBN + warp * kDecWarpN + 2 * t4) * FROW + 4 * g;
-#pragma unroll
-        for (int G = 0; G < HD / 32; ++G) {
-          const uint8_t* p = v8 + G * 32;
-          const uint32_t w0 = *reinterpret_cast<const uint32_t*>(p);
-          const uint32_t w1 = *reinterpret_cast<const uint32_t*>(p + FROW);
-          const uint32_t w2 = *reinterpret_cast<const uint32_t*>(p + 8 * FROW);
-          const uint32_t w3 = *reinterpret_cast<const uint32_t*>(p + 9 * FROW);
-          // Bytes j of positions (2t4, 2t4 + 1) and of (2t4 + 8, 2t4 + 9), pairwise.
-          const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), hi01 = __byte_perm(w0, w1, 0x7362);
-          const uint32_t lo23 = __byte_perm(w2, w3, 0x5140), hi23 = __byte_perm(w2, w3, 0x7362);
-          mma_16816<true>(o[4 * G + 0], pa, fp8x2_to_f16x2(lo01), fp8x2_to_f16x2(lo23));
-          mma_16816<true>(o[4 * G + 1], pa, fp8x2_to_f16x2(lo01 >> 16), fp8x2_to_f16x2(lo23 >> 16));
-          mma_16816<true>(o[4 * G + 2], pa, fp8x2_to_f16x2(hi01), fp8x2_to_f16x2(hi23));
-          mma_16816<true>(o[4 * G + 3], pa, fp8x2_to_f16x2(hi01 >> 16), fp8x2_to_f16x2(hi23 >> 16));
-        }
-      } else {
-        const uint16_t* vrow = vt + (lane & 15) * SROW + (lane >> 4) * 8;
-#pragma unroll
-        for (int d = 0; d < DTILES; d += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vrow + d * 8);
-          mma_16816<false>(o[d], pa, b[0], b[1]);
-          mma_16816<false>(o[d + 1], pa, b[2], b[3]);
-        }
-      }
-    }
+    decode_tile<HD, FP8>(ks, vs, ring8, stage, qs, qa, o, m, l, row_pos, kv0, kv_end, live,
+                         a.scale_log2);
   }
   cp_async_wait<0>();  // the ring is reused below (only empty groups can still be pending)
   __syncthreads();     // every warp is done reading the ring
   if (stamps) stamps[2] = globaltimer_ns();
 
-    // Merge the 4 warps' states. Row sums over the quad first (m is quad-uniform already).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-  }
-  if (t4 == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      red_m[warp][g + 8 * h] = m[h];
-      red_l[warp][g + 8 * h] = l[h];
-    }
-  }
+  // Merge the 4 warps' states: (M, L) per row, each warp's O scaled by 2^(m_w - M) into the
+  // (drained) ring as fp32, then summed in warp order.
+  merge_publish(m, l, red_m, red_l);
   __syncthreads();
   float* red = reinterpret_cast<float*>(ks);  // [kWarps][16][RROW] fp32
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = g + 8 * h;
     if (r >= rows) continue;  // padding rows: never read below
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][r]);
+    const float M = merge_max(red_m, r);
     const float f = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - M);
-    float* row = red + (warp * kDecRows + r) * RROW;
-    if constexpr (FP8) {
-      // Back in order: n-tiles 4G .. 4G + 3 at column c are head dims 32G + 4c .. 32G + 4c + 3.
-#pragma unroll
-      for (int G = 0; G < HD / 32; ++G)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          *reinterpret_cast<float4*>(row + 32 * G + 4 * (2 * t4 + e)) =
-              make_float4(o[4 * G][2 * h + e] * f, o[4 * G + 1][2 * h + e] * f,
-                          o[4 * G + 2][2 * h + e] * f, o[4 * G + 3][2 * h + e] * f);
-    } else {
-#pragma unroll
-      for (int d = 0; d < DTILES; ++d)
-        *reinterpret_cast<float2*>(row + 2 * t4 + d * 8) =
-            make_float2(o[d][2 * h] * f, o[d][2 * h + 1] * f);
-    }
+    store_scaled_row<HD, FP8>(red + (warp * kDecRows + r) * RROW, o, h, f);
   }
   if (tid < kDecRows) {
-    float M = -INFINITY, L = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][tid]);
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w)
-      if (red_m[w][tid] != -INFINITY) L += red_l[w][tid] * exp2f(red_m[w][tid] - M);
-    row_m[tid] = M;
-    row_l[tid] = L;
+    const float2 ML = merge_row_stats(red_m, red_l, tid);
+    row_m[tid] = ML.x;
+    row_l[tid] = ML.y;
   }
   __syncthreads();
 
   // Sum the warps in a fixed order, normalize, write: 2 consecutive elements per thread.
   for (int idx = tid; idx < rows * (HD / 2); idx += kThreads) {
     const int r = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
-    float2 acc = *reinterpret_cast<const float2*>(red + r * RROW + d);
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) {
-      const float2 v = *reinterpret_cast<const float2*>(red + (w * kDecRows + r) * RROW + d);
-      acc.x += v.x;
-      acc.y += v.y;
-    }
+    const float2 acc = sum_warps(red + r * RROW, kDecRows * RROW, d);
     const float L = row_l[r];
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
     const int64_t token = q_start + r / a.group;
@@ -1064,6 +1151,354 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     const float inv = total > 0.0f ? 1.0f / total : 0.0f;
     *reinterpret_cast<uint32_t*>(a.out + token * a.ld_out + int64_t(head) * HD + d) =
         pack_bf16(acc.x * inv, acc.y * inv);
+  }
+}
+
+// The persistent decode kernel's shared memory (paged_decode_persistent_kernel): the ring as in
+// paged_decode_kernel; per stage the bf16 Q rows of the item whose first tile it holds
+// ([STAGES][rows_cap][SROW]); the fp32 merge sum ([rows_cap][HD + 8]); with fp8 KV the f16 Q tile
+// of the item being computed ([16][SROW]).
+template <int HD, int STAGES, bool FP8>
+constexpr size_t persistent_ring_bytes() {
+  return FP8 ? size_t(2 * STAGES * kBN) * fp8_row<HD>()
+             : size_t(2 * STAGES * kBN) * smem_row<HD>() * 2;
+}
+template <int HD, int STAGES, bool FP8>
+size_t persistent_smem_bytes(int rows_cap, bool seq_merge) {
+  return persistent_ring_bytes<HD, STAGES, FP8>() + size_t(STAGES * rows_cap) * smem_row<HD>() * 2 +
+         size_t((seq_merge ? 1 : kWarps) * rows_cap) * (HD + 8) * 4 +
+         (FP8 ? size_t(kDecRows) * smem_row<HD>() * 2 : 0);
+}
+
+// paged_decode_persistent_kernel<HD, STAGES, FP8> (PagedAttentionArgs::decode_persistent, opt-in):
+// the decode kernel's work, unsplit, as a persistent grid (its resident blocks on every SM, and
+// only where that is the decode kernel's residency). Items are (sequence, KV head) pairs in the
+// decode kernel's launch order; blocks draw them in that order from a ticket counter (the split
+// counters; without them block b takes b, b + gridDim.x, ...). One ring of STAGES tiles runs
+// through all of a block's items: the tile after an item's last is the next item's first, loaded
+// (with the item's Q rows and metadata, into the same stage) while the item's last tiles are
+// computed and merged, and the next item's metadata and page-table head are prefetched into L1.
+// Two barriers a tile, so that STAGES tiles are in flight during each wait. A block of
+// paged_decode_kernel instead starts each item with an empty ring (metadata, page table, first
+// tile: three round trips with nothing of its own in flight, 2.3-3.1 of a block's ~5-8 us at 512
+// sequences of 64-130 positions on the H100, run 35) and ends it with the merge.
+// H100, run 35: 2-3 % faster where an item is one tile (512 x 64), 1-2 % slower at 130-256
+// positions with bf16 KV and ~5 % with fp8 (tickets; in a fixed order 4-5 % and 7 %), the step
+// level to 1 % slower: opt-in until the H200, whose decode kernel is further from its read
+// ceiling at these contexts (78 % at 136 positions, run 21), has measured it.
+// The arithmetic is the decode kernel's, tile for tile (decode_tile), and the merge adds the
+// warps' partial outputs in the same order (warp 0 + 1, + 2, + 3): the same output bits
+// (AttentionKernelPersistentIsExact). The merge's scratch is not the (never drained) ring:
+// [4][rows_cap][HD + 8] floats where they keep the residency, else one row sum that warp after
+// warp adds to (seq_merge).
+template <int HD, int STAGES, bool FP8>
+__global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>())
+    paged_decode_persistent_kernel(const KernelArgs a, int num_items, int rows_cap, bool seq_merge,
+                                   int* ticket) {
+  constexpr int SROW = smem_row<HD>();
+  constexpr int KSTEPS = HD / 16;
+  constexpr int DTILES = HD / 8;
+  constexpr int RROW = HD + 8;
+  constexpr int FROW = fp8_row<HD>();
+  extern __shared__ __align__(16) uint16_t smem[];
+  __shared__ float red_m[kWarps][kDecRows], red_l[kWarps][kDecRows], row_l[kDecRows];
+  __shared__ int4 meta[STAGES];  // per stage: (q_start, q_len, ctx, kv head) of the item it starts
+  uint16_t* ks = smem;
+  uint16_t* vs = ks + STAGES * kBN * SROW;
+  uint8_t* ring8 = reinterpret_cast<uint8_t*>(smem);
+  uint16_t* qslot = smem + persistent_ring_bytes<HD, STAGES, FP8>() / 2;
+  float* sum = reinterpret_cast<float*>(qslot + STAGES * rows_cap * SROW);
+  uint16_t* qh = reinterpret_cast<uint16_t*>(sum + (seq_merge ? 1 : kWarps) * rows_cap * RROW);
+
+  pdl::wait();  // q, and every item's new K/V rows, come from the kernels before
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  if constexpr (FP8)  // rows past an item's never hold more than stale finite values
+    for (int c = tid; c < kDecRows * SROW / 8; c += kThreads)
+      reinterpret_cast<uint4*>(qh)[c] = make_uint4(0, 0, 0, 0);
+
+  // Items: block b's first is b; then b + gridDim.x, ... (no ticket), or (tickets) the next of a
+  // counter every block draws from, so that items run in their order across the GPU (the KV heads
+  // of a sequence together, and no block left with a longer share) as the decode kernel's blocks
+  // do. Thread 0 draws the ticket for the block's item j + 1 when its item j starts and publishes
+  // it (s_next, s_seq = j + 1) at the top of the next tile's iteration, or at once when the
+  // producer needs it sooner.
+  __shared__ int s_next, s_seq;
+  int pend = 0, pend_seq = 0;  // thread 0: the ticket drawn, not yet published
+  auto draw = [&](int j) {
+    pend = int(gridDim.x) + atomicAdd(ticket, 1);
+    pend_seq = j;
+  };
+  auto publish = [&]() {  // thread 0
+    if (pend_seq == 0) return;
+    s_next = pend;
+    s_seq = pend_seq;
+    pend_seq = 0;
+    if (s_next < num_items) {  // its metadata and page-table head into L1 meanwhile
+      const int nseq = s_next / a.nkv;
+      prefetch_l1(a.cu_seqlens_q + nseq);
+      prefetch_l1(a.context_lens + nseq);
+      prefetch_l1(a.block_tables + int64_t(nseq) * a.max_blocks_per_seq);
+    }
+  };
+  if (ticket) {
+    if (tid == 0) {
+      s_seq = 0;
+      if (int(blockIdx.x) < num_items) draw(1);
+    }
+    __syncthreads();
+  }
+
+  // The producer: the item whose tiles are being loaded (the block's j-th), and its next tile.
+  int p_j = -1, p_item = 0, p_tile = 0, p_tiles = 0;
+  int p_q0 = 0, p_qlen = 0, p_ctx = 0, p_kvh = 0;
+  const int32_t* p_table = a.block_tables;
+  bool p_done = false;
+  const int64_t page_elems = int64_t(a.block_size) * a.nkv * HD;
+  const int row_elems = a.nkv * HD;
+  const int bs_mask = a.block_size - 1;
+  const int last_blk = a.max_blocks_per_seq - 1;
+  constexpr int LCH = FP8 ? HD / 16 : HD / 8;
+  constexpr int LSTEP = kThreads / LCH;
+  constexpr int LCOPIES = kBN / LSTEP;
+  const int lj = tid / LCH, lc = tid % LCH;
+  // One group per call (empty once the block's items are done): the next tile of the stream
+  // into `stage`; at an item's first tile also its Q rows and its metadata (the end marker, kv
+  // head -1, after the last item).
+  auto produce = [&](int stage) {
+    if (!p_done && p_tile == p_tiles) {
+      for (;;) {
+        ++p_j;
+        if (p_j == 0) {
+          p_item = int(blockIdx.x);
+        } else if (!ticket) {
+          p_item += gridDim.x;
+        } else {
+          if (s_seq != p_j) {  // drawn but not yet published: now
+            __syncthreads();
+            if (tid == 0) publish();
+            __syncthreads();
+          }
+          p_item = s_next;
+          __syncthreads();  // everyone has read it before thread 0 publishes the next
+          if (tid == 0 && p_item < num_items) draw(p_j + 1);
+        }
+        if (p_item >= num_items) {
+          // The next kernel launches once every block has its last item in flight (as the
+          // decode kernel's does once its last wave has started): its blocks would otherwise
+          // sit on the SMs from the start and stage their weights beside this kernel's reads.
+          pdl::launch_dependents();
+          p_done = true;
+          break;
+        }
+        const int seq = p_item / a.nkv;
+        // The next item's metadata and the head of its page-table row into L1 (no registers,
+        // no wait): at its start they are L1 hits, not L2 round trips on the ring's path.
+        const int next = p_item + int(gridDim.x);
+        if (!ticket && next < num_items && tid < 3) {
+          const int nseq = next / a.nkv;
+          prefetch_l1(tid == 0   ? static_cast<const void*>(a.cu_seqlens_q + nseq)
+                      : tid == 1 ? static_cast<const void*>(a.context_lens + nseq)
+                                 : static_cast<const void*>(a.block_tables +
+                                                            int64_t(nseq) * a.max_blocks_per_seq));
+        }
+        p_q0 = __ldg(a.cu_seqlens_q + seq);
+        p_qlen = __ldg(a.cu_seqlens_q + seq + 1) - p_q0;
+        if (p_qlen * a.group <= 0) continue;  // no tokens: nothing to write
+        p_ctx = min(__ldg(a.context_lens + seq), a.max_ctx);
+        p_kvh = p_item - seq * a.nkv;
+        p_table = a.block_tables + int64_t(seq) * a.max_blocks_per_seq;
+        p_tiles = max(1, (p_ctx + kBN - 1) / kBN);  // no context: one masked tile, zeros out
+        p_tile = 0;
+        break;
+      }
+      if (tid == 0)
+        meta[stage] = p_done ? make_int4(0, 0, 0, -1) : make_int4(p_q0, p_qlen, p_ctx, p_kvh);
+      if (!p_done)
+        load_q_rows<HD>(qslot + stage * rows_cap * SROW, rows_cap, min(p_qlen * a.group, rows_cap),
+                        a.q, a.ld_q, p_q0, p_kvh, a.group);
+    }
+    if (!p_done) {
+      if (tid == 3 && p_tile + 1 < p_tiles)  // the next tile's page indices, likewise
+        prefetch_l1(p_table + min(((p_tile + 1) * kBN) >> a.bs_shift, last_blk));
+      const int p0 = p_tile * kBN + lj;
+      const int64_t head_off = int64_t(p_kvh) * HD + lc * (FP8 ? 16 : 8);
+      int pg[LCOPIES];
+#pragma unroll
+      for (int i = 0; i < LCOPIES; ++i)
+        pg[i] = __ldg(p_table + min((p0 + i * LSTEP) >> a.bs_shift, last_blk));
+#pragma unroll
+      for (int i = 0; i < LCOPIES; ++i) {
+        const int pos = p0 + i * LSTEP;
+        const bool valid = pos < p_ctx && unsigned(pg[i]) < unsigned(a.num_blocks_i);
+        const int64_t off =
+            int64_t(valid ? pg[i] : 0) * page_elems + (pos & bs_mask) * row_elems + head_off;
+        if constexpr (FP8) {
+          const int r = (stage * 2 * kBN + lj + i * LSTEP) * FROW + lc * 16;
+          cp_async_16(ring8 + r, reinterpret_cast<const uint8_t*>(a.k_pool) + off, valid);
+          cp_async_16(ring8 + r + kBN * FROW, reinterpret_cast<const uint8_t*>(a.v_pool) + off,
+                      valid);
+        } else {
+          const int r = (stage * kBN + lj + i * LSTEP) * SROW + lc * 8;
+          cp_async_16(ks + r, a.k_pool + off, valid);
+          cp_async_16(vs + r, a.v_pool + off, valid);
+        }
+      }
+      ++p_tile;
+    }
+    cp_async_commit();
+  };
+
+  // The consumer: the item being computed.
+  int c_tile = 0, c_tiles = 0, c_q0 = 0, c_rows = 0, c_ctx = 0, c_kvh = 0;
+  int row_pos[2] = {-1, -1};
+  uint32_t qa[FP8 ? 1 : KSTEPS][4];
+  float o[DTILES][4];
+  float m[2], l[2];
+
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) produce(s);  // the whole ring in flight
+  for (int t = 0;; ++t) {
+    const int stage = t % STAGES;
+    // Two barriers a tile, so that STAGES tiles are in flight while tile t is awaited (the decode
+    // kernel's single barrier issues tile t + STAGES - 1 only after tile t has landed): the first
+    // frees tile t - 1's stage, which is refilled at once; the second publishes tile t.
+    if (t > 0) {
+      if (ticket && tid == 0) publish();
+      __syncthreads();
+      produce((t - 1) % STAGES);  // tile t + STAGES - 1 into tile t - 1's stage
+    }
+    cp_async_wait<STAGES - 1>();
+    __syncthreads();  // tile t has landed for everyone
+    if (c_tile == 0) {
+      const int4 mt = meta[stage];
+      if (mt.w < 0) break;  // the block's items are done
+      c_q0 = mt.x;
+      c_ctx = mt.z;
+      c_kvh = mt.w;
+      c_rows = min(mt.y * a.group, rows_cap);
+      c_tiles = max(1, (c_ctx + kBN - 1) / kBN);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        row_pos[h] = r < c_rows ? c_ctx - mt.y + r / a.group : -1;
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+      }
+#pragma unroll
+      for (int d = 0; d < DTILES; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    }
+    const uint16_t* qs = qslot + stage * rows_cap * SROW;
+    if (c_tile == 0) {
+      if constexpr (FP8) {  // the item's Q rows to f16 (the decode kernel's conversion)
+        for (int c = tid; c < c_rows * HD / 2; c += kThreads) {
+          const int r = c / (HD / 2), e = c % (HD / 2);
+          reinterpret_cast<uint32_t*>(qh + r * SROW)[e] =
+              bf16x2_to_f16x2(reinterpret_cast<const uint32_t*>(qs + r * SROW)[e]);
+        }
+        __syncthreads();
+      } else {
+        const bool r0 = g < c_rows, r1 = g + 8 < c_rows;  // other rows: zero, as the decode
+        const uint16_t* qw = qs + g * SROW + 2 * t4;      // kernel's zero-filled tile
+#pragma unroll
+        for (int s = 0; s < KSTEPS; ++s) {
+          qa[s][0] = r0 ? lds32(qw + s * 16) : 0u;
+          qa[s][1] = r1 ? lds32(qw + 8 * SROW + s * 16) : 0u;
+          qa[s][2] = r0 ? lds32(qw + s * 16 + 8) : 0u;
+          qa[s][3] = r1 ? lds32(qw + 8 * SROW + s * 16 + 8) : 0u;
+        }
+      }
+    }
+    const int kv0 = c_tile * kBN + warp * kDecWarpN;
+    const bool live = !(a.skip_empty && kv0 >= c_ctx);
+    decode_tile<HD, FP8>(ks, vs, ring8, stage, FP8 ? qh : qs, qa, o, m, l, row_pos, kv0, c_ctx,
+                         live, a.scale_log2);
+    if (++c_tile < c_tiles) continue;
+    c_tile = 0;
+
+    // The item's merge: (m, l) per warp and row as in the decode kernel; then the warps' scaled
+    // O summed in warp order (below).
+    merge_publish(m, l, red_m, red_l);
+    __syncthreads();
+    float f[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float M = merge_max(red_m, g + 8 * h);
+      f[h] = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - M);
+    }
+    if (tid < kDecRows) row_l[tid] = merge_row_stats(red_m, red_l, tid).y;
+    if (!seq_merge) {
+      // Each warp's scaled O to its rows of the sum ([4][rows_cap][HD + 8]); then every thread
+      // adds 2 columns of a row over the warps in order and writes them (the decode kernel's
+      // merge on a smaller scratch).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = g + 8 * h;
+        if (r < c_rows) store_scaled_row<HD, FP8>(sum + (warp * rows_cap + r) * RROW, o, h, f[h]);
+      }
+      __syncthreads();
+      for (int idx = tid; idx < c_rows * (HD / 2); idx += kThreads) {
+        const int r = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
+        const float2 acc = sum_warps(sum + r * RROW, rows_cap * RROW, d);
+        const float L = row_l[r];
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        *reinterpret_cast<uint32_t*>(a.out + (c_q0 + r / a.group) * a.ld_out +
+                                     int64_t(c_kvh * a.group + r % a.group) * HD + d) =
+            pack_bf16(acc.x * inv, acc.y * inv);
+      }
+      continue;
+    }
+
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp == w) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = g + 8 * h;
+          if (r >= c_rows) continue;
+          float* row = sum + r * RROW;
+          const float L = w == kWarps - 1 ? row_l[r] : 0.0f;
+          const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+          uint16_t* dst =
+              a.out + (c_q0 + r / a.group) * a.ld_out + int64_t(c_kvh * a.group + r % a.group) * HD;
+          // Columns col .. col + 1 of the row: this warp's scaled values v plus the sum so far.
+          auto add = [&](int col, float v0, float v1) {
+            // (__fmul_rn: no FMA with the add below, which would round differently from the
+            // decode kernel's product, stored, then added)
+            float2 v = make_float2(__fmul_rn(v0, f[h]), __fmul_rn(v1, f[h]));
+            if (w > 0) {
+              const float2 p = *reinterpret_cast<const float2*>(row + col);
+              v = make_float2(p.x + v.x, p.y + v.y);
+            }
+            if (w < kWarps - 1)
+              *reinterpret_cast<float2*>(row + col) = v;
+            else
+              *reinterpret_cast<uint32_t*>(dst + col) = pack_bf16(v.x * inv, v.y * inv);
+          };
+          if constexpr (FP8) {
+            // n-tiles 4G .. 4G + 3 at column c are head dims 32G + 4c .. 32G + 4c + 3.
+#pragma unroll
+            for (int G = 0; G < HD / 32; ++G)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int col = 32 * G + 4 * (2 * t4 + e);
+                add(col, o[4 * G][2 * h + e], o[4 * G + 1][2 * h + e]);
+                add(col + 2, o[4 * G + 2][2 * h + e], o[4 * G + 3][2 * h + e]);
+              }
+          } else {
+#pragma unroll
+            for (int d = 0; d < DTILES; ++d) add(2 * t4 + d * 8, o[d][2 * h], o[d][2 * h + 1]);
+          }
+        }
+      }
+      if (w < kWarps - 1) __syncthreads();
+    }
+  }
+  cp_async_wait<0>();  // only empty groups can be pending
+  // Tickets: every draw of this block has returned (each was published and read); the last
+  // block to finish leaves both counters zero for the next launch.
+  if (ticket && tid == 0 && atomicAdd(ticket + 1, 1) == int(gridDim.x) - 1) {
+    ticket[0] = 0;
+    ticket[1] = 0;
   }
 }
 
@@ -1149,6 +1584,13 @@ void set_decode_smem() {
                                         int(decode_smem_bytes<HD, STAGES, FP8>())));
 }
 
+template <int HD, int STAGES, bool FP8>
+void set_persistent_smem() {
+  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(
+      paged_decode_persistent_kernel<HD, STAGES, FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      int(persistent_smem_bytes<HD, STAGES, FP8>(kDecRows, false))));
+}
+
 template <int HD, int STAGES, bool FP8 = false>
 void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStream_t stream) {
   const dim3 grid{unsigned(nkv), unsigned(splits), unsigned(seqs)};
@@ -1168,6 +1610,76 @@ void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStrea
     detail::print_block_phases(FP8 ? "decode attention (fp8 KV)" : "decode attention", traced.trace,
                                blocks, phases, stream);
   }
+}
+
+// The persistent kernel's form at `rows_cap` rows: resident blocks per SM (0: none that keeps the
+// decode kernel's residency, which fewer blocks streaming fewer tiles would lose) and whether its
+// merge runs warp after warp through one row sum (where the [4][rows_cap] scratch of the parallel
+// merge would cost a resident block). Occupancy-calculator queries, once per instantiation and
+// row bound.
+struct PersistentForm {
+  int blocks_per_sm = 0;
+  bool seq_merge = false;
+};
+template <int HD, int STAGES, bool FP8>
+PersistentForm persistent_form(int rows_cap) {
+  static std::atomic<int> cache[kDecRows + 1] = {};  // (blocks_per_sm << 1 | seq_merge) + 1
+  std::atomic<int>& c = cache[rows_cap];
+  if (c.load() == 0) {
+    auto resident = [](auto kernel, size_t smem) {
+      int n = 0;
+      return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem) ==
+                     cudaSuccess
+                 ? n
+                 : 0;
+    };
+    const int base =
+        resident(paged_decode_kernel<HD, STAGES, FP8>, decode_smem_bytes<HD, STAGES, FP8>());
+    int code = 0;
+    for (bool seq : {false, true}) {
+      const int n = resident(paged_decode_persistent_kernel<HD, STAGES, FP8>,
+                             persistent_smem_bytes<HD, STAGES, FP8>(rows_cap, seq));
+      if (n > 0 && n >= base) {
+        code = n << 1 | int(seq);
+        break;
+      }
+    }
+    c = code + 1;
+  }
+  const int code = c.load() - 1;
+  return {code >> 1, (code & 1) != 0};
+}
+
+// Launches the persistent decode kernel for an unsplit plan when its ring is one of the
+// instantiated ones (the defaults of unsplit launches: 2 stages at hd 128, 4 at hd 64, bf16 and
+// fp8 KV) and it keeps the decode kernel's residency; false: not launched (the caller launches
+// the decode kernel).
+template <int HD, int STAGES, bool FP8>
+bool launch_persistent_ring(const KernelArgs& k, int items, int rows_cap, int max_blocks,
+                            int* ticket, cudaStream_t stream) {
+  const PersistentForm form = persistent_form<HD, STAGES, FP8>(rows_cap);
+  if (form.blocks_per_sm <= 0) return false;
+  int device = 0, sms = 0;
+  RIDGE_CHECK_CUDA(cudaGetDevice(&device));
+  RIDGE_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int blocks = std::min(items, form.blocks_per_sm * sms);
+  if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
+  const size_t smem = persistent_smem_bytes<HD, STAGES, FP8>(rows_cap, form.seq_merge);
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_persistent_kernel<HD, STAGES, FP8>,
+                                   dim3(unsigned(blocks)), dim3(kThreads), smem, stream, k, items,
+                                   rows_cap, form.seq_merge, ticket));
+  return true;
+}
+
+template <int HD>
+bool launch_persistent(const KernelArgs& k, int stages, bool fp8, int items, int rows_cap,
+                       int max_blocks, int* ticket, cudaStream_t stream) {
+  constexpr int kStages = HD == 64 ? 4 : 2;
+  if (stages != kStages || items <= 0 || rows_cap < 1 || rows_cap > kDecRows) return false;
+  return fp8 ? launch_persistent_ring<HD, kStages, true>(k, items, rows_cap, max_blocks, ticket,
+                                                         stream)
+             : launch_persistent_ring<HD, kStages, false>(k, items, rows_cap, max_blocks, ticket,
+                                                          stream);
 }
 
 // fp8 KV: rows of half the bytes and no Q fragments in registers, so more resident blocks: at
@@ -1223,6 +1735,10 @@ void init_paged_attention() {
   set_decode_smem<64, 4, true>();
   set_decode_smem<128, 2, true>();
   set_decode_smem<128, 3, true>();
+  set_persistent_smem<64, 4, false>();
+  set_persistent_smem<128, 2, false>();
+  set_persistent_smem<64, 4, true>();
+  set_persistent_smem<128, 2, true>();
 }
 
 size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim) {
@@ -1340,6 +1856,7 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                       "a power-of-two block size, got " +
                           int_text(rows_bound) + " rows, block size " + int_text(a.block_size));
   p.decode = a.path == AttentionPath::decode || (a.path == AttentionPath::automatic && decode_fits);
+  p.decode_rows = int(std::min<int64_t>(std::max<int64_t>(rows_bound, 1), kDecRows));
   // The longest context the launch can see: the block tables' capacity in fixed-split (graph)
   // mode or without host mirrors, else the longest sequence's.
   const int64_t ctx_bound =
@@ -1438,16 +1955,24 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.early_kv = a.early_kv;
   k.fill_ring = a.decode_fill_ring;
   k.skip_empty = a.decode_skip_empty;
+  k.two_barriers = a.decode_two_barriers;
   k.counters = p.decode && p.num_splits > 1 && a.split_counters &&
                        a.split_counters_len >= int64_t(a.num_seqs) * a.num_kv_heads
                    ? a.split_counters
                    : nullptr;
   const bool separate_combine = p.num_splits > 1 && k.counters == nullptr;
+  // The persistent decode kernel: unsplit launches only (its blocks write outputs, no partials).
+  const bool persistent = a.decode_persistent && p.decode && p.num_splits == 1;
+  const int items = a.num_seqs * a.num_kv_heads;
+  // Its tickets: the first two split counters (zero, and left zero), or none (a fixed order).
+  int* ticket = a.split_counters && a.split_counters_len >= 2 ? a.split_counters : nullptr;
   const unsigned combine_blocks = unsigned((k.ws_rows + kThreads / 32 - 1) / (kThreads / 32));
   if (a.head_dim == 64) {
     if (p.decode) {
-      launch_decode_stages<64>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
-                               a.num_seqs, stream);
+      if (!persistent || !launch_persistent<64>(k, p.decode_stages, a.kv_fp8, items, p.decode_rows,
+                                                a.decode_persistent_blocks, ticket, stream))
+        launch_decode_stages<64>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
+                                 a.num_seqs, stream);
     } else {
       const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
                       unsigned(a.num_seqs * p.num_splits));
@@ -1461,8 +1986,10 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
     }
   } else {
     if (p.decode) {
-      launch_decode_stages<128>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
-                                a.num_seqs, stream);
+      if (!persistent || !launch_persistent<128>(k, p.decode_stages, a.kv_fp8, items, p.decode_rows,
+                                                 a.decode_persistent_blocks, ticket, stream))
+        launch_decode_stages<128>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
+                                  a.num_seqs, stream);
     } else {
       const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
                       unsigned(a.num_seqs * p.num_splits));
