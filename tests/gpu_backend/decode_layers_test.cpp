@@ -173,9 +173,11 @@ void run_case(const model::ModelWeights& w, const std::string& name, int prompt_
   std::vector<double> err_ops, err_ker;
   int near_ties = 0;
   for (int i = 0; i < steps; ++i) {
-    // Teacher forcing: the reference's greedy token feeds every path.
-    const auto best = std::max_element(ref->logits.begin(), ref->logits.end());
-    const int32_t next = int32_t(best - ref->logits.begin());
+    // A fresh random token feeds every path. (The reference's greedy token did before; a random
+    // model's greedy chain soon settles on a token whose argmax is itself, so every step repeated
+    // the first one's top-two gap and one narrow gap made all of them near-ties: "5 near-ties of
+    // 5", run 35 c6.)
+    const int32_t next = tok(r);
     tokens.push_back(next);
     if (i == steps / 2) {  // the second half eagerly: the kernel outside a graph too
       ker->model->set_graphs_enabled(false);
@@ -205,7 +207,8 @@ void run_case(const model::ModelWeights& w, const std::string& name, int prompt_
     }
   }
   // The greedy check above ran on most steps (13-16 of 40 were near-ties under the 5 %-of-the-
-  // top-logit margin used before, runs 5-9).
+  // top-logit margin used before, runs 5-9; with fresh random tokens at most 11 of 40, 5 of 24
+  // and 7 of 32 over ten repeats, run 35 c9).
   EXPECT_LT(near_ties, steps / 2) << "near-ties: the greedy agreement was checked too rarely";
   // Every eager decode step, and each decode graph's capture, went through the kernel; the
   // layer-by-layer path never did.
@@ -270,16 +273,16 @@ TEST_F(DecodeLayers, RandomGqaHeadDim64Llama3Rope) {
 }
 
 // A context long enough that a head's attention units take more than the least positions and the
-// merge reads many partials: 1,204-1,209 positions in 26 units of 48 (16-position rounding of
+// merge reads many partials: 1,204-1,235 positions in 26 units of 48 (16-position rounding of
 // the context over 32 units).
 TEST_F(DecodeLayers, RandomGqaLongContext) {
-  run_random({"gqa-hd64-long", 384, 6, 2, 64, 1040, 2, 300, true}, 1203, 6);
+  run_random({"gqa-hd64-long", 384, 6, 2, 64, 1040, 2, 300, true}, 1203, 32);
 }
 
-// Head dim 128 with many partials to merge: 702-706 positions in 22 units of 32, read four at a
+// Head dim 128 with many partials to merge: 673-704 positions in 22 units of 32, read four at a
 // time (the last group of two), the first four with the (max, sum) pairs.
 TEST_F(DecodeLayers, RandomMhaLongContext) {
-  run_random({"mha-hd128-long", 512, 4, 4, 128, 1376, 2, 320, false}, 701, 5);
+  run_random({"mha-hd128-long", 512, 4, 4, 128, 1376, 2, 320, false}, 672, 32);
 }
 
 TEST_F(DecodeLayers, DefaultModel) {
