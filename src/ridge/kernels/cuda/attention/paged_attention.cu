@@ -282,8 +282,7 @@ struct KernelArgs {
   bool early_kv;     // decode kernel: earlier positions' first tiles loaded before the PDL wait
   bool fill_ring;    // decode kernel: the prologue loads STAGES tiles (every stage), not STAGES - 1
   bool skip_empty;   // decode kernel: a warp skips the MMAs of a tile wholly past its range
-  bool
-      two_barriers;  // decode kernel (with fill_ring): loads before each wait (two barriers a tile)
+  bool two_barriers;  // decode kernel (with fill_ring): each tile loaded before the previous wait
   // Decode kernel, RIDGE_ATTN_TRACE (diagnostic, trace/block_trace.h): per block, %globaltimer at
   // entry, when its first tile has landed, when its last tile is done, when its output is
   // written, and its SM; null: not traced.
