@@ -1155,17 +1155,24 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
 
 // The persistent decode kernel's shared memory (paged_decode_persistent_kernel): the ring as in
 // paged_decode_kernel; per stage the bf16 Q rows of the item whose first tile it holds
-// ([STAGES][rows_cap][SROW]); the fp32 merge sum ([rows_cap][HD + 8]); with fp8 KV the f16 Q tile
-// of the item being computed ([16][SROW]).
+// ([STAGES][rows_cap][SROW]); with fp8 KV the f16 Q tile of the item being computed ([16][SROW]).
+// The merge's fp32 scratch ([4][rows_cap][HD + 8]) is the stage of the item's last tile, free
+// from the merge's first barrier until the next tile's iteration refills it: a bf16 stage's K
+// tile, or an fp8 stage, holds it up to 8 rows (kPersistentRows).
+constexpr int kPersistentRows = 8;
 template <int HD, int STAGES, bool FP8>
 constexpr size_t persistent_ring_bytes() {
   return FP8 ? size_t(2 * STAGES * kBN) * fp8_row<HD>()
              : size_t(2 * STAGES * kBN) * smem_row<HD>() * 2;
 }
+static_assert(kWarps * kPersistentRows * (128 + 8) * 4 <= kBN * smem_row<128>() * 2 &&
+                  kWarps * kPersistentRows * (64 + 8) * 4 <= kBN * smem_row<64>() * 2 &&
+                  kWarps * kPersistentRows * (128 + 8) * 4 <= 2 * kBN * fp8_row<128>() &&
+                  kWarps * kPersistentRows * (64 + 8) * 4 <= 2 * kBN * fp8_row<64>(),
+              "the persistent kernel's merge scratch must fit one stage's K tile (bf16) or stage");
 template <int HD, int STAGES, bool FP8>
-size_t persistent_smem_bytes(int rows_cap, bool seq_merge) {
+size_t persistent_smem_bytes(int rows_cap) {
   return persistent_ring_bytes<HD, STAGES, FP8>() + size_t(STAGES * rows_cap) * smem_row<HD>() * 2 +
-         size_t((seq_merge ? 1 : kWarps) * rows_cap) * (HD + 8) * 4 +
          (FP8 ? size_t(kDecRows) * smem_row<HD>() * 2 : 0);
 }
 
@@ -1181,19 +1188,16 @@ size_t persistent_smem_bytes(int rows_cap, bool seq_merge) {
 // paged_decode_kernel instead starts each item with an empty ring (metadata, page table, first
 // tile: three round trips with nothing of its own in flight, 2.3-3.1 of a block's ~5-8 us at 512
 // sequences of 64-130 positions on the H100, run 35) and ends it with the merge.
-// H100, run 35: 2-3 % faster where an item is one tile (512 x 64), 1-2 % slower at 130-256
-// positions with bf16 KV and ~5 % with fp8 (tickets; in a fixed order 4-5 % and 7 %), the step
-// level to 1 % slower: opt-in until the H200, whose decode kernel is further from its read
+// H100, run 35: 2-3 % faster where an item is one tile (512 x 64), 1-3 % slower at 130-256
+// positions with bf16 KV and 5-11 % with fp8 (tickets; in a fixed order 4-6 % and 7 %), the
+// step level to 1 % slower: opt-in until the H200, whose decode kernel is further from its read
 // ceiling at these contexts (78 % at 136 positions, run 21), has measured it.
 // The arithmetic is the decode kernel's, tile for tile (decode_tile), and the merge adds the
 // warps' partial outputs in the same order (warp 0 + 1, + 2, + 3): the same output bits
-// (AttentionKernelPersistentIsExact). The merge's scratch is not the (never drained) ring:
-// [4][rows_cap][HD + 8] floats where they keep the residency, else one row sum that warp after
-// warp adds to (seq_merge).
+// (AttentionKernelPersistentIsExact). At most kPersistentRows rows a sequence (q_len * group).
 template <int HD, int STAGES, bool FP8>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>())
-    paged_decode_persistent_kernel(const KernelArgs a, int num_items, int rows_cap, bool seq_merge,
-                                   int* ticket) {
+    paged_decode_persistent_kernel(const KernelArgs a, int num_items, int rows_cap, int* ticket) {
   constexpr int SROW = smem_row<HD>();
   constexpr int KSTEPS = HD / 16;
   constexpr int DTILES = HD / 8;
@@ -1202,12 +1206,12 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   extern __shared__ __align__(16) uint16_t smem[];
   __shared__ float red_m[kWarps][kDecRows], red_l[kWarps][kDecRows], row_l[kDecRows];
   __shared__ int4 meta[STAGES];  // per stage: (q_start, q_len, ctx, kv head) of the item it starts
+  __shared__ int4 item;  // the metadata of the item being computed (read again by its merge)
   uint16_t* ks = smem;
   uint16_t* vs = ks + STAGES * kBN * SROW;
   uint8_t* ring8 = reinterpret_cast<uint8_t*>(smem);
   uint16_t* qslot = smem + persistent_ring_bytes<HD, STAGES, FP8>() / 2;
-  float* sum = reinterpret_cast<float*>(qslot + STAGES * rows_cap * SROW);
-  uint16_t* qh = reinterpret_cast<uint16_t*>(sum + (seq_merge ? 1 : kWarps) * rows_cap * RROW);
+  uint16_t* qh = qslot + STAGES * rows_cap * SROW;  // fp8 only
 
   pdl::wait();  // q, and every item's new K/V rows, come from the kernels before
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -1349,7 +1353,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   };
 
   // The consumer: the item being computed.
-  int c_tile = 0, c_tiles = 0, c_q0 = 0, c_rows = 0, c_ctx = 0, c_kvh = 0;
+  int c_tile = 0, c_tiles = 0, c_rows = 0, c_ctx = 0;
   int row_pos[2] = {-1, -1};
   uint32_t qa[FP8 ? 1 : KSTEPS][4];
   float o[DTILES][4];
@@ -1372,9 +1376,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     if (c_tile == 0) {
       const int4 mt = meta[stage];
       if (mt.w < 0) break;  // the block's items are done
-      c_q0 = mt.x;
+      if (tid == 0) item = mt;
       c_ctx = mt.z;
-      c_kvh = mt.w;
       c_rows = min(mt.y * a.group, rows_cap);
       c_tiles = max(1, (c_ctx + kBN - 1) / kBN);
 #pragma unroll
@@ -1426,70 +1429,26 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
       f[h] = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - M);
     }
     if (tid < kDecRows) row_l[tid] = merge_row_stats(red_m, red_l, tid).y;
-    if (!seq_merge) {
-      // Each warp's scaled O to its rows of the sum ([4][rows_cap][HD + 8]); then every thread
-      // adds 2 columns of a row over the warps in order and writes them (the decode kernel's
-      // merge on a smaller scratch).
+    // Each warp's scaled O to its rows of the scratch, the stage just computed (everyone is past
+    // its tile: the barrier above), then every thread adds 2 columns of a row over the warps in
+    // order and writes them (the decode kernel's merge).
+    float* sum = FP8 ? reinterpret_cast<float*>(ring8 + stage * 2 * kBN * FROW)
+                     : reinterpret_cast<float*>(ks + stage * kBN * SROW);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = g + 8 * h;
-        if (r < c_rows) store_scaled_row<HD, FP8>(sum + (warp * rows_cap + r) * RROW, o, h, f[h]);
-      }
-      __syncthreads();
-      for (int idx = tid; idx < c_rows * (HD / 2); idx += kThreads) {
-        const int r = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
-        const float2 acc = sum_warps(sum + r * RROW, rows_cap * RROW, d);
-        const float L = row_l[r];
-        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-        *reinterpret_cast<uint32_t*>(a.out + (c_q0 + r / a.group) * a.ld_out +
-                                     int64_t(c_kvh * a.group + r % a.group) * HD + d) =
-            pack_bf16(acc.x * inv, acc.y * inv);
-      }
-      continue;
+    for (int h = 0; h < 2; ++h) {
+      const int r = g + 8 * h;
+      if (r < c_rows) store_scaled_row<HD, FP8>(sum + (warp * rows_cap + r) * RROW, o, h, f[h]);
     }
-
-    for (int w = 0; w < kWarps; ++w) {
-      if (warp == w) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = g + 8 * h;
-          if (r >= c_rows) continue;
-          float* row = sum + r * RROW;
-          const float L = w == kWarps - 1 ? row_l[r] : 0.0f;
-          const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-          uint16_t* dst =
-              a.out + (c_q0 + r / a.group) * a.ld_out + int64_t(c_kvh * a.group + r % a.group) * HD;
-          // Columns col .. col + 1 of the row: this warp's scaled values v plus the sum so far.
-          auto add = [&](int col, float v0, float v1) {
-            // (__fmul_rn: no FMA with the add below, which would round differently from the
-            // decode kernel's product, stored, then added)
-            float2 v = make_float2(__fmul_rn(v0, f[h]), __fmul_rn(v1, f[h]));
-            if (w > 0) {
-              const float2 p = *reinterpret_cast<const float2*>(row + col);
-              v = make_float2(p.x + v.x, p.y + v.y);
-            }
-            if (w < kWarps - 1)
-              *reinterpret_cast<float2*>(row + col) = v;
-            else
-              *reinterpret_cast<uint32_t*>(dst + col) = pack_bf16(v.x * inv, v.y * inv);
-          };
-          if constexpr (FP8) {
-            // n-tiles 4G .. 4G + 3 at column c are head dims 32G + 4c .. 32G + 4c + 3.
-#pragma unroll
-            for (int G = 0; G < HD / 32; ++G)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int col = 32 * G + 4 * (2 * t4 + e);
-                add(col, o[4 * G][2 * h + e], o[4 * G + 1][2 * h + e]);
-                add(col + 2, o[4 * G + 2][2 * h + e], o[4 * G + 3][2 * h + e]);
-              }
-          } else {
-#pragma unroll
-            for (int d = 0; d < DTILES; ++d) add(2 * t4 + d * 8, o[d][2 * h], o[d][2 * h + 1]);
-          }
-        }
-      }
-      if (w < kWarps - 1) __syncthreads();
+    __syncthreads();
+    const int q0 = item.x, kvh = item.w;
+    for (int idx = tid; idx < c_rows * (HD / 2); idx += kThreads) {
+      const int r = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
+      const float2 acc = sum_warps(sum + r * RROW, rows_cap * RROW, d);
+      const float L = row_l[r];
+      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+      *reinterpret_cast<uint32_t*>(a.out + (q0 + r / a.group) * a.ld_out +
+                                   int64_t(kvh * a.group + r % a.group) * HD + d) =
+          pack_bf16(acc.x * inv, acc.y * inv);
     }
   }
   cp_async_wait<0>();  // only empty groups can be pending
@@ -1587,7 +1546,7 @@ template <int HD, int STAGES, bool FP8>
 void set_persistent_smem() {
   RIDGE_CHECK_CUDA(cudaFuncSetAttribute(
       paged_decode_persistent_kernel<HD, STAGES, FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      int(persistent_smem_bytes<HD, STAGES, FP8>(kDecRows, false))));
+      int(persistent_smem_bytes<HD, STAGES, FP8>(kPersistentRows))));
 }
 
 template <int HD, int STAGES, bool FP8 = false>
@@ -1611,18 +1570,12 @@ void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStrea
   }
 }
 
-// The persistent kernel's form at `rows_cap` rows: resident blocks per SM (0: none that keeps the
-// decode kernel's residency, which fewer blocks streaming fewer tiles would lose) and whether its
-// merge runs warp after warp through one row sum (where the [4][rows_cap] scratch of the parallel
-// merge would cost a resident block). Occupancy-calculator queries, once per instantiation and
-// row bound.
-struct PersistentForm {
-  int blocks_per_sm = 0;
-  bool seq_merge = false;
-};
+// The persistent kernel's resident blocks per SM at `rows_cap` rows, or 0 where that is fewer than
+// the decode kernel's (fewer blocks would stream fewer tiles). Occupancy-calculator queries, once
+// per instantiation and row bound.
 template <int HD, int STAGES, bool FP8>
-PersistentForm persistent_form(int rows_cap) {
-  static std::atomic<int> cache[kDecRows + 1] = {};  // (blocks_per_sm << 1 | seq_merge) + 1
+int persistent_blocks_per_sm(int rows_cap) {
+  static std::atomic<int> cache[kPersistentRows + 1] = {};  // the answer + 1
   std::atomic<int>& c = cache[rows_cap];
   if (c.load() == 0) {
     auto resident = [](auto kernel, size_t smem) {
@@ -1634,19 +1587,11 @@ PersistentForm persistent_form(int rows_cap) {
     };
     const int base =
         resident(paged_decode_kernel<HD, STAGES, FP8>, decode_smem_bytes<HD, STAGES, FP8>());
-    int code = 0;
-    for (bool seq : {false, true}) {
-      const int n = resident(paged_decode_persistent_kernel<HD, STAGES, FP8>,
-                             persistent_smem_bytes<HD, STAGES, FP8>(rows_cap, seq));
-      if (n > 0 && n >= base) {
-        code = n << 1 | int(seq);
-        break;
-      }
-    }
-    c = code + 1;
+    const int n = resident(paged_decode_persistent_kernel<HD, STAGES, FP8>,
+                           persistent_smem_bytes<HD, STAGES, FP8>(rows_cap));
+    c = (n > 0 && n >= base ? n : 0) + 1;
   }
-  const int code = c.load() - 1;
-  return {code >> 1, (code & 1) != 0};
+  return c.load() - 1;
 }
 
 // Launches the persistent decode kernel for an unsplit plan when its ring is one of the
@@ -1656,17 +1601,17 @@ PersistentForm persistent_form(int rows_cap) {
 template <int HD, int STAGES, bool FP8>
 bool launch_persistent_ring(const KernelArgs& k, int items, int rows_cap, int max_blocks,
                             int* ticket, cudaStream_t stream) {
-  const PersistentForm form = persistent_form<HD, STAGES, FP8>(rows_cap);
-  if (form.blocks_per_sm <= 0) return false;
+  const int per_sm = persistent_blocks_per_sm<HD, STAGES, FP8>(rows_cap);
+  if (per_sm <= 0) return false;
   int device = 0, sms = 0;
   RIDGE_CHECK_CUDA(cudaGetDevice(&device));
   RIDGE_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int blocks = std::min(items, form.blocks_per_sm * sms);
+  int blocks = std::min(items, per_sm * sms);
   if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
-  const size_t smem = persistent_smem_bytes<HD, STAGES, FP8>(rows_cap, form.seq_merge);
+  const size_t smem = persistent_smem_bytes<HD, STAGES, FP8>(rows_cap);
   RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_persistent_kernel<HD, STAGES, FP8>,
                                    dim3(unsigned(blocks)), dim3(kThreads), smem, stream, k, items,
-                                   rows_cap, form.seq_merge, ticket));
+                                   rows_cap, ticket));
   return true;
 }
 
@@ -1674,7 +1619,7 @@ template <int HD>
 bool launch_persistent(const KernelArgs& k, int stages, bool fp8, int items, int rows_cap,
                        int max_blocks, int* ticket, cudaStream_t stream) {
   constexpr int kStages = HD == 64 ? 4 : 2;
-  if (stages != kStages || items <= 0 || rows_cap < 1 || rows_cap > kDecRows) return false;
+  if (stages != kStages || items <= 0 || rows_cap < 1 || rows_cap > kPersistentRows) return false;
   return fp8 ? launch_persistent_ring<HD, kStages, true>(k, items, rows_cap, max_blocks, ticket,
                                                          stream)
              : launch_persistent_ring<HD, kStages, false>(k, items, rows_cap, max_blocks, ticket,

@@ -101,12 +101,14 @@ struct PagedAttentionArgs {
   bool decode_skip_empty = true;
   // Unsplit decode launches run the persistent decode kernel (one ring through each block's
   // (sequence, KV head) items: an item's first tiles load while the one before it finishes) where
-  // its ring is the default one (2 stages at hd 128, 4 at hd 64) and it keeps the decode kernel's
-  // resident blocks; the same output bits. decode_persistent_blocks > 0 caps its grid (tests:
-  // many items per block); 0: its resident blocks on every SM.
-  // The decode kernel (with decode_fill_ring) loads tile t + STAGES - 1 before waiting for tile t,
-  // after a barrier that frees tile t - 1's stage (a second barrier then publishes tile t): STAGES
-  // tiles in flight during each wait instead of STAGES - 1. The persistent kernel always does.
+  // its ring is the default one (2 stages at hd 128, 4 at hd 64), a sequence has at most 8 rows
+  // (q_len * group) and it keeps the decode kernel's resident blocks; the same output bits. With
+  // split_counters (2 at least) its blocks draw the items in order from a ticket.
+  // decode_persistent_blocks > 0 caps its grid (tests: many items per block); 0: its resident
+  // blocks on every SM. The decode kernel (with decode_fill_ring) loads tile t + STAGES - 1 before
+  // waiting for tile t, after a barrier that frees tile t - 1's stage (a second barrier then
+  // publishes tile t): STAGES tiles in flight during each wait instead of STAGES - 1. The
+  // persistent kernel always does.
   bool decode_two_barriers = false;
   bool decode_persistent = false;
   int decode_persistent_blocks = 0;
