@@ -180,6 +180,19 @@ TEST(Hardware, ProfilesMergeOverTheirBase) {
   const Hardware r = db().resolve(std::string(RIDGE_SOURCE_DIR) + "/data/profiles/h200-ridge.json");
   EXPECT_EQ(r.base, "h200");
   EXPECT_DOUBLE_EQ(r.memory_bw, 4.24e12);
+  // Every committed profile loads over its base (ridge bench model takes <id>-ridge.json for the
+  // GPU it runs on), measured bandwidth below the datasheet's.
+  int profiles = 0;
+  for (const auto& f :
+       std::filesystem::directory_iterator(std::string(RIDGE_SOURCE_DIR) + "/data/profiles")) {
+    const Hardware p = db().resolve(f.path().string());
+    ASSERT_FALSE(p.base.empty()) << f.path();
+    EXPECT_EQ(f.path().filename().string(), p.base + "-ridge.json");
+    EXPECT_GT(p.memory_bw, 0.5 * db().get(p.base).memory_bw) << f.path();
+    EXPECT_LE(p.memory_bw, db().get(p.base).memory_bw) << f.path();
+    ++profiles;
+  }
+  EXPECT_GE(profiles, 2);
 
   // A profile over an unknown base names it.
   HardwareDb copy = db();
