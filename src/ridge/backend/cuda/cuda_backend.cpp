@@ -40,41 +40,18 @@ bool env_switch(const char* name, bool fallback) {
   return std::string_view(v) != "0";
 }
 
-// RIDGE_ATTN_EARLY_KV=0 turns off the decode kernel's KV loads before its PDL wait.
-bool attention_early_kv() {
-  static const bool on = env_switch("RIDGE_ATTN_EARLY_KV", true);
-  return on;
-}
-
-// RIDGE_ATTN_FILL_RING=0 / 1: the decode kernel's prologue leaves the ring's last stage to tile
-// 0's iteration, or fills the ring (PagedAttentionArgs::decode_fill_ring; unset: its default).
-bool attention_fill_ring() {
-  static const bool on =
-      env_switch("RIDGE_ATTN_FILL_RING", kernels::PagedAttentionArgs{}.decode_fill_ring);
-  return on;
-}
-
-// RIDGE_ATTN_SKIP_EMPTY=0 / 1: the decode kernel's warps skip tiles with none of their positions
-// in range (PagedAttentionArgs::decode_skip_empty; unset: its default).
-bool attention_skip_empty() {
-  static const bool on =
-      env_switch("RIDGE_ATTN_SKIP_EMPTY", kernels::PagedAttentionArgs{}.decode_skip_empty);
-  return on;
-}
-
-// RIDGE_ATTN_TWO_BARRIERS=0 / 1: the decode kernel loads each tile before the wait for the one
-// STAGES - 1 before it (PagedAttentionArgs::decode_two_barriers; unset: its default).
-bool attention_two_barriers() {
-  static const bool on =
-      env_switch("RIDGE_ATTN_TWO_BARRIERS", kernels::PagedAttentionArgs{}.decode_two_barriers);
-  return on;
-}
-
-// RIDGE_ATTN_PERSISTENT=0 / 1: unsplit decode attention in the persistent decode kernel
-// (PagedAttentionArgs::decode_persistent; unset: its default).
-bool attention_persistent() {
-  static const bool on =
-      env_switch("RIDGE_ATTN_PERSISTENT", kernels::PagedAttentionArgs{}.decode_persistent);
+// The decode attention kernels' on/off knobs: RIDGE_ATTN_<NAME>=0 / 1 sets a PagedAttentionArgs
+// field, unset leaves its default (each keeps its first reading).
+//   RIDGE_ATTN_EARLY_KV      early_kv: the decode kernel's KV loads before its PDL wait
+//   RIDGE_ATTN_FILL_RING     decode_fill_ring: its prologue fills the whole ring
+//   RIDGE_ATTN_SKIP_EMPTY    decode_skip_empty: its warps skip tiles with none of their positions
+//                            in range
+//   RIDGE_ATTN_TWO_BARRIERS  decode_two_barriers: each tile loaded before the wait for the one
+//                            STAGES - 1 before it
+//   RIDGE_ATTN_PERSISTENT    decode_persistent: unsplit decode attention in the persistent kernel
+template <bool kernels::PagedAttentionArgs::*Field>
+bool attention_knob(const char* name) {
+  static const bool on = env_switch(name, kernels::PagedAttentionArgs{}.*Field);
   return on;
 }
 
@@ -1167,11 +1144,12 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.host_cu_seqlens_q = meta.host_cu_seqlens_q;
   a.host_context_lens = meta.host_context_lens;
   a.general_block_rows = attention_block_rows();
-  a.early_kv = attention_early_kv();
-  a.decode_fill_ring = attention_fill_ring();
-  a.decode_skip_empty = attention_skip_empty();
-  a.decode_persistent = attention_persistent();
-  a.decode_two_barriers = attention_two_barriers();
+  using PA = kernels::PagedAttentionArgs;
+  a.early_kv = attention_knob<&PA::early_kv>("RIDGE_ATTN_EARLY_KV");
+  a.decode_fill_ring = attention_knob<&PA::decode_fill_ring>("RIDGE_ATTN_FILL_RING");
+  a.decode_skip_empty = attention_knob<&PA::decode_skip_empty>("RIDGE_ATTN_SKIP_EMPTY");
+  a.decode_persistent = attention_knob<&PA::decode_persistent>("RIDGE_ATTN_PERSISTENT");
+  a.decode_two_barriers = attention_knob<&PA::decode_two_barriers>("RIDGE_ATTN_TWO_BARRIERS");
   a.min_split_positions = attention_min_split();
   if (attention_decode_stages()) a.decode_stages = attention_decode_stages();
   cudaStream_t stream = stream_of(s);
