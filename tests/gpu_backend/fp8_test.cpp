@@ -8,8 +8,14 @@
 //     rounded by f32_to_fp8e4m3 (the CPU backend's E4M3 encoder);
 //   - the products in fp64 from the host-quantized codes and scales: the GPU's result may differ
 //     by its fp32 accumulation and one bf16 rounding of the output (bound 4e-3, normalized);
-//   - the bf16 product without quantization, to bound what E4M3's 3 mantissa bits cost (each
-//     operand off by at most 2^-4 relative, ~2.5 % RMS after rounding to nearest; bound 0.06).
+//   - the bf16 product without quantization, to bound what E4M3's 3 mantissa bits cost: each
+//     operand off by at most 2^-4 relative, ~2.55 % RMS after rounding to nearest, so a product
+//     term by ~3.6 % RMS. The error of an output row is measured against the scale of that
+//     rounding, sqrt(sum_n sum_k x_k^2 w_nk^2), not against the row's own norm: a row whose
+//     few dominant dot products cancel by chance would otherwise read as a large relative error
+//     (a 300-row case drew 0.062 against 0.06 once). The RMS of that ratio over a call's rows is
+//     ~0.037 (0.048 the worst of 400 simulated draws of every shape here); truncating instead of
+//     rounding would give ~0.072, a wrong scale far more: bound 0.06.
 // Fresh random inputs with rows of different magnitudes (so that per-row scales matter), and
 // outputs poisoned before each run.
 #include <algorithm>
@@ -135,18 +141,47 @@ std::vector<float> reference(const HostFp8& x, const HostFp8& w, int64_t T, int6
   return out;
 }
 
-// The unquantized product in fp64 (what bf16 weights would give, before output rounding).
-std::vector<float> reference_bf16(const std::vector<float>& x, const std::vector<float>& w,
-                                  int64_t T, int64_t N, int64_t K) {
-  std::vector<float> out(size_t(T * N));
+// The unquantized product in fp64 (what bf16 weights would give, before output rounding), and
+// per output row the scale of its operands' rounding errors: sum_n sum_k x_tk^2 w_nk^2.
+struct Bf16Product {
+  std::vector<float> out;
+  std::vector<double> rounding_scale2;
+};
+Bf16Product reference_bf16(const std::vector<float>& x, const std::vector<float>& w, int64_t T,
+                           int64_t N, int64_t K) {
+  Bf16Product p{std::vector<float>(size_t(T * N)), std::vector<double>(size_t(T), 0.0)};
   for (int64_t t = 0; t < T; ++t)
     for (int64_t n = 0; n < N; ++n) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; ++k)
-        acc += double(x[size_t(t * K + k)]) * double(w[size_t(n * K + k)]);
-      out[size_t(t * N + n)] = float(acc);
+      double acc = 0, sq = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double xw = double(x[size_t(t * K + k)]) * double(w[size_t(n * K + k)]);
+        acc += xw;
+        sq += xw * xw;
+      }
+      p.out[size_t(t * N + n)] = float(acc);
+      p.rounding_scale2[size_t(t)] += sq;
     }
-  return out;
+  return p;
+}
+
+// What E4M3 costs: the RMS over rows of ||got_t - ref_t|| / sqrt(rounding_scale2_t) (the header
+// says why this scale) within bound; NaN fails.
+void expect_quantization_cost(const std::string& what, const std::vector<float>& got,
+                              const Bf16Product& ref, int64_t T, int64_t N, double bound) {
+  double sum = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    double num = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const double g = got[size_t(t * N + n)], r = ref.out[size_t(t * N + n)];
+      ASSERT_TRUE(std::isfinite(g)) << what << " row " << t;
+      num += (g - r) * (g - r);
+    }
+    ASSERT_GT(ref.rounding_scale2[size_t(t)], 0.0) << what << " row " << t;
+    sum += num / ref.rounding_scale2[size_t(t)];
+  }
+  const double rms = std::sqrt(sum / double(T));
+  EXPECT_LE(rms, bound) << what;
+  fmt::print("RESULT {:<70} rms {:.3e} (bound {:.0e})\n", what, rms, bound);
 }
 
 // Per output row: ||got_t - ref_t|| / ||ref_t|| within bound (rows span ten decades here, so the
@@ -320,9 +355,8 @@ void run_fp8_matmul(int64_t T, int64_t N, int64_t K, bool accumulate, bool with_
   expect_untouched_outside("matmul fp8", out);
   if (!accumulate && !with_bias) {
     // What E4M3 costs against bf16 weights and activations.
-    const std::vector<float> ref16 = reference_bf16(x, w.values, T, N, K);
-    expect_close("matmul fp8 vs bf16", what, got, ref16, 0.06);
-    expect_rows_close("matmul fp8 vs bf16 " + what, got, ref16, T, N, 0.06);
+    expect_quantization_cost("matmul fp8 vs bf16 " + what, got,
+                             reference_bf16(x, w.values, T, N, K), T, N, 0.06);
   }
 }
 
