@@ -861,6 +861,78 @@ __device__ __forceinline__ float2 sum_warps(const float* row, int stride, int d)
   return acc;
 }
 
+// KV tiles into the decode kernels' rings (bf16 rows ks / vs, or E4M3 rows
+// [STAGES][K, V][kBN][FROW] where ks starts): 16-byte copies, HD / 8 (fp8: HD / 16) a row, so
+// that the 128 threads cover LSTEP rows a round; this thread copies rows lj + i * LSTEP
+// (i < LCOPIES) of every tile, chunk lc. Made once a block (the per-thread constants), then
+// load() for each tile.
+template <int HD, bool FP8>
+struct KvTileLoader {
+  static constexpr int SROW = smem_row<HD>();
+  static constexpr int FROW = fp8_row<HD>();
+  static constexpr int LCH = FP8 ? HD / 16 : HD / 8;
+  static constexpr int LSTEP = kThreads / LCH;
+  static constexpr int LCOPIES = kBN / LSTEP;
+  const KernelArgs& a;
+  uint16_t* ks;
+  uint16_t* vs;
+  int lj, lc;
+  int64_t page_elems;  // one page of one pool
+  int row_elems;       // one position of one page
+  int bs_mask;         // the decode kernels take power-of-two block sizes
+  int last_blk;
+
+  __device__ __forceinline__ KvTileLoader(const KernelArgs& args, uint16_t* k_ring,
+                                          uint16_t* v_ring, int tid)
+      : a(args),
+        ks(k_ring),
+        vs(v_ring),
+        lj(tid / LCH),
+        lc(tid % LCH),
+        page_elems(int64_t(args.block_size) * args.nkv * HD),
+        row_elems(args.nkv * HD),
+        bs_mask(args.block_size - 1),
+        last_blk(args.max_blocks_per_seq - 1) {}
+
+  // The tile at positions tile0 .. of KV head kvh into stage `stage`, through `table` (a
+  // sequence's page-table row). The tile's page lookups (independent loads, in flight together)
+  // come before its copies, clamped to the row's last entry (no branch). Positions at or past
+  // kv_end, and pages outside the pool, are zero-filled; skip(pos) true: that row is not copied
+  // at all (a decode kernel's new rows, loaded in another group).
+  template <typename Skip>
+  __device__ __forceinline__ void load(const int32_t* table, int64_t head_off, int tile0,
+                                       int kv_end, int stage, Skip skip) const {
+    const int p0 = tile0 + lj;
+    int pg[LCOPIES];
+#pragma unroll
+    for (int i = 0; i < LCOPIES; ++i)
+      pg[i] = __ldg(table + min((p0 + i * LSTEP) >> a.bs_shift, last_blk));
+#pragma unroll
+    for (int i = 0; i < LCOPIES; ++i) {
+      const int pos = p0 + i * LSTEP;
+      if (skip(pos)) continue;
+      const bool valid = pos < kv_end && unsigned(pg[i]) < unsigned(a.num_blocks_i);
+      const int64_t off =
+          int64_t(valid ? pg[i] : 0) * page_elems + (pos & bs_mask) * row_elems + head_off;
+      if constexpr (FP8) {
+        uint8_t* ring8 = reinterpret_cast<uint8_t*>(ks);
+        const int r = (stage * 2 * kBN + lj + i * LSTEP) * FROW + lc * 16;
+        cp_async_16(ring8 + r, reinterpret_cast<const uint8_t*>(a.k_pool) + off, valid);
+        cp_async_16(ring8 + r + kBN * FROW, reinterpret_cast<const uint8_t*>(a.v_pool) + off,
+                    valid);
+      } else {
+        const int r = (stage * kBN + lj + i * LSTEP) * SROW + lc * 8;
+        cp_async_16(ks + r, a.k_pool + off, valid);
+        cp_async_16(vs + r, a.v_pool + off, valid);
+      }
+    }
+  }
+  // This thread's offset of KV head kvh in a pool position (elements; fp8: bytes).
+  __device__ __forceinline__ int64_t head_offset(int kvh) const {
+    return int64_t(kvh) * HD + lc * (FP8 ? 16 : 8);
+  }
+};
+
 template <int HD, int STAGES, bool FP8 = false>
 __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>())
     paged_decode_kernel(const KernelArgs a) {
@@ -923,49 +995,18 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   const int kv_end = min(ctx, kv_begin + chunk);
   const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kBN - 1) / kBN : 0;
 
-  const int64_t page_elems = int64_t(a.block_size) * a.nkv * HD;  // one page of one pool
-  const int row_elems = a.nkv * HD;                                // one position of one page
-  const int bs_mask = a.block_size - 1;  // the decode kernel takes power-of-two block sizes
   // Positions [stable_end, kv_end) are this step's new tokens (written by the kernel before).
   // part: 0 all rows; 1 the earlier rows (the new ones are skipped: no copy, no zero fill); 2 only
   // the new rows. Every shared row of a tile is written by exactly one copy.
   const int stable_end = ctx - q_len;
   const int32_t* table = a.block_tables + int64_t(seq) * a.max_blocks_per_seq;
-  const int last_blk = a.max_blocks_per_seq - 1;  // >= 0 whenever a tile is loaded (ctx >= 1)
-  // KV copies of 16 bytes: LCH per row (HD / 8 bf16, HD / 16 fp8 chunks), so the 128 threads cover
-  // LSTEP rows a round; this thread copies rows lj + i * LSTEP (i < LCOPIES) of every tile, chunk
-  // lc. The page lookups of a tile (independent loads, in flight together) come before its copies.
-  constexpr int LCH = FP8 ? HD / 16 : HD / 8;
-  constexpr int LSTEP = kThreads / LCH;
-  constexpr int LCOPIES = kBN / LSTEP;
-  const int lj = tid / LCH, lc = tid % LCH;
-  const int64_t head_off = int64_t(kvh) * HD + lc * (FP8 ? 16 : 8);  // elements (fp8: bytes)
+  const KvTileLoader<HD, FP8> kv_tiles(a, ks, vs, tid);
+  const int64_t head_off = kv_tiles.head_offset(kvh);
   auto load_kv = [&](int tile, int stage, int part) {
-    const int p0 = kv_begin + tile * kBN + lj;
-    int pg[LCOPIES];
-#pragma unroll
-    for (int i = 0; i < LCOPIES; ++i)  // clamped: always a valid table entry, no branch
-      pg[i] = __ldg(table + min((p0 + i * LSTEP) >> a.bs_shift, last_blk));
-#pragma unroll
-    for (int i = 0; i < LCOPIES; ++i) {
-      const int pos = p0 + i * LSTEP;
+    kv_tiles.load(table, head_off, kv_begin + tile * kBN, kv_end, stage, [&](int pos) {
       const bool fresh = pos >= stable_end && pos < kv_end;
-      if (part == 1 ? fresh : part == 2 ? !fresh : false) continue;
-      const bool valid = pos < kv_end && unsigned(pg[i]) < unsigned(a.num_blocks_i);
-      const int64_t off =
-          int64_t(valid ? pg[i] : 0) * page_elems + (pos & bs_mask) * row_elems + head_off;
-      if constexpr (FP8) {
-        const auto* kp8 = reinterpret_cast<const uint8_t*>(a.k_pool);
-        const auto* vp8 = reinterpret_cast<const uint8_t*>(a.v_pool);
-        const int r = (stage * 2 * kBN + lj + i * LSTEP) * FROW + lc * 16;
-        cp_async_16(ring8 + r, kp8 + off, valid);
-        cp_async_16(ring8 + r + kBN * FROW, vp8 + off, valid);
-      } else {
-        const int r = (stage * kBN + lj + i * LSTEP) * SROW + lc * 8;
-        cp_async_16(ks + r, a.k_pool + off, valid);
-        cp_async_16(vs + r, a.v_pool + off, valid);
-      }
-    }
+      return part == 1 ? fresh : part == 2 ? !fresh : false;
+    });
   };
   // Prologue, before the wait: tiles 0 .. STAGES - 2 without the new rows, one group each (empty
   // groups past the end keep the group count uniform for cp.async.wait_group). After it: Q and
@@ -1257,14 +1298,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   int p_q0 = 0, p_qlen = 0, p_ctx = 0, p_kvh = 0;
   const int32_t* p_table = a.block_tables;
   bool p_done = false;
-  const int64_t page_elems = int64_t(a.block_size) * a.nkv * HD;
-  const int row_elems = a.nkv * HD;
-  const int bs_mask = a.block_size - 1;
   const int last_blk = a.max_blocks_per_seq - 1;
-  constexpr int LCH = FP8 ? HD / 16 : HD / 8;
-  constexpr int LSTEP = kThreads / LCH;
-  constexpr int LCOPIES = kBN / LSTEP;
-  const int lj = tid / LCH, lc = tid % LCH;
+  const KvTileLoader<HD, FP8> kv_tiles(a, ks, vs, tid);
   // One group per call (empty once the block's items are done): the next tile of the stream
   // into `stage`; at an item's first tile also its Q rows and its metadata (the end marker, kv
   // head -1, after the last item).
@@ -1324,29 +1359,8 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     if (!p_done) {
       if (tid == 3 && p_tile + 1 < p_tiles)  // the next tile's page indices, likewise
         prefetch_l1(p_table + min(((p_tile + 1) * kBN) >> a.bs_shift, last_blk));
-      const int p0 = p_tile * kBN + lj;
-      const int64_t head_off = int64_t(p_kvh) * HD + lc * (FP8 ? 16 : 8);
-      int pg[LCOPIES];
-#pragma unroll
-      for (int i = 0; i < LCOPIES; ++i)
-        pg[i] = __ldg(p_table + min((p0 + i * LSTEP) >> a.bs_shift, last_blk));
-#pragma unroll
-      for (int i = 0; i < LCOPIES; ++i) {
-        const int pos = p0 + i * LSTEP;
-        const bool valid = pos < p_ctx && unsigned(pg[i]) < unsigned(a.num_blocks_i);
-        const int64_t off =
-            int64_t(valid ? pg[i] : 0) * page_elems + (pos & bs_mask) * row_elems + head_off;
-        if constexpr (FP8) {
-          const int r = (stage * 2 * kBN + lj + i * LSTEP) * FROW + lc * 16;
-          cp_async_16(ring8 + r, reinterpret_cast<const uint8_t*>(a.k_pool) + off, valid);
-          cp_async_16(ring8 + r + kBN * FROW, reinterpret_cast<const uint8_t*>(a.v_pool) + off,
-                      valid);
-        } else {
-          const int r = (stage * kBN + lj + i * LSTEP) * SROW + lc * 8;
-          cp_async_16(ks + r, a.k_pool + off, valid);
-          cp_async_16(vs + r, a.v_pool + off, valid);
-        }
-      }
+      kv_tiles.load(p_table, kv_tiles.head_offset(p_kvh), p_tile * kBN, p_ctx, stage,
+                    [](int) { return false; });
       ++p_tile;
     }
     cp_async_commit();
