@@ -340,15 +340,13 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     ridge::kernels::detail::launch_skinny(a, ridge::kernels::SkinnyPrologue::none, st, 16);
   };
   // The skinny kernel with a split-K cluster size (0: the automatic choice), a weight ring
-  // depth (SkinnyArgs::ring: 0 automatic, -1 the register path, 2 or 3), and with skew the ring's
-  // rotated steps (SkinnyArgs::skew).
-  auto skinny_with = [](int split, int ring, bool skew = false) -> Gemm {
-    return [split, ring, skew](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
+  // depth (SkinnyArgs::ring: 0 automatic, -1 the register path, 2 or 3).
+  auto skinny_with = [](int split, int ring) -> Gemm {
+    return [split, ring](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
       ridge::kernels::SkinnyArgs a;
       a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.M = M, a.N = N, a.K = K;
       a.split_k = split;
       a.ring = ring;
-      a.skew = skew ? 1 : -1;
       ridge::kernels::gemm_bf16_skinny_fused(a, ridge::kernels::SkinnyPrologue::none, st);
     };
   };
@@ -356,7 +354,6 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
   // The weight ring at depths 2 and 3 (up to 16 tokens), and the register path (the automatic
   // choice takes the ring up to 8 tokens).
   const Gemm ring2 = skinny_with(0, 2), ring3 = skinny_with(0, 3), regs = skinny_with(0, -1);
-  const Gemm skew2 = skinny_with(0, 2, /*skew*/ true);
   // The row-warp kernel (17-64 tokens; activations staged once per 128-row block).
   const Gemm rows_k = [](auto X, auto W, auto Y, int M, int N, int K, cudaStream_t st) {
     ridge::kernels::gemm_bf16_skinny_rows(X, W, Y, M, N, K, st);
@@ -464,7 +461,6 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         entries.push_back({&ring2});
         entries.push_back({&ring3});
         entries.push_back({&regs});
-        entries.push_back({&skew2});
       } else if (M > 32 && M <= 512) {
         entries.push_back({&skinny});
         if (M <= 64) entries.push_back({&rows_k});
@@ -508,7 +504,6 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt(m[ring_at], "alt_ring2", "ring2");
         alt(m[ring_at + 1], "alt_ring3", "ring3");
         alt(m[ring_at + 2], "alt_registers", "regs");
-        alt(m[ring_at + 3], "alt_ring2_skew", "skew2");
       } else if (M > 32 && M <= 512) {
         alt(m[2], "alt_skinny", "skinny");
         if (M <= 64) alt(m[3], "alt_rows", "rows");

@@ -149,11 +149,6 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
   RIDGE_CHECK(a.ring == 0 || a.ring == -1 || ((a.ring == 2 || a.ring == 3) && a.stage_steps == 0),
               "{}: ring {} must be -1, 0, 2 or 3, and above 0 only without staged steps", what,
               a.ring);
-  RIDGE_CHECK(a.tail_split >= -1 && a.tail_split <= skinny_max_split_k && a.tail_split != 1,
-              "{}: tail_split {} must be -1, 0 or 2..{}", what, a.tail_split, skinny_max_split_k);
-  RIDGE_CHECK(a.skew >= -1 && a.skew <= 1, "{}: skew {} must be -1, 0 or 1", what, a.skew);
-  RIDGE_CHECK(a.tile_begin == 0 && a.tile_end == 0, "{}: tile_begin and tile_end are the launch's",
-              what);
   if (a.rope.positions) {
     const int hd = a.rope.head_dim;
     RIDGE_CHECK(hd > 0 && hd % 16 == 0 && a.rope.q_dim > 0 && a.rope.q_dim % hd == 0 &&

@@ -239,27 +239,6 @@ struct SkinnyArgs {
   // path; RIDGE_SKINNY_RING=0/2/3 overrides it for A/B runs); -1: the register path; 2 or 3: that
   // depth (not with stage_steps).
   int ring = 0;
-  // The ring's thin last round (one token tile, ring on, persistent grid, no rope_kv, where the
-  // automatic split-K choice is 1): when the row tiles leave the persistent grid a last round of
-  // at most half its blocks, those tiles run first in a split-K launch of tail_split ranks (a
-  // cluster each, as split_k; capped at K's steps of 128 columns, none below two), then the full
-  // rounds in the ring. Why: a block streams a tile at about the same rate whether the DRAM is
-  // busy or not, so a round of 56 blocks costs what a round of 264 does (Llama-2-7B gate|up at
-  // one token on the H200: 1,376 tiles, 5.2 rounds, timed as 6; run 32); split over K, the
-  // tail's tiles take a quarter of a round. Same bits on the full rounds; the tail's sums differ
-  // in order (they are split_k's). 0: automatic (RIDGE_SKINNY_TAIL_SPLIT=n, else off: on the
-  // H100, where a thin round is not slow, it costs 1.2 % a batch-1 step; the H200 A/B is still
-  // to run, run 32), -1: off, 2..8: that many ranks.
-  int tail_split = 0;
-  // The ring's step order (probe of run 33): each block reads its row tiles' K steps rotated to
-  // start b/G of the way along K (b its block, G the grid), so that at any moment the blocks'
-  // addresses are not all one row tile (a power of two: 128 KB at K = 4,096) apart. The sums
-  // differ from the unrotated ring's in order, not in precision. 0: automatic
-  // (RIDGE_SKINNY_SKEW=1, else off), -1: off, 1: on.
-  int skew = 0;
-  // Internal (the launch sets them): the row tiles [tile_begin, tile_end) of this launch
-  // (tile_end 0: to the last).
-  int tile_begin = 0, tile_end = 0;
   // Epilogue rope_kv (decode q|k|v; on when rope.positions is set): W stacks q, k and v rows
   // (N = q_dim + 2·kv_dim, head_dim % 16 == 0), and each block takes 8 rows i of a q or k head's
   // first half with their partners i + head_dim/2 as the two 8-row halves of its MMA tile (v rows
@@ -282,10 +261,6 @@ struct SkinnyArgs {
   // the MMA kernel.
   SkinnyStreamWorkspace stream;
 };
-// How many tail-split launches (SkinnyArgs::tail_split) this process has made, and how many row
-// tiles the last one took (tests).
-int64_t skinny_tail_launches();
-int skinny_last_tail_tiles();
 // Whether gemm_bf16_skinny_fused runs `a` in the row-stream GEMV.
 bool skinny_stream_applies(const SkinnyArgs& a);
 // How many row-stream GEMVs this process has launched (tests: which kernel a backend call ran).

@@ -21,7 +21,7 @@
 // columns), so the MMA computes Yᵀ tiles.
 //
 // Launch shape: 256 threads = 8 warps. Block (bx, by) covers tokens [bx·MT, bx·MT + MT) and
-// weight rows [y·16·RT, y·16·RT + 16·RT), y = tile_begin + by. The 8 warps split K (warp w
+// weight rows [by·16·RT, by·16·RT + 16·RT). The 8 warps split K (warp w
 // takes steps w, w+8, … of 32·KU columns) and are reduced through shared memory in a fixed
 // order (deterministic).
 // Limits: K % 8 == 0, N % 8 == 0 (host-checked); partial row/token tiles are clamped on load
@@ -336,8 +336,7 @@ __device__ __forceinline__ bool finish_tile(const SkinnyArgs& a, const float (&a
 // KU: 32-column chunks per step (bytes in flight per thread = RT·2·KU·16 on the register path);
 // MIN_BLOCKS: blocks per SM the register budget must allow (2 keeps 16 warps streaming);
 // P: what is applied to the activations as they are loaded (gemm.h).
-// Row tiles: block (bx, by) takes row tiles y, y + gridDim.y, … below n_tiles (y = tile_begin + by,
-// n_tiles = tile_end when set; one each when the grid covers
+// Row tiles: block (bx, by) takes row tiles by, by + gridDim.y, … (one each when the grid covers
 // them all; persistent when it is sized to the resident blocks): each warp's last step of one
 // tile is followed by the first step of its next tile, so the weight stream does not stop while
 // the block reduces and stores a tile, nor for a block to retire and a new one to start.
@@ -384,11 +383,8 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
   const int t = lane & 3;   // thread in group: 8 k-columns at 8·t within each 32-column chunk
   const int m0 = blockIdx.x * MT;
   const int F = N / 2;      // swiglu: outputs
-  // This launch's row tiles: [a.tile_begin, n_tiles).
-  const int n_tiles = a.tile_end > 0 ? a.tile_end
-                      : a.swiglu     ? (F + 8 * RT - 1) / (8 * RT)
-                                     : (N + 16 * RT - 1) / (16 * RT);
-  const int tile0 = a.tile_begin + int(blockIdx.y);  // the block's first
+  const int n_tiles = a.swiglu ? (F + 8 * RT - 1) / (8 * RT) : (N + 16 * RT - 1) / (16 * RT);
+  const int tile0 = int(blockIdx.y);  // the block's first
 
   // MMA rows g and g + 8 of row tile rt of tile `tile`: weight rows tile·16·RT + rt·16 + g (+ 8),
   // or with the SwiGLU epilogue gate row f and up row F + f for f = (tile·RT + rt)·8 + g.
@@ -456,15 +452,12 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
     auto piece = [&](int slot, int q) {
       return ring + (slot * kRingSlots + q) * kSkinnyThreads + threadIdx.x;
     };
-    // SkinnyArgs::skew: this block's steps in the order rot, rot + 1, …, steps - 1, 0, ….
-    const int rot = a.skew > 0 ? int(int64_t(blockIdx.y) * steps / int(gridDim.y)) : 0;
-    const auto rotated = [&](int s) { return s + rot >= steps ? s + rot - steps : s + rot; };
     const int my_steps = warp < steps ? (steps - warp + kSkinnyWarps - 1) / kSkinnyWarps : 0;
     const int my_tiles = kPersist ? (n_tiles - tile0 + int(gridDim.y) - 1) / int(gridDim.y) : 1;
     const int items = my_steps * my_tiles;
     int ls = warp, lk = 0;  // the next item to copy: step ls of the block's lk-th tile
     auto issue = [&](int slot) {
-      const int k0 = rotated(ls) * KSTEP;
+      const int k0 = ls * KSTEP;
 #pragma unroll
       for (int c = 0; c < KU; ++c) {
         const int k = k0 + 32 * c;
@@ -518,7 +511,7 @@ __global__ void __launch_bounds__(kSkinnyThreads, MIN_BLOCKS)
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int c = 0; c < KU; ++c) w[h][c] = *piece(slot, h * KU + c);
-      const int k0 = rotated(cs) * KSTEP;
+      const int k0 = cs * KSTEP;
 #pragma unroll
       for (int c = 0; c < KU; ++c) {
         const int k = k0 + 32 * c;
@@ -727,41 +720,18 @@ int persistent_blocks_per_sm(int resident, size_t smem) {
   return per_sm;
 }
 
-std::atomic<int64_t> g_tail_launches{0};
-std::atomic<int> g_last_tail_tiles{0};
-
-// The ranks of SkinnyArgs::tail_split: forced, off, or automatic (RIDGE_SKINNY_TAIL_SPLIT=n for
-// A/B runs; off by default until measured).
-int tail_split_ranks(const SkinnyArgs& a) {
-  if (a.tail_split != 0) return a.tail_split;
-  static const int from_env = [] {
-    const int n = env_int("RIDGE_SKINNY_TAIL_SPLIT", 0);
-    return n >= 2 && n <= skinny_max_split_k ? n : -1;
-  }();
-  return from_env;
-}
-
-// SkinnyArgs::skew: forced, off, or automatic (RIDGE_SKINNY_SKEW=1 for A/B runs; off by default
-// until measured).
-int skew_of(const SkinnyArgs& a) {
-  if (a.skew != 0) return a.skew;
-  static const int from_env = env_int("RIDGE_SKINNY_SKEW", 0) == 1 ? 1 : -1;
-  return from_env;
-}
-
 // The ring configuration of launch_skinny_config (one token tile, no split-K of its own, no
-// staged steps), and before it the split-K launch of a thin last round (SkinnyArgs::tail_split).
+// staged steps).
 template <int NG, int MIN_BLOCKS, SkinnyPrologue P, bool ROPE>
 void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t stream) {
   constexpr int KU = 4;
   auto kernel = skinny_gemm_kernel<NG, 1, KU, MIN_BLOCKS, P, false, ROPE, true>;
-  const size_t base_smem = sizeof(float) * kSkinnyWarps * NG * 4 * 32;
-  const size_t smem = base_smem + size_t(ring) * kSkinnyThreads * 2 * KU * sizeof(uint4);
+  const size_t smem = sizeof(float) * kSkinnyWarps * NG * 4 * 32 +
+                      size_t(ring) * kSkinnyThreads * 2 * KU * sizeof(uint4);
   // Resident blocks per ring depth (2 or 3), taken once per configuration: what the occupancy
   // calculator allows with the whole split, capped by what a launch carveout leaves (the decode
   // chain's, pdl.h): a persistent grid larger than what is resident would run a second wave.
   static int resident[4] = {0, 0, 0, 0};
-  static int carveout[4] = {0, 0, 0, 0};  // the kernel's preferred carveout, percent
   static int sms = 0;
   if (resident[ring] == 0) {
     int device = 0, per_sm = 0;
@@ -778,9 +748,8 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
     // 3.5 of the 5.3 µs the ring loses on q|k|v at 16 tokens on the H200.)
     const int blocks = skinny_blocks_cap() == 1 ? 1 : 2;
     const int percent = int((blocks * (smem + 1024) * 100 + 228 * 1024 - 1) / (228 * 1024));
-    carveout[ring] = std::min(percent, 100);
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout[ring]));
+        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, std::min(percent, 100)));
     RIDGE_GEMM_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSkinnyThreads, smem));
     resident[ring] = std::max(1, per_sm);
@@ -788,38 +757,8 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
   const int per_sm = persistent_blocks_per_sm(resident[ring], smem);
   SkinnyArgs r = a;
   r.ring = ring;
-  r.skew = skew_of(a);
   const int grid_y = std::max(1, sms * per_sm);
-  int full_tiles = n_tiles;  // the ring's: [0, full_tiles)
-  if constexpr (!ROPE) {
-    // A thin last round (SkinnyArgs::tail_split): its tiles first, split over K.
-    const int steps = (a.K + 32 * KU - 1) / (32 * KU);
-    const int ranks = std::min(tail_split_ranks(a), steps);  // every rank at least one step
-    const int tail = n_tiles % grid_y;
-    if (ranks > 1 && skinny_persistent() && n_tiles > grid_y && tail > 0 && 2 * tail <= grid_y) {
-      SkinnyArgs t = a;
-      t.tile_begin = n_tiles - tail;
-      t.tile_end = n_tiles;
-      auto split_kernel = skinny_gemm_kernel<NG, 1, KU, MIN_BLOCKS, P, true>;
-      const size_t split_smem = base_smem + sizeof(float) * NG * 4 * 32;
-      // The ring's carveout for the tail too (unless a launch carveout is set for both), so that
-      // ring blocks can start beside tail blocks: kernels with different carveouts do not share
-      // an SM (pdl.h).
-      const int launch_carveout = pdl::launch_carveout();
-      if (launch_carveout < 0) pdl::set_launch_carveout(carveout[ring]);
-      const cudaError_t err =
-          pdl::launch(a.pdl_launch, unsigned(ranks), split_kernel, dim3(1, tail, ranks),
-                      dim3(kSkinnyThreads), split_smem, stream, t);
-      if (launch_carveout < 0) pdl::set_launch_carveout(launch_carveout);
-      RIDGE_GEMM_CUDA_CHECK(err);
-      g_tail_launches.fetch_add(1, std::memory_order_relaxed);
-      g_last_tail_tiles.store(tail, std::memory_order_relaxed);
-      full_tiles = n_tiles - tail;
-      r.tile_end = full_tiles;
-      r.pdl_launch = true;  // its first weights stream while the tail runs
-    }
-  }
-  const dim3 grid(1, skinny_persistent() ? persistent_grid(full_tiles, grid_y) : full_tiles);
+  const dim3 grid(1, skinny_persistent() ? persistent_grid(n_tiles, grid_y) : n_tiles);
   RIDGE_GEMM_CUDA_CHECK(
       pdl::launch(r.pdl_launch, kernel, grid, dim3(kSkinnyThreads), smem, stream, r));
   g_ring_launches.fetch_add(1, std::memory_order_relaxed);
@@ -1214,14 +1153,6 @@ int64_t skinny_stream_launches() {
 
 int64_t skinny_ring_launches() {
   return g_ring_launches.load(std::memory_order_relaxed);
-}
-
-int64_t skinny_tail_launches() {
-  return g_tail_launches.load(std::memory_order_relaxed);
-}
-
-int skinny_last_tail_tiles() {
-  return g_last_tail_tiles.load(std::memory_order_relaxed);
 }
 
 bool skinny_stream_applies(const SkinnyArgs& a) {
