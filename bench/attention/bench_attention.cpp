@@ -198,10 +198,6 @@ struct Variant {
                      // on bf16 pools holding the same values
   int fill_ring = -1;   // PagedAttentionArgs::decode_fill_ring: 0 / 1, -1 its default
   int skip_empty = -1;  // PagedAttentionArgs::decode_skip_empty: 0 / 1, -1 its default
-  // PagedAttentionArgs::decode_persistent: 0 / 1 (drawing tickets: the split counters given, as
-  // the backend gives them) / 2 (items in a fixed order), -1 its default
-  int persistent = -1;
-  int two_barriers = -1;  // PagedAttentionArgs::decode_two_barriers: 0 / 1, -1 its default
 };
 
 // One decode token per sequence over bf16 pools (the caller sets the path, splits and fp8).
@@ -281,8 +277,6 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
   dv::fill_random_bf16(q.as<uint16_t>(), size_t(B) * nh * m.hd, 7, 1.f, s);
   CK(cudaStreamSynchronize(s));
 
-  DeviceMemory tickets(2 * sizeof(int));  // zero, and left zero by every launch
-  CK(cudaMemsetAsync(tickets.ptr, 0, 2 * sizeof(int), s));
   auto args_for = [&](const Variant& v, int set, uint16_t* dst) {
     kn::PagedAttentionArgs a = decode_args(
         m, B, bs, blocks, blocks_per_seq, q.as<uint16_t>(), dst,
@@ -297,12 +291,6 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
     a.decode_stages = v.stages;
     if (v.fill_ring >= 0) a.decode_fill_ring = v.fill_ring == 1;
     if (v.skip_empty >= 0) a.decode_skip_empty = v.skip_empty == 1;
-    if (v.persistent >= 0) a.decode_persistent = v.persistent >= 1;
-    if (v.persistent == 1) {
-      a.split_counters = tickets.as<int>();
-      a.split_counters_len = 2;
-    }
-    if (v.two_barriers >= 0) a.decode_two_barriers = v.two_barriers == 1;
     if (v.graph_split) {
       a.fixed_splits =
           kn::graph_attention_splits(B, 1, m.nkv, m.group, m.hd, ctx, sms, kWorkspaceBytes);
@@ -318,26 +306,16 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
       {"decode s2", kn::AttentionPath::decode, 2, false},
       {"decode s2, no fill", kn::AttentionPath::decode, 2, false, false, 0},
       {"decode s2, no skip", kn::AttentionPath::decode, 2, false, false, -1, 0},
-      {"decode s2, persistent", kn::AttentionPath::decode, 2, false, false, -1, -1, 1},
-      {"decode s2, persistent fixed", kn::AttentionPath::decode, 2, false, false, -1, -1, 2},
-      {"decode s2, not persistent", kn::AttentionPath::decode, 2, false, false, -1, -1, 0},
-      {"decode s2, two barriers", kn::AttentionPath::decode, 2, false, false, -1, -1, 0, 1},
-      {"decode s3, two barriers", kn::AttentionPath::decode, 3, false, false, -1, -1, 0, 1},
       {"decode s3", kn::AttentionPath::decode, 3, false},
       {"decode s3, no fill", kn::AttentionPath::decode, 3, false, false, 0},
       {"decode s4", kn::AttentionPath::decode, 4, false},
       {"decode default, graph split", kn::AttentionPath::decode, 0, true},
       {"decode graph split, no fill", kn::AttentionPath::decode, 0, true, false, 0},
       {"decode graph split, no skip", kn::AttentionPath::decode, 0, true, false, -1, 0},
-      {"decode graph split, persistent", kn::AttentionPath::decode, 0, true, false, -1, -1, 1},
       {"auto (the backend's pick)", kn::AttentionPath::automatic, 0, false},
       {"fp8 KV decode", kn::AttentionPath::decode, 0, false, true},
       {"fp8 KV decode, no fill", kn::AttentionPath::decode, 0, false, true, 0},
       {"fp8 KV decode, no skip", kn::AttentionPath::decode, 0, false, true, -1, 0},
-      {"fp8 KV decode, persistent", kn::AttentionPath::decode, 0, false, true, -1, -1, 1},
-      {"fp8 KV decode, persist fixed", kn::AttentionPath::decode, 0, false, true, -1, -1, 2},
-      {"fp8 KV decode, not persistent", kn::AttentionPath::decode, 0, false, true, -1, -1, 0},
-      {"fp8 KV decode, two barriers", kn::AttentionPath::decode, 0, false, true, -1, -1, 0, 1},
       {"fp8 KV decode, short ring", kn::AttentionPath::decode, 2, false, true},
       {"fp8 KV decode, deep ring", kn::AttentionPath::decode, 3, false, true},
       {"fp8 KV decode, graph split", kn::AttentionPath::decode, 0, true, true},

@@ -192,10 +192,6 @@ struct Variant {
   bool counters = false;  // split counters given: the decode kernel merges its splits itself
   bool fill_ring = true;  // PagedAttentionArgs::decode_fill_ring (false: the older prologue)
   bool skip_empty = true;  // PagedAttentionArgs::decode_skip_empty (false: every warp computes)
-  bool persistent = false;    // PagedAttentionArgs::decode_persistent
-  int persistent_blocks = 0;  // PagedAttentionArgs::decode_persistent_blocks (0: resident cap)
-  bool two_barriers = false;  // PagedAttentionArgs::decode_two_barriers
-  bool fp8 = false;           // the pools' first bytes read as E4M3 (exactness tests only)
   std::string name() const {
     std::string s = path == kn::AttentionPath::general  ? "general"
                     : path == kn::AttentionPath::decode ? "decode"
@@ -208,9 +204,6 @@ struct Variant {
     if (counters) s += " in-kernel merge";
     if (!fill_ring) s += " no-fill";
     if (!skip_empty) s += " no-skip";
-    if (persistent) s += fmt::format(" persistent(blocks {})", persistent_blocks);
-    if (fp8) s += " fp8";
-    if (two_barriers) s += " two-barriers";
     return s;
   }
 };
@@ -247,10 +240,6 @@ kn::PagedAttentionArgs args_for(const Pools& p, Dev& d, const Batch& b, const Va
   a.decode_stages = v.stages;
   a.decode_fill_ring = v.fill_ring;
   a.decode_skip_empty = v.skip_empty;
-  a.decode_persistent = v.persistent;
-  a.decode_persistent_blocks = v.persistent_blocks;
-  a.kv_fp8 = v.fp8;
-  a.decode_two_barriers = v.two_barriers;
   a.general_block_rows = v.block_rows;
   a.fixed_splits = v.fixed_splits;
   a.min_split_positions = v.min_split;
@@ -340,33 +329,6 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
     vs.push_back({kn::AttentionPath::decode, 0, 0, false, 0, 0, false, true, false});
     vs.push_back({kn::AttentionPath::decode, 0, 0, true, 0, 0, false, true, false});
     vs.push_back({kn::AttentionPath::decode, graph, 0, false, 0, 256, true, true, false});
-    // The persistent decode kernel (unsplit launches): every block's items at once, one block
-    // walking all of them, three blocks; graph mode with one split.
-    for (int blocks : {0, 1, 3})
-      for (bool tickets : {false, true}) {
-        Variant pv{kn::AttentionPath::decode, 0, 0, false};
-        pv.persistent = true;
-        pv.persistent_blocks = blocks;
-        pv.counters = tickets;
-        vs.push_back(pv);
-      }
-    // Loads before each wait (two barriers a tile): unsplit, planned splits, graph splits with the
-    // in-kernel merge, and every ring depth.
-    for (Variant tv : {Variant{kn::AttentionPath::decode, 0, 0, false},
-                       Variant{kn::AttentionPath::decode, 0, 0, true},
-                       Variant{kn::AttentionPath::decode, graph, 0, false, 0, 256, true},
-                       Variant{kn::AttentionPath::decode, 5, 2, false},
-                       Variant{kn::AttentionPath::decode, 5, 3, false},
-                       Variant{kn::AttentionPath::decode, 5, 4, false}}) {
-      tv.two_barriers = true;
-      vs.push_back(tv);
-    }
-    {
-      Variant pv{kn::AttentionPath::decode, 1, 0, false};
-      pv.persistent = true;
-      pv.persistent_blocks = 2;
-      vs.push_back(pv);
-    }
     vs.push_back({kn::AttentionPath::general, 7, 0, false, 0, 128, false});
     // Mostly empty splits, where 64 of them fit the workspace (a larger request is refused: the
     // refusal itself is checked in AttentionKernelRefusals).
@@ -534,9 +496,7 @@ TEST_F(GpuBackend, AttentionKernelSanitizerSubset) {
           Variant{kn::AttentionPath::decode, 6, 3, false, 0, 256, true, false},
           Variant{kn::AttentionPath::decode, 0, 2, false, 0, 0, false, true, false},
           Variant{kn::AttentionPath::decode, 6, 0, false, 0, 256, true, true, false},
-          Variant{kn::AttentionPath::decode, 0, 0, false, 0, 0, false, true, true, true, 2},
-          Variant{kn::AttentionPath::decode, 6, 4, false, 0, 0, false, true, true, false, 0, true},
-          Variant{kn::AttentionPath::decode, 1, 0, false, 0, 0, false, true, true, true, 0},
+          Variant{kn::AttentionPath::decode, 6, 4, false},
           Variant{kn::AttentionPath::general, 4, 0, false},
           Variant{kn::AttentionPath::general, 4, 0, false, 128},
           Variant{kn::AttentionPath::general, 0, 0, false, 128}}) {
@@ -545,24 +505,6 @@ TEST_F(GpuBackend, AttentionKernelSanitizerSubset) {
       check(fmt::format("{} [{}, splits {}]", b.label, v.name(), plan.num_splits), d, b);
     }
   }
-  // The persistent decode kernel: one and two rows a sequence, blocks walking several items (its
-  // merge scratch in the stage just computed while the next item's tiles land in the others).
-  for (int64_t hd : {64, 128})
-    for (int32_t q_len : {1, 2}) {
-      const std::vector<DSeq> seqs = {{q_len, 130}, {q_len, 70}, pad(), {q_len, 5}, {q_len, 64}};
-      const Pools p = make_pools(2, 1, hd, 16, blocks_for(seqs, 16), max_blocks_for(seqs, 16));
-      const Batch b = make_batch(p, seqs);
-      Dev d = make_dev(p, b.S, b.T);
-      for (bool tickets : {false, true}) {
-        Variant v{kn::AttentionPath::decode, 1, 0, false};
-        v.persistent = true;
-        v.persistent_blocks = 3;
-        v.counters = tickets;
-        load(d, b);
-        const kn::PagedAttentionPlan plan = run_variant(p, d, b, v);
-        check(fmt::format("{} [{}, splits {}]", b.label, v.name(), plan.num_splits), d, b);
-      }
-    }
 }
 
 // A warp that skips the tiles past its range (PagedAttentionArgs::decode_skip_empty) changes no
@@ -589,62 +531,6 @@ TEST_F(GpuBackend, AttentionKernelSkipEmptyIsExact) {
             << "hd " << hd << ", " << stages << " stages, " << splits << " fixed splits";
       }
   }
-}
-
-// The persistent decode kernel (PagedAttentionArgs::decode_persistent) writes the decode
-// kernel's bits: bf16 and E4M3 pools, hd 64/128, 1 to 8 rows a sequence (GQA 1/4/8, two tokens
-// a sequence), padding, a sequence without tokens, contexts of one tile to several, blocks
-// walking one to all of the items (whose tiles then share the ring), planned and graph mode.
-TEST_F(GpuBackend, AttentionKernelPersistentIsExact) {
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (int64_t hd : {64, 128})
-    for (int64_t group : {1, 4, 8})
-      for (int32_t q_len : {1, 2}) {
-        if (q_len * group > 8) continue;  // the persistent kernel's bound
-        const std::vector<DSeq> seqs = {{q_len, q_len}, {q_len, 17},  pad(),        {q_len, 65},
-                                        {q_len, 130},   {0, 40},      {q_len, 200}, {q_len, 64},
-                                        {q_len, 333},   {q_len, 128}, pad()};
-        const Pools p =
-            make_pools(3, group, hd, 16, blocks_for(seqs, 16), max_blocks_for(seqs, 16));
-        const Batch b = make_batch(p, seqs);
-        Dev d = make_dev(p, b.S, b.T);
-        for (bool fp8 : {false, true}) {
-          if (fp8) {  // random E4M3 bytes, NaN patterns (0x7f, 0xff) left out
-            std::vector<uint8_t> bytes(size_t(p.blocks * p.bs * p.width()));
-            for (DeviceMatrix* m : {&d.k, &d.v}) {
-              for (uint8_t& x : bytes) {
-                x = uint8_t(byte(rng()));
-                if ((x & 0x7f) == 0x7f) x = uint8_t(x - 1);
-              }
-              cuda().upload({}, m->view.data, bytes.data(), bytes.size());
-            }
-            cuda().synchronize({});
-          }
-          for (int fixed : {0, 1}) {
-            std::vector<float> want;
-            // -1: the decode kernel; then the persistent one in a fixed order (even) or drawing
-            // tickets (odd: the split counters given) at blocks 0 (all resident), 1, 2, 5.
-            for (int i = -1; i < 8; ++i) {
-              const int blocks = i < 0 ? -1 : std::array{0, 1, 2, 5}[size_t(i / 2)];
-              load(d, b);
-              Variant v{kn::AttentionPath::decode, fixed, 0, false};
-              v.fp8 = fp8;
-              v.persistent = blocks >= 0;
-              v.persistent_blocks = std::max(blocks, 0);
-              v.counters = i >= 0 && i % 2 == 1;
-              run_variant(p, d, b, v);
-              const std::vector<float> got = download_view(d.out);
-              if (blocks < 0) {
-                want = got;
-                continue;
-              }
-              ASSERT_EQ(got.size(), want.size());
-              EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-                  << b.label << " " << v.name();
-            }
-          }
-        }
-      }
 }
 
 TEST_F(GpuBackend, AttentionKernelRefusals) {

@@ -46,9 +46,6 @@ bool env_switch(const char* name, bool fallback) {
 //   RIDGE_ATTN_FILL_RING     decode_fill_ring: its prologue fills the whole ring
 //   RIDGE_ATTN_SKIP_EMPTY    decode_skip_empty: its warps skip tiles with none of their positions
 //                            in range
-//   RIDGE_ATTN_TWO_BARRIERS  decode_two_barriers: each tile loaded before the wait for the one
-//                            STAGES - 1 before it
-//   RIDGE_ATTN_PERSISTENT    decode_persistent: unsplit decode attention in the persistent kernel
 template <bool kernels::PagedAttentionArgs::*Field>
 bool attention_knob(const char* name) {
   static const bool on = env_switch(name, kernels::PagedAttentionArgs{}.*Field);
@@ -1148,8 +1145,6 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.early_kv = attention_knob<&PA::early_kv>("RIDGE_ATTN_EARLY_KV");
   a.decode_fill_ring = attention_knob<&PA::decode_fill_ring>("RIDGE_ATTN_FILL_RING");
   a.decode_skip_empty = attention_knob<&PA::decode_skip_empty>("RIDGE_ATTN_SKIP_EMPTY");
-  a.decode_persistent = attention_knob<&PA::decode_persistent>("RIDGE_ATTN_PERSISTENT");
-  a.decode_two_barriers = attention_knob<&PA::decode_two_barriers>("RIDGE_ATTN_TWO_BARRIERS");
   a.min_split_positions = attention_min_split();
   if (attention_decode_stages()) a.decode_stages = attention_decode_stages();
   cudaStream_t stream = stream_of(s);

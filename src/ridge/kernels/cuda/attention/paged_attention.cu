@@ -44,8 +44,7 @@
 //   in flight from the start; off, STAGES - 1 and the last stage loaded in tile 0's iteration);
 //   then STAGES - 1 tiles in flight while one is computed; one __syncthreads per tile (it both
 //   publishes tile t and frees the stage of tile t - 1, which the loads issued right after it
-//   refill). KernelArgs::two_barriers (opt-in) splits it in two around the wait so that the next
-//   tile is loaded before it: STAGES tiles in flight during each wait (H100, run 35: level).
+//   refill).
 //   Per warp and tile: S (16 x 16) = Q K^T with K fragments from ldmatrix.x4 (2 n-tiles x
 //   HD/16 k-steps), mask (causal per row, and the split's range), online softmax in the exp2
 //   domain, P to bf16 in registers, O += P V (V from ldmatrix.x4.trans, HD/8 n-tiles). A warp
@@ -282,7 +281,6 @@ struct KernelArgs {
   bool early_kv;     // decode kernel: earlier positions' first tiles loaded before the PDL wait
   bool fill_ring;    // decode kernel: the prologue loads STAGES tiles (every stage), not STAGES - 1
   bool skip_empty;   // decode kernel: a warp skips the MMAs of a tile wholly past its range
-  bool two_barriers;  // decode kernel (with fill_ring): each tile loaded before the previous wait
   // Decode kernel, RIDGE_ATTN_TRACE (diagnostic, trace/block_trace.h): per block, %globaltimer at
   // entry, when its first tile has landed, when its last tile is done, when its output is
   // written, and its SM; null: not traced.
@@ -791,7 +789,7 @@ __device__ __forceinline__ void load_q_rows(uint16_t* dst, int slots, int rows, 
   }
 }
 
-// The decode kernels' merge of their 4 warps' states, in pieces both use (the same arithmetic,
+// The decode kernel's merge of its 4 warps' states, in pieces (the same arithmetic,
 // the same order). merge_publish: each warp's row sums over its quad (m is quad-uniform), and (m,
 // l) per warp and row to red_m / red_l (the caller then waits at a barrier).
 __device__ __forceinline__ void merge_publish(const float (&m)[2], float (&l)[2],
@@ -1050,23 +1048,10 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   for (int d = 0; d < DTILES; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  // two_barriers (with fill_ring): tile t + STAGES - 1 is loaded before tile t is awaited, after
-  // a barrier that frees tile t - 1's stage, so that STAGES tiles are in flight during the wait;
-  // a second barrier then publishes tile t. Tile t lies in group t + 1 from tile STAGES - 1 on
-  // (the prologue's groups: STAGES - 1 of earlier rows, Q and new rows, tile STAGES - 1).
-  const bool two_barriers = a.two_barriers && a.fill_ring;
   for (int tile = 0; tile < n_tiles; ++tile) {
     // This thread's copies of tile `tile` have landed (at tile 0 the prologue's last group holds
     // Q and the new rows of every prologue tile: all groups).
-    if (two_barriers && tile > 0) {
-      __syncthreads();  // everyone is done with tile - 1's stage
-      const int next = tile + STAGES - 1;
-      if (next < n_tiles) load_kv(next, next % STAGES, 0);
-      cp_async_commit();
-      // Groups committed: STAGES + 1 + tile; tile's is group tile + 1 from tile STAGES - 1 on
-      // (earlier tiles landed with the prologue's first STAGES groups).
-      cp_async_wait<STAGES - 1>();
-    } else if (tile == 0) {
+    if (tile == 0) {
       if (a.fill_ring)
         cp_async_wait<1>();  // every group but tile STAGES - 1's
       else
@@ -1076,8 +1061,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     }
     __syncthreads();  // everyone's have; everyone is done with tile - 1's stage
     if (stamps && tile == 0) stamps[1] = globaltimer_ns();
-    if (!two_barriers && (tile > 0 || !a.fill_ring)) {  // (fill_ring: tile STAGES - 1 is in
-                                                        // flight already)
+    if (tile > 0 || !a.fill_ring) {  // (fill_ring: tile STAGES - 1 is in flight already)
       const int next = tile + STAGES - 1;
       if (next < n_tiles) load_kv(next, next % STAGES, 0);
       cp_async_commit();
@@ -1194,286 +1178,6 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   }
 }
 
-// The persistent decode kernel's shared memory (paged_decode_persistent_kernel): the ring as in
-// paged_decode_kernel; per stage the bf16 Q rows of the item whose first tile it holds
-// ([STAGES][rows_cap][SROW]); with fp8 KV the f16 Q tile of the item being computed ([16][SROW]).
-// The merge's fp32 scratch ([4][rows_cap][HD + 8]) is the stage of the item's last tile, free
-// from the merge's first barrier until the next tile's iteration refills it: a bf16 stage's K
-// tile, or an fp8 stage, holds it up to 8 rows (kPersistentRows).
-constexpr int kPersistentRows = 8;
-template <int HD, int STAGES, bool FP8>
-constexpr size_t persistent_ring_bytes() {
-  return FP8 ? size_t(2 * STAGES * kBN) * fp8_row<HD>()
-             : size_t(2 * STAGES * kBN) * smem_row<HD>() * 2;
-}
-static_assert(kWarps * kPersistentRows * (128 + 8) * 4 <= kBN * smem_row<128>() * 2 &&
-                  kWarps * kPersistentRows * (64 + 8) * 4 <= kBN * smem_row<64>() * 2 &&
-                  kWarps * kPersistentRows * (128 + 8) * 4 <= 2 * kBN * fp8_row<128>() &&
-                  kWarps * kPersistentRows * (64 + 8) * 4 <= 2 * kBN * fp8_row<64>(),
-              "the persistent kernel's merge scratch must fit one stage's K tile (bf16) or stage");
-template <int HD, int STAGES, bool FP8>
-size_t persistent_smem_bytes(int rows_cap) {
-  return persistent_ring_bytes<HD, STAGES, FP8>() + size_t(STAGES * rows_cap) * smem_row<HD>() * 2 +
-         (FP8 ? size_t(kDecRows) * smem_row<HD>() * 2 : 0);
-}
-
-// paged_decode_persistent_kernel<HD, STAGES, FP8> (PagedAttentionArgs::decode_persistent, opt-in):
-// the decode kernel's work, unsplit, as a persistent grid (its resident blocks on every SM, and
-// only where that is the decode kernel's residency). Items are (sequence, KV head) pairs in the
-// decode kernel's launch order; blocks draw them in that order from a ticket counter (the split
-// counters; without them block b takes b, b + gridDim.x, ...). One ring of STAGES tiles runs
-// through all of a block's items: the tile after an item's last is the next item's first, loaded
-// (with the item's Q rows and metadata, into the same stage) while the item's last tiles are
-// computed and merged, and the next item's metadata and page-table head are prefetched into L1.
-// Two barriers a tile, so that STAGES tiles are in flight during each wait. A block of
-// paged_decode_kernel instead starts each item with an empty ring (metadata, page table, first
-// tile: three round trips with nothing of its own in flight, 2.3-3.1 of a block's ~5-8 us at 512
-// sequences of 64-130 positions on the H100, run 35) and ends it with the merge.
-// H100, run 35: 2-3 % faster where an item is one tile (512 x 64), 1-3 % slower at 130-256
-// positions with bf16 KV and 5-11 % with fp8 (tickets; in a fixed order 4-6 % and 7 %), the
-// step level to 1 % slower: opt-in until the H200, whose decode kernel is further from its read
-// ceiling at these contexts (78 % at 136 positions, run 21), has measured it.
-// The arithmetic is the decode kernel's, tile for tile (decode_tile), and the merge adds the
-// warps' partial outputs in the same order (warp 0 + 1, + 2, + 3): the same output bits
-// (AttentionKernelPersistentIsExact). At most kPersistentRows rows a sequence (q_len * group).
-template <int HD, int STAGES, bool FP8>
-__global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>())
-    paged_decode_persistent_kernel(const KernelArgs a, int num_items, int rows_cap, int* ticket) {
-  constexpr int SROW = smem_row<HD>();
-  constexpr int KSTEPS = HD / 16;
-  constexpr int DTILES = HD / 8;
-  constexpr int RROW = HD + 8;
-  constexpr int FROW = fp8_row<HD>();
-  extern __shared__ __align__(16) uint16_t smem[];
-  __shared__ float red_m[kWarps][kDecRows], red_l[kWarps][kDecRows], row_l[kDecRows];
-  __shared__ int4 meta[STAGES];  // per stage: (q_start, q_len, ctx, kv head) of the item it starts
-  __shared__ int4 item;  // the metadata of the item being computed (read again by its merge)
-  uint16_t* ks = smem;
-  uint16_t* vs = ks + STAGES * kBN * SROW;
-  uint8_t* ring8 = reinterpret_cast<uint8_t*>(smem);
-  uint16_t* qslot = smem + persistent_ring_bytes<HD, STAGES, FP8>() / 2;
-  uint16_t* qh = qslot + STAGES * rows_cap * SROW;  // fp8 only
-
-  pdl::wait();  // q, and every item's new K/V rows, come from the kernels before
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t4 = lane % 4;
-  if constexpr (FP8)  // rows past an item's never hold more than stale finite values
-    for (int c = tid; c < kDecRows * SROW / 8; c += kThreads)
-      reinterpret_cast<uint4*>(qh)[c] = make_uint4(0, 0, 0, 0);
-
-  // Items: block b's first is b; then b + gridDim.x, ... (no ticket), or (tickets) the next of a
-  // counter every block draws from, so that items run in their order across the GPU (the KV heads
-  // of a sequence together, and no block left with a longer share) as the decode kernel's blocks
-  // do. Thread 0 draws the ticket for the block's item j + 1 when its item j starts and publishes
-  // it (s_next, s_seq = j + 1) at the top of the next tile's iteration, or at once when the
-  // producer needs it sooner.
-  __shared__ int s_next, s_seq;
-  int pend = 0, pend_seq = 0;  // thread 0: the ticket drawn, not yet published
-  auto draw = [&](int j) {
-    pend = int(gridDim.x) + atomicAdd(ticket, 1);
-    pend_seq = j;
-  };
-  auto publish = [&]() {  // thread 0
-    if (pend_seq == 0) return;
-    s_next = pend;
-    s_seq = pend_seq;
-    pend_seq = 0;
-    if (s_next < num_items) {  // its metadata and page-table head into L1 meanwhile
-      const int nseq = s_next / a.nkv;
-      prefetch_l1(a.cu_seqlens_q + nseq);
-      prefetch_l1(a.context_lens + nseq);
-      prefetch_l1(a.block_tables + int64_t(nseq) * a.max_blocks_per_seq);
-    }
-  };
-  if (ticket) {
-    if (tid == 0) {
-      s_seq = 0;
-      if (int(blockIdx.x) < num_items) draw(1);
-    }
-    __syncthreads();
-  }
-
-  // The producer: the item whose tiles are being loaded (the block's j-th), and its next tile.
-  int p_j = -1, p_item = 0, p_tile = 0, p_tiles = 0;
-  int p_q0 = 0, p_qlen = 0, p_ctx = 0, p_kvh = 0;
-  const int32_t* p_table = a.block_tables;
-  bool p_done = false;
-  const int last_blk = a.max_blocks_per_seq - 1;
-  const KvTileLoader<HD, FP8> kv_tiles(a, ks, vs, tid);
-  // One group per call (empty once the block's items are done): the next tile of the stream
-  // into `stage`; at an item's first tile also its Q rows and its metadata (the end marker, kv
-  // head -1, after the last item).
-  auto produce = [&](int stage) {
-    if (!p_done && p_tile == p_tiles) {
-      for (;;) {
-        ++p_j;
-        if (p_j == 0) {
-          p_item = int(blockIdx.x);
-        } else if (!ticket) {
-          p_item += gridDim.x;
-        } else {
-          if (s_seq != p_j) {  // drawn but not yet published: now
-            __syncthreads();
-            if (tid == 0) publish();
-            __syncthreads();
-          }
-          p_item = s_next;
-          __syncthreads();  // everyone has read it before thread 0 publishes the next
-          if (tid == 0 && p_item < num_items) draw(p_j + 1);
-        }
-        if (p_item >= num_items) {
-          // The next kernel launches once every block has its last item in flight (as the
-          // decode kernel's does once its last wave has started): its blocks would otherwise
-          // sit on the SMs from the start and stage their weights beside this kernel's reads.
-          pdl::launch_dependents();
-          p_done = true;
-          break;
-        }
-        const int seq = p_item / a.nkv;
-        // The next item's metadata and the head of its page-table row into L1 (no registers,
-        // no wait): at its start they are L1 hits, not L2 round trips on the ring's path.
-        const int next = p_item + int(gridDim.x);
-        if (!ticket && next < num_items && tid < 3) {
-          const int nseq = next / a.nkv;
-          prefetch_l1(tid == 0   ? static_cast<const void*>(a.cu_seqlens_q + nseq)
-                      : tid == 1 ? static_cast<const void*>(a.context_lens + nseq)
-                                 : static_cast<const void*>(a.block_tables +
-                                                            int64_t(nseq) * a.max_blocks_per_seq));
-        }
-        p_q0 = __ldg(a.cu_seqlens_q + seq);
-        p_qlen = __ldg(a.cu_seqlens_q + seq + 1) - p_q0;
-        if (p_qlen * a.group <= 0) continue;  // no tokens: nothing to write
-        p_ctx = min(__ldg(a.context_lens + seq), a.max_ctx);
-        p_kvh = p_item - seq * a.nkv;
-        p_table = a.block_tables + int64_t(seq) * a.max_blocks_per_seq;
-        p_tiles = max(1, (p_ctx + kBN - 1) / kBN);  // no context: one masked tile, zeros out
-        p_tile = 0;
-        break;
-      }
-      if (tid == 0)
-        meta[stage] = p_done ? make_int4(0, 0, 0, -1) : make_int4(p_q0, p_qlen, p_ctx, p_kvh);
-      if (!p_done)
-        load_q_rows<HD>(qslot + stage * rows_cap * SROW, rows_cap, min(p_qlen * a.group, rows_cap),
-                        a.q, a.ld_q, p_q0, p_kvh, a.group);
-    }
-    if (!p_done) {
-      if (tid == 3 && p_tile + 1 < p_tiles)  // the next tile's page indices, likewise
-        prefetch_l1(p_table + min(((p_tile + 1) * kBN) >> a.bs_shift, last_blk));
-      kv_tiles.load(p_table, kv_tiles.head_offset(p_kvh), p_tile * kBN, p_ctx, stage,
-                    [](int) { return false; });
-      ++p_tile;
-    }
-    cp_async_commit();
-  };
-
-  // The consumer: the item being computed.
-  int c_tile = 0, c_tiles = 0, c_rows = 0, c_ctx = 0;
-  int row_pos[2] = {-1, -1};
-  uint32_t qa[FP8 ? 1 : KSTEPS][4];
-  float o[DTILES][4];
-  float m[2], l[2];
-
-#pragma unroll
-  for (int s = 0; s < STAGES; ++s) produce(s);  // the whole ring in flight
-  for (int t = 0;; ++t) {
-    const int stage = t % STAGES;
-    // Two barriers a tile, so that STAGES tiles are in flight while tile t is awaited (the decode
-    // kernel's single barrier issues tile t + STAGES - 1 only after tile t has landed): the first
-    // frees tile t - 1's stage, which is refilled at once; the second publishes tile t.
-    if (t > 0) {
-      if (ticket && tid == 0) publish();
-      __syncthreads();
-      produce((t - 1) % STAGES);  // tile t + STAGES - 1 into tile t - 1's stage
-    }
-    cp_async_wait<STAGES - 1>();
-    __syncthreads();  // tile t has landed for everyone
-    if (c_tile == 0) {
-      const int4 mt = meta[stage];
-      if (mt.w < 0) break;  // the block's items are done
-      if (tid == 0) item = mt;
-      c_ctx = mt.z;
-      c_rows = min(mt.y * a.group, rows_cap);
-      c_tiles = max(1, (c_ctx + kBN - 1) / kBN);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = g + 8 * h;
-        row_pos[h] = r < c_rows ? c_ctx - mt.y + r / a.group : -1;
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
-      }
-#pragma unroll
-      for (int d = 0; d < DTILES; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    }
-    const uint16_t* qs = qslot + stage * rows_cap * SROW;
-    if (c_tile == 0) {
-      if constexpr (FP8) {  // the item's Q rows to f16 (the decode kernel's conversion)
-        for (int c = tid; c < c_rows * HD / 2; c += kThreads) {
-          const int r = c / (HD / 2), e = c % (HD / 2);
-          reinterpret_cast<uint32_t*>(qh + r * SROW)[e] =
-              bf16x2_to_f16x2(reinterpret_cast<const uint32_t*>(qs + r * SROW)[e]);
-        }
-        __syncthreads();
-      } else {
-        const bool r0 = g < c_rows, r1 = g + 8 < c_rows;  // other rows: zero, as the decode
-        const uint16_t* qw = qs + g * SROW + 2 * t4;      // kernel's zero-filled tile
-#pragma unroll
-        for (int s = 0; s < KSTEPS; ++s) {
-          qa[s][0] = r0 ? lds32(qw + s * 16) : 0u;
-          qa[s][1] = r1 ? lds32(qw + 8 * SROW + s * 16) : 0u;
-          qa[s][2] = r0 ? lds32(qw + s * 16 + 8) : 0u;
-          qa[s][3] = r1 ? lds32(qw + 8 * SROW + s * 16 + 8) : 0u;
-        }
-      }
-    }
-    const int kv0 = c_tile * kBN + warp * kDecWarpN;
-    const bool live = !(a.skip_empty && kv0 >= c_ctx);
-    decode_tile<HD, FP8>(ks, vs, ring8, stage, FP8 ? qh : qs, qa, o, m, l, row_pos, kv0, c_ctx,
-                         live, a.scale_log2);
-    if (++c_tile < c_tiles) continue;
-    c_tile = 0;
-
-    // The item's merge: (m, l) per warp and row as in the decode kernel; then the warps' scaled
-    // O summed in warp order (below).
-    merge_publish(m, l, red_m, red_l);
-    __syncthreads();
-    float f[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float M = merge_max(red_m, g + 8 * h);
-      f[h] = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - M);
-    }
-    if (tid < kDecRows) row_l[tid] = merge_row_stats(red_m, red_l, tid).y;
-    // Each warp's scaled O to its rows of the scratch, the stage just computed (everyone is past
-    // its tile: the barrier above), then every thread adds 2 columns of a row over the warps in
-    // order and writes them (the decode kernel's merge).
-    float* sum = FP8 ? reinterpret_cast<float*>(ring8 + stage * 2 * kBN * FROW)
-                     : reinterpret_cast<float*>(ks + stage * kBN * SROW);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = g + 8 * h;
-      if (r < c_rows) store_scaled_row<HD, FP8>(sum + (warp * rows_cap + r) * RROW, o, h, f[h]);
-    }
-    __syncthreads();
-    const int q0 = item.x, kvh = item.w;
-    for (int idx = tid; idx < c_rows * (HD / 2); idx += kThreads) {
-      const int r = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
-      const float2 acc = sum_warps(sum + r * RROW, rows_cap * RROW, d);
-      const float L = row_l[r];
-      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-      *reinterpret_cast<uint32_t*>(a.out + (q0 + r / a.group) * a.ld_out +
-                                   int64_t(kvh * a.group + r % a.group) * HD + d) =
-          pack_bf16(acc.x * inv, acc.y * inv);
-    }
-  }
-  cp_async_wait<0>();  // only empty groups can be pending
-  // Tickets: every draw of this block has returned (each was published and read); the last
-  // block to finish leaves both counters zero for the next launch.
-  if (ticket && tid == 0 && atomicAdd(ticket + 1, 1) == int(gridDim.x) - 1) {
-    ticket[0] = 0;
-    ticket[1] = 0;
-  }
-}
-
 template <int HD>
 __global__ void __launch_bounds__(kThreads)
     combine_splits_kernel(const float* __restrict__ ws_o, const float* __restrict__ ws_ml,
@@ -1556,13 +1260,6 @@ void set_decode_smem() {
                                         int(decode_smem_bytes<HD, STAGES, FP8>())));
 }
 
-template <int HD, int STAGES, bool FP8>
-void set_persistent_smem() {
-  RIDGE_CHECK_CUDA(cudaFuncSetAttribute(
-      paged_decode_persistent_kernel<HD, STAGES, FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      int(persistent_smem_bytes<HD, STAGES, FP8>(kPersistentRows))));
-}
-
 template <int HD, int STAGES, bool FP8 = false>
 void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStream_t stream) {
   const dim3 grid{unsigned(nkv), unsigned(splits), unsigned(seqs)};
@@ -1582,62 +1279,6 @@ void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStrea
     detail::print_block_phases(FP8 ? "decode attention (fp8 KV)" : "decode attention", traced.trace,
                                blocks, phases, stream);
   }
-}
-
-// The persistent kernel's resident blocks per SM at `rows_cap` rows, or 0 where that is fewer than
-// the decode kernel's (fewer blocks would stream fewer tiles). Occupancy-calculator queries, once
-// per instantiation and row bound.
-template <int HD, int STAGES, bool FP8>
-int persistent_blocks_per_sm(int rows_cap) {
-  static std::atomic<int> cache[kPersistentRows + 1] = {};  // the answer + 1
-  std::atomic<int>& c = cache[rows_cap];
-  if (c.load() == 0) {
-    auto resident = [](auto kernel, size_t smem) {
-      int n = 0;
-      return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem) ==
-                     cudaSuccess
-                 ? n
-                 : 0;
-    };
-    const int base =
-        resident(paged_decode_kernel<HD, STAGES, FP8>, decode_smem_bytes<HD, STAGES, FP8>());
-    const int n = resident(paged_decode_persistent_kernel<HD, STAGES, FP8>,
-                           persistent_smem_bytes<HD, STAGES, FP8>(rows_cap));
-    c = (n > 0 && n >= base ? n : 0) + 1;
-  }
-  return c.load() - 1;
-}
-
-// Launches the persistent decode kernel for an unsplit plan when its ring is one of the
-// instantiated ones (the defaults of unsplit launches: 2 stages at hd 128, 4 at hd 64, bf16 and
-// fp8 KV) and it keeps the decode kernel's residency; false: not launched (the caller launches
-// the decode kernel).
-template <int HD, int STAGES, bool FP8>
-bool launch_persistent_ring(const KernelArgs& k, int items, int rows_cap, int max_blocks,
-                            int* ticket, cudaStream_t stream) {
-  const int per_sm = persistent_blocks_per_sm<HD, STAGES, FP8>(rows_cap);
-  if (per_sm <= 0) return false;
-  int device = 0, sms = 0;
-  RIDGE_CHECK_CUDA(cudaGetDevice(&device));
-  RIDGE_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int blocks = std::min(items, per_sm * sms);
-  if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
-  const size_t smem = persistent_smem_bytes<HD, STAGES, FP8>(rows_cap);
-  RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_persistent_kernel<HD, STAGES, FP8>,
-                                   dim3(unsigned(blocks)), dim3(kThreads), smem, stream, k, items,
-                                   rows_cap, ticket));
-  return true;
-}
-
-template <int HD>
-bool launch_persistent(const KernelArgs& k, int stages, bool fp8, int items, int rows_cap,
-                       int max_blocks, int* ticket, cudaStream_t stream) {
-  constexpr int kStages = HD == 64 ? 4 : 2;
-  if (stages != kStages || items <= 0 || rows_cap < 1 || rows_cap > kPersistentRows) return false;
-  return fp8 ? launch_persistent_ring<HD, kStages, true>(k, items, rows_cap, max_blocks, ticket,
-                                                         stream)
-             : launch_persistent_ring<HD, kStages, false>(k, items, rows_cap, max_blocks, ticket,
-                                                          stream);
 }
 
 // fp8 KV: rows of half the bytes and no Q fragments in registers, so more resident blocks: at
@@ -1693,10 +1334,6 @@ void init_paged_attention() {
   set_decode_smem<64, 4, true>();
   set_decode_smem<128, 2, true>();
   set_decode_smem<128, 3, true>();
-  set_persistent_smem<64, 4, false>();
-  set_persistent_smem<128, 2, false>();
-  set_persistent_smem<64, 4, true>();
-  set_persistent_smem<128, 2, true>();
 }
 
 size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim) {
@@ -1913,24 +1550,16 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.early_kv = a.early_kv;
   k.fill_ring = a.decode_fill_ring;
   k.skip_empty = a.decode_skip_empty;
-  k.two_barriers = a.decode_two_barriers;
   k.counters = p.decode && p.num_splits > 1 && a.split_counters &&
                        a.split_counters_len >= int64_t(a.num_seqs) * a.num_kv_heads
                    ? a.split_counters
                    : nullptr;
   const bool separate_combine = p.num_splits > 1 && k.counters == nullptr;
-  // The persistent decode kernel: unsplit launches only (its blocks write outputs, no partials).
-  const bool persistent = a.decode_persistent && p.decode && p.num_splits == 1;
-  const int items = a.num_seqs * a.num_kv_heads;
-  // Its tickets: the first two split counters (zero, and left zero), or none (a fixed order).
-  int* ticket = a.split_counters && a.split_counters_len >= 2 ? a.split_counters : nullptr;
   const unsigned combine_blocks = unsigned((k.ws_rows + kThreads / 32 - 1) / (kThreads / 32));
   if (a.head_dim == 64) {
     if (p.decode) {
-      if (!persistent || !launch_persistent<64>(k, p.decode_stages, a.kv_fp8, items, p.decode_rows,
-                                                a.decode_persistent_blocks, ticket, stream))
-        launch_decode_stages<64>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
-                                 a.num_seqs, stream);
+      launch_decode_stages<64>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
+                               a.num_seqs, stream);
     } else {
       const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
                       unsigned(a.num_seqs * p.num_splits));
@@ -1944,10 +1573,8 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
     }
   } else {
     if (p.decode) {
-      if (!persistent || !launch_persistent<128>(k, p.decode_stages, a.kv_fp8, items, p.decode_rows,
-                                                 a.decode_persistent_blocks, ticket, stream))
-        launch_decode_stages<128>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
-                                  a.num_seqs, stream);
+      launch_decode_stages<128>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
+                                a.num_seqs, stream);
     } else {
       const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
                       unsigned(a.num_seqs * p.num_splits));

@@ -99,19 +99,6 @@ struct PagedAttentionArgs {
   // false: they compute the masked scores as before. H100, run 34: fp8 KV at 512 x 130 positions
   // 3 % faster alone, the 512-sequence fp8 step 1.2 %; bf16 level.
   bool decode_skip_empty = true;
-  // Unsplit decode launches run the persistent decode kernel (one ring through each block's
-  // (sequence, KV head) items: an item's first tiles load while the one before it finishes) where
-  // its ring is the default one (2 stages at hd 128, 4 at hd 64), a sequence has at most 8 rows
-  // (q_len * group) and it keeps the decode kernel's resident blocks; the same output bits. With
-  // split_counters (2 at least) its blocks draw the items in order from a ticket.
-  // decode_persistent_blocks > 0 caps its grid (tests: many items per block); 0: its resident
-  // blocks on every SM. The decode kernel (with decode_fill_ring) loads tile t + STAGES - 1 before
-  // waiting for tile t, after a barrier that frees tile t - 1's stage (a second barrier then
-  // publishes tile t): STAGES tiles in flight during each wait instead of STAGES - 1. The
-  // persistent kernel always does.
-  bool decode_two_barriers = false;
-  bool decode_persistent = false;
-  int decode_persistent_blocks = 0;
   // Fixed-split mode (graph replays, whose split count is set for the bucket's longest context):
   // each split covers at least this many positions (rounded up to whole 64-position tiles), so a
   // short context takes fewer blocks' worth of splits and the rest are empty. 0: an even share.
