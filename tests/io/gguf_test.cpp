@@ -369,6 +369,32 @@ TEST(GgufMalformed, TooManyMetadataValues) {
   EXPECT_HAS(e, "metadata key 'big' brings the metadata to 16777217 values, more than the limit of 16777216");
 }
 
+TEST(GgufMalformed, MetadataMemoryIsCapped) {
+  // Each array element is held as one GgufValue (~48 bytes): 6M one-byte elements, a 6 MB file,
+  // would take ~290 MB. Refused before any element is stored.
+  const uint64_t n = 6000000;
+  GgufBuilder b;
+  b.kv("bytes", kArray, encode_array(kU8, {}, n));
+  Bytes img = b.build();
+  img.resize(img.size() + n, std::byte{1});
+  std::string e = parse_error(img);
+  EXPECT_HAS(e, "bad.gguf: metadata key 'bytes' brings the metadata to 6000000 values");
+  EXPECT_HAS(e, "more than the limit of 256 MiB");
+
+  // A large real vocabulary's three arrays (tokens, scores, token types) of 300k entries load.
+  const uint64_t vocab = 300000;
+  GgufBuilder real;
+  for (const char* key :
+       {"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"}) {
+    Bytes v = encode_array(kU8, {}, vocab);
+    v.resize(v.size() + vocab, std::byte{7});
+    real.kv(key, kArray, v);
+  }
+  Bytes ok = real.build();
+  GgufFile f = parse(ok);
+  EXPECT_EQ(f.find("tokenizer.ggml.scores")->as_array("tokenizer.ggml.scores").size(), vocab);
+}
+
 TEST(GgufMalformed, DuplicateKeyAndTensorName) {
   GgufBuilder b;
   b.kv("k", kU32, encode<uint32_t>(1)).kv("k", kU32, encode<uint32_t>(2));

@@ -1,4 +1,13 @@
 // SafetensorsModel (HF folders: config.json + one file or index + shards) and read_json_file.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <future>
+
 #include <gtest/gtest.h>
 
 #include "ridge/io/safetensors.h"
@@ -170,6 +179,49 @@ TEST(ReadJsonFile, ErrorsNameFileAndPosition) {
   EXPECT_HAS(error_of([&] { read_json_file(p); }), "invalid JSON at line 1, column 1");
   p = dir.write("ok.json", std::string("{\"k\": [1, \"two\"]}"));
   EXPECT_EQ(read_json_file(p)["k"][1], "two");
+}
+
+TEST(ReadJsonFile, DeepNestingIsRefusedWhileParsing) {
+  TempDir dir;
+  // The review's config.json: 200000 nested arrays overflowed the stack (SIGSEGV).
+  const std::string deep = R"({"model_type":"llama","num_hidden_layers":)" +
+                           std::string(200000, '[') + std::string(200000, ']') + "}";
+  std::string p = dir.write("config.json", deep);
+  EXPECT_HAS(error_of([&] { read_json_file(p); }), p + ": JSON nested deeper than 64 levels");
+  // 64 nested containers (the object and 63 arrays) parse; 65 do not.
+  p = dir.write("at64.json", "{\"k\": " + std::string(63, '[') + std::string(63, ']') + "}");
+  EXPECT_TRUE(read_json_file(p)["k"].is_array());
+  p = dir.write("at65.json", "{\"k\": " + std::string(64, '[') + std::string(64, ']') + "}");
+  EXPECT_HAS(error_of([&] { read_json_file(p); }), "JSON nested deeper than 64 levels");
+  // Objects count as well as arrays.
+  std::string objects;
+  for (int i = 0; i < 65; ++i) objects += "{\"a\": ";
+  objects += '1';
+  objects.append(65, '}');
+  p = dir.write("objects.json", objects);
+  EXPECT_HAS(error_of([&] { read_json_file(p); }), "JSON nested deeper than 64 levels");
+}
+
+TEST(ReadJsonFile, NonRegularFilesAreRefusedWithoutBlocking) {
+  TempDir dir;
+  const std::string fifo = dir.file("config.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  auto result =
+      std::async(std::launch::async, [&] { return error_of([&] { read_json_file(fifo); }); });
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "read_json_file blocked on a FIFO";
+    // Release the reader: a writer that opens and closes ends its open and its read.
+    for (int i = 0;
+         i < 100 && result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready;
+         ++i) {
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  EXPECT_HAS(result.get(), "cannot read '" + fifo + "': not a regular file");
+  // A folder is refused the same way (and a missing file is still "cannot open").
+  EXPECT_HAS(error_of([&] { read_json_file(dir.path().string()); }), "not a regular file");
+  EXPECT_HAS(error_of([&] { read_json_file(dir.file("none.json")); }), "cannot open");
 }
 
 }  // namespace

@@ -25,6 +25,10 @@ constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
 constexpr uint32_t kMaxDims = 4;
+// Memory the parsed metadata values may take: each array element is one GgufValue (~48 bytes)
+// however small its encoding, so a 16 MB file of u8 arrays would otherwise cost ~0.8 GB. Real
+// files hold < 1M values (~50 MB): vocabularies of ~260k tokens in three or four arrays.
+constexpr uint64_t kMaxMetadataValueBytes = uint64_t(256) << 20;
 
 bool valid_type(uint32_t t) { return t <= uint32_t(GgufType::f64); }
 
@@ -196,6 +200,11 @@ class GgufParser {
     if (values_ > GgufFile::kMaxMetadataValues)
       fail("{}: metadata key '{}' brings the metadata to {} values, more than the limit of {}",
            name_, key, values_, GgufFile::kMaxMetadataValues);
+    if (values_ > kMaxMetadataValueBytes / sizeof(GgufValue))
+      fail(
+          "{}: metadata key '{}' brings the metadata to {} values, {} MiB in memory, more than the "
+          "limit of {} MiB",
+          name_, key, values_, values_ * sizeof(GgufValue) >> 20, kMaxMetadataValueBytes >> 20);
     std::vector<GgufValue> items;
     items.reserve(size_t(n));  // bounded above by the bytes left
     for (uint64_t i = 0; i < n; ++i) items.push_back(read_value(v.array_type, key, depth + 1));

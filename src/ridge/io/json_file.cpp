@@ -1,5 +1,6 @@
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -8,15 +9,35 @@
 
 namespace ridge::io {
 
+namespace {
+
+// Real config and index files nest 3 or 4 levels; much deeper input is refused while parsing,
+// before recursive code (dump, destructors, the loaders) can run out of stack on it.
+constexpr int kMaxJsonDepth = 64;
+
+}  // namespace
+
 nlohmann::json read_json_file(const std::string& path) {
+  // A FIFO or device would block the open or the read forever: only regular files are read.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    fail("cannot read '{}': not a regular file", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open '{}': {}", path, std::strerror(errno));
   std::ostringstream buf;
   buf << in.rdbuf();
   if (in.bad()) fail("cannot read '{}': {}", path, std::strerror(errno));
   const std::string text = buf.str();
+  // `depth` counts the containers already open, so the start of a 65th nested one is refused.
+  auto depth_limit = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+    using E = nlohmann::json::parse_event_t;
+    if ((event == E::object_start || event == E::array_start) && depth >= kMaxJsonDepth)
+      fail("{}: JSON nested deeper than {} levels", path, kMaxJsonDepth);
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text, depth_limit);
   } catch (const nlohmann::json::parse_error& e) {
     // e.byte is 1-based and points one past the offending character.
     size_t upto = std::min(e.byte == 0 ? size_t(0) : size_t(e.byte - 1), text.size());

@@ -13,12 +13,41 @@ namespace {
 
 using nlohmann::json;
 
+// A JSON value for an error message: scalars as written (cut to 64 characters), containers by
+// their type, so that a message never walks (or prints) a large or deep value.
+std::string describe(const json& v) {
+  if (v.is_structured()) return v.type_name();
+  std::string text = v.dump();
+  if (text.size() > 64) {
+    size_t cut = 61;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text = text.substr(0, cut) + "...";
+  }
+  return text;
+}
+
+// An integer, or a float with an integral value that a double holds exactly (4096.0).
+int64_t as_int(const json& v, const char* key) {
+  if (v.is_number_unsigned()) {
+    RIDGE_CHECK(v.get<uint64_t>() <= uint64_t(INT64_MAX), "config.json: '{}' = {} is too large",
+                key, describe(v));
+    return int64_t(v.get<uint64_t>());
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    constexpr double kExact = 9007199254740992.0;  // 2^53
+    RIDGE_CHECK(std::isfinite(d) && std::trunc(d) == d && std::fabs(d) <= kExact,
+                "config.json: '{}' must be an integer, got {}", key, describe(v));
+    return int64_t(d);
+  }
+  fail("config.json: '{}' must be an integer, got {}", key, describe(v));
+}
+
 int64_t json_int(const json& j, const char* key, const char* what) {
   auto it = j.find(key);
   RIDGE_CHECK(it != j.end(), "config.json: missing '{}' ({})", key, what);
-  RIDGE_CHECK(it->is_number_integer(), "config.json: '{}' must be an integer, got {}", key,
-              it->dump());
-  return it->get<int64_t>();
+  return as_int(*it, key);
 }
 
 template <typename T>
@@ -26,17 +55,29 @@ T json_or(const json& j, const char* key, T fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   if constexpr (std::is_same_v<T, bool>) {
-    RIDGE_CHECK(it->is_boolean(), "config.json: '{}' must be a boolean, got {}", key, it->dump());
+    RIDGE_CHECK(it->is_boolean(), "config.json: '{}' must be a boolean, got {}", key,
+                describe(*it));
+    return it->get<bool>();
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    return as_int(*it, key);
   } else {
-    RIDGE_CHECK(it->is_number(), "config.json: '{}' must be a number, got {}", key, it->dump());
+    RIDGE_CHECK(it->is_number(), "config.json: '{}' must be a number, got {}", key, describe(*it));
+    return it->get<T>();
   }
-  return it->get<T>();
+}
+
+std::string json_string_or(const json& j, const char* key, std::string fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  RIDGE_CHECK(it->is_string(), "config.json: '{}' must be a string, got {}", key, describe(*it));
+  return it->get<std::string>();
 }
 
 void read_rope_scaling(const json& rs, RopeScaling& out) {
   if (rs.is_null()) return;
-  RIDGE_CHECK(rs.is_object(), "config.json: rope scaling must be an object, got {}", rs.dump());
-  std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+  RIDGE_CHECK(rs.is_object(), "config.json: rope scaling must be an object, got {}", describe(rs));
+  std::string type = json_string_or(rs, "rope_type", "");
+  if (type.empty()) type = json_string_or(rs, "type", "default");
   if (type == "default") return;
   out.factor = json_or<double>(rs, "factor", 1.0);
   if (type == "llama3") {
@@ -61,7 +102,7 @@ std::string gguf_key(const std::string& arch, const char* suffix) {
 ModelConfig ModelConfig::from_hf(const json& j) {
   RIDGE_CHECK(j.is_object(), "config.json: the top level must be an object");
   ModelConfig c;
-  std::string model_type = j.value("model_type", std::string());
+  std::string model_type = json_string_or(j, "model_type", "");
   std::string arch_name;
   if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() &&
                                          (*it)[0].is_string())
@@ -216,6 +257,22 @@ void ModelConfig::validate() const {
               "model config: rope_theta {} must be positive and finite", rope_theta);
   RIDGE_CHECK(rms_norm_eps > 0 && rms_norm_eps < 1, "model config: rms_norm_eps {} is outside (0, 1)",
               rms_norm_eps);
+  if (rope_scaling.kind != RopeScaling::Kind::none) {
+    const RopeScaling& rs = rope_scaling;
+    RIDGE_CHECK(rs.factor > 0 && std::isfinite(rs.factor),
+                "model config: rope scaling factor {} must be positive and finite", rs.factor);
+  }
+  if (rope_scaling.kind == RopeScaling::Kind::llama3) {
+    // The llama3 frequencies divide by low_freq_factor, high - low and the original context.
+    const RopeScaling& rs = rope_scaling;
+    RIDGE_CHECK(rs.low_freq_factor > 0 && std::isfinite(rs.high_freq_factor) &&
+                    rs.low_freq_factor < rs.high_freq_factor,
+                "model config: llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor "
+                "(finite), got low_freq_factor {} and high_freq_factor {}",
+                rs.low_freq_factor, rs.high_freq_factor);
+    positive(rs.original_max_position, "llama3 rope scaling original_max_position_embeddings",
+             int64_t(1) << 24);
+  }
 }
 
 int64_t ModelConfig::param_count() const {

@@ -85,8 +85,26 @@ void byte_level_pre_tokenizer(const std::string& source, const std::string& pre,
 // transformers' generate_merges(vocab, scores): for each token in vocabulary order, every split
 // into two tokens (ordered by the two ids), then all of them stable-sorted by (score, length of
 // the left part, length of the right part), highest first. Lengths count characters.
+//
+// Every cut of a token hashes its two parts, so a token of L bytes costs ~L^2/2 bytes hashed: a
+// 4 MB token would take half an hour. Real SentencePiece pieces are at most a few hundred bytes,
+// so tokens longer than kMaxPieceBytes are refused (bounding a token at ~134M bytes hashed), and a
+// cut is only looked up when tokens of both its parts' lengths exist, which skips nearly every cut
+// of a long token.
+constexpr size_t kMaxPieceBytes = 16 * 1024;
+
 void merges_from_scores(const std::vector<std::string>& tokens, const std::vector<float>& scores,
                         Tokenizer::Impl& impl, const std::string& source) {
+  std::vector<bool> has_length(kMaxPieceBytes + 1, false);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].size() > kMaxPieceBytes) {
+      fail(
+          "{}: tokenizer.ggml.tokens[{}] is {} bytes long; rebuilding merges from "
+          "tokenizer.ggml.scores allows tokens of at most {} bytes",
+          source, i, tokens[i].size(), kMaxPieceBytes);
+    }
+    has_length[tokens[i].size()] = true;
+  }
   struct Candidate {
     std::string_view left;
     std::string_view right;
@@ -120,6 +138,7 @@ void merges_from_scores(const std::vector<std::string>& tokens, const std::vecto
     for (size_t cut = 1; cut < piece.size(); ++cut) {
       if ((static_cast<uint8_t>(piece[cut - 1]) & 0xC0) != 0x80) ++left_chars;
       if ((static_cast<uint8_t>(piece[cut]) & 0xC0) == 0x80) continue;  // not a character boundary
+      if (!has_length[cut] || !has_length[piece.size() - cut]) continue;  // no such tokens
       const std::string_view left = piece.substr(0, cut);
       const std::string_view right = piece.substr(cut);
       if (last_index.count(left) && last_index.count(right)) {

@@ -23,6 +23,9 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 std::string read_text_file(const fs::path& path) {
+  // A FIFO or device would block the open or the read forever: only regular files are read.
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) fail("cannot read {}: not a regular file", path.string());
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open {}", path.string());
   std::ostringstream buffer;
@@ -31,13 +34,42 @@ std::string read_text_file(const fs::path& path) {
   return buffer.str();
 }
 
+// Real tokenizer files nest about 6 levels (the root, a Sequence in a Sequence, its steps). Deeper
+// input is refused while parsing, before recursive code runs on it: this also bounds the recursion
+// of the Sequence parsers below (two JSON levels per Sequence, so fewer than 32 nested Sequences)
+// and the length of the field paths they build.
+constexpr int kMaxJsonDepth = 64;
+
+// Ids a vocabulary may leave unused (see parse_model); the same slack as Impl::finalize's.
+constexpr size_t kTokenIdSlack = size_t(1) << 16;
+
 json read_json(const fs::path& path) {
   const std::string text = read_text_file(path);
+  // `depth` counts the containers already open, so the start of a 65th nested one is refused.
+  auto depth_limit = [&](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      fail("{}: JSON nested deeper than {} levels", path.string(), kMaxJsonDepth);
+    return true;
+  };
   try {
-    return json::parse(text);
+    return json::parse(text, depth_limit);
   } catch (const json::exception& e) {
     fail("{}: not valid JSON: {}", path.string(), e.what());
   }
+}
+
+// A JSON value for an error message: scalars as written (cut to 64 characters), containers by
+// their type, so that a message never walks (or prints) a large or deep value.
+std::string describe(const json& value) {
+  if (value.is_structured()) return value.type_name();
+  std::string text = value.dump();
+  if (text.size() > 64) {
+    size_t cut = 61;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text = text.substr(0, cut) + "...";
+  }
+  return text;
 }
 
 // Field access that names the field in its errors ("tokenizer.json: model.vocab: ...").
@@ -78,7 +110,7 @@ class Fields {
   }
   int64_t integer(const json& value, std::string_view field) const {
     if (!value.is_number_integer())
-      error(field, fmt::format("expected an integer, found {}", value.dump()));
+      error(field, fmt::format("expected an integer, found {}", describe(value)));
     return value.get<int64_t>();
   }
   TokenId token_id(const json& value, std::string_view field) const {
@@ -315,7 +347,8 @@ void parse_post_processor(const Fields& f, const json& node, std::string_view fi
   }
 }
 
-void parse_model(const Fields& f, const json& model, Tokenizer::Impl& impl) {
+// `n_added` is the length of the file's added_tokens list (bounds the ids, below).
+void parse_model(const Fields& f, const json& model, size_t n_added, Tokenizer::Impl& impl) {
   const std::string type = f.string_or(model, "type", "model", "BPE");
   if (type != "BPE")
     f.error("model.type", fmt::format("model '{}' is not supported (only BPE)", type));
@@ -332,8 +365,18 @@ void parse_model(const Fields& f, const json& model, Tokenizer::Impl& impl) {
 
   const json& vocab = f.require(model, "vocab", "model");
   if (!vocab.is_object()) f.error("model.vocab", "expected an object of token -> id");
+  // The ids of a real vocabulary are (nearly) dense: with every entry and added token there are
+  // n tokens, ids below n. Ids are refused past n plus kTokenIdSlack (room for holes), so that the
+  // id-indexed tables below stay proportional to the file. (Impl::finalize bounds added ids alike.)
+  const size_t id_limit = vocab.size() + n_added + kTokenIdSlack;
   for (const auto& [text, id_json] : vocab.items()) {
-    const TokenId id = f.token_id(id_json, fmt::format("model.vocab[\"{}\"]", text));
+    const std::string field = fmt::format("model.vocab[\"{}\"]", text);
+    const TokenId id = f.token_id(id_json, field);
+    if (static_cast<size_t>(id) >= id_limit) {
+      f.error(field, fmt::format("token id {} is past the vocabulary's id range ({} entries and {} "
+                                 "added tokens; ids must be below {})",
+                                 id, vocab.size(), n_added, id_limit));
+    }
     if (static_cast<size_t>(id) >= impl.id_to_text.size()) {
       impl.id_to_text.resize(static_cast<size_t>(id) + 1);
       impl.present.resize(static_cast<size_t>(id) + 1, 0);
@@ -473,8 +516,10 @@ Tokenizer Tokenizer::from_hf(const std::string& path) {
     parse_normalizer(f, *n, "normalizer", impl->normalizer);
   if (const json* p = f.optional(root, "pre_tokenizer"))
     parse_pre_tokenizer(f, *p, "pre_tokenizer", impl->pre_tokenizer);
-  parse_model(f, f.require(root, "model", "(root)"), *impl);
-  if (const json* added = f.optional(root, "added_tokens")) parse_added_tokens(f, *added, *impl);
+  const json* added = f.optional(root, "added_tokens");
+  const size_t n_added = added && added->is_array() ? added->size() : 0;
+  parse_model(f, f.require(root, "model", "(root)"), n_added, *impl);
+  if (added) parse_added_tokens(f, *added, *impl);
   if (const json* post = f.optional(root, "post_processor"))
     parse_post_processor(f, *post, "post_processor", *impl);
   const json* decoder = f.optional(root, "decoder");

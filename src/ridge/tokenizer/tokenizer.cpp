@@ -24,13 +24,25 @@ constexpr std::array<std::string_view, 10> kStopTokenTexts = {
 // text segments as one word).
 constexpr size_t kMaxCachedWordBytes = 64;
 
+// Ids a vocabulary may leave unused (see finalize); the same slack as load_hf.cpp's.
+constexpr size_t kTokenIdSlack = size_t(1) << 16;
+
 }  // namespace
 
 void Tokenizer::Impl::finalize() {
   size_t size = id_to_text.size();
+  // Added ids past every token plus some unused ids (holes) are refused, so that the id-indexed
+  // tables stay proportional to the vocabulary rather than to the largest id a file names.
+  const size_t n_tokens = std::max(size, model_vocab.size());
+  const size_t id_limit = n_tokens + added_tokens.size() + kTokenIdSlack;
   for (const auto& added : added_tokens) {
     if (added.id < 0)
       fail("{}: added token '{}' has a negative id {}", source, added.content, added.id);
+    if (static_cast<size_t>(added.id) >= id_limit)
+      fail(
+          "{}: added token '{}' has id {}, past the vocabulary's id range ({} tokens and {} added "
+          "tokens; ids must be below {})",
+          source, added.content, added.id, n_tokens, added_tokens.size(), id_limit);
     size = std::max(size, static_cast<size_t>(added.id) + 1);
   }
   id_to_text.resize(size);
