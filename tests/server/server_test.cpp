@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include <fmt/format.h>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -171,6 +172,85 @@ TEST(ParseGeneration, ValidatesAndNamesParameters) {
   EXPECT_THROW(rs::parse_body("[]"), rs::ApiError);
 }
 
+// What every choice copies or scans is bounded: the prompts of a completions request (each
+// becomes n choices), the stop strings' bytes (matched per output piece), the distinct
+// stop_token_ids (deduplicated first). Past each bound: a 400 naming the parameter and the bound.
+TEST(ParseGeneration, BoundsWhatEveryChoiceHolds) {
+  const auto* tok = default_tokenizer();
+  if (!tok) GTEST_SKIP() << "default model not installed";
+  ridge::tokenizer::ChatTemplate tmpl(tok->chat_template());
+  rs::PromptContext ctx{tok, &tmpl, "", ""};
+  using GP = rs::GenParams;
+  auto parse = [&](const json& body) {
+    return rs::parse_generation(rs::Api::completions, body, ctx);
+  };
+  auto refusal = [&](const json& body) -> rs::ApiError {
+    try {
+      parse(body);
+    } catch (const rs::ApiError& e) {
+      return e;
+    }
+    ADD_FAILURE() << "accepted: " << body.dump().substr(0, 200);
+    return rs::ApiError(0, "");
+  };
+  auto ids = [](size_t n, int32_t repeat = 1) {
+    json a = json::array();
+    for (size_t i = 0; i < n; ++i) a.push_back(int32_t(i) / repeat);
+    return a;
+  };
+  auto names = [](const rs::ApiError& e, const std::string& param, const std::string& what) {
+    EXPECT_EQ(e.status, 400) << e.message;
+    EXPECT_EQ(e.param, param) << e.message;
+    EXPECT_NE(e.message.find(what), std::string::npos) << e.message;
+  };
+
+  // Prompts: at the bound parsed, one more refused naming `prompt` and both counts.
+  json prompts = json::array();
+  for (size_t i = 0; i < GP::kMaxPrompts; ++i) prompts.push_back(json::array({int32_t(i % 7)}));
+  EXPECT_EQ(parse({{"prompt", prompts}}).prompts.size(), GP::kMaxPrompts);
+  prompts.push_back(json::array({0}));
+  names(refusal({{"prompt", prompts}}), "prompt",
+        fmt::format("{} prompts, at most {}", GP::kMaxPrompts + 1, GP::kMaxPrompts));
+  // One prompt of many token ids is one prompt, not many.
+  EXPECT_EQ(parse({{"prompt", ids(GP::kMaxPrompts + 1)}}).prompts.size(), 1u);
+
+  // Stop strings: each at most kMaxStopBytes bytes (a lone string and one in an array), and at
+  // most kMaxStops of them.
+  const std::string longest(GP::kMaxStopBytes, 'x');
+  EXPECT_EQ(parse({{"prompt", "a"}, {"stop", longest}}).stop, std::vector<std::string>{longest});
+  for (const json& stop : {json(longest + "y"), json::array({"ok", longest + "y"})})
+    names(refusal({{"prompt", "a"}, {"stop", stop}}), "stop",
+          fmt::format("{} bytes, at most {}", GP::kMaxStopBytes + 1, GP::kMaxStopBytes));
+  json many_stops = json::array();
+  for (size_t i = 0; i <= GP::kMaxStops; ++i) many_stops.push_back(fmt::format("s{}", i));
+  names(refusal({{"prompt", "a"}, {"stop", many_stops}}), "stop",
+        fmt::format("{} strings, at most {}", GP::kMaxStops + 1, GP::kMaxStops));
+
+  // stop_token_ids: sorted and deduplicated; at most kMaxStopTokenIds distinct.
+  EXPECT_EQ(parse({{"prompt", "a"}, {"stop_token_ids", {9, 3, 9, 3, 5}}}).stop_token_ids,
+            (std::vector<int32_t>{3, 5, 9}));
+  // Many entries repeating few ids are fine once deduplicated.
+  EXPECT_EQ(parse({{"prompt", "a"}, {"stop_token_ids", ids(4 * GP::kMaxStopTokenIds, 4)}})
+                .stop_token_ids.size(),
+            GP::kMaxStopTokenIds);
+  names(refusal({{"prompt", "a"}, {"stop_token_ids", ids(GP::kMaxStopTokenIds + 1)}}),
+        "stop_token_ids",
+        fmt::format("{} distinct token ids, at most {}", GP::kMaxStopTokenIds + 1,
+                    GP::kMaxStopTokenIds));
+}
+
+TEST(StopMatcher, SharedListDropsEmptyStrings) {
+  auto stops = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"", "ab"});
+  rs::StopMatcher m(stops), n(stops);
+  EXPECT_EQ(m.push("xa"), "x");
+  EXPECT_EQ(m.push("b!"), "");
+  EXPECT_EQ(m.matched(), "ab");
+  EXPECT_EQ(n.push("yy"), "yy");  // the empty string is no stop; the matchers are apart
+  EXPECT_FALSE(n.stopped());
+  rs::StopMatcher none(std::shared_ptr<const std::vector<std::string>>{});
+  EXPECT_EQ(none.push("ab"), "ab");
+}
+
 TEST(StubEngine, KeepsTheEngineContract) {
   rs::StubEngineConfig cfg;
   cfg.cycle = {5, 6, 7};
@@ -230,6 +310,57 @@ TEST(StubEngine, KeepsTheEngineContract) {
   EXPECT_EQ(e.metrics().running, 0);
   e.shutdown(true);
   expect_kind(req("e", 4), K::shutting_down);
+}
+
+// A prompt that needs more KV blocks than the whole pool is finished with an error once nothing
+// else holds blocks (as the engine's scheduler does), instead of waiting for blocks that never
+// come: that spun the stub's loop and held up every request behind it.
+TEST(StubEngine, PromptLargerThanAllBlocksFailsAndOthersRun) {
+  rs::StubEngineConfig cfg;
+  cfg.cycle = {5, 6, 7};
+  cfg.vocab_size = 100;
+  cfg.max_model_len = 64;
+  cfg.kv_blocks = 2;
+  cfg.block_size = 4;  // 8 tokens in all
+  rs::StubEngine e(cfg);
+  struct Result {
+    std::string reason, error;
+    size_t tokens = 0;
+  };
+  auto run = [&](std::string id, size_t prompt_len) {
+    auto done = std::make_shared<std::promise<Result>>();
+    auto res = std::make_shared<Result>();
+    ridge::engine::Request r;
+    r.id = std::move(id);
+    r.prompt.assign(prompt_len, 1);
+    r.max_tokens = 2;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
+    e.submit(std::move(r), [done, res](ridge::engine::RequestOutput&& o) {
+      res->tokens += o.tokens.size();
+      if (o.finished) {
+        res->reason = o.finish_reason;
+        res->error = o.error;
+        done->set_value(*res);
+      }
+    });
+    return done->get_future();
+  };
+  auto big = run("big", 9);      // 9 + 1 tokens: 3 blocks of 4, the pool has 2
+  auto small = run("small", 3);  // queued behind it
+  ASSERT_EQ(big.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const Result b = big.get();
+  EXPECT_EQ(b.reason, "error");
+  EXPECT_EQ(b.tokens, 0u);
+  EXPECT_NE(b.error.find("needs 3 KV blocks, more than the pool's 2"), std::string::npos)
+      << b.error;
+  ASSERT_EQ(small.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const Result s = small.get();
+  EXPECT_EQ(s.reason, "length");
+  EXPECT_EQ(s.tokens, 2u);
+  EXPECT_EQ(e.metrics().kv_blocks_used, 0);
+  EXPECT_EQ(e.metrics().waiting, 0);
+  e.shutdown(true);
 }
 
 // The GPU's power in /metrics and the load generator's energy per token: over a stub engine whose

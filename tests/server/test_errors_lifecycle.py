@@ -54,6 +54,8 @@ def test_wrong_types_name_the_parameter(server, field, value):
     ("logit_bias", {"5": 100.5}), ("logit_bias", {"5": -101}), ("logit_bias", {"five": 1}),
     ("logit_bias", {"-5": 1}), ("logit_bias", {"999999999": 1}), ("logit_bias", {"7": 1, "07": 2}),
     ("logit_bias", {str(i): 1 for i in range(1025)}), ("min_tokens", -1), ("min_tokens", 3),
+    ("stop", "x" * 1025), ("stop", ["ok", "x" * 1025]), ("stop", [str(i) for i in range(17)]),
+    ("stop_token_ids", list(range(1025))),
     ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
     ("response_format", {"type": "yaml"}), ("response_format", "json_object")])
 def test_out_of_range_values_name_the_parameter(server, field, value):
@@ -334,6 +336,41 @@ def test_more_choices_than_the_queue_is_400_naming_n():
         assert m["ridge_requests_waiting"] == 0 and m["ridge_requests_running"] == 0, m
         # a request that fits is served
         assert s.request("POST", "/v1/completions", {"prompt": "a", "n": 4, "max_tokens": 1})[0] == 200
+    finally:
+        assert s.stop() == 0
+
+
+def _peak_rss_kb(s):
+    with open(f"/proc/{s.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_choices_past_the_queue_are_refused_before_any_is_made():
+    # 4,096 one-token prompts x n = 128: 524,288 choices, each with its decoder and stop matcher
+    # (hundreds of MB, and a request of a few MB could ask for ~268M of them). Refused, naming the
+    # numbers, before one is built: the server's peak memory does not move.
+    s = Server(stub=True)  # --max-queue 4096
+    try:
+        before = _peak_rss_kb(s)
+        status, e = error_of(s.request("POST", "/v1/completions",
+                                       {"prompt": [[0]] * 4096, "n": 128, "max_tokens": 1}))
+        assert status == 400 and e["param"] == "n", e
+        assert "524288 choices (4096 prompts × n = 128)" in e["message"], e
+        assert "(4096, --max-queue)" in e["message"], e
+        grown_mb = (_peak_rss_kb(s) - before) / 1024
+        assert grown_mb < 64, f"peak RSS grew {grown_mb:.0f} MB"
+        # More prompts than any request may carry: refused naming `prompt`.
+        status, e = error_of(s.request("POST", "/v1/completions",
+                                       {"prompt": [[0]] * 4097, "max_tokens": 1}))
+        assert status == 400 and e["param"] == "prompt", e
+        assert "4097 prompts, at most 4096" in e["message"], e
+        m = s.metrics()  # nothing was queued
+        assert m["ridge_requests_waiting"] == 0 and m["ridge_requests_running"] == 0, m
+        assert s.request("POST", "/v1/completions",
+                         {"prompt": [[0]] * 32, "n": 128, "max_tokens": 1})[0] == 200
     finally:
         assert s.stop() == 0
 

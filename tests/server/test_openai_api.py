@@ -195,7 +195,11 @@ def test_completion_logprobs(server):
     lp = r.choices[0].logprobs
     n = len(lp.tokens)
     assert n >= 1 and len(lp.token_logprobs) == n and len(lp.top_logprobs) == n == len(lp.text_offset)
-    assert all(len(t) <= 2 for t in lp.top_logprobs)
+    # Up to 2 alternatives (tokens whose text is equal share one key), never none; greedy chose
+    # the best of them, so its logprob is the chosen token's.
+    for i, t in enumerate(lp.top_logprobs):
+        assert 1 <= len(t) <= 2, (i, t)
+        assert max(t.values()) == pytest.approx(lp.token_logprobs[i], abs=1e-6), (i, t, lp.tokens[i])
     assert lp.text_offset == sorted(lp.text_offset)
 
 

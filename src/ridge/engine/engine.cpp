@@ -4,6 +4,7 @@
 #include "ridge/engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -563,17 +564,24 @@ void Engine::submit(Request r, OutputCallback on_output) {
       constraint = std::make_unique<JsonConstraint>(I.trie, stops, I.vocab);
   }
 
+  // The sequence is made (its stop list sorted and deduplicated, its prompt moved) before the
+  // lock: the engine thread and every other submitter wait on I.mu. Its id is drawn atomically
+  // here; a refused request's id is simply not used, and of two submits racing for the lock
+  // either may be queued first (they arrived together).
+  const int64_t seq_id = std::atomic_ref(I.next_seq_id).fetch_add(1, std::memory_order_relaxed);
+  auto seq =
+      std::make_unique<Sequence>(seq_id, std::move(r), std::move(stops), std::move(on_output));
+  seq->constraint = std::move(constraint);
+
   std::lock_guard lock(I.mu);
   if (!I.accepting) throw RequestRejected(Kind::shutting_down, "the engine is shutting down");
-  if (I.live.contains(r.id)) invalid(fmt::format("request id '{}' is already in use", r.id));
+  if (I.live.contains(seq->request.id))
+    invalid(fmt::format("request id '{}' is already in use", seq->request.id));
   const int64_t queued = int64_t(I.inbox.size()) + I.scheduler_waiting;
   if (queued >= I.config.max_queue)
     throw RequestRejected(Kind::queue_full,
                           fmt::format("the queue is full: {} requests waiting (max_queue {})",
                                       queued, I.config.max_queue));
-  auto seq = std::make_unique<Sequence>(I.next_seq_id++, std::move(r), std::move(stops),
-                                        std::move(on_output));
-  seq->constraint = std::move(constraint);
   I.live.emplace(seq->request.id, seq->seq_id);
   I.inbox.push_back(std::move(seq));
   I.wake.notify_one();

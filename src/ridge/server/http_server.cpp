@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -517,7 +518,7 @@ class Job : public std::enable_shared_from_this<Job> {
     bool engine_done = false;
     bool submitted = false;
     bool echoed = false;
-    Choice(const tokenizer::Tokenizer& t, std::vector<std::string> stops)
+    Choice(const tokenizer::Tokenizer& t, std::shared_ptr<const std::vector<std::string>> stops)
         : decoder(t, /*skip_special=*/true), matcher(std::move(stops)) {}
   };
 
@@ -530,9 +531,11 @@ class Job : public std::enable_shared_from_this<Job> {
         model_(std::move(model)) {
     id_ = (p_.api == Api::chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
     created_ = int64_t(std::time(nullptr));
+    // One copy of the stop strings, shared by every choice's matcher.
+    const auto stops = std::make_shared<const std::vector<std::string>>(p_.stop);
     for (size_t pi = 0; pi < p_.prompts.size(); ++pi)
       for (int32_t j = 0; j < p_.n; ++j) {
-        auto& c = choices_.emplace_back(std::make_unique<Choice>(srv_.tok, p_.stop));
+        auto& c = choices_.emplace_back(std::make_unique<Choice>(srv_.tok, stops));
         c->prompt_index = pi;
         c->engine_id = fmt::format("{}-{}", id_, choices_.size() - 1);
       }
@@ -546,6 +549,8 @@ class Job : public std::enable_shared_from_this<Job> {
     tail_ = p_.include_usage ? "}],\"usage\":null}\n\n" : "}]}\n\n";
     for (int32_t t : srv_.tok.stop_ids()) stop_ids_.push_back(t);
     for (int32_t t : p_.stop_token_ids) stop_ids_.push_back(t);
+    std::sort(stop_ids_.begin(), stop_ids_.end());
+    stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
   }
 
   const std::string& id() const { return id_; }
@@ -557,17 +562,9 @@ class Job : public std::enable_shared_from_this<Job> {
   }
 
   // Submits every choice; throws ApiError when the engine refuses (earlier choices cancelled).
+  // (More choices than the queue can hold were refused before the job was made:
+  // check_choices.)
   void submit() {
-    // More choices than the queue can ever hold: refused before any is queued (a 429 would tell
-    // the client to retry a request that cannot succeed, and the choices queued meanwhile would
-    // push others out).
-    if (const int32_t cap = srv_.engine.max_queue(); cap > 0 && choices_.size() > size_t(cap))
-      throw ApiError(400,
-                     fmt::format("This request asks for {} choices ({} prompt{} × n = {}), more "
-                                 "than the server queues at once ({}, --max-queue).",
-                                 choices_.size(), p_.prompts.size(),
-                                 p_.prompts.size() == 1 ? "" : "s", p_.n, cap),
-                     "n");
     std::random_device rd;
     const uint64_t base_seed = p_.seed_given ? p_.sampling.seed : (uint64_t(rd()) << 32 | rd());
     {
@@ -654,7 +651,7 @@ class Job : public std::enable_shared_from_this<Job> {
     srv_.jobs.erase(id_);
   }
   bool is_stop_token(int32_t t) const {
-    return std::find(stop_ids_.begin(), stop_ids_.end(), t) != stop_ids_.end();
+    return std::binary_search(stop_ids_.begin(), stop_ids_.end(), t);
   }
   json logprob_entry(const engine::TokenOutput& t, size_t text_offset) const;
   // echo: the prompt's text into `text` and, with logprobs, an entry per prompt token into `lps`
@@ -699,8 +696,11 @@ json Job::logprob_entry(const engine::TokenOutput& t, size_t text_offset) const 
     }
     return {{"token", text}, {"logprob", t.logprob}, {"bytes", bytes}, {"top_logprobs", top}};
   }
+  // Keyed by text: tokens whose text is the same (the pieces of a split character all read
+  // U+FFFD) share one key, which keeps the most likely of them (t.top is best first), so the
+  // chosen greedy token's logprob is never replaced by a worse alternative's.
   json top = json::object();
-  for (const auto& a : t.top) top[valid_utf8(srv_.tok.token_bytes(a.token))] = a.logprob;
+  for (const auto& a : t.top) top.emplace(valid_utf8(srv_.tok.token_bytes(a.token)), a.logprob);
   return {{"token", text}, {"logprob", t.logprob}, {"top", top}, {"offset", text_offset}};
 }
 
@@ -1099,6 +1099,25 @@ void Session::handle(http::request<http::string_body>& req) {
   }
 }
 
+namespace {
+
+// More choices than the queue can ever hold: refused before any is made or queued (each choice
+// holds a decoder, a stop matcher and its texts, so prompts × n unchecked could exhaust memory;
+// a 429 would tell the client to retry a request that cannot succeed, and the choices queued
+// meanwhile would push others out).
+void check_choices(const GenParams& p, int32_t max_queue) {
+  const uint64_t choices = uint64_t(p.prompts.size()) * uint64_t(p.n);
+  if (max_queue > 0 && choices > uint64_t(max_queue))
+    throw ApiError(
+        400,
+        fmt::format("This request asks for {} choices ({} prompt{} × n = {}), more "
+                    "than the server queues at once ({}, --max-queue).",
+                    choices, p.prompts.size(), p.prompts.size() == 1 ? "" : "s", p.n, max_queue),
+        "n");
+}
+
+}  // namespace
+
 void Session::handle_generation(http::request<http::string_body>& req, Api api) {
   if (srv_.stopping.load()) throw ApiError(503, "The server is shutting down.");
   const json body = parse_body(req.body());
@@ -1108,6 +1127,7 @@ void Session::handle_generation(http::request<http::string_body>& req, Api api) 
                    "invalid_request_error", "model_not_found");
   if (model.empty()) model = srv_.opt.served_model_names.at(0);
   GenParams p = parse_generation(api, body, srv_.pctx, req.body());
+  check_choices(p, srv_.engine.max_queue());
 
   const int64_t limit = srv_.engine.max_model_len();
   const char* what = api == Api::chat ? "messages" : "prompt";

@@ -278,6 +278,10 @@ GenParams parse_generation(Api api, const json& body, const PromptContext& ctx,
       if (first.is_number()) {
         p.prompts.push_back(token_ids(*pr, "prompt", vocab));
       } else {
+        // Checked before any prompt is built: each becomes n choices on the server.
+        if (pr->size() > GenParams::kMaxPrompts)
+          bad("prompt", fmt::format("Invalid 'prompt': {} prompts, at most {} in one request.",
+                                    pr->size(), GenParams::kMaxPrompts));
         for (size_t i = 0; i < pr->size(); ++i) {
           const json& e = (*pr)[i];
           const std::string name = fmt::format("prompt[{}]", i);
@@ -339,21 +343,36 @@ GenParams parse_generation(Api api, const json& body, const PromptContext& ctx,
     if (v->is_string()) {
       p.stop.push_back(v->get<std::string>());
     } else if (v->is_array()) {
-      if (v->size() > 16) bad("stop", fmt::format("Invalid 'stop': {} strings, at most 16.", v->size()));
+      if (v->size() > GenParams::kMaxStops)
+        bad("stop", fmt::format("Invalid 'stop': {} strings, at most {}.", v->size(),
+                                GenParams::kMaxStops));
       for (size_t i = 0; i < v->size(); ++i)
         p.stop.push_back(get_string((*v)[i], fmt::format("stop[{}]", i)));
     } else {
       bad("stop", fmt::format("Invalid type for 'stop': expected a string or an array of "
                               "strings, but got {} instead.", type_name(*v)));
     }
-    for (const auto& st : p.stop)
+    for (const auto& st : p.stop) {
       if (st.empty()) bad("stop", "Invalid 'stop': stop strings must not be empty.");
+      // Every choice holds the stop strings, and matching one costs up to its length squared per
+      // output piece (StopMatcher::push).
+      if (st.size() > GenParams::kMaxStopBytes)
+        bad("stop", fmt::format("Invalid 'stop': a stop string of {} bytes, at most {}.", st.size(),
+                                GenParams::kMaxStopBytes));
+    }
   }
   if (const json* v = field(body, "stop_token_ids")) {
     if (!v->is_array())
       bad("stop_token_ids", fmt::format("Invalid type for 'stop_token_ids': expected an array, "
                                         "but got {} instead.", type_name(*v)));
-    p.stop_token_ids = token_ids(*v, "stop_token_ids", vocab);
+    auto& ids = p.stop_token_ids;
+    ids = token_ids(*v, "stop_token_ids", vocab);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    if (ids.size() > GenParams::kMaxStopTokenIds)
+      bad("stop_token_ids",
+          fmt::format("Invalid 'stop_token_ids': {} distinct token ids, at most {}.", ids.size(),
+                      GenParams::kMaxStopTokenIds));
   }
   if (const json* v = field(body, "ignore_eos")) p.ignore_eos = get_bool(*v, "ignore_eos");
   if (const json* v = field(body, "min_tokens")) {

@@ -3,6 +3,7 @@
 // at fault, with OpenAI's status, type and code.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -39,6 +40,14 @@ enum class Api { chat, completions };
 
 // One parsed generation request.
 struct GenParams {
+  // Bounds on what one request may ask for (each past it is a 400 naming the parameter): the
+  // server copies the stop lists into every choice, and a completions request's prompts × n
+  // choices are built before the queue can refuse them.
+  static constexpr size_t kMaxPrompts = 4096;       // completions: prompts in one request
+  static constexpr size_t kMaxStops = 16;           // stop strings
+  static constexpr size_t kMaxStopBytes = 1024;     // bytes of one stop string
+  static constexpr size_t kMaxStopTokenIds = 1024;  // distinct stop_token_ids
+
   Api api = Api::chat;
   std::string model;                          // "" when not given
   std::vector<std::vector<int32_t>> prompts;  // token ids; chat has one, completions one or more
@@ -47,7 +56,7 @@ struct GenParams {
   engine::SamplingParams sampling;            // OpenAI's defaults: temperature 1, top_p 1
   bool seed_given = false;
   std::vector<std::string> stop;
-  std::vector<int32_t> stop_token_ids;
+  std::vector<int32_t> stop_token_ids;  // sorted, without duplicates
   bool ignore_eos = false;
   int32_t min_tokens = 0;  // vLLM's: no stop token nor stop string before this many tokens
   // completions: the prompt's text (and, with logprobs, its logprobs) first

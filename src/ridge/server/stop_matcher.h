@@ -5,6 +5,7 @@
 // output never splits a character either.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,8 @@ namespace ridge::server {
 class StopMatcher {
  public:
   explicit StopMatcher(std::vector<std::string> stops = {});
+  // Shares one list among many matchers (a request's choices); empty strings are dropped.
+  explicit StopMatcher(std::shared_ptr<const std::vector<std::string>> stops);
 
   // Returns the text that is now safe to emit. When a stop string completes, returns the text
   // before it, and stopped() turns true; later pushes return "".
@@ -25,7 +28,7 @@ class StopMatcher {
   const std::string& matched() const { return matched_; }
 
  private:
-  std::vector<std::string> stops_;
+  std::shared_ptr<const std::vector<std::string>> stops_;  // never null; no empty strings
   std::string held_;
   bool stopped_ = false;
   std::string matched_;

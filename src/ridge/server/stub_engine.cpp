@@ -156,7 +156,24 @@ void StubEngine::loop() {
       while (!waiting_.empty() && int32_t(running_.size()) < config_.max_num_seqs) {
         auto& s = waiting_.front();
         const int64_t need = blocks_for(int64_t(s->req.prompt.size()) + 1);
-        if (blocks_used_ + need > config_.kv_blocks) break;
+        if (blocks_used_ + need > config_.kv_blocks) {
+          if (!running_.empty()) break;  // it fits once running sequences return their blocks
+          // Every block is free and it still does not fit: it never will (as the engine's
+          // Scheduler::schedule answers it). Waiting would spin this loop forever and hold up
+          // every request behind it.
+          engine::RequestOutput o;
+          o.id = s->req.id;
+          o.finished = true;
+          o.finish_reason = "error";
+          o.error = fmt::format("the sequence needs {} KV blocks, more than the pool's {}", need,
+                                config_.kv_blocks);
+          o.prompt_tokens = int32_t(s->req.prompt.size());
+          outs.emplace_back(s.get(), std::move(o));
+          live_ids_.erase(s->req.id);
+          done.push_back(std::move(s));
+          waiting_.pop_front();
+          continue;
+        }
         s->blocks = need;
         blocks_used_ += need;
         metrics_.prompt_tokens_total += int64_t(s->req.prompt.size());
