@@ -134,7 +134,9 @@ TEST_F(EngineDeviceSampling, BiasesAndMinTokensEqualHostSampling) {
     if (i == 3) r.sampling.repetition_penalty = 1.3f;
     reqs.push_back(r);
   }
+  const int64_t calls = kernels::emulation::sample_calls();
   auto dev = run(*device_, reqs);
+  EXPECT_GT(kernels::emulation::sample_calls(), calls) << "the device path did not run";
   auto host = run(*host_, reqs);
   for (const Request& r : reqs) {
     EXPECT_EQ(dev[r.id].ids(), host[r.id].ids()) << r.id;
@@ -158,7 +160,9 @@ TEST_F(EngineDeviceSampling, PromptLogprobsEqualHostSampling) {
     r.prompt_logprobs = i == 1 ? -1 : 2 + i;
     reqs.push_back(r);
   }
+  const int64_t calls = kernels::emulation::sample_calls();
   auto dev = run(*device_, reqs);
+  EXPECT_GT(kernels::emulation::sample_calls(), calls) << "the device path did not run";
   auto host = run(*host_, reqs);
   for (const Request& r : reqs) {
     const Collected& d = dev[r.id];
@@ -186,7 +190,9 @@ TEST_F(EngineDeviceSampling, JsonModeEqualsHostSampling) {
     r.json_object = true;
     reqs.push_back(r);
   }
+  const int64_t calls = kernels::emulation::sample_calls();
   auto dev = run(*device_, reqs);
+  EXPECT_GT(kernels::emulation::sample_calls(), calls) << "the device path did not run";
   auto host = run(*host_, reqs);
   for (const Request& r : reqs) {
     EXPECT_EQ(dev[r.id].ids(), host[r.id].ids()) << r.id;
@@ -207,8 +213,12 @@ TEST_F(EngineDeviceSampling, SeededDrawsRepeat) {
   r.sampling.top_p = 0.95f;
   r.sampling.seed = rng_();
   r.sampling.repetition_penalty = 1.1f;
+  int64_t calls = kernels::emulation::sample_calls();
   const auto a = run(*device_, {r})["s"];
+  EXPECT_GT(kernels::emulation::sample_calls(), calls) << "the device path did not run";
+  calls = kernels::emulation::sample_calls();
   const auto b = run(*device_, {r})["s"];
+  EXPECT_GT(kernels::emulation::sample_calls(), calls) << "the device path did not run again";
   EXPECT_EQ(a.ids(), b.ids());
   EXPECT_EQ(a.ids().size(), 8u);
   EXPECT_EQ(a.finish_reason, "length");

@@ -19,10 +19,12 @@ def test_default_model_knows_the_capital_of_france():
 
 
 def test_json_output_schema_and_logprobs():
+    # --ignore-eos: exactly max_tokens steps, so the per-step checks below cannot pass vacuously.
     r = ridge_run_json(DEFAULT_MODEL, "Count to five: one, two,", temperature=0, max_tokens=8,
-                       top_logprobs=3)
+                       top_logprobs=3, ignore_eos=True)
     assert set(r) >= {"prompt_token_ids", "token_ids", "text", "logprobs", "finish_reason"}
-    assert len(r["token_ids"]) == len(r["logprobs"]) <= 8
+    assert len(r["token_ids"]) == len(r["logprobs"]) == 8, r
+    assert r["usage"]["completion_tokens"] == 8, r["usage"]
     for step, tok in zip(r["logprobs"], r["token_ids"]):
         assert step["token_id"] == tok
         assert step["logprob"] <= 0
@@ -31,7 +33,7 @@ def test_json_output_schema_and_logprobs():
         assert lps == sorted(lps, reverse=True)
         # greedy: the chosen token is the most likely one
         assert step["top_logprobs"][0]["token_id"] == tok
-    assert r["finish_reason"] in ("stop", "length")
+    assert r["finish_reason"] == "length"
 
 
 def test_seeds_reproduce_and_differ():

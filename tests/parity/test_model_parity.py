@@ -35,6 +35,7 @@ PROMPTS = [
     "1 + 1 = 2, 2 + 2 = 4, 3 + 3 =",
 ]
 GEN_TOKENS = 32
+TOP_N = 5            # top logprobs asked of ridge at every step, compared with HF's top-N
 LOGPROB_TOL = 5e-4   # fp32 accumulation-order differences; measured worst 5.4e-5 (SmolLM2, 30 layers)
 TIE_MARGIN = 1e-3    # HF top-1 vs ridge's choice closer than this is a tie
 
@@ -43,12 +44,19 @@ def check_against_hf(hf_model, result, label):
     prompt = result["prompt_token_ids"]
     gen = result["token_ids"]
     assert len(gen) == GEN_TOKENS, f"{label}: generated {len(gen)} tokens"
+    # Every check below runs per logprob entry: there must be one per generated token, each with
+    # the top-N asked, or a short list would pass unchecked.
+    steps = result["logprobs"]
+    assert len(steps) == len(gen), f"{label}: {len(steps)} logprob entries for {len(gen)} tokens"
+    for j, step in enumerate(steps):
+        assert len(step["top_logprobs"]) == TOP_N, \
+            f"{label} step {j}: {len(step['top_logprobs'])} top logprobs, asked {TOP_N}"
     ids = torch.tensor([prompt + gen])
     with torch.no_grad():
         logits = hf_model(ids).logits[0].double()
     lp = torch.log_softmax(logits, dim=-1)
     worst = 0.0
-    for j, step in enumerate(result["logprobs"]):
+    for j, step in enumerate(steps):
         row = lp[len(prompt) - 1 + j]
         tok = step["token_id"]
         assert tok == gen[j]
@@ -63,10 +71,10 @@ def check_against_hf(hf_model, result, label):
         if hf_best != tok:
             margin = (row[hf_best] - row[tok]).item()
             assert margin < TIE_MARGIN, f"{label} step {j}: ridge chose {tok}, HF {hf_best} by {margin}"
-        # the reported top-5 are HF's top-5 (up to ties)
-        hf_top = set(row.topk(5).indices.tolist())
+        # the reported top-N are HF's top-N (up to ties)
+        hf_top = set(row.topk(TOP_N).indices.tolist())
         ridge_top = {a["token_id"] for a in step["top_logprobs"]}
-        fifth = row.topk(5).values[-1].item()
+        fifth = row.topk(TOP_N).values[-1].item()
         for t in ridge_top ^ hf_top:
             assert abs(row[t].item() - fifth) < TIE_MARGIN, f"{label} step {j}: top-5 differ at {t}"
     return worst
@@ -86,7 +94,7 @@ def default_hf_model():
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_default_gguf_model(default_hf_model, prompt):
     result = ridge_run_json(DEFAULT_MODEL, prompt, temperature=0, max_tokens=GEN_TOKENS,
-                            top_logprobs=5, ignore_eos=True)
+                            top_logprobs=TOP_N, ignore_eos=True)
     worst = check_against_hf(default_hf_model, result, prompt)
     print(f"{prompt!r}: max |Δ logprob| = {worst:.2e}")
 
@@ -143,7 +151,7 @@ def worst_over_prompts(model, ref, prompts, label):
     """ridge's greedy run of each prompt checked against HF; the largest |Δ logprob| seen."""
     worst = 0.0
     for prompt in prompts:
-        result = ridge_run_json(model, prompt, temperature=0, max_tokens=GEN_TOKENS, top_logprobs=5,
+        result = ridge_run_json(model, prompt, temperature=0, max_tokens=GEN_TOKENS, top_logprobs=TOP_N,
                                 ignore_eos=True)
         worst = max(worst, check_against_hf(ref, result, f"{label}: {prompt}"))
     return worst
