@@ -34,7 +34,7 @@ std::vector<int32_t> fill_and_insert(PrefixCache& cache, const std::vector<int32
     auto b = cache.allocate();
     EXPECT_TRUE(b.has_value());
     blocks.push_back(*b);
-    parent = cache.insert(parent, block_of(tokens, i, bs), *b);
+    parent = cache.insert(parent, block_of(tokens, i, bs), *b).value();
   }
   return blocks;
 }
@@ -97,12 +97,12 @@ TEST(PrefixCache, DuplicateBlockStaysPrivate) {
   PrefixCache cache(pool, 16);
   const auto a = random_tokens(rng, 16);
   const int32_t b1 = *cache.allocate(), b2 = *cache.allocate();
-  const uint64_t h1 = cache.insert(PrefixCache::kRootHash, a, b1);
-  const uint64_t h2 = cache.insert(PrefixCache::kRootHash, a, b2);  // two sequences computed it
+  const uint64_t h1 = cache.insert(PrefixCache::kRootHash, a, b1).value();
+  const uint64_t h2 = cache.insert(PrefixCache::kRootHash, a, b2).value();  // two computed it
   EXPECT_EQ(h1, h2);
   EXPECT_TRUE(cache.is_cached(b1));
   EXPECT_FALSE(cache.is_cached(b2));
-  EXPECT_EQ(cache.insert(PrefixCache::kRootHash, a, b1), h1);  // re-inserting is a no-op
+  EXPECT_EQ(cache.insert(PrefixCache::kRootHash, a, b1), std::optional(h1));  // a no-op
   EXPECT_EQ(pool.ref_count(b1), 2);
   const int32_t free_before = pool.num_free();
   cache.release(b2);
@@ -113,6 +113,56 @@ TEST(PrefixCache, DuplicateBlockStaysPrivate) {
   EXPECT_THROW(cache.release(b1), Error);  // no sequence holds it any more
   EXPECT_THROW(cache.insert(PrefixCache::kRootHash, std::span<const int32_t>(a).first(8), b1),
                Error);  // not a full block
+}
+
+// The inverse of hash_block's mixing (MurmurHash3's 64-bit finalizer, a bijection): the parent hash
+// under which `tokens` hash to `target`. Lets a test make a 64-bit collision on purpose.
+uint64_t inverse_odd(uint64_t a) {  // a * inverse_odd(a) == 1 mod 2^64 (Newton's iteration)
+  uint64_t x = a;
+  for (int i = 0; i < 6; ++i) x *= 2 - a * x;
+  return x;
+}
+uint64_t unmix(uint64_t h) {
+  h ^= h >> 33;
+  h *= inverse_odd(0xc4ceb9fe1a85ec53ULL);
+  h ^= h >> 33;
+  h *= inverse_odd(0xff51afd7ed558ccdULL);
+  h ^= h >> 33;
+  return h;
+}
+uint64_t parent_hashing_to(uint64_t target, std::span<const int32_t> tokens) {
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+  uint64_t h = target;
+  for (size_t i = tokens.size(); i-- > 0;) h = unmix(h) ^ (uint64_t(uint32_t(tokens[i])) + kGolden);
+  return unmix(h) ^ (uint64_t(tokens.size()) * kGolden);
+}
+
+// A block whose hash is cached with other content (a collision, made here by choosing its parent
+// hash) is not inserted, and the cached block keeps its content and its chain: insert says so
+// (nullopt), and the scheduler then registers none of that sequence's later blocks.
+TEST(PrefixCache, CollidingBlockIsNotInserted) {
+  std::mt19937 rng(std::random_device{}());
+  BlockPool pool(8);
+  PrefixCache cache(pool, 16);
+  const auto a = random_tokens(rng, 16);
+  auto b = a;
+  b[std::uniform_int_distribution<size_t>(0, 15)(rng)] ^= 1;
+  const int32_t x = *cache.allocate(), y = *cache.allocate(), z = *cache.allocate();
+  const uint64_t h = cache.insert(PrefixCache::kRootHash, a, x).value();
+  // The helper is right: it reproduces a's own parent, and makes b collide with a.
+  ASSERT_EQ(parent_hashing_to(h, a), PrefixCache::kRootHash);
+  const uint64_t p = parent_hashing_to(h, b);
+  ASSERT_EQ(PrefixCache::hash_block(p, b), h);
+  EXPECT_EQ(cache.insert(p, b, y), std::nullopt) << "other tokens under the same hash";
+  EXPECT_FALSE(cache.is_cached(y));
+  // Identical content under the same parent is still the no-op it was: the block stays private.
+  EXPECT_EQ(cache.insert(PrefixCache::kRootHash, a, z), std::optional(h));
+  EXPECT_FALSE(cache.is_cached(z));
+  // The cached block still matches its own prefix, and only that.
+  const PrefixMatch ma = cache.match(a, 1);
+  ASSERT_EQ(ma.blocks.size(), 1u);
+  EXPECT_EQ(ma.blocks[0], x);
+  EXPECT_TRUE(cache.match(b, 1).blocks.empty());
 }
 
 // Released cached blocks are evicted least recently released first, and only when the free list
@@ -218,7 +268,7 @@ TEST(PrefixCache, RandomTrafficKeepsCountsConsistent) {
         table.push_back(*b);
         const int32_t i = int32_t(table.size()) - 1;
         if ((i + 1) * bs <= int32_t(tokens.size()))
-          parent = cache.insert(parent, block_of(tokens, i, bs), *b);
+          parent = cache.insert(parent, block_of(tokens, i, bs), *b).value();
       }
       live.push_back(table);
     } else {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 #include "ridge/core/error.h"
 
@@ -54,7 +55,9 @@ void Scheduler::register_full_blocks(Sequence* seq) {
     const uint64_t parent = i == 0 ? kv::PrefixCache::kRootHash : seq->block_hashes[i - 1];
     const auto piece =
         std::span<const int32_t>(seq->tokens).subspan(i * size_t(block_size_), size_t(block_size_));
-    seq->block_hashes.push_back(cache_.insert(parent, piece, seq->block_table[i]));
+    const std::optional<uint64_t> h = cache_.insert(parent, piece, seq->block_table[i]);
+    if (!h) break;  // a hash collision with other cached content: this chain registers no further
+    seq->block_hashes.push_back(*h);
   }
 }
 

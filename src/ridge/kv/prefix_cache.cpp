@@ -76,7 +76,8 @@ void PrefixCache::acquire(int32_t block) {
   }
 }
 
-uint64_t PrefixCache::insert(uint64_t parent_hash, std::span<const int32_t> tokens, int32_t block) {
+std::optional<uint64_t> PrefixCache::insert(uint64_t parent_hash, std::span<const int32_t> tokens,
+                                            int32_t block) {
   RIDGE_CHECK(int32_t(tokens.size()) == block_size_,
               "prefix cache: insert of {} tokens into a block of {}", tokens.size(), block_size_);
   Entry& e = entry(block);
@@ -86,7 +87,12 @@ uint64_t PrefixCache::insert(uint64_t parent_hash, std::span<const int32_t> toke
     RIDGE_CHECK(e.hash == h, "prefix cache: block {} is cached with other content", block);
     return h;
   }
-  if (by_hash_.contains(h)) return h;  // an identical block is cached; this one stays private
+  if (const auto it = by_hash_.find(h); it != by_hash_.end()) {
+    const Entry& c = entries_[size_t(it->second)];
+    if (c.parent_hash != parent_hash || !std::equal(tokens.begin(), tokens.end(), c.tokens.begin()))
+      return std::nullopt;  // a collision: this block's prefix cannot be named by h
+    return h;               // an identical block is cached; this one stays private
+  }
   by_hash_.emplace(h, block);
   e.cached = true;
   e.hash = h;

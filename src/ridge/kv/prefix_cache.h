@@ -6,7 +6,9 @@
 //
 // Only blocks whose KV is complete may be inserted (the caller inserts a block once every token
 // of it has been computed). Each cached block keeps its parent hash and token ids, so a match is
-// verified token by token and a hash collision cannot hand out the wrong KV.
+// verified token by token, and a block whose hash is already cached with other content (a 64-bit
+// collision) is not inserted and ends its sequence's chain of hashes: no later block can then be
+// named after a prefix it does not follow, and a collision cannot hand out the wrong KV.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +45,11 @@ class PrefixCache {
   void acquire(int32_t block);
   // Records that `block`, referenced by the caller, holds the complete KV of `tokens` (one full
   // block) after the chain ending in parent_hash. Returns the block's hash. When an identical
-  // block is cached already, nothing changes and `block` stays private to the caller.
-  uint64_t insert(uint64_t parent_hash, std::span<const int32_t> tokens, int32_t block);
+  // block is cached already, nothing changes and `block` stays private to the caller. nullopt:
+  // another block with this hash and other content (parent or tokens) is cached; nothing changes,
+  // and the caller must not use a hash for this block (nor insert the blocks after it).
+  std::optional<uint64_t> insert(uint64_t parent_hash, std::span<const int32_t> tokens,
+                                 int32_t block);
   // Drops the caller's reference. A cached block left with only the cache's reference becomes
   // evictable (the most recently used end of the LRU order); other blocks go back to the pool at
   // their last reference.
