@@ -1,10 +1,15 @@
 #include "ridge/tune/build_cache.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -380,7 +385,7 @@ TEST(BuildCache, ListAndClear) {
   a.put("gemm", "m2", "va2");
   b.put("gemm", "m1", "vb1");
   write_text(a.directory() / "gemm-0000000000000000.json", "{broken");
-  write_text(a.directory() / ".gemm-x.json.tmp.1.2", "half written");
+  write_text(a.directory() / ".gemm-0123456789abcdef.json.tmp.1.2", "half written");
   write_text(t.path() / "tune" / "README", "not ours");
 
   const auto entries = BuildCache::list(t.path());
@@ -426,6 +431,209 @@ TEST(BuildCache, ListAndClear) {
   EXPECT_EQ(r.records, 2u);
   EXPECT_TRUE(BuildCache::list(t.path()).empty());
   EXPECT_EQ(BuildCache::clear(t.path(), "no such device").records, 0u);
+}
+
+// A tree under a cache root holding ridge's records next to things that are not ridge's: a
+// project directory with JSON files, symlinks out of the root (one named like a device
+// directory), foreign files inside a device directory, and files whose names only resemble
+// ridge's. Every path here must survive `cache clear` and eviction.
+struct ForeignTree {
+  fs::path root, outside, outside2;
+  std::vector<std::pair<fs::path, std::string>> foreign;  // (path, content) that must survive
+  std::vector<fs::path> links;                            // symlinks that must survive
+
+  ForeignTree(const fs::path& base, const DeviceKey& ours) {
+    root = base / "R";
+    outside = base / "O";
+    outside2 = base / "O2";
+    const fs::path tune = root / "tune";
+    const fs::path own = tune / ours.dir_name();
+    for (const auto& d : {tune / "proj", outside, outside2, own}) fs::create_directories(d);
+    // The reproducer: a project's config.json, and a symlink out of the root.
+    add(tune / "proj" / "config.json", "{}\n");
+    add(outside / "important.json", "{}\n");
+    link(outside, tune / "link");
+    // A symlink named exactly like a device directory, to a directory holding a real ridge
+    // record (a copy) and a ridge temp file name: nothing behind a symlink is ever touched.
+    detail::Record r;
+    r.device = ours;
+    r.kind = "gemm";
+    r.key = "outside";
+    r.value = "v";
+    r.created = 1;
+    add(outside2 / "gemm-0123456789abcdef.json", detail::encode(r));
+    add(outside2 / ".gemm-0123456789abcdef.json.tmp.1.2", "temp-looking");
+    link(outside2, tune / "NVIDIA_H200-132sm-00000000");
+    link(outside2, tune / "zz");
+    // Ridge-like names in a directory that is not named like ridge's.
+    add(tune / "proj" / "gemm-0123456789abcdef.json", detail::encode(r));
+    add(tune / "proj" / ".gemm-0123456789abcdef.json.tmp.1.2", "x");
+    // Foreign files in ridge's own directory: other names, a JSON file with a record-like
+    // name that is no ridge record, a temp-looking file of another name, a symlinked record
+    // name pointing out of the root.
+    add(own / "notes.json", "{\"mine\": true}\n");
+    add(own / "config-0123456789abcdef.json", "{}\n");
+    add(own / ".notes.json.tmp.1.2", "x");
+    add(own / "GEMM-0123456789ABCDEF.json", "{}\n");
+    link(outside / "important.json", own / "gemm-fedcba9876543210.json");
+    // Old enough to go first under LRU if they were (wrongly) taken for records, and for temp
+    // files to count as a crashed writer's.
+    const auto old = fs::file_time_type::clock::now() - std::chrono::hours(100);
+    for (const auto& [p, text] : foreign) fs::last_write_time(p, old);
+  }
+
+  void add(const fs::path& p, const std::string& text) {
+    write_text(p, text);
+    foreign.emplace_back(p, text);
+  }
+  void link(const fs::path& target, const fs::path& at) {
+    fs::create_symlink(target, at);
+    links.push_back(at);
+  }
+
+  void expect_intact() const {
+    for (const auto& [p, text] : foreign) {
+      EXPECT_TRUE(fs::exists(p)) << p << " was removed";
+      EXPECT_EQ(read_text(p), text) << p;
+    }
+    for (const auto& l : links) EXPECT_TRUE(fs::is_symlink(l)) << l << " was removed";
+  }
+};
+
+TEST(BuildCache, ClearRemovesOnlyRidgeRecordsAndNeverFollowsSymlinks) {
+  TempRoot t;
+  // The review's reproducer alone: nothing of ridge's there, so nothing is removed.
+  {
+    const fs::path r = t.path() / "plain" / "R", o = t.path() / "plain" / "O";
+    fs::create_directories(r / "tune" / "proj");
+    fs::create_directories(o);
+    write_text(r / "tune" / "proj" / "config.json", "{}\n");
+    write_text(o / "important.json", "{}\n");
+    fs::create_symlink(o, r / "tune" / "link");
+    EXPECT_TRUE(BuildCache::list(r).empty());
+    const ClearResult res = BuildCache::clear(r);
+    EXPECT_EQ(res.records, 0u);
+    EXPECT_EQ(res.failed, 0u);
+    EXPECT_EQ(read_text(r / "tune" / "proj" / "config.json"), "{}\n");
+    EXPECT_EQ(read_text(o / "important.json"), "{}\n");
+    EXPECT_TRUE(fs::is_symlink(r / "tune" / "link"));
+    EXPECT_TRUE(fs::exists(r / "tune"));
+  }
+  // With ridge's records among the foreign files: only the records go.
+  ForeignTree tree(t.path(), h200());
+  BuildCache a(config_at(tree.root), h200());
+  a.put("gemm", "m1", "va1");
+  a.put("gemm", "m2", "va2");
+  const fs::path corrupt = a.directory() / "gemm-1111111111111111.json";
+  write_text(corrupt, "{\"format\": 1, \"kind\": \"gemm\"");  // a truncated record: ridge's
+  const fs::path temp = a.directory() / ".gemm-1111111111111111.json.tmp.7.ab";
+  write_text(temp, "half written");
+  const auto listed = BuildCache::list(tree.root);
+  EXPECT_EQ(listed.size(), 4u);  // the two records, the corrupt one and config-<hex>.json
+  for (const auto& e : listed) {
+    EXPECT_EQ(e.path.parent_path(), a.directory()) << e.path;
+  }
+  const ClearResult res = BuildCache::clear(tree.root);
+  EXPECT_EQ(res.records, 3u);  // m1, m2 and the corrupt record
+  EXPECT_EQ(res.failed, 0u);
+  EXPECT_FALSE(fs::exists(a.record_path("gemm", "m1")));
+  EXPECT_FALSE(fs::exists(a.record_path("gemm", "m2")));
+  EXPECT_FALSE(fs::exists(corrupt));
+  EXPECT_FALSE(fs::exists(temp));
+  tree.expect_intact();
+  EXPECT_TRUE(fs::is_directory(a.directory()));  // not empty: the foreign files are still there
+  // Clearing by device leaves them too.
+  a.put("gemm", "m3", "va3");
+  EXPECT_EQ(BuildCache::clear(tree.root, h200()).records, 1u);
+  EXPECT_EQ(BuildCache::clear(tree.root, h200().text()).records, 0u);
+  tree.expect_intact();
+  // An empty device directory of ridge's name goes; an empty one of another name stays.
+  BuildCache b(config_at(tree.root), h200("2"));
+  b.put("gemm", "k", "v");
+  fs::create_directories(tree.root / "tune" / "empty");
+  EXPECT_EQ(BuildCache::clear(tree.root).records, 1u);
+  EXPECT_FALSE(fs::exists(b.directory()));
+  EXPECT_TRUE(fs::is_directory(tree.root / "tune" / "empty"));
+  tree.expect_intact();
+}
+
+TEST(BuildCache, EvictionRemovesOnlyRidgeRecordsAndNeverFollowsSymlinks) {
+  for (const bool by_bytes : {false, true}) {
+    SCOPED_TRACE(by_bytes ? "byte cap" : "record cap");
+    TempRoot t;
+    ForeignTree tree(t.path(), h200());
+    // A crashed writer's temp file of ridge's: the first scan removes it.
+    BuildCache probe(config_at(t.path() / "probe"), h200());
+    probe.put("gemm", "k0", "v");
+    const uint64_t one = fs::file_size(probe.record_path("gemm", "k0"));
+    const fs::path stale =
+        tree.root / "tune" / h200().dir_name() / ".gemm-2222222222222222.json.tmp.9.ff";
+    write_text(stale, "half written");
+    fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(2));
+
+    CacheConfig cfg = config_at(tree.root);
+    if (by_bytes)
+      cfg.max_bytes = one * 3 + one / 2;  // room for three records
+    else
+      cfg.max_records = 3;
+    BuildCache c(cfg, h200());
+    const auto base = fs::file_time_type::clock::now() - std::chrono::hours(10);
+    for (int i = 0; i < 3; ++i) {
+      c.put("gemm", fmt::format("k{}", i), "v");
+      fs::last_write_time(c.record_path("gemm", fmt::format("k{}", i)),
+                          base + std::chrono::minutes(i));
+    }
+    // The foreign files count for nothing: three records fit.
+    EXPECT_EQ(c.stats().evictions, 0u);
+    EXPECT_FALSE(fs::exists(stale));
+    c.put("gemm", "k3", "v");
+    c.put("gemm", "k4", "v");
+    EXPECT_EQ(c.stats().evictions, 2u);
+    EXPECT_FALSE(fs::exists(c.record_path("gemm", "k0")));
+    EXPECT_FALSE(fs::exists(c.record_path("gemm", "k1")));
+    for (const char* k : {"k2", "k3", "k4"}) EXPECT_EQ(c.get("gemm", k), "v") << k;
+    tree.expect_intact();
+    // A second instance starts from a scan and holds the cap the same way.
+    BuildCache other(cfg, h200("2"));
+    other.put("gemm", "z", "v");
+    EXPECT_EQ(other.stats().evictions, 1u);
+    EXPECT_EQ(other.get("gemm", "z"), "v");
+    EXPECT_FALSE(fs::exists(c.record_path("gemm", "k2")));
+    tree.expect_intact();
+  }
+}
+
+TEST(BuildCache, FifoAtARecordPathIsAMissNotAHang) {
+  TempRoot t;
+  BuildCache c(config_at(t.path()), h200());
+  c.put("gemm", "other", "v");  // creates the directory
+  const fs::path p = c.record_path("gemm", "k");
+  ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0) << std::strerror(errno);
+  CaptureStderr();
+  auto got = std::async(std::launch::async, [&] { return c.get("gemm", "k"); });
+  if (got.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // Release the reader blocked on the FIFO (a writer's open wakes it) so the test can end.
+    const int fd = ::open(p.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) ::close(fd);
+    got.wait();
+    GetCapturedStderr();
+    FAIL() << "get() on a FIFO did not return within 10 s";
+  }
+  EXPECT_EQ(got.get(), std::nullopt);
+  const std::string err = GetCapturedStderr();
+  EXPECT_NE(err.find("warn"), std::string::npos) << err;
+  EXPECT_NE(err.find(p.string()), std::string::npos) << err;
+  EXPECT_NE(err.find("not a regular file"), std::string::npos) << err;
+  EXPECT_EQ(c.stats().ignored_corrupt, 1u);
+  EXPECT_EQ(c.stats().misses, 1u);
+  // A put replaces it with a record; list and clear skip it without opening it.
+  c.put("gemm", "k", "fresh");
+  EXPECT_EQ(c.get("gemm", "k"), "fresh");
+  ASSERT_TRUE(fs::remove(p));
+  ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0);
+  EXPECT_EQ(BuildCache::list(t.path()).size(), 1u);
+  EXPECT_EQ(BuildCache::clear(t.path()).records, 1u);
+  EXPECT_EQ(fs::symlink_status(p).type(), fs::file_type::fifo);
 }
 
 }  // namespace

@@ -134,6 +134,35 @@ def test_ls_and_clear(tmp_path):
     assert "removed 0 records" in p.stdout
 
 
+def test_clear_removes_only_ridge_records_and_never_follows_symlinks(tmp_path):
+    # The review's reproducer: a project's config.json under <root>/tune and a symlink out of the
+    # root were taken for records ("removed 2 records") and deleted.
+    root, outside = tmp_path / "R", tmp_path / "O"
+    (root / "tune" / "proj").mkdir(parents=True)
+    outside.mkdir()
+    (root / "tune" / "proj" / "config.json").write_text("{}\n")
+    (outside / "important.json").write_text("{}\n")
+    (root / "tune" / "link").symlink_to(outside)
+    # A symlink named like a device directory, to a real record's copy outside the root.
+    rec = write_record(tmp_path / "O2root", H200, "gemm", "k", tuning_value("a", 1e-6))
+    (root / "tune" / "NVIDIA_H200-132sm-00000000").symlink_to(rec.parent)
+    p = ridge("cache", "clear", "--cache-root", root)
+    assert "removed 0 records" in p.stdout, p.stdout
+    # With ridge's own records and foreign files beside them in ridge's directory.
+    mine = [write_record(root, H200, "gemm", k, tuning_value("a", 1e-6)) for k in ("m1", "m2")]
+    notes = mine[0].parent / "notes.json"
+    notes.write_text('{"mine": true}\n')
+    lookalike = mine[0].parent / "config-0123456789abcdef.json"  # a record's name, not a record
+    lookalike.write_text("{}\n")
+    p = ridge("cache", "clear", "--cache-root", root)
+    assert "removed 2 records" in p.stdout, p.stdout
+    assert not any(m.exists() for m in mine)
+    assert (root / "tune" / "proj" / "config.json").read_text() == "{}\n"
+    assert (outside / "important.json").read_text() == "{}\n"
+    assert (root / "tune" / "link").is_symlink() and rec.exists()
+    assert notes.read_text() == '{"mine": true}\n' and lookalike.read_text() == "{}\n"
+
+
 def test_default_root_from_the_environment(tmp_path):
     write_record(tmp_path, H200, "gemm", "k", tuning_value("a", 1e-6))
     env = dict(os.environ, RIDGE_CACHE_ROOT=str(tmp_path))

@@ -59,18 +59,23 @@ struct FileInfo {
 };
 
 // Every record file under <root>/tune; removes temp files older than an hour (a crashed writer's).
+// Only ridge's own names count: device directories named like DeviceKey::dir_name, record and
+// temp files named like record_path and write_atomic name them. Symlinks are never followed (a
+// directory or file symlink may lead out of the root) and only regular files are taken.
 std::vector<FileInfo> scan_records(const fs::path& tree) {
   std::vector<FileInfo> out;
   std::error_code ec;
   const auto stale_before = fs::file_time_type::clock::now() - std::chrono::hours(1);
   for (fs::directory_iterator dirs(tree, ec), end; !ec && dirs != end; dirs.increment(ec)) {
     std::error_code e2;
-    if (!dirs->is_directory(e2)) continue;
+    if (dirs->symlink_status(e2).type() != fs::file_type::directory || e2) continue;
+    if (!detail::is_device_dir_name(dirs->path().filename().string())) continue;
     for (fs::directory_iterator it(dirs->path(), e2); !e2 && it != end; it.increment(e2)) {
       const std::string name = it->path().filename().string();
       std::error_code e3;
       const bool is_record = detail::is_record_name(name);
       if (!is_record && !detail::is_temp_name(name)) continue;
+      if (it->symlink_status(e3).type() != fs::file_type::regular || e3) continue;
       const auto mtime = it->last_write_time(e3);
       if (e3) continue;  // gone since the listing
       if (!is_record) {
@@ -219,7 +224,11 @@ void BuildCache::enforce_caps(const fs::path& just_written) {
   for (const auto& f : files) {
     if (records_ <= config_.max_records && bytes_ <= config_.max_bytes) break;
     std::error_code ec;
-    const bool gone = fs::remove(f.path, ec);
+    // Ridge's name is not enough: a JSON file that is no ridge record is someone else's. It is
+    // left alone and not counted (read only when it comes up for eviction). A file gone since
+    // the scan is dropped from the count below as well.
+    const bool owned = detail::is_owned_record(f.path);
+    const bool gone = owned && fs::remove(f.path, ec);
     if (ec) {
       log::debug("build cache: cannot evict {}: {}", f.path.string(), ec.message());
       continue;

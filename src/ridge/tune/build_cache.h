@@ -30,6 +30,14 @@
 // (oldest mtime; get touches a record it hits) are removed until both caps hold. The record just
 // written is removed last, and only when it alone exceeds max_bytes. Another process's writes are
 // seen at the next scan, so several processes writing at once may overshoot the caps until then.
+//
+// Ownership: <root>/tune may hold other things (a user's files, symlinks). Eviction, list and
+// clear enter only real directories (never a symlink) named like a device dir above, and take
+// only regular files named like a record ("<kind>-<16 hex>.json") or like write_atomic's temp
+// files (".<record file name>.tmp.<pid>.<hex>"). A file with a record's name is removed only if
+// it is a record or a corrupt one (not JSON, or JSON with ridge's "format" or "checksum"); valid
+// JSON without them is someone else's and stays. Reads open with O_NONBLOCK, so a FIFO at a
+// record path is refused at once (a corrupt record) instead of blocking.
 #pragma once
 
 #include <atomic>
@@ -140,7 +148,7 @@ class BuildCache {
   static std::vector<CacheEntryInfo> list(const std::filesystem::path& root);
   // Removes the records under <root>/tune: all of them (device empty), or those of one device,
   // named by its directory name or its device key's text. Leftover temp files go too, and
-  // directories left empty. Never throws.
+  // device directories left empty (see Ownership above for what is never touched). Never throws.
   static ClearResult clear(const std::filesystem::path& root, std::string_view device = {});
   static ClearResult clear(const std::filesystem::path& root, const DeviceKey& device);
 

@@ -12,29 +12,39 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Subdirectories of <root>/tune, sorted.
+// The device directories under <root>/tune, sorted: real directories (never a symlink, which may
+// lead out of the root) named the way DeviceKey::dir_name names them. Anything else there is not
+// ridge's and is never entered.
 std::vector<fs::path> device_dirs(const fs::path& root) {
   std::vector<fs::path> out;
   std::error_code ec;
   for (fs::directory_iterator it(root / detail::kTreeName, ec), end; !ec && it != end;
        it.increment(ec)) {
     std::error_code e2;
-    if (it->is_directory(e2)) out.push_back(it->path());
+    if (it->symlink_status(e2).type() != fs::file_type::directory || e2) continue;
+    if (detail::is_device_dir_name(it->path().filename().string())) out.push_back(it->path());
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-// Files of one device directory, sorted.
+// Regular files of one device directory (not symlinks, FIFOs, ...), sorted.
 std::vector<fs::path> files_in(const fs::path& dir) {
   std::vector<fs::path> out;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
-    if (it->is_regular_file(e2)) out.push_back(it->path());
+    if (it->symlink_status(e2).type() == fs::file_type::regular && !e2) out.push_back(it->path());
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Removes `dir` when it is a real, empty directory (never a symlink, whatever it points to).
+void remove_if_empty_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::symlink_status(dir, ec).type() != fs::file_type::directory || ec) return;
+  fs::remove(dir, ec);  // fails when not empty, which is fine
 }
 
 // Reads and checks one record file (corrupt and foreign ones flagged, never thrown).
@@ -117,6 +127,8 @@ ClearResult BuildCache::clear(const fs::path& root, std::string_view device) {
           if (!record) continue;
           const CacheEntryInfo e = inspect(file, dir.filename().string());
           if (e.corrupt || e.device != device) continue;
+        } else if (record && !detail::is_owned_record(file)) {
+          continue;  // a record's name, but someone else's JSON (or gone): leave it
         }
         std::error_code size_ec, ec;
         const uintmax_t size = fs::file_size(file, size_ec);
@@ -129,11 +141,9 @@ ClearResult BuildCache::clear(const fs::path& root, std::string_view device) {
           result.failed++;
         }
       }
-      std::error_code ec;
-      fs::remove(dir, ec);  // only when empty (fails otherwise, which is fine)
+      remove_if_empty_dir(dir);
     }
-    std::error_code ec;
-    fs::remove(root / detail::kTreeName, ec);
+    remove_if_empty_dir(root / detail::kTreeName);
   } catch (const std::exception&) {
     result.failed++;
   }

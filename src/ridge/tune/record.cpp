@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -205,7 +206,9 @@ std::string file_name_safe(std::string_view s, size_t max_len) {
 }
 
 ReadStatus read_small_file(const std::filesystem::path& path, std::string& out, std::string& why) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: opening a FIFO (or a device) blocks until a writer comes, possibly forever; the
+  // S_ISREG check below refuses anything that is not a regular file right after the open.
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return ReadStatus::missing;
     why = fmt::format("cannot open: {}", std::strerror(errno));
@@ -220,6 +223,8 @@ ReadStatus read_small_file(const std::filesystem::path& path, std::string& out, 
     why = "not a regular file";
     return ReadStatus::error;
   }
+  // A regular file: back to blocking reads (O_NONBLOCK means nothing for them on Linux anyway).
+  if (const int fl = ::fcntl(f.fd, F_GETFL); fl >= 0) ::fcntl(f.fd, F_SETFL, fl & ~O_NONBLOCK);
   if (uint64_t(st.st_size) > kMaxRecordBytes) {
     why = fmt::format("{} bytes, larger than any record ({} bytes at most)", st.st_size,
                       kMaxRecordBytes);
@@ -299,12 +304,98 @@ bool touch(const std::filesystem::path& path) {
   return ::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0;
 }
 
+namespace {
+
+bool is_safe_byte(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+// What file_name_safe(s, max_len) can return for some s.
+bool is_safe_part(std::string_view s, size_t max_len) {
+  return !s.empty() && s.size() <= max_len && s[0] != '.' &&
+         std::all_of(s.begin(), s.end(), is_safe_byte);
+}
+
+bool is_lower_hex(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
+}
+
+bool is_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
 bool is_record_name(const std::string& name) {
-  return name.size() > 5 && name[0] != '.' && name.ends_with(".json");
+  // <file_name_safe(kind, 40)>-<16 hex>.json (BuildCache::record_path)
+  constexpr std::string_view kExt = ".json";
+  constexpr size_t kTail = 1 + 16 + kExt.size();
+  const std::string_view n = name;
+  if (n.size() <= kTail || !n.ends_with(kExt)) return false;
+  return n[n.size() - kTail] == '-' && is_lower_hex(n.substr(n.size() - kTail + 1, 16)) &&
+         is_safe_part(n.substr(0, n.size() - kTail), 40);
 }
 
 bool is_temp_name(const std::string& name) {
-  return !name.empty() && name[0] == '.' && name.find(".tmp.") != std::string::npos;
+  // .<record name>.tmp.<pid>.<hex> (write_atomic)
+  if (name.size() < 2 || name[0] != '.') return false;
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos || at < 1 || !is_record_name(name.substr(1, at - 1))) return false;
+  const std::string_view rest = std::string_view(name).substr(at + 5);
+  const size_t dot = rest.find('.');
+  if (dot == std::string_view::npos) return false;
+  const std::string_view pid = rest.substr(0, dot), hex = rest.substr(dot + 1);
+  return pid.size() <= 20 && is_digits(pid) && hex.size() <= 16 && is_lower_hex(hex);
+}
+
+bool is_device_dir_name(const std::string& name) {
+  // <file_name_safe(gpu_name, 40)>-<SMs>sm-<8 hex> (DeviceKey::dir_name)
+  constexpr std::string_view kSm = "sm-";
+  std::string_view n = name;
+  if (n.size() < 8 + kSm.size() || !is_lower_hex(n.substr(n.size() - 8))) return false;
+  n.remove_suffix(8);
+  if (!n.ends_with(kSm)) return false;
+  n.remove_suffix(kSm.size());
+  size_t digits = 0;
+  while (digits < n.size() && n[n.size() - 1 - digits] >= '0' && n[n.size() - 1 - digits] <= '9')
+    digits++;
+  if (digits == 0 || digits > 10) return false;
+  n.remove_suffix(digits);
+  if (!n.ends_with('-')) return false;
+  n.remove_suffix(1);
+  if (is_safe_part(n, 40)) return true;
+  // A negative SM count: "<name>--<N>sm-<hex>".
+  return n.ends_with('-') && is_safe_part(n.substr(0, n.size() - 1), 40);
+}
+
+bool is_owned_record_text(std::string_view text) {
+  const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return true;  // not JSON: a torn or truncated record (or garbage)
+  if (!j.is_object()) return false;
+  const auto format = j.find("format");
+  if (format != j.end() && format->is_number_integer()) return true;
+  const auto checksum = j.find("checksum");
+  return checksum != j.end() && checksum->is_string() &&
+         checksum->get_ref<const std::string&>().starts_with("fnv1a64:");
+}
+
+bool is_owned_record(const std::filesystem::path& path) {
+  // Never a symlink, FIFO, device or directory, whatever its name.
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  std::string text, why;
+  switch (read_small_file(path, text, why)) {
+    case ReadStatus::missing:
+      return false;
+    case ReadStatus::error:
+      return true;  // unreadable or too large for a record: corrupt, and it has ridge's name
+    case ReadStatus::ok:
+      break;
+  }
+  return is_owned_record_text(text);
 }
 
 int64_t unix_now() {

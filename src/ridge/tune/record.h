@@ -45,10 +45,21 @@ bool write_atomic(const std::filesystem::path& path, std::string_view text, std:
 // Sets a file's atime and mtime to now (full clock resolution). False when it is gone.
 bool touch(const std::filesystem::path& path);
 
-// A record file name (not a temp file): "*.json", not starting with '.'.
+// The cache touches (lists, evicts, clears) only names it makes itself, so that nothing else
+// found under <root>/tune is ever removed:
+// A record file name: "<file-name-safe kind, 1-40 bytes>-<16 lowercase hex>.json".
 bool is_record_name(const std::string& name);
-// A temp file left by write_atomic: starts with '.' and holds ".tmp.".
+// A temp file left by write_atomic: ".<record file name>.tmp.<pid>.<lowercase hex>".
 bool is_temp_name(const std::string& name);
+// A device directory's name (DeviceKey::dir_name): "<file-name-safe GPU name>-<SMs>sm-<8 hex>".
+bool is_device_dir_name(const std::string& name);
+
+// Whether a file with a record name is ridge's to remove: a record (any format version), or a
+// corrupt one (unreadable, too large, not JSON, or a JSON object with ridge's "format" or
+// "checksum" field). A valid JSON document without them is someone else's file and is kept.
+// False for anything but a regular file, and for a file that is gone.
+bool is_owned_record(const std::filesystem::path& path);
+bool is_owned_record_text(std::string_view text);
 
 int64_t unix_now();
 
