@@ -1,6 +1,7 @@
 // ridge plan: the roofline model and planner (src/ridge/perf). Predicts every op of a step, runs
 // the workload through candidate serving configurations and prints the best with their TTFT,
 // TPOT, throughput, goodput, energy, cost and the resource that binds. CPU only.
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +63,23 @@ ridge::model::ModelConfig load_model(const std::string& spec) {
 
 void run(const PlanFlags& f) {
   using namespace ridge;
+  // The options' own errors first, each naming its option (the planner's checks name fields).
+  auto finite_positive = [](double v, const char* option, const char* unit) {
+    RIDGE_CHECK(std::isfinite(v) && v > 0, "{} must be a finite number > 0 {} (got {})", option,
+                unit, v);
+  };
+  finite_positive(f.rate, "--rate", "requests/s");
+  finite_positive(f.duration, "--duration", "seconds");
+  finite_positive(f.slo_ttft_ms, "--slo-ttft", "ms");
+  finite_positive(f.slo_tpot_ms, "--slo-tpot", "ms");
+  RIDGE_CHECK(std::isfinite(f.attainment) && f.attainment > 0 && f.attainment <= 1,
+              "--attainment must be in (0, 1] (got {})", f.attainment);
+  RIDGE_CHECK(f.requests >= 0 && f.requests <= perf::Workload::kMaxRequests,
+              "--requests must be in 0..{} (0: --rate x --duration), got {}",
+              perf::Workload::kMaxRequests, f.requests);
+  RIDGE_CHECK(std::isfinite(f.prefix_share) && f.prefix_share >= 0 && f.prefix_share < 1,
+              "--prefix-share must be in [0, 1) (got {})", f.prefix_share);
+  RIDGE_CHECK(f.top >= 0, "--top must be >= 0 (got {})", f.top);
   const perf::HardwareDb db =
       f.hardware_db.empty() ? perf::HardwareDb::load_default() : perf::HardwareDb::load_file(f.hardware_db);
   perf::PlanRequest req;
@@ -76,8 +94,15 @@ void run(const PlanFlags& f) {
     req.opt.precision.name += "+kv-" + f.kv_dtype;
   }
   req.opt.power_cap = !f.no_power_cap;  // serving runs steps back to back: sustained work
-  req.workload.isl = perf::LengthDist::parse(f.isl);
-  req.workload.osl = perf::LengthDist::parse(f.osl);
+  auto lengths = [](const std::string& text, const char* option) {
+    try {
+      return perf::LengthDist::parse(text);
+    } catch (const Error& e) {
+      fail("{}: {}", option, e.what());
+    }
+  };
+  req.workload.isl = lengths(f.isl, "--isl");
+  req.workload.osl = lengths(f.osl, "--osl");
   req.workload.rate = f.rate;
   req.workload.prefix_share = f.prefix_share;
   req.workload.requests = f.requests;
@@ -86,8 +111,6 @@ void run(const PlanFlags& f) {
   req.slo = {f.slo_ttft_ms / 1e3, f.slo_tpot_ms / 1e3, f.attainment};
   req.gpus = f.gpus;
   req.top = f.top;
-  RIDGE_CHECK(f.rate > 0, "--rate must be > 0 (got {})", f.rate);
-  RIDGE_CHECK(f.attainment > 0 && f.attainment <= 1, "--attainment must be in (0, 1] (got {})", f.attainment);
   const perf::PlanResult r = perf::plan(req);
 
   nlohmann::json plots;

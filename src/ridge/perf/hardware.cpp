@@ -87,6 +87,23 @@ class EntryReader {
     fail("{}: accelerator '{}', field '{}': {}", origin_, id_, path, what);
   }
 
+  // An optional string or boolean field: `fallback` when absent, an error naming the field when
+  // present with another type (json::value() would throw a bare type_error naming nothing).
+  std::string text(const nlohmann::json& parent, const std::string& key, const std::string& path,
+                   const std::string& fallback = "") const {
+    if (!parent.contains(key)) return fallback;
+    const auto& f = parent.at(key);
+    if (!f.is_string()) bad(path, fmt::format("must be a string, got {}", f.dump()));
+    return f.get<std::string>();
+  }
+  bool flag(const nlohmann::json& parent, const std::string& key, const std::string& path,
+            bool fallback = false) const {
+    if (!parent.contains(key)) return fallback;
+    const auto& f = parent.at(key);
+    if (!f.is_boolean()) bad(path, fmt::format("must be true or false, got {}", f.dump()));
+    return f.get<bool>();
+  }
+
   // Reads {value, unit, source[, estimate]} as SI; nullopt when absent.
   std::optional<double> number(const nlohmann::json& parent, const std::string& key,
                                const std::string& path, FieldSpec spec) {
@@ -110,7 +127,7 @@ class EntryReader {
       bad(path, fmt::format("{} {} is outside the plausible range {:g}..{:g} (SI units of {})", v,
                             f["unit"].get<std::string>(), spec.min, spec.max, spec.quantity));
     hw_.sources[path] = f["source"].get<std::string>();
-    if (f.value("estimate", false)) hw_.estimates.push_back(path);
+    if (flag(f, "estimate", path + ".estimate")) hw_.estimates.push_back(path);
     return si;
   }
 
@@ -145,9 +162,9 @@ Hardware convert(const std::string& origin, const std::string& id, const nlohman
   }
   if (!e.contains("name") || !e["name"].is_string()) r.bad("name", "missing or not a string");
   hw.name = e["name"].get<std::string>();
-  hw.base = e.value("base", std::string());
-  hw.measured = e.value("measured", false);
-  hw.memory_type = e.value("memory_type", std::string());
+  hw.base = r.text(e, "base", "base");
+  hw.measured = r.flag(e, "measured", "measured");
+  hw.memory_type = r.text(e, "memory_type", "memory_type");
 
   if (!e.contains("dense_flops") || !e["dense_flops"].is_object() || e["dense_flops"].empty())
     r.bad("dense_flops", "missing: at least one number format's dense FLOP/s is needed");
@@ -168,8 +185,10 @@ Hardware convert(const std::string& origin, const std::string& id, const nlohman
     if (*s != std::floor(*s)) r.bad("sms", "must be a whole number");
     hw.sms = int(*s);
   }
-  if (auto w = r.number(e, "max_warps_per_sm", "max_warps_per_sm", {"count", 1, 256}))
+  if (auto w = r.number(e, "max_warps_per_sm", "max_warps_per_sm", {"count", 1, 256})) {
+    if (*w != std::floor(*w)) r.bad("max_warps_per_sm", "must be a whole number");
     hw.max_warps_per_sm = int(*w);
+  }
   if (e.contains("links")) {
     if (!e["links"].is_object()) r.bad("links", "must be an object of named links");
     for (auto it = e["links"].begin(); it != e["links"].end(); ++it) {
@@ -177,7 +196,7 @@ Hardware convert(const std::string& origin, const std::string& id, const nlohman
       Link l;
       l.name = it.key();
       double v = *r.number(e["links"], it.key(), path, {"bandwidth", 1e9, 2e13});
-      const std::string dir = it.value().value("direction", std::string());
+      const std::string dir = r.text(it.value(), "direction", path + ".direction");
       if (dir == "bidirectional") {
         v /= 2;  // the figure counts both directions
       } else if (dir != "per_direction") {
@@ -186,7 +205,7 @@ Hardware convert(const std::string& origin, const std::string& id, const nlohman
                                 dir));
       }
       l.bytes_per_s = v;
-      l.generation = it.value().value("generation", std::string());
+      l.generation = r.text(it.value(), "generation", path + ".generation");
       hw.links[l.name] = l;
     }
   }
@@ -309,10 +328,16 @@ std::string Hardware::describe() const {
 HardwareDb HardwareDb::parse(const nlohmann::json& doc, const std::string& origin) {
   HardwareDb db;
   if (!doc.is_object()) fail("{}: the hardware database must be a JSON object", origin);
+  if (doc.contains("schema") && !doc["schema"].is_string())
+    fail("{}: 'schema' must be the string '{}', got {}", origin, kSchema, doc["schema"].dump());
   const std::string schema = doc.value("schema", std::string());
   if (schema != kSchema)
     fail("{}: 'schema' is '{}', expected '{}'", origin, schema, kSchema);
-  if (doc.contains("defaults")) db.defaults_ = doc["defaults"];
+  if (doc.contains("defaults")) {
+    if (!doc["defaults"].is_object())
+      fail("{}: 'defaults' must be an object of fields every accelerator inherits", origin);
+    db.defaults_ = doc["defaults"];
+  }
   if (!doc.contains("accelerators") || !doc["accelerators"].is_object() || doc["accelerators"].empty())
     fail("{}: 'accelerators' is missing or empty", origin);
   db.merge(doc, origin);
@@ -320,8 +345,10 @@ HardwareDb HardwareDb::parse(const nlohmann::json& doc, const std::string& origi
 }
 
 std::vector<std::string> HardwareDb::merge(const nlohmann::json& doc, const std::string& origin) {
-  if (!doc.is_object() || doc.value("schema", std::string()) != kSchema)
-    fail("{}: not a ridge hardware file ('schema' must be '{}')", origin, kSchema);
+  if (!doc.is_object() || !doc.contains("schema") || !doc["schema"].is_string() ||
+      doc["schema"].get<std::string>() != kSchema)
+    fail("{}: not a ridge hardware file ('schema' must be '{}', got {})", origin, kSchema,
+         doc.is_object() && doc.contains("schema") ? doc["schema"].dump() : std::string("none"));
   if (!doc.contains("accelerators") || !doc["accelerators"].is_object())
     fail("{}: 'accelerators' is missing", origin);
   std::vector<std::string> added;
@@ -347,7 +374,13 @@ void HardwareDb::add_entry(const std::string& id, const nlohmann::json& raw, con
   }
   merge_into(merged, raw);
   if (raw.is_object() && raw.contains("base")) merged["base"] = find(raw["base"].get<std::string>())->id;
-  Hardware hw = convert(origin, id, merged);
+  Hardware hw;
+  try {
+    hw = convert(origin, id, merged);
+  } catch (const nlohmann::json::exception& e) {
+    // A field of a type convert() did not check: still name the file and the accelerator.
+    fail("{}: accelerator '{}': a field has the wrong type: {}", origin, id, e.what());
+  }
   if (merged.contains("aliases")) {
     if (!merged["aliases"].is_array()) fail("{}: accelerator '{}', field 'aliases': not an array", origin, id);
     for (const auto& a : merged["aliases"]) {

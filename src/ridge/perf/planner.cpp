@@ -59,6 +59,10 @@ std::vector<ServingConfig> candidate_configs(int gpus, const std::optional<Hardw
 }
 
 PlanResult plan(const PlanRequest& req) {
+  // The workload's and the SLOs' own errors reach the caller as they are: only a configuration
+  // that cannot run a valid workload is skipped below.
+  req.workload.validate();
+  req.slo.validate();
   PlanResult r;
   r.request = req;
   const auto& w = req.workload;
@@ -69,6 +73,7 @@ PlanResult plan(const PlanRequest& req) {
   r.prefill_step = predict_step(req.model, req.hw, StepShape::prefill(isl), req.opt);
   r.compute_bound_batch = decode_compute_bound_batch(req.model, req.hw, req.opt);
 
+  std::vector<std::string> skipped;  // why configurations were skipped, each reason once
   for (const auto& c : candidate_configs(req.gpus, req.prefill_hw)) {
     PlanCandidate k;
     k.config = c;
@@ -77,12 +82,15 @@ PlanResult plan(const PlanRequest& req) {
     } catch (const Error& e) {
       // A configuration that cannot run this workload (a link the device lacks, KV that does not
       // fit a partition) is skipped, not fatal.
+      if (std::find(skipped.begin(), skipped.end(), e.what()) == skipped.end())
+        skipped.emplace_back(e.what());
       continue;
     }
     k.meets = k.at_rate.slo_attainment >= req.slo.attainment;
     r.ranked.push_back(std::move(k));
   }
-  RIDGE_CHECK(!r.ranked.empty(), "plan: no configuration can serve this workload on {}", req.hw.id);
+  RIDGE_CHECK(!r.ranked.empty(), "plan: no configuration can serve this workload on {}: {}",
+              req.hw.id, fmt::join(skipped, "; "));
   auto cost = [](const PlanCandidate& k) {
     return std::isfinite(k.at_rate.usd_per_mtok) ? k.at_rate.usd_per_mtok : k.at_rate.gpu_hours;
   };

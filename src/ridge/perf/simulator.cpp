@@ -34,16 +34,24 @@ double percentile(std::vector<double> v, double q) {
 
 LengthDist LengthDist::parse(std::string_view text) {
   auto num = [&](std::string_view s) {
+    double v = 0;
     try {
       size_t pos = 0;
-      const double v = std::stod(std::string(s), &pos);
-      if (pos != s.size() || !(v > 0)) throw std::invalid_argument("");
-      return v;
+      v = std::stod(std::string(s), &pos);
+      if (pos != s.size()) throw std::invalid_argument("");
     } catch (const std::exception&) {
-      fail("length distribution '{}': '{}' is not a positive number (forms: N, uniform:LO:HI, "
-           "normal:MEAN:SD, exp:MEAN, lognormal:MEAN:SIGMA)",
-           text, s);
+      fail(
+          "length distribution '{}': '{}' is not a number (forms: N, uniform:LO:HI, "
+          "normal:MEAN:SD, exp:MEAN, lognormal:MEAN:SIGMA)",
+          text, s);
     }
+    // stod accepts "inf", "nan" and 1e30: a length must be a finite count of tokens.
+    if (!std::isfinite(v) || !(v > 0) || v > kMaxTokens)
+      fail(
+          "length distribution '{}': '{}' is not a finite positive number of at most {:.0f} "
+          "tokens (forms: N, uniform:LO:HI, normal:MEAN:SD, exp:MEAN, lognormal:MEAN:SIGMA)",
+          text, s, kMaxTokens);
+    return v;
   };
   std::vector<std::string_view> parts;
   size_t start = 0;
@@ -56,6 +64,7 @@ LengthDist LengthDist::parse(std::string_view text) {
   LengthDist d;
   if (parts.size() == 1) {
     d = {Kind::fixed, std::round(num(parts[0])), 0};
+    if (d.a < 1) fail("length distribution '{}': a fixed length must be at least 1 token", text);
   } else if (parts[0] == "uniform" && parts.size() == 3) {
     d = {Kind::uniform, num(parts[1]), num(parts[2])};
     if (d.b < d.a) fail("length distribution '{}': high end below low end", text);
@@ -71,6 +80,17 @@ LengthDist LengthDist::parse(std::string_view text) {
          text);
   }
   return d;
+}
+
+void LengthDist::validate(std::string_view what) const {
+  if (!std::isfinite(a) || !(a > 0) || a > kMaxTokens)
+    fail("workload: {} length {} ({}) is not a finite positive number of at most {:.0f} tokens",
+         what, a, describe(), kMaxTokens);
+  if (!std::isfinite(b) || b < 0 || b > kMaxTokens)
+    fail("workload: {} length spread {} ({}) is not a finite number in [0, {:.0f}]", what, b,
+         describe(), kMaxTokens);
+  if (kind == Kind::uniform && b < a)
+    fail("workload: {} length {}: high end below low end", what, describe());
 }
 
 int64_t LengthDist::sample(std::mt19937_64& rng) const {
@@ -101,9 +121,50 @@ std::string LengthDist::describe() const {
 }
 
 int64_t Workload::count() const {
-  if (requests > 0) return requests;
-  RIDGE_CHECK(duration_s > 0, "workload: give a request count or a duration > 0");
-  return std::max<int64_t>(50, int64_t(std::ceil(rate * duration_s)));
+  if (requests > 0) {
+    RIDGE_CHECK(requests <= kMaxRequests,
+                "workload: requests {} is more than the {} one simulation holds", requests,
+                kMaxRequests);
+    return requests;
+  }
+  RIDGE_CHECK(requests == 0, "workload: requests must be >= 0 (0: rate x duration), got {}",
+              requests);
+  RIDGE_CHECK(std::isfinite(duration_s) && duration_s > 0,
+              "workload: give a request count or a finite duration > 0 (duration {} s)",
+              duration_s);
+  RIDGE_CHECK(std::isfinite(rate) && rate >= 0, "workload: rate must be finite and > 0 (got {})",
+              rate);
+  const double n = std::ceil(rate * duration_s);
+  RIDGE_CHECK(
+      n <= double(kMaxRequests),
+      "workload: rate {} x duration {} s = {:.0f} requests, more than the {} one simulation "
+      "holds: lower the rate or the duration, or give a request count",
+      rate, duration_s, n, kMaxRequests);
+  return std::max<int64_t>(50, int64_t(n));
+}
+
+void Workload::validate() const {
+  RIDGE_CHECK(std::isfinite(rate) && (rate > 0 || (arrival == Arrival::burst && rate == 0)),
+              "workload: rate must be finite and > 0 requests/s (got {})", rate);
+  RIDGE_CHECK(std::isfinite(duration_s) && duration_s > 0,
+              "workload: duration must be finite and > 0 seconds (got {})", duration_s);
+  RIDGE_CHECK(requests >= 0 && requests <= kMaxRequests,
+              "workload: requests must be in [0, {}] (0: rate x duration), got {}", kMaxRequests,
+              requests);
+  RIDGE_CHECK(std::isfinite(prefix_share) && prefix_share >= 0 && prefix_share < 1,
+              "workload: prefix share must be in [0, 1) (got {})", prefix_share);
+  isl.validate("input (isl)");
+  osl.validate("output (osl)");
+  count();  // rate x duration within what one simulation holds
+}
+
+void Slo::validate() const {
+  RIDGE_CHECK(std::isfinite(ttft_s) && ttft_s > 0,
+              "SLO: TTFT must be finite and > 0 seconds (got {})", ttft_s);
+  RIDGE_CHECK(std::isfinite(tpot_s) && tpot_s > 0,
+              "SLO: TPOT must be finite and > 0 seconds (got {})", tpot_s);
+  RIDGE_CHECK(std::isfinite(attainment) && attainment > 0 && attainment <= 1,
+              "SLO: attainment must be in (0, 1] (got {})", attainment);
 }
 
 int ServingConfig::total_gpus() const {
@@ -372,8 +433,10 @@ class Sim {
 
 SimResult simulate(const model::ModelConfig& cfg, const Hardware& hw, const Workload& w,
                    const ServingConfig& sc, const CostOptions& opt, const Slo& slo) {
-  RIDGE_CHECK(w.arrival == Workload::Arrival::burst || w.rate > 0, "workload: rate must be > 0 (got {})", w.rate);
-  RIDGE_CHECK(w.prefix_share >= 0 && w.prefix_share < 1, "workload: prefix share {} is outside [0, 1)", w.prefix_share);
+  RIDGE_CHECK(std::isfinite(w.rate) && (w.arrival == Workload::Arrival::burst || w.rate > 0),
+              "workload: rate must be finite and > 0 (got {})", w.rate);
+  RIDGE_CHECK(std::isfinite(w.prefix_share) && w.prefix_share >= 0 && w.prefix_share < 1,
+              "workload: prefix share {} is outside [0, 1)", w.prefix_share);
   RIDGE_CHECK(sc.token_budget >= 1 && sc.max_batch >= 1, "serving config: token budget and batch cap must be >= 1");
   // Requests: arrival times, then lengths, from one seeded generator.
   std::mt19937_64 rng(w.seed);

@@ -39,8 +39,12 @@ struct LengthDist {
   // sigma b of the log, capped at 8 a (as `ridge bench serve --length-dist lognormal` draws)
   double a = 1, b = 0;
   // "1024", "uniform:512:2048", "normal:1024:256", "exp:1024", "lognormal:256:0.9"; throws
-  // naming the form.
+  // naming the form. Every number must be finite, > 0 and at most kMaxTokens.
   static LengthDist parse(std::string_view text);
+  static constexpr double kMaxTokens = 1e7;
+  // Throws naming `what` ("isl", "osl") unless a and b are finite, a in (0, kMaxTokens] and b in
+  // [0, kMaxTokens] (uniform: a <= b).
+  void validate(std::string_view what) const;
   static LengthDist fixed(int64_t n) { return {Kind::fixed, double(n), 0}; }
   int64_t sample(std::mt19937_64& rng) const;  // >= 1
   double mean() const;
@@ -58,13 +62,20 @@ struct Workload {
   int64_t requests = 0;
   double duration_s = 60;
   uint64_t seed = 1;
+  static constexpr int64_t kMaxRequests = 10'000'000;  // what one simulation may hold
   int64_t count() const;
+  // Throws naming the field unless the rate and duration are finite and > 0, requests in
+  // [0, kMaxRequests] (0: rate x duration, which must not exceed it either), prefix share in
+  // [0, 1) and both length distributions valid. plan() runs it once, before any configuration.
+  void validate() const;
 };
 
 struct Slo {
   double ttft_s = 1.0;
   double tpot_s = 0.05;
   double attainment = 0.9;  // share of requests that must meet both
+  // Throws naming the field unless ttft_s and tpot_s are finite and > 0 and attainment in (0, 1].
+  void validate() const;
 };
 
 struct ServingConfig {
