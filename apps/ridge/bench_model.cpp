@@ -667,15 +667,28 @@ void bench(BenchModelFlags& f) {
 void setup(CLI::App& sub) {
   auto f = std::make_shared<BenchModelFlags>();
   app::add_model_options(sub, f->model);
-  sub.add_option("--prefill-tokens", f->prefill_tokens, "prefill lengths (default: 512,2048 GPU, 128 CPU)")
-      ->delimiter(',');
-  sub.add_option("--decode-in", f->decode_in, "prompt tokens before decoding")->capture_default_str();
-  sub.add_option("--decode-out", f->decode_out, "decode steps (0: 128 GPU, 32 CPU)");
-  sub.add_option("--batches", f->batches, "decode batch sizes (default: 1,16,64 GPU, 1,4 CPU)")->delimiter(',');
-  sub.add_option("--long-batch", f->long_batch, "batch of the long-context decode")->capture_default_str();
-  sub.add_option("--long-context", f->long_context, "context of the long-context decode")->capture_default_str();
+  sub.add_option("--prefill-tokens", f->prefill_tokens,
+                 "prefill lengths (default: 512,2048 GPU, 128 CPU)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  sub.add_option("--decode-in", f->decode_in, "prompt tokens before decoding")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub.add_option("--decode-out", f->decode_out, "decode steps (0: 128 GPU, 32 CPU)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub.add_option("--batches", f->batches, "decode batch sizes (default: 1,16,64 GPU, 1,4 CPU)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 16));
+  sub.add_option("--long-batch", f->long_batch, "batch of the long-context decode")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  sub.add_option("--long-context", f->long_context, "context of the long-context decode")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
   sub.add_flag("--skip-long", f->skip_long, "skip the long-context decode");
-  sub.add_option("--repeats", f->repeats, "timed runs per phase (median)")->capture_default_str();
+  sub.add_option("--repeats", f->repeats, "timed runs per phase (median)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
   sub.add_option("--hardware,--hardware-file", f->hardware,
                  "predict for this device: a data/hardware.json id or alias, or a profile file from "
                  "`ridge bench ceilings` (default: data/profiles/<gpu>-ridge.json when committed, "
@@ -687,7 +700,9 @@ void setup(CLI::App& sub) {
   sub.add_flag("--profile-ops", f->profile_ops,
                "also time every op of each phase alone (Backend calls at the step's shapes) next to "
                "its prediction, and print the implied efficiency of each op class");
-  sub.add_option("--profile-calls", f->profile_calls, "launches per op timing")->capture_default_str();
+  sub.add_option("--profile-calls", f->profile_calls, "launches per op timing")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   sub.add_option("--calibrated-profile", f->calibrated_profile,
                  "write a hardware profile with the implied efficiencies (needs --profile-ops)");
   sub.add_option("--json-out", f->json_out, "write the figures, predictions and per-op times as JSON");

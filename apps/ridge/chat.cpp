@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -24,9 +25,19 @@ struct ChatFlags {
 
 void chat(ChatFlags& f) {
   using namespace ridge;
+  // Each turn generates a reply: with none allowed, every turn would be refused.
+  if (f.gen.generate.max_tokens <= 0)
+    fail("--max-tokens {}: ridge chat generates a reply each turn, so it needs at least 1",
+         f.gen.generate.max_tokens);
   app::resolve_model(f.model);
   app::resolve_seed(f.gen);
+  f.gen.generate.prefill_chunk = int32_t(f.model.prefill_chunk);  // (the workspace is sized for it)
   auto bundle = engine::ModelBundle::load(f.model);
+  if (!bundle->tokenizer)
+    fail(
+        "{} has no tokenizer: ridge chat needs one (tokenizer.json, or a GGUF with its "
+        "vocabulary)",
+        f.model.model_path);
   const tokenizer::Tokenizer& tok = *bundle->tokenizer;
   const std::string& src =
       tok.chat_template().empty() ? tokenizer::default_chat_template() : tok.chat_template();
@@ -72,6 +83,7 @@ void chat(ChatFlags& f) {
       history.pop_back();
       continue;
     }
+    const int64_t steps_before = app::forward_steps(*bundle->model);
     auto st = gen.generate(prompt, opt, [&](const engine::GeneratedToken& t) {
       const auto& stops = tok.stop_ids();
       if (std::find(stops.begin(), stops.end(), t.token) != stops.end()) return true;
@@ -87,8 +99,10 @@ void chat(ChatFlags& f) {
     std::fputs("\n", stdout);
     std::fflush(stdout);
     history.push_back({"assistant", reply});
-    log::debug("turn: {} prompt tokens ({} reused), {} generated, {}", st.prompt_tokens,
-               st.cached_tokens, st.generated, st.finish_reason);
+    const int64_t prefill_steps =
+        app::forward_steps(*bundle->model) - steps_before - std::max(0, st.generated - 1);
+    log::debug("turn: {} prompt tokens ({} reused), {} generated, {}; {} prefill steps",
+               st.prompt_tokens, st.cached_tokens, st.generated, st.finish_reason, prefill_steps);
   }
 }
 

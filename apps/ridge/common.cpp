@@ -1,18 +1,41 @@
 #include "common.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
+
+#include <fmt/format.h>
 
 #include "ridge/core/error.h"
 
 namespace ridge::app {
 
 namespace fs = std::filesystem;
+
+constexpr int kMaxThreads = 1024;  // --threads: past this a typo, not a machine
+
+// --seed: a uint64 written in decimal (or 0x hex / 0 octal, as strtoull reads them), nothing
+// else. CLI11's own conversion would wrap -7 to 2^64 - 7 into a uint64 (and saturate past
+// INT64_MAX into an int64), so the text is checked here first.
+static std::string check_seed(const std::string& text) {
+  const std::string what = fmt::format(
+      "{} is not a seed: seeds are integers from 0 to {} (leave --seed out for a random one)", text,
+      std::numeric_limits<uint64_t>::max());
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text.front()))) return what;
+  errno = 0;
+  char* end = nullptr;
+  std::strtoull(text.c_str(), &end, 0);
+  if (errno == ERANGE || end != text.c_str() + text.size()) return what;
+  return {};
+}
 
 std::string command_line() {
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
@@ -40,10 +63,13 @@ void add_model_options(CLI::App& app, engine::BundleOptions& o) {
   app.add_option("--device", o.device, "auto | cpu | cuda (auto: CUDA when a GPU is present)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--threads", o.threads, "CPU threads (0: one per core)")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads (0: one per core)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
   app.add_option("--ctx-size", o.kv_tokens,
                  "KV cache capacity in tokens (0: the model's context, at most 32768)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(std::numeric_limits<int32_t>::max())));
   app.add_option("--block-size", o.block_size, "KV page size in tokens")
       ->capture_default_str()
       ->check(CLI::IsMember({16, 32, 64}));
@@ -133,15 +159,36 @@ void add_generation_options(CLI::App& app, GenerationFlags& f) {
       ->capture_default_str();
   app.add_option("--frequency-penalty", s.frequency_penalty, "OpenAI frequency penalty")
       ->capture_default_str();
-  app.add_option("--seed", f.seed, "sampling seed (default: random, printed with --json)");
+  app.add_option("--seed", f.seed,
+                 "sampling seed, 0 to 2^64-1 (default: random, printed with --json)")
+      ->check(CLI::Validator(check_seed, "UINT64"))
+      ->each([&f](const std::string&) { f.seed_given = true; });
   app.add_flag("--ignore-eos", g.ignore_eos, "keep generating past end-of-sequence tokens");
 }
 
 uint64_t resolve_seed(GenerationFlags& f) {
-  if (f.seed < 0) f.seed = int64_t(std::random_device{}() >> 1);
-  f.generate.sampling.seed = uint64_t(f.seed);
+  if (!f.seed_given) {
+    f.seed = uint64_t(std::random_device{}() >> 1);
+    f.seed_given = true;
+  }
+  f.generate.sampling.seed = f.seed;
   f.generate.sampling.validate();
-  return uint64_t(f.seed);
+  return f.seed;
+}
+
+CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](const std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v) || v < lo || v > hi)
+          return fmt::format("Value {} not in range {} to {}", text, lo, hi);
+        return {};
+      },
+      fmt::format("FLOAT in [{} - {}]", lo, hi));
+}
+
+int64_t forward_steps(const model::LlamaModel& m) {
+  return m.stats().eager_steps + m.stats().graph_steps;
 }
 
 }  // namespace ridge::app

@@ -1,8 +1,10 @@
 // ridge run: one completion in the terminal, streamed; --json prints one JSON object instead.
 // --prompt-ids takes the prompt as token ids; --batch-file runs many prompts in one process
 // (JSON lines in: {"prompt": "..."} or {"prompt_ids": [...]}; JSON lines out, as --json).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -79,7 +81,13 @@ class Runner {
       }
       return true;
     };
+    const int64_t steps_before = app::forward_steps(*b_.model);
     engine::GenerateStats st = gen_.generate(prompt, f_.gen.generate, on_token);
+    // Every step but the decode ones (one per token after the first) prefilled the prompt.
+    const int64_t prefill_steps =
+        app::forward_steps(*b_.model) - steps_before - std::max(0, st.generated - 1);
+    log::debug("prefill: {} prompt tokens ({} reused) in {} steps of at most {} tokens",
+               st.prompt_tokens, st.cached_tokens, prefill_steps, f_.gen.generate.prefill_chunk);
     const std::string rest = decoder ? decoder->flush() : "";
     text += rest;
     if (stream_text && !f_.json) {
@@ -98,10 +106,14 @@ class Runner {
             {"finish_reason", st.finish_reason},
             {"seed", f_.gen.seed},
             {"usage", {{"prompt_tokens", st.prompt_tokens}, {"completion_tokens", st.generated}}},
-            {"timings", {{"prefill_seconds", st.prefill_seconds}, {"decode_seconds", st.decode_seconds}}}};
+            {"timings",
+             {{"prefill_seconds", st.prefill_seconds},
+              {"decode_seconds", st.decode_seconds},
+              {"prefill_steps", prefill_steps}}}};
   }
 
   void reset() { gen_.reset(); }
+  int64_t vocab() const { return b_.config().vocab; }
 
  private:
   RunFlags& f_;
@@ -126,6 +138,20 @@ void run(RunFlags& f) {
   app::resolve_seed(f.gen);
   f.gen.generate.sampling.top_logprobs = f.top_logprobs;
   f.gen.generate.sampling.validate();
+  // Prompts are prefilled in steps of --prefill-chunk tokens, the size the workspace is made for.
+  f.gen.generate.prefill_chunk = int32_t(f.model.prefill_chunk);
+  if (!f.batch_file.empty()) {
+    // Before the model loads: a folder or a socket is not a list of prompts. (A pipe is: e.g.
+    // /dev/stdin or a shell's <(...).)
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::file_status s = fs::status(f.batch_file, ec);
+    if (!fs::exists(s)) fail("--batch-file '{}' not found", f.batch_file);
+    if (fs::is_directory(s))
+      fail("--batch-file '{}' is a directory: give a file of JSON lines", f.batch_file);
+    if (!fs::is_regular_file(s) && !fs::is_fifo(s) && !fs::is_character_file(s))
+      fail("--batch-file '{}' is not a regular file: give a file of JSON lines", f.batch_file);
+  }
   auto bundle = engine::ModelBundle::load(f.model);
   Runner runner(f, *bundle);
   if (f.batch_file.empty()) {
@@ -139,6 +165,7 @@ void run(RunFlags& f) {
   RIDGE_CHECK(in, "cannot open --batch-file '{}'", f.batch_file);
   std::string line;
   int n = 0;
+  const int64_t vocab = runner.vocab();
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -146,16 +173,43 @@ void run(RunFlags& f) {
     RIDGE_CHECK(req.is_object(), "{}:{}: not a JSON object", f.batch_file, n);
     std::vector<int32_t> prompt;
     if (req.contains("prompt_ids")) {
-      RIDGE_CHECK(req["prompt_ids"].is_array(), "{}:{}: prompt_ids must be an array", f.batch_file, n);
-      prompt = req["prompt_ids"].get<std::vector<int32_t>>();
+      const nlohmann::json& ids = req["prompt_ids"];
+      RIDGE_CHECK(ids.is_array() && !ids.empty(),
+                  "{}:{}: prompt_ids must be a non-empty array of token ids", f.batch_file, n);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const nlohmann::json& id = ids[i];
+        // Integers only (1.9 is no token id), and inside the vocabulary: no wrapping of
+        // 4294967297 to 1.
+        const bool integer = id.is_number_integer();
+        const bool in_vocab =
+            integer &&
+            (id.is_number_unsigned() ? id.get<uint64_t>() < uint64_t(vocab)
+                                     : id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab);
+        RIDGE_CHECK(in_vocab,
+                    "{}:{}: prompt_ids[{}] is {}: token ids are integers from 0 to {} (the "
+                    "model's vocabulary of {})",
+                    f.batch_file, n, i, id.dump(), vocab - 1, vocab);
+        prompt.push_back(int32_t(integer ? id.get<int64_t>() : 0));
+      }
     } else {
       RIDGE_CHECK(req.contains("prompt") && req["prompt"].is_string(),
                   "{}:{}: needs \"prompt\" (string) or \"prompt_ids\"", f.batch_file, n);
-      prompt = runner.encode(req["prompt"].get<std::string>());
+      try {
+        prompt = runner.encode(req["prompt"].get<std::string>());
+      } catch (const Error& e) {
+        fail("{}:{}: {}", f.batch_file, n, e.what());
+      }
     }
     runner.reset();  // each prompt on its own, as a separate run would
-    print_json(runner.generate(prompt, false));
+    nlohmann::json out;
+    try {
+      out = runner.generate(prompt, false);
+    } catch (const Error& e) {
+      fail("{}:{}: {}", f.batch_file, n, e.what());
+    }
+    print_json(out);
   }
+  RIDGE_CHECK(!in.bad(), "cannot read --batch-file '{}'", f.batch_file);
 }
 
 void setup(CLI::App& sub) {

@@ -178,16 +178,20 @@ void setup(CLI::App& sub) {
       ->check(CLI::Range(size_t(1) << 16, size_t(1) << 40));
   sub.add_option("--max-connections", s.max_connections, "open connections at most")
       ->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  sub.add_option("--keep-alive", s.keep_alive_seconds, "idle connection timeout in seconds")
-      ->capture_default_str();
+  sub.add_option("--keep-alive", s.keep_alive_seconds,
+                 "idle connection timeout in seconds (0.001 to 86400)")
+      ->capture_default_str()
+      ->check(ridge::app::finite_range(0.001, 86400));
   sub.add_option("--shutdown-timeout", f->shutdown_timeout,
-                 "seconds in-flight requests get to finish after SIGINT/SIGTERM")
-      ->capture_default_str();
+                 "seconds in-flight requests get to finish after SIGINT/SIGTERM (0 to 86400)")
+      ->capture_default_str()
+      ->check(ridge::app::finite_range(0, 86400));
   sub.add_flag("--stub-engine", f->stub,
                "benchmark/test build of the server: the model step is stubbed out (outputs are a "
                "fixed token cycle); only the tokenizer is loaded");
   sub.add_option("--stub-step-ms", f->stub_step_ms, "with --stub-engine: duration of one step")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(ridge::app::finite_range(0, 60000));
   sub.callback([f] { serve(*f); });
 }
 

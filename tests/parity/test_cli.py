@@ -196,3 +196,189 @@ def test_an_empty_prompt_says_so():
     assert p.returncode == 1 and "prompt given is empty" in p.stderr, p.stderr
     p = ridge("run", check=False)  # no prompt at all: no such hint
     assert p.returncode == 1 and "exactly one of" in p.stderr and "empty" not in p.stderr, p.stderr
+
+
+# Bad arguments a demanding user hits: each refused with the option (or file:line) named, never a
+# crash (a negative returncode is a signal) and never run as something else.
+
+def refused(p, *expect):
+    assert p.returncode > 0, (p.returncode, p.stderr)
+    for e in expect:
+        assert e in p.stderr, (e, p.stderr)
+
+
+def write_tiny_hf_folder(path, vocab=100, hidden=64, layers=1):
+    """A Hugging Face folder with config.json and random model.safetensors, no tokenizer."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    path.mkdir()
+    ffn = 2 * hidden
+    (path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+        "intermediate_size": ffn, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "num_hidden_layers": layers, "vocab_size": vocab, "max_position_embeddings": 64,
+        "rms_norm_eps": 1e-5, "torch_dtype": "float32", "tie_word_embeddings": False}))
+    rng = np.random.default_rng(7)
+    r = lambda *s: (rng.standard_normal(s) * 0.05).astype(np.float32)
+    t = {"model.embed_tokens.weight": r(vocab, hidden), "lm_head.weight": r(vocab, hidden),
+         "model.norm.weight": np.ones(hidden, np.float32)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        t.update({p + "input_layernorm.weight": np.ones(hidden, np.float32),
+                  p + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
+                  p + "self_attn.q_proj.weight": r(hidden, hidden),
+                  p + "self_attn.k_proj.weight": r(hidden, hidden),
+                  p + "self_attn.v_proj.weight": r(hidden, hidden),
+                  p + "self_attn.o_proj.weight": r(hidden, hidden),
+                  p + "mlp.gate_proj.weight": r(ffn, hidden), p + "mlp.up_proj.weight": r(ffn, hidden),
+                  p + "mlp.down_proj.weight": r(hidden, ffn)})
+    save_file(t, str(path / "model.safetensors"))
+    return path
+
+
+def test_chat_on_a_model_without_tokenizer_is_a_clear_error(tmp_path):
+    """It segfaulted (a null tokenizer dereferenced); both a HF folder and a GGUF without one."""
+    folder = write_tiny_hf_folder(tmp_path / "hf-no-tokenizer")
+    # the folder itself is a working model: token ids run
+    ok = ridge("run", "-m", folder, "--prompt-ids", "3,4,5", "-n", "2", "--json", "--device", "cpu")
+    assert len(json.loads(ok.stdout)["token_ids"]) == 2
+    for model in (folder, write_tiny_gguf(tmp_path / "no-tokenizer.gguf")):
+        p = ridge("chat", "-m", model, "--device", "cpu", input="hi\n", check=False, timeout=120)
+        refused(p, str(model), "has no tokenizer", "ridge chat needs one")
+        assert p.stdout == "", p.stdout
+
+
+def test_chat_refuses_max_tokens_zero():
+    """-n 0 used to say every turn that the conversation fills the context."""
+    p = ridge("chat", "-n", "0", "--device", "cpu", input="hi\nhello\n", check=False, timeout=120)
+    refused(p, "--max-tokens 0", "at least 1")
+    assert "fills the context" not in p.stderr, p.stderr
+
+
+PROMPT_200 = ",".join(str(100 + 37 * i % 4000) for i in range(200))
+
+
+def test_prefill_chunk_reaches_run():
+    """--prefill-chunk sized only the workspace; prompts were prefilled 512 tokens at a time."""
+    runs = {}
+    for chunk in (8, 64, 512):
+        p = ridge("run", "--prompt-ids", PROMPT_200, "-n", "6", "--temperature", "0", "--json",
+                  "--ignore-eos", "--device", "cpu", "--prefill-chunk", chunk)
+        runs[chunk] = json.loads(p.stdout)
+    for chunk, r in runs.items():
+        assert r["timings"]["prefill_steps"] == -(-200 // chunk), (chunk, r["timings"])
+    assert runs[8]["token_ids"] == runs[64]["token_ids"] == runs[512]["token_ids"], runs
+
+
+def test_prefill_chunk_reaches_chat():
+    import re
+    steps = {}
+    for chunk in (8, 512):
+        p = ridge("chat", "--temperature", "0", "-n", "4", "--device", "cpu", "--prefill-chunk",
+                  chunk, "--log-level", "debug", input="Tell me about the sea.\n", timeout=300)
+        m = re.search(r"turn: (\d+) prompt tokens \(0 reused\), \d+ generated, \w+; (\d+) prefill "
+                      r"steps", p.stderr)
+        assert m, p.stderr
+        steps[chunk] = (int(m[1]), int(m[2]), p.stdout)
+    prompt = steps[8][0]
+    assert prompt > 8 and steps[8][1] == -(-prompt // 8) and steps[512][1] == 1, steps
+    assert steps[8][2] == steps[512][2], steps
+
+
+@pytest.mark.parametrize("line,expect", [
+    ('{"prompt_ids": [4294967297, 1.9]}', "prompt_ids[0] is 4294967297"),  # ran as [1, 1]
+    ('{"prompt_ids": [5, 1.9]}', "prompt_ids[1] is 1.9"),
+    ('{"prompt_ids": ["a"]}', 'prompt_ids[0] is "a"'),  # a bare nlohmann type_error
+    ('{"prompt_ids": [-1]}', "prompt_ids[0] is -1"),
+    ('{"prompt_ids": [49152]}', "vocabulary of 49152"),
+    ('{"prompt_ids": []}', "non-empty array"),
+])
+def test_batch_file_prompt_ids_must_be_token_ids(tmp_path, line, expect):
+    f = tmp_path / "batch.jsonl"
+    f.write_text('{"prompt_ids": [1, 2, 3]}\n\n' + line + "\n")
+    p = ridge("run", "--batch-file", f, "-n", "1", "--device", "cpu", check=False)
+    refused(p, f"{f}:3:", expect)
+    assert len(p.stdout.splitlines()) == 1, p.stdout  # the good line before it ran
+
+
+def test_batch_file_that_is_a_directory_or_missing(tmp_path):
+    p = ridge("run", "--batch-file", tmp_path, "--device", "cpu", check=False)
+    refused(p, str(tmp_path), "is a directory")  # exited 0 with no output
+    assert p.stdout == ""
+    p = ridge("run", "--batch-file", tmp_path / "none.jsonl", "--device", "cpu", check=False)
+    refused(p, "none.jsonl", "not found")
+
+
+def test_batch_file_errors_from_the_engine_name_the_line(tmp_path):
+    f = tmp_path / "long.jsonl"
+    f.write_text('{"prompt": "' + "hello " * 40 + '"}\n')
+    p = ridge("run", "--batch-file", f, "--ctx-size", "32", "-n", "4", "--device", "cpu",
+              check=False)
+    refused(p, f"{f}:1:", "past the context limit of 32")
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--threads", "100000"], "--threads"),  # tried to start 100k threads
+    (["--threads", "-4"], "--threads"),  # silently one per core
+    (["--ctx-size", "-5"], "--ctx-size"),  # silently the model's context
+    (["--seed", "-7"], "-7 is not a seed"),  # silently a random seed each run
+    (["--seed", "18446744073709551616"], "is not a seed"),
+    (["--seed", "1.5"], "is not a seed"),
+    (["--prefill-chunk", "0"], "--prefill-chunk"),
+])
+@pytest.mark.parametrize("sub", ["run", "chat"])
+def test_out_of_range_numbers_are_refused(sub, args, expect):
+    p = ridge(sub, "-p" if sub == "run" else "--system", "hi", "-n", "2", "--device", "cpu", *args,
+              check=False, input="hi\n", timeout=60)
+    refused(p, expect)
+    assert p.stdout == ""
+
+
+def test_the_largest_seed_is_taken_as_given():
+    """18446744073709551615 became INT64_MAX; valid spellings of threads and seeds still run."""
+    args = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0, max_tokens=6, ignore_eos=True)
+    top = ridge_run_json(DEFAULT_MODEL, "Once upon a time", seed="18446744073709551615", **args)
+    assert top["seed"] == 18446744073709551615, top["seed"]
+    again = ridge_run_json(DEFAULT_MODEL, "Once upon a time", seed="18446744073709551615",
+                           threads=1, **args)
+    assert again["token_ids"] == top["token_ids"]
+    zero = ridge_run_json(DEFAULT_MODEL, "Once upon a time", seed=0, threads=0, ctx_size=0, **args)
+    assert zero["seed"] == 0
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--repeats", "0"], "--repeats"),  # segfaulted (the median of no runs)
+    (["--repeats", "-2"], "--repeats"),
+    (["--decode-out", "-3"], "--decode-out"),  # printed -inf out tok/s and exited 0
+    (["--decode-in", "0"], "--decode-in"),
+    (["--batches", "1,0"], "--batches"),
+    (["--prefill-tokens", "-16"], "--prefill-tokens"),
+    (["--long-batch", "0"], "--long-batch"),
+    (["--profile-calls", "0"], "--profile-calls"),
+])
+def test_bench_model_refuses_counts_that_make_no_sense(args, expect):
+    p = ridge("bench", "model", "--device", "cpu", *args, check=False, timeout=60)
+    refused(p, expect)
+    assert "tok/s" not in p.stdout, p.stdout
+
+
+def test_bench_model_one_repeat_runs():
+    p = ridge("bench", "model", "--device", "cpu", "--repeats", "1", "--prefill-tokens", "16",
+              "--batches", "1", "--decode-in", "8", "--decode-out", "2", "--ctx-size", "256",
+              timeout=300)
+    assert "prefill 16 tokens" in p.stdout and "inf" not in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "1e300", "86401"])
+def test_serve_keep_alive_out_of_range_is_refused(value):
+    """-1 dropped every connection; NaN and 1e300 went through an undefined duration_cast."""
+    p = ridge("serve", "--stub-engine", "--port", "0", "--keep-alive", value, check=False,
+              timeout=60)
+    refused(p, "--keep-alive")
+    assert "listening" not in p.stdout
+
+
+@pytest.mark.parametrize("opt", ["--shutdown-timeout", "--stub-step-ms"])
+def test_serve_other_durations_must_be_finite(opt):
+    p = ridge("serve", "--stub-engine", "--port", "0", opt, "nan", check=False, timeout=60)
+    refused(p, opt)
