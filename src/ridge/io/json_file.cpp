@@ -17,6 +17,17 @@ constexpr int kMaxJsonDepth = 64;
 
 }  // namespace
 
+std::string describe_json(const nlohmann::json& value) {
+  if (value.is_structured()) return value.type_name();
+  std::string text = value.dump();
+  if (text.size() > 64) {
+    size_t cut = 61;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text = text.substr(0, cut) + "...";
+  }
+  return text;
+}
+
 nlohmann::json read_json_file(const std::string& path) {
   // A FIFO or device would block the open or the read forever: only regular files are read.
   std::error_code ec;

@@ -109,7 +109,11 @@ class SafetensorsModel {
   std::map<std::string, const TensorData*, std::less<>> index_;
 };
 
-// Reads and parses a JSON file; errors name the file and the parse position.
+// Reads and parses a JSON file; errors name the file and the parse position. Only regular files
+// are read, and JSON nested deeper than 64 levels is refused while parsing.
 nlohmann::json read_json_file(const std::string& path);
+// A JSON value for an error message: scalars as written (cut to 64 characters), containers by
+// their type, so that a message never walks (or prints) a large or deep value.
+std::string describe_json(const nlohmann::json& value);
 
 }  // namespace ridge::io

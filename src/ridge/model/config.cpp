@@ -6,6 +6,7 @@
 
 #include "ridge/core/error.h"
 #include "ridge/io/gguf.h"
+#include "ridge/io/safetensors.h"
 
 namespace ridge::model {
 
@@ -13,18 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-// A JSON value for an error message: scalars as written (cut to 64 characters), containers by
-// their type, so that a message never walks (or prints) a large or deep value.
-std::string describe(const json& v) {
-  if (v.is_structured()) return v.type_name();
-  std::string text = v.dump();
-  if (text.size() > 64) {
-    size_t cut = 61;
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-    text = text.substr(0, cut) + "...";
-  }
-  return text;
-}
+std::string describe(const json& v) { return io::describe_json(v); }
 
 // An integer, or a float with an integral value that a double holds exactly (4096.0).
 int64_t as_int(const json& v, const char* key) {

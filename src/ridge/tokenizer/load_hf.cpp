@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ridge/core/error.h"
+#include "ridge/io/safetensors.h"
 #include "ridge/tokenizer/tokenizer_impl.h"
 #include "ridge/tokenizer/utf8.h"
 
@@ -59,18 +60,7 @@ json read_json(const fs::path& path) {
   }
 }
 
-// A JSON value for an error message: scalars as written (cut to 64 characters), containers by
-// their type, so that a message never walks (or prints) a large or deep value.
-std::string describe(const json& value) {
-  if (value.is_structured()) return value.type_name();
-  std::string text = value.dump();
-  if (text.size() > 64) {
-    size_t cut = 61;
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-    text = text.substr(0, cut) + "...";
-  }
-  return text;
-}
+std::string describe(const json& value) { return io::describe_json(value); }
 
 // Field access that names the field in its errors ("tokenizer.json: model.vocab: ...").
 class Fields {
