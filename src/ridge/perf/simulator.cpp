@@ -132,7 +132,8 @@ int64_t Workload::count() const {
   RIDGE_CHECK(std::isfinite(duration_s) && duration_s > 0,
               "workload: give a request count or a finite duration > 0 (duration {} s)",
               duration_s);
-  RIDGE_CHECK(std::isfinite(rate) && rate >= 0, "workload: rate must be finite and > 0 (got {})",
+  // (Workload::validate wants > 0 but for bursts; here only what the product below needs.)
+  RIDGE_CHECK(std::isfinite(rate) && rate >= 0, "workload: rate must be finite and >= 0 (got {})",
               rate);
   const double n = std::ceil(rate * duration_s);
   RIDGE_CHECK(
@@ -433,10 +434,7 @@ class Sim {
 
 SimResult simulate(const model::ModelConfig& cfg, const Hardware& hw, const Workload& w,
                    const ServingConfig& sc, const CostOptions& opt, const Slo& slo) {
-  RIDGE_CHECK(std::isfinite(w.rate) && (w.arrival == Workload::Arrival::burst || w.rate > 0),
-              "workload: rate must be finite and > 0 (got {})", w.rate);
-  RIDGE_CHECK(std::isfinite(w.prefix_share) && w.prefix_share >= 0 && w.prefix_share < 1,
-              "workload: prefix share {} is outside [0, 1)", w.prefix_share);
+  w.validate();
   RIDGE_CHECK(sc.token_budget >= 1 && sc.max_batch >= 1, "serving config: token budget and batch cap must be >= 1");
   // Requests: arrival times, then lengths, from one seeded generator.
   std::mt19937_64 rng(w.seed);

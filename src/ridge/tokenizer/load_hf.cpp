@@ -35,30 +35,11 @@ std::string read_text_file(const fs::path& path) {
   return buffer.str();
 }
 
-// Real tokenizer files nest about 6 levels (the root, a Sequence in a Sequence, its steps). Deeper
-// input is refused while parsing, before recursive code runs on it: this also bounds the recursion
-// of the Sequence parsers below (two JSON levels per Sequence, so fewer than 32 nested Sequences)
-// and the length of the field paths they build.
-constexpr int kMaxJsonDepth = 64;
-
-// Ids a vocabulary may leave unused (see parse_model); the same slack as Impl::finalize's.
-constexpr size_t kTokenIdSlack = size_t(1) << 16;
-
-json read_json(const fs::path& path) {
-  const std::string text = read_text_file(path);
-  // `depth` counts the containers already open, so the start of a 65th nested one is refused.
-  auto depth_limit = [&](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= kMaxJsonDepth)
-      fail("{}: JSON nested deeper than {} levels", path.string(), kMaxJsonDepth);
-    return true;
-  };
-  try {
-    return json::parse(text, depth_limit);
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-}
+// JSON through io::read_json_file: regular files only, and nesting past 64 levels refused while
+// parsing. Real tokenizer files nest about 6 levels (the root, a Sequence in a Sequence, its steps);
+// the limit also bounds the recursion of the Sequence parsers below (two JSON levels per Sequence,
+// so fewer than 32 nested Sequences) and the length of the field paths they build.
+json read_json(const fs::path& path) { return io::read_json_file(path.string()); }
 
 std::string describe(const json& value) { return io::describe_json(value); }
 
@@ -358,7 +339,7 @@ void parse_model(const Fields& f, const json& model, size_t n_added, Tokenizer::
   // The ids of a real vocabulary are (nearly) dense: with every entry and added token there are
   // n tokens, ids below n. Ids are refused past n plus kTokenIdSlack (room for holes), so that the
   // id-indexed tables below stay proportional to the file. (Impl::finalize bounds added ids alike.)
-  const size_t id_limit = vocab.size() + n_added + kTokenIdSlack;
+  const size_t id_limit = vocab.size() + n_added + Tokenizer::Impl::kTokenIdSlack;
   for (const auto& [text, id_json] : vocab.items()) {
     const std::string field = fmt::format("model.vocab[\"{}\"]", text);
     const TokenId id = f.token_id(id_json, field);

@@ -24,9 +24,6 @@ constexpr std::array<std::string_view, 10> kStopTokenTexts = {
 // text segments as one word).
 constexpr size_t kMaxCachedWordBytes = 64;
 
-// Ids a vocabulary may leave unused (see finalize); the same slack as load_hf.cpp's.
-constexpr size_t kTokenIdSlack = size_t(1) << 16;
-
 }  // namespace
 
 void Tokenizer::Impl::finalize() {
@@ -34,7 +31,7 @@ void Tokenizer::Impl::finalize() {
   // Added ids past every token plus some unused ids (holes) are refused, so that the id-indexed
   // tables stay proportional to the vocabulary rather than to the largest id a file names.
   const size_t n_tokens = std::max(size, model_vocab.size());
-  const size_t id_limit = n_tokens + added_tokens.size() + kTokenIdSlack;
+  const size_t id_limit = n_tokens + added_tokens.size() + Impl::kTokenIdSlack;
   for (const auto& added : added_tokens) {
     if (added.id < 0)
       fail("{}: added token '{}' has a negative id {}", source, added.content, added.id);

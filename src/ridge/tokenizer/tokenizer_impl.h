@@ -16,6 +16,10 @@
 namespace ridge::tokenizer {
 
 struct Tokenizer::Impl {
+  // Ids a vocabulary may leave unused past its entries and added tokens: ids are refused past
+  // that (load_hf's parse_model, finalize), so that a file's memory stays proportional to its size.
+  static constexpr size_t kTokenIdSlack = size_t(1) << 16;
+
   std::string source;  // the file it came from, for messages
   VocabKind kind = VocabKind::byte_level_bpe;
 
