@@ -528,10 +528,13 @@ TEST(BuildCache, ClearRemovesOnlyRidgeRecordsAndNeverFollowsSymlinks) {
   write_text(corrupt, "{\"format\": 1, \"kind\": \"gemm\"");  // a truncated record: ridge's
   const fs::path temp = a.directory() / ".gemm-1111111111111111.json.tmp.7.ab";
   write_text(temp, "half written");
+  // ls shows what clear removes: the two records and the corrupt one, not config-<hex>.json
+  // (a record's name, but someone else's JSON, which clear keeps).
   const auto listed = BuildCache::list(tree.root);
-  EXPECT_EQ(listed.size(), 4u);  // the two records, the corrupt one and config-<hex>.json
+  EXPECT_EQ(listed.size(), 3u);
   for (const auto& e : listed) {
     EXPECT_EQ(e.path.parent_path(), a.directory()) << e.path;
+    EXPECT_NE(e.path.filename(), "config-0123456789abcdef.json");
   }
   const ClearResult res = BuildCache::clear(tree.root);
   EXPECT_EQ(res.records, 3u);  // m1, m2 and the corrupt record
@@ -600,6 +603,56 @@ TEST(BuildCache, EvictionRemovesOnlyRidgeRecordsAndNeverFollowsSymlinks) {
     EXPECT_EQ(other.get("gemm", "z"), "v");
     EXPECT_FALSE(fs::exists(c.record_path("gemm", "k2")));
     tree.expect_intact();
+  }
+}
+
+// A user's JSON file with a record's name, newer than every record: it is no record, so it never
+// counts toward the caps, and no record is evicted to make room for it (nor is it evicted).
+TEST(BuildCache, ForeignFileWithARecordNameNewestOfAllCountsForNothing) {
+  for (const bool by_bytes : {false, true}) {
+    SCOPED_TRACE(by_bytes ? "byte cap" : "record cap");
+    TempRoot t;
+    BuildCache fill(config_at(t.path()), h200());  // no caps to speak of
+    const auto base = fs::file_time_type::clock::now() - std::chrono::hours(10);
+    for (int i = 0; i < 3; ++i) {
+      fill.put("gemm", fmt::format("k{}", i), "v");
+      fs::last_write_time(fill.record_path("gemm", fmt::format("k{}", i)),
+                          base + std::chrono::minutes(i));
+    }
+    const uint64_t one = fs::file_size(fill.record_path("gemm", "k0"));
+    // As large as a record, so that under either cap it would displace one if it counted.
+    const fs::path mine = fill.directory() / "config-0123456789abcdef.json";
+    const std::string text = fmt::format("{{\"mine\": \"{}\"}}\n", std::string(one, 'x'));
+    write_text(mine, text);
+    fs::last_write_time(mine, fs::file_time_type::clock::now() + std::chrono::hours(1));
+
+    CacheConfig cfg = config_at(t.path());
+    if (by_bytes)
+      cfg.max_bytes = one * 3 + one / 2;  // room for three records
+    else
+      cfg.max_records = 3;
+    BuildCache c(cfg, h200());
+    c.put("gemm", "k3", "v");  // four records: only the oldest goes
+    EXPECT_EQ(c.stats().evictions, 1u);
+    EXPECT_FALSE(fs::exists(c.record_path("gemm", "k0")));
+    for (const char* k : {"k1", "k2", "k3"}) EXPECT_EQ(c.get("gemm", k), "v") << k;
+    c.put("gemm", "k4", "v");
+    EXPECT_EQ(c.stats().evictions, 2u);
+    EXPECT_FALSE(fs::exists(c.record_path("gemm", "k1")));
+    for (const char* k : {"k2", "k3", "k4"}) EXPECT_EQ(c.get("gemm", k), "v") << k;
+    EXPECT_EQ(read_text(mine), text);
+    EXPECT_EQ(files_under(t.path()).size(), 4u);  // k2, k3, k4 and the user's file
+    // A second instance starts from a scan and counts the same three records.
+    BuildCache other(cfg, h200());
+    other.put("gemm", "k5", "v");
+    EXPECT_EQ(other.stats().evictions, 1u);
+    EXPECT_FALSE(fs::exists(c.record_path("gemm", "k2")));
+    for (const char* k : {"k3", "k4", "k5"}) EXPECT_EQ(other.get("gemm", k), "v") << k;
+    EXPECT_EQ(read_text(mine), text);
+    // ls and clear agree: three records listed and removed, the user's file neither.
+    EXPECT_EQ(BuildCache::list(t.path()).size(), 3u);
+    EXPECT_EQ(BuildCache::clear(t.path()).records, 3u);
+    EXPECT_EQ(read_text(mine), text);
   }
 }
 

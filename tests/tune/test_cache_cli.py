@@ -154,6 +154,8 @@ def test_clear_removes_only_ridge_records_and_never_follows_symlinks(tmp_path):
     notes.write_text('{"mine": true}\n')
     lookalike = mine[0].parent / "config-0123456789abcdef.json"  # a record's name, not a record
     lookalike.write_text("{}\n")
+    out = ridge("cache", "ls", "--cache-root", root).stdout  # ls and clear agree: 2 records
+    assert "2 records" in out and "corrupt" not in out and "config-" not in out, out
     p = ridge("cache", "clear", "--cache-root", root)
     assert "removed 2 records" in p.stdout, p.stdout
     assert not any(m.exists() for m in mine)

@@ -61,7 +61,9 @@ struct FileInfo {
 // Every record file under <root>/tune; removes temp files older than an hour (a crashed writer's).
 // Only ridge's own names count: device directories named like DeviceKey::dir_name, record and
 // temp files named like record_path and write_atomic name them. Symlinks are never followed (a
-// directory or file symlink may lead out of the root) and only regular files are taken.
+// directory or file symlink may lead out of the root) and only regular files are taken. A file
+// with a record's name that is not ridge's (is_owned_record: valid JSON without ridge's fields)
+// is left out: it never counts toward the caps and so is never evicted.
 std::vector<FileInfo> scan_records(const fs::path& tree) {
   std::vector<FileInfo> out;
   std::error_code ec;
@@ -84,6 +86,7 @@ std::vector<FileInfo> scan_records(const fs::path& tree) {
       }
       const auto size = it->file_size(e3);
       if (e3) continue;
+      if (!detail::is_owned_record(it->path())) continue;  // someone else's JSON, or gone
       out.push_back({it->path(), uint64_t(size), mtime});
     }
   }
@@ -224,16 +227,14 @@ void BuildCache::enforce_caps(const fs::path& just_written) {
   for (const auto& f : files) {
     if (records_ <= config_.max_records && bytes_ <= config_.max_bytes) break;
     std::error_code ec;
-    // Ridge's name is not enough: a JSON file that is no ridge record is someone else's. It is
-    // left alone and not counted (read only when it comes up for eviction). A file gone since
-    // the scan is dropped from the count below as well.
-    const bool owned = detail::is_owned_record(f.path);
-    const bool gone = owned && fs::remove(f.path, ec);
+    // Only ridge's records are here (scan_records checked each one's content, not just its name).
+    const bool gone = fs::remove(f.path, ec);
     if (ec) {
       log::debug("build cache: cannot evict {}: {}", f.path.string(), ec.message());
       continue;
     }
-    // Not there any more: another process evicted or replaced it; either way it is not counted.
+    // Not removed and no error: gone since the scan (another process evicted it). Either way it
+    // no longer counts.
     if (gone) {
       evictions_++;
       removed++;

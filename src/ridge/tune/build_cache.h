@@ -144,7 +144,9 @@ class BuildCache {
   std::filesystem::path record_path(std::string_view kind, std::string_view key) const;
 
   // Every record under <root>/tune (all devices), sorted by device dir, kind, key; unreadable
-  // ones flagged corrupt. A missing root lists nothing. Never throws.
+  // ones flagged corrupt. Like clear(), it skips a file with a record's name that is not
+  // ridge's (see Ownership above): such a file is neither listed nor removed. A missing root
+  // lists nothing. Never throws.
   static std::vector<CacheEntryInfo> list(const std::filesystem::path& root);
   // Removes the records under <root>/tune: all of them (device empty), or those of one device,
   // named by its directory name or its device key's text. Leftover temp files go too, and

@@ -1,6 +1,7 @@
 // BuildCache::list and BuildCache::clear: what `ridge cache ls` and `ridge cache clear` do.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <system_error>
 
 #include "ridge/tune/build_cache.h"
@@ -47,9 +48,23 @@ void remove_if_empty_dir(const fs::path& dir) {
   fs::remove(dir, ec);  // fails when not empty, which is fine
 }
 
-// Reads and checks one record file (corrupt and foreign ones flagged, never thrown).
-CacheEntryInfo inspect(const fs::path& path, const std::string& device_dir) {
+// Reads and checks one file with a record's name (corrupt and foreign records flagged, never
+// thrown). Nothing when it is not ridge's (valid JSON without ridge's fields, is_owned_record's
+// test on the text read here) or gone: clear leaves such a file alone, so list does not show it.
+std::optional<CacheEntryInfo> inspect(const fs::path& path, const std::string& device_dir) {
   CacheEntryInfo e;
+  std::string text, why;
+  switch (detail::read_small_file(path, text, why)) {
+    case detail::ReadStatus::missing:
+      return std::nullopt;  // gone while listing
+    case detail::ReadStatus::error:
+      e.corrupt = true;  // unreadable or too large: a corrupt record (clear removes it)
+      e.problem = why;
+      break;
+    case detail::ReadStatus::ok:
+      if (!detail::is_owned_record_text(text)) return std::nullopt;
+      break;
+  }
   e.path = path;
   e.device_dir = device_dir;
   std::error_code ec;
@@ -59,13 +74,8 @@ CacheEntryInfo inspect(const fs::path& path, const std::string& device_dir) {
   if (!ec)
     e.age_seconds = std::max(
         0.0, std::chrono::duration<double>(fs::file_time_type::clock::now() - mtime).count());
-  std::string text, why;
+  if (e.corrupt) return e;
   detail::Record r;
-  if (detail::read_small_file(path, text, why) != detail::ReadStatus::ok) {
-    e.corrupt = true;
-    e.problem = why.empty() ? "gone while listing" : why;
-    return e;
-  }
   switch (detail::decode(text, r, why)) {
     case detail::Decoded::corrupt:
       e.corrupt = true;
@@ -100,7 +110,7 @@ std::vector<CacheEntryInfo> BuildCache::list(const fs::path& root) {
       std::vector<CacheEntryInfo> here;
       for (const auto& file : files_in(dir)) {
         if (!detail::is_record_name(file.filename().string())) continue;
-        here.push_back(inspect(file, dir_name));
+        if (auto e = inspect(file, dir_name)) here.push_back(std::move(*e));
       }
       std::stable_sort(here.begin(), here.end(), [](const auto& a, const auto& b) {
         return std::tie(a.kind, a.key) < std::tie(b.kind, b.key);
@@ -125,8 +135,8 @@ ClearResult BuildCache::clear(const fs::path& root, std::string_view device) {
         if (!whole_dir) {
           // Only records whose device key's text is the one named.
           if (!record) continue;
-          const CacheEntryInfo e = inspect(file, dir.filename().string());
-          if (e.corrupt || e.device != device) continue;
+          const auto e = inspect(file, dir.filename().string());
+          if (!e || e->corrupt || e->device != device) continue;
         } else if (record && !detail::is_owned_record(file)) {
           continue;  // a record's name, but someone else's JSON (or gone): leave it
         }

@@ -43,6 +43,12 @@ struct Fd {
   }
 };
 
+// The bytes file_name_safe keeps: [A-Za-z0-9._-].
+bool is_safe_byte(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
 void append_field(std::string& out, std::string_view s) {
   out += std::to_string(s.size());
   out += ':';
@@ -195,9 +201,7 @@ std::string file_name_safe(std::string_view s, size_t max_len) {
   std::string out;
   for (unsigned char c : s) {
     if (out.size() >= max_len) break;
-    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '.' || c == '_' || c == '-';
-    out += keep ? char(c) : '_';
+    out += is_safe_byte(c) ? char(c) : '_';
   }
   // A leading '.' would hide the file (and mark it as a temp file).
   if (!out.empty() && out[0] == '.') out[0] = '_';
@@ -207,7 +211,8 @@ std::string file_name_safe(std::string_view s, size_t max_len) {
 
 ReadStatus read_small_file(const std::filesystem::path& path, std::string& out, std::string& why) {
   // O_NONBLOCK: opening a FIFO (or a device) blocks until a writer comes, possibly forever; the
-  // S_ISREG check below refuses anything that is not a regular file right after the open.
+  // S_ISREG check below refuses anything that is not a regular file right after the open. For a
+  // regular file O_NONBLOCK changes nothing, so the reads below need no fcntl to clear it.
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return ReadStatus::missing;
@@ -223,8 +228,6 @@ ReadStatus read_small_file(const std::filesystem::path& path, std::string& out, 
     why = "not a regular file";
     return ReadStatus::error;
   }
-  // A regular file: back to blocking reads (O_NONBLOCK means nothing for them on Linux anyway).
-  if (const int fl = ::fcntl(f.fd, F_GETFL); fl >= 0) ::fcntl(f.fd, F_SETFL, fl & ~O_NONBLOCK);
   if (uint64_t(st.st_size) > kMaxRecordBytes) {
     why = fmt::format("{} bytes, larger than any record ({} bytes at most)", st.st_size,
                       kMaxRecordBytes);
@@ -305,11 +308,6 @@ bool touch(const std::filesystem::path& path) {
 }
 
 namespace {
-
-bool is_safe_byte(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == '-';
-}
 
 // What file_name_safe(s, max_len) can return for some s.
 bool is_safe_part(std::string_view s, size_t max_len) {
