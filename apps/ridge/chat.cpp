@@ -31,7 +31,7 @@ void chat(ChatFlags& f) {
          f.gen.generate.max_tokens);
   app::resolve_model(f.model);
   app::resolve_seed(f.gen);
-  f.gen.generate.prefill_chunk = int32_t(f.model.prefill_chunk);  // (the workspace is sized for it)
+  app::use_prefill_chunk(f.model, f.gen);
   auto bundle = engine::ModelBundle::load(f.model);
   if (!bundle->tokenizer)
     fail(
@@ -83,7 +83,6 @@ void chat(ChatFlags& f) {
       history.pop_back();
       continue;
     }
-    const int64_t steps_before = app::forward_steps(*bundle->model);
     auto st = gen.generate(prompt, opt, [&](const engine::GeneratedToken& t) {
       const auto& stops = tok.stop_ids();
       if (std::find(stops.begin(), stops.end(), t.token) != stops.end()) return true;
@@ -99,10 +98,9 @@ void chat(ChatFlags& f) {
     std::fputs("\n", stdout);
     std::fflush(stdout);
     history.push_back({"assistant", reply});
-    const int64_t prefill_steps =
-        app::forward_steps(*bundle->model) - steps_before - std::max(0, st.generated - 1);
     log::debug("turn: {} prompt tokens ({} reused), {} generated, {}; {} prefill steps",
-               st.prompt_tokens, st.cached_tokens, st.generated, st.finish_reason, prefill_steps);
+               st.prompt_tokens, st.cached_tokens, st.generated, st.finish_reason,
+               st.prefill_steps);
   }
 }
 

@@ -22,18 +22,25 @@ namespace fs = std::filesystem;
 
 constexpr int kMaxThreads = 1024;  // --threads: past this a typo, not a machine
 
-// --seed: a uint64 written in decimal (or 0x hex / 0 octal, as strtoull reads them), nothing
-// else. CLI11's own conversion would wrap -7 to 2^64 - 7 into a uint64 (and saturate past
-// INT64_MAX into an int64), so the text is checked here first.
-static std::string check_seed(const std::string& text) {
+// --seed: -1 (llama.cpp's spelling of a random seed) or a uint64 written in decimal (or 0x hex /
+// 0 octal, as strtoull reads them), nothing else. CLI11's own conversion would wrap -7 to
+// 2^64 - 7 into a uint64 (and saturate past INT64_MAX into an int64), so the text is checked here
+// first. Records in seed_given whether a seed was given (-1 is none) and hands CLI11 a number.
+static std::string check_seed(std::string& text, bool& seed_given) {
+  if (text == "-1") {
+    seed_given = false;
+    text = "0";  // resolve_seed picks the random seed
+    return {};
+  }
   const std::string what = fmt::format(
-      "{} is not a seed: seeds are integers from 0 to {} (leave --seed out for a random one)", text,
-      std::numeric_limits<uint64_t>::max());
+      "{} is not a seed: seeds are integers from 0 to {} (-1, or no --seed, for a random one)",
+      text, std::numeric_limits<uint64_t>::max());
   if (text.empty() || !std::isdigit(static_cast<unsigned char>(text.front()))) return what;
   errno = 0;
   char* end = nullptr;
   std::strtoull(text.c_str(), &end, 0);
   if (errno == ERANGE || end != text.c_str() + text.size()) return what;
+  seed_given = true;
   return {};
 }
 
@@ -160,9 +167,9 @@ void add_generation_options(CLI::App& app, GenerationFlags& f) {
   app.add_option("--frequency-penalty", s.frequency_penalty, "OpenAI frequency penalty")
       ->capture_default_str();
   app.add_option("--seed", f.seed,
-                 "sampling seed, 0 to 2^64-1 (default: random, printed with --json)")
-      ->check(CLI::Validator(check_seed, "UINT64"))
-      ->each([&f](const std::string&) { f.seed_given = true; });
+                 "sampling seed, 0 to 2^64-1 (default, or -1: random, printed with --json)")
+      ->transform(CLI::Validator([&f](std::string& text) { return check_seed(text, f.seed_given); },
+                                 "UINT64"));
   app.add_flag("--ignore-eos", g.ignore_eos, "keep generating past end-of-sequence tokens");
 }
 
@@ -176,6 +183,10 @@ uint64_t resolve_seed(GenerationFlags& f) {
   return f.seed;
 }
 
+void use_prefill_chunk(const engine::BundleOptions& model, GenerationFlags& f) {
+  f.generate.prefill_chunk = int32_t(model.prefill_chunk);
+}
+
 CLI::Validator finite_range(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](const std::string& text) -> std::string {
@@ -185,10 +196,6 @@ CLI::Validator finite_range(double lo, double hi) {
         return {};
       },
       fmt::format("FLOAT in [{} - {}]", lo, hi));
-}
-
-int64_t forward_steps(const model::LlamaModel& m) {
-  return m.stats().eager_steps + m.stats().graph_steps;
 }
 
 }  // namespace ridge::app

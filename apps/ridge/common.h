@@ -27,22 +27,21 @@ void add_model_options(CLI::App& app, engine::BundleOptions& options);
 void resolve_model(engine::BundleOptions& options);
 
 // --temperature, --top-k, --top-p, --min-p, --repetition-penalty, --presence-penalty,
-// --frequency-penalty, --seed (random when not given), --max-tokens, --ignore-eos
+// --frequency-penalty, --seed (random when not given or -1), --max-tokens, --ignore-eos
 struct GenerationFlags {
   engine::GenerateOptions generate;
   uint64_t seed = 0;
-  bool seed_given = false;  // --seed on the command line; else resolve_seed picks one
+  bool seed_given = false;  // --seed (not -1) on the command line; else resolve_seed picks one
 };
 void add_generation_options(CLI::App& app, GenerationFlags& flags);
 // Picks a random seed when none was given; returns the seed used.
 uint64_t resolve_seed(GenerationFlags& flags);
+// Generation prefills prompts in steps of --prefill-chunk tokens, the size the model's workspace
+// is made for.
+void use_prefill_chunk(const engine::BundleOptions& model, GenerationFlags& flags);
 
 // A validator for a real-valued option: finite (no nan or inf) and within [lo, hi]. (CLI::Range
 // lets NaN through: every comparison with it is false.)
 CLI::Validator finite_range(double lo, double hi);
-
-// Forward steps the model has run (op by op or replayed from a graph): the difference across a
-// generate() call, less its decode steps, is the number of prefill steps it took.
-int64_t forward_steps(const model::LlamaModel& model);
 
 }  // namespace ridge::app

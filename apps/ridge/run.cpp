@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -81,13 +82,9 @@ class Runner {
       }
       return true;
     };
-    const int64_t steps_before = app::forward_steps(*b_.model);
     engine::GenerateStats st = gen_.generate(prompt, f_.gen.generate, on_token);
-    // Every step but the decode ones (one per token after the first) prefilled the prompt.
-    const int64_t prefill_steps =
-        app::forward_steps(*b_.model) - steps_before - std::max(0, st.generated - 1);
     log::debug("prefill: {} prompt tokens ({} reused) in {} steps of at most {} tokens",
-               st.prompt_tokens, st.cached_tokens, prefill_steps, f_.gen.generate.prefill_chunk);
+               st.prompt_tokens, st.cached_tokens, st.prefill_steps, f_.gen.generate.prefill_chunk);
     const std::string rest = decoder ? decoder->flush() : "";
     text += rest;
     if (stream_text && !f_.json) {
@@ -109,11 +106,10 @@ class Runner {
             {"timings",
              {{"prefill_seconds", st.prefill_seconds},
               {"decode_seconds", st.decode_seconds},
-              {"prefill_steps", prefill_steps}}}};
+              {"prefill_steps", st.prefill_steps}}}};
   }
 
   void reset() { gen_.reset(); }
-  int64_t vocab() const { return b_.config().vocab; }
 
  private:
   RunFlags& f_;
@@ -138,8 +134,7 @@ void run(RunFlags& f) {
   app::resolve_seed(f.gen);
   f.gen.generate.sampling.top_logprobs = f.top_logprobs;
   f.gen.generate.sampling.validate();
-  // Prompts are prefilled in steps of --prefill-chunk tokens, the size the workspace is made for.
-  f.gen.generate.prefill_chunk = int32_t(f.model.prefill_chunk);
+  app::use_prefill_chunk(f.model, f.gen);
   if (!f.batch_file.empty()) {
     // Before the model loads: a folder or a socket is not a list of prompts. (A pipe is: e.g.
     // /dev/stdin or a shell's <(...).)
@@ -165,7 +160,6 @@ void run(RunFlags& f) {
   RIDGE_CHECK(in, "cannot open --batch-file '{}'", f.batch_file);
   std::string line;
   int n = 0;
-  const int64_t vocab = runner.vocab();
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -178,18 +172,15 @@ void run(RunFlags& f) {
                   "{}:{}: prompt_ids must be a non-empty array of token ids", f.batch_file, n);
       for (size_t i = 0; i < ids.size(); ++i) {
         const nlohmann::json& id = ids[i];
-        // Integers only (1.9 is no token id), and inside the vocabulary: no wrapping of
-        // 4294967297 to 1.
-        const bool integer = id.is_number_integer();
-        const bool in_vocab =
-            integer &&
-            (id.is_number_unsigned() ? id.get<uint64_t>() < uint64_t(vocab)
-                                     : id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab);
-        RIDGE_CHECK(in_vocab,
-                    "{}:{}: prompt_ids[{}] is {}: token ids are integers from 0 to {} (the "
-                    "model's vocabulary of {})",
-                    f.batch_file, n, i, id.dump(), vocab - 1, vocab);
-        prompt.push_back(int32_t(integer ? id.get<int64_t>() : 0));
+        // Integers only (1.9 is no token id), and int32s: no wrapping of 4294967297 to 1. (The
+        // generator checks them against the vocabulary.)
+        constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
+        RIDGE_CHECK(id.is_number_integer() &&
+                        (id.is_number_unsigned() ? id.get<uint64_t>() <= uint64_t(kMaxId)
+                                                 : id.get<int64_t>() >= 0),
+                    "{}:{}: prompt_ids[{}] is {}: token ids are integers from 0 to {}",
+                    f.batch_file, n, i, id.dump(), kMaxId);
+        prompt.push_back(int32_t(id.get<int64_t>()));
       }
     } else {
       RIDGE_CHECK(req.contains("prompt") && req["prompt"].is_string(),

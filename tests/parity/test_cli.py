@@ -290,7 +290,7 @@ def test_prefill_chunk_reaches_chat():
     ('{"prompt_ids": [5, 1.9]}', "prompt_ids[1] is 1.9"),
     ('{"prompt_ids": ["a"]}', 'prompt_ids[0] is "a"'),  # a bare nlohmann type_error
     ('{"prompt_ids": [-1]}', "prompt_ids[0] is -1"),
-    ('{"prompt_ids": [49152]}', "vocabulary of 49152"),
+    ('{"prompt_ids": [49152]}', "token id 49152 is outside the vocabulary of 49152"),
     ('{"prompt_ids": []}', "non-empty array"),
 ])
 def test_batch_file_prompt_ids_must_be_token_ids(tmp_path, line, expect):
@@ -332,6 +332,17 @@ def test_out_of_range_numbers_are_refused(sub, args, expect):
               check=False, input="hi\n", timeout=60)
     refused(p, expect)
     assert p.stdout == ""
+
+
+def test_seed_minus_one_is_a_random_seed():
+    """--seed -1, llama.cpp's spelling of a random seed, was refused with the other negatives."""
+    args = dict(temperature=1.0, max_tokens=2)
+    a = ridge_run_json(DEFAULT_MODEL, "Once upon a time", seed=-1, **args)
+    b = ridge_run_json(DEFAULT_MODEL, "Once upon a time", seed=-1, **args)
+    assert a["seed"] != b["seed"], (a["seed"], b["seed"])  # each run its own, printed
+    assert 0 <= a["seed"] < 2**64 and 0 <= b["seed"] < 2**64
+    p = ridge("chat", "-n", "2", "--device", "cpu", "--seed", "-1", input="hi\n", timeout=60)
+    assert p.stdout.strip(), p.stderr
 
 
 def test_the_largest_seed_is_taken_as_given():

@@ -204,13 +204,24 @@ TEST(ParseGeneration, BoundsWhatEveryChoiceHolds) {
     EXPECT_NE(e.message.find(what), std::string::npos) << e.message;
   };
 
-  // Prompts: at the bound parsed, one more refused naming `prompt` and both counts.
-  json prompts = json::array();
-  for (size_t i = 0; i < GP::kMaxPrompts; ++i) prompts.push_back(json::array({int32_t(i % 7)}));
-  EXPECT_EQ(parse({{"prompt", prompts}}).prompts.size(), GP::kMaxPrompts);
-  prompts.push_back(json::array({0}));
-  names(refusal({{"prompt", prompts}}), "prompt",
+  // Prompts: at the bound parsed, one more refused naming `prompt` and both counts. The bound is
+  // the server's max_queue (no more choices could be queued), kMaxPrompts where it has none (0).
+  auto many_prompts = [](size_t n) {
+    json prompts = json::array();
+    for (size_t i = 0; i < n; ++i) prompts.push_back(json::array({int32_t(i % 7)}));
+    return prompts;
+  };
+  EXPECT_EQ(parse({{"prompt", many_prompts(GP::kMaxPrompts)}}).prompts.size(), GP::kMaxPrompts);
+  names(refusal({{"prompt", many_prompts(GP::kMaxPrompts + 1)}}), "prompt",
         fmt::format("{} prompts, at most {}", GP::kMaxPrompts + 1, GP::kMaxPrompts));
+  ctx.max_queue = 8;
+  EXPECT_EQ(parse({{"prompt", many_prompts(8)}}).prompts.size(), 8u);
+  names(refusal({{"prompt", many_prompts(9)}}), "prompt",
+        "9 prompts, at most 8 in one request (the server's --max-queue)");
+  // A larger --max-queue admits more prompts than kMaxPrompts.
+  ctx.max_queue = 100000;
+  EXPECT_EQ(parse({{"prompt", many_prompts(5000)}}).prompts.size(), 5000u);
+  ctx.max_queue = 0;
   // One prompt of many token ids is one prompt, not many.
   EXPECT_EQ(parse({{"prompt", ids(GP::kMaxPrompts + 1)}}).prompts.size(), 1u);
 

@@ -362,11 +362,13 @@ def test_choices_past_the_queue_are_refused_before_any_is_made():
         assert "(4096, --max-queue)" in e["message"], e
         grown_mb = (_peak_rss_kb(s) - before) / 1024
         assert grown_mb < 64, f"peak RSS grew {grown_mb:.0f} MB"
-        # More prompts than any request may carry: refused naming `prompt`.
+        # More prompts than the server queues (--max-queue): refused naming `prompt`, while
+        # parsing.
         status, e = error_of(s.request("POST", "/v1/completions",
                                        {"prompt": [[0]] * 4097, "max_tokens": 1}))
         assert status == 400 and e["param"] == "prompt", e
-        assert "4097 prompts, at most 4096" in e["message"], e
+        assert "4097 prompts, at most 4096 in one request (the server's --max-queue)" \
+            in e["message"], e
         m = s.metrics()  # nothing was queued
         assert m["ridge_requests_waiting"] == 0 and m["ridge_requests_running"] == 0, m
         assert s.request("POST", "/v1/completions",

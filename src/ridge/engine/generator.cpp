@@ -71,6 +71,7 @@ GenerateStats Generator::generate(const std::vector<int32_t>& prompt, const Gene
     std::vector<int32_t> piece(prompt.begin() + long(pos), prompt.begin() + long(end));
     run_step(piece, int32_t(end), on_device ? nullptr : logits.data());
     cached_.insert(cached_.end(), piece.begin(), piece.end());
+    ++st.prefill_steps;
   }
   const auto t1 = clock::now();
   st.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();

@@ -34,6 +34,7 @@ struct GenerateStats {
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;  // prompt tokens whose KV was reused
   int32_t generated = 0;
+  int32_t prefill_steps = 0;  // forward steps that prefilled the prompt (of prefill_chunk at most)
   double prefill_seconds = 0;
   double decode_seconds = 0;  // first token excluded
   std::string finish_reason;  // "stop" | "length" | "cancelled"

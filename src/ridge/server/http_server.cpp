@@ -9,11 +9,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -114,6 +116,7 @@ struct HttpServer::Impl {
   EnginePort& engine;
   std::unique_ptr<tokenizer::ChatTemplate> tmpl;
   PromptContext pctx;
+  std::vector<int32_t> model_stop_ids;  // the tokenizer's stop ids, sorted, without duplicates
   std::string fingerprint;
   int64_t created = 0;
 
@@ -547,10 +550,11 @@ class Job : public std::enable_shared_from_this<Job> {
     head0_ += ",\"system_fingerprint\":\"" + srv_.fingerprint + "\",";
     head_ = head0_ + "\"choices\":[{\"index\":";
     tail_ = p_.include_usage ? "}],\"usage\":null}\n\n" : "}]}\n\n";
-    for (int32_t t : srv_.tok.stop_ids()) stop_ids_.push_back(t);
-    for (int32_t t : p_.stop_token_ids) stop_ids_.push_back(t);
-    std::sort(stop_ids_.begin(), stop_ids_.end());
-    stop_ids_.erase(std::unique(stop_ids_.begin(), stop_ids_.end()), stop_ids_.end());
+    // Both lists are sorted and without duplicates: their union is too.
+    stop_ids_.reserve(srv_.model_stop_ids.size() + p_.stop_token_ids.size());
+    std::set_union(srv_.model_stop_ids.begin(), srv_.model_stop_ids.end(),
+                   p_.stop_token_ids.begin(), p_.stop_token_ids.end(),
+                   std::back_inserter(stop_ids_));
   }
 
   const std::string& id() const { return id_; }
@@ -1310,6 +1314,11 @@ HttpServer::HttpServer(ServerOptions options, const tokenizer::Tokenizer& tokeni
   s.pctx.chat_template = s.tmpl.get();
   s.pctx.bos_token = tokenizer.bos_id() ? tokenizer.token_text(*tokenizer.bos_id()) : "";
   s.pctx.eos_token = tokenizer.eos_id() ? tokenizer.token_text(*tokenizer.eos_id()) : "";
+  s.pctx.max_queue = engine.max_queue();
+  s.model_stop_ids = tokenizer.stop_ids();
+  std::sort(s.model_stop_ids.begin(), s.model_stop_ids.end());
+  s.model_stop_ids.erase(std::unique(s.model_stop_ids.begin(), s.model_stop_ids.end()),
+                         s.model_stop_ids.end());
   s.created = int64_t(std::time(nullptr));
   s.fingerprint = "fp_ridge";
 }

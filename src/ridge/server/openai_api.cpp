@@ -278,10 +278,14 @@ GenParams parse_generation(Api api, const json& body, const PromptContext& ctx,
       if (first.is_number()) {
         p.prompts.push_back(token_ids(*pr, "prompt", vocab));
       } else {
-        // Checked before any prompt is built: each becomes n choices on the server.
-        if (pr->size() > GenParams::kMaxPrompts)
-          bad("prompt", fmt::format("Invalid 'prompt': {} prompts, at most {} in one request.",
-                                    pr->size(), GenParams::kMaxPrompts));
+        // Checked before any prompt is built: each becomes n choices on the server, which
+        // queues at most max_queue of them.
+        const size_t max_prompts =
+            ctx.max_queue > 0 ? size_t(ctx.max_queue) : GenParams::kMaxPrompts;
+        if (pr->size() > max_prompts)
+          bad("prompt",
+              fmt::format("Invalid 'prompt': {} prompts, at most {} in one request{}.", pr->size(),
+                          max_prompts, ctx.max_queue > 0 ? " (the server's --max-queue)" : ""));
         for (size_t i = 0; i < pr->size(); ++i) {
           const json& e = (*pr)[i];
           const std::string name = fmt::format("prompt[{}]", i);

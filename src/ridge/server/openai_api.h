@@ -43,7 +43,9 @@ struct GenParams {
   // Bounds on what one request may ask for (each past it is a 400 naming the parameter): the
   // server copies the stop lists into every choice, and a completions request's prompts × n
   // choices are built before the queue can refuse them.
-  static constexpr size_t kMaxPrompts = 4096;       // completions: prompts in one request
+  // completions: prompts in one request when the server's queue has no bound (max_queue 0);
+  // else the bound is max_queue (PromptContext), as no more choices could ever be queued.
+  static constexpr size_t kMaxPrompts = 4096;
   static constexpr size_t kMaxStops = 16;           // stop strings
   static constexpr size_t kMaxStopBytes = 1024;     // bytes of one stop string
   static constexpr size_t kMaxStopTokenIds = 1024;  // distinct stop_token_ids
@@ -77,6 +79,9 @@ struct PromptContext {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   const tokenizer::ChatTemplate* chat_template = nullptr;
   std::string bos_token, eos_token;
+  // The server's --max-queue: a completions request of more prompts is refused while parsing
+  // (0: no bound on the queue, GenParams::kMaxPrompts prompts at most).
+  int32_t max_queue = 0;
 };
 
 // Parses the body as JSON: malformed JSON or a body that is not an object is a 400.
