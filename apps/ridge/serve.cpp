@@ -162,8 +162,9 @@ void setup(CLI::App& sub) {
                  "the vocabulary in the workspace; 0 refuses such requests)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 16));
+  // (0 would refuse every request: the engine's queue would hold none.)
   sub.add_option("--max-queue", e.max_queue, "waiting requests beyond which new ones get 429")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 24));
+      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
   sub.add_option("--max-model-len", e.max_model_len, "context limit per request (0: the model's)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   sub.add_flag("--no-prefix-cache", f->no_prefix_cache, "turn the prefix cache off");

@@ -389,6 +389,14 @@ def test_serve_keep_alive_out_of_range_is_refused(value):
     assert "listening" not in p.stdout
 
 
+def test_serve_max_queue_zero_is_refused():
+    """A queue of 0 made the engine refuse every request (429) while the server read 0 as "no
+    limit": refused at the command line."""
+    p = ridge("serve", "--stub-engine", "--port", "0", "--max-queue", "0", check=False, timeout=60)
+    refused(p, "--max-queue")
+    assert "listening" not in p.stdout
+
+
 @pytest.mark.parametrize("opt", ["--shutdown-timeout", "--stub-step-ms"])
 def test_serve_other_durations_must_be_finite(opt):
     p = ridge("serve", "--stub-engine", "--port", "0", opt, "nan", check=False, timeout=60)
