@@ -2,29 +2,25 @@
 // one field mutated in memory, and the error must name the file, the accelerator and the field
 // (a wrongly typed optional field used to escape as a bare nlohmann type_error).
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "perf/fixtures.h"
 #include "ridge/core/error.h"
+#include "ridge/io/safetensors.h"
 #include "ridge/perf/hardware.h"
 
 namespace ridge::perf {
 namespace {
 
+using test::error_of;
+
 const std::string kDbPath = std::string(RIDGE_SOURCE_DIR) + "/data/hardware.json";
 const std::string kProfilePath = std::string(RIDGE_SOURCE_DIR) + "/data/profiles/h200-ridge.json";
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return nlohmann::json::parse(ss.str());
-}
+nlohmann::json read_json(const std::string& path) { return io::read_json_file(path); }
 
 const HardwareDb& real_db() {
   static const HardwareDb d = HardwareDb::load_file(kDbPath);
@@ -43,21 +39,6 @@ nlohmann::json& at(nlohmann::json& root, const std::string& dotted) {
   }
 }
 
-// The message of the ridge::Error `f` throws ("" and a test failure when it throws none, or
-// something else: a bare nlohmann exception is the defect these tests guard against).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a ridge::Error: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
 
 std::string parse_error(const nlohmann::json& doc) {
   return error_of([&] { HardwareDb::parse(doc, kDbPath); });

@@ -17,20 +17,11 @@ namespace ridge::perf {
 namespace {
 
 using test::db;
+using test::error_of;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
 
 void expect_has(const std::string& msg, const std::string& needle) {
   EXPECT_NE(msg.find(needle), std::string::npos) << "'" << needle << "' not in: " << msg;
