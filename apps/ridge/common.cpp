@@ -133,6 +133,10 @@ void add_model_options(CLI::App& app, engine::BundleOptions& o) {
       "--gemv-stream", [&o] { o.backend.gemv_stream = true; },
       "GPU (experimental): the decode GEMVs at 1-2 tokens read the weights as the read-only "
       "ceiling kernel does (the row-stream GEMV) instead of tile by tile");
+  app.add_flag_callback(
+      "--gemv-warp", [&o] { o.backend.gemv_warp = true; },
+      "GPU (experimental): the decode GEMVs at one token take whole rows a warp, the grid's warps "
+      "on consecutive rows (the warp-row GEMV), instead of 16-row tiles a block");
 }
 
 void resolve_model(engine::BundleOptions& o) {

@@ -21,7 +21,7 @@ std::string command_line();
 
 // -m/--model, --device, --threads, --ctx-size, --block-size, --kv-dtype, --prefill-chunk,
 // --cache-root, --no-tune, --gemm, --no-cuda-graphs, --fuse, --no-fusion, --no-pdl,
-// --decode-kernel, --gemv-stream (the last nine fill options.backend)
+// --decode-kernel, --gemv-stream, --gemv-warp (the last ten fill options.backend)
 void add_model_options(CLI::App& app, engine::BundleOptions& options);
 // Fills model_path with the default when none was given, and checks it exists.
 void resolve_model(engine::BundleOptions& options);

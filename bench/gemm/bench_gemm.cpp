@@ -437,6 +437,14 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
     ridge::kernels::gemm_bf16_window(X, W, Y, M, N, K, st, window_ws, window_ws_bytes, nullptr,
                                      window_seg, /*pdl*/ false, WindowLoader::bulk_dynamic);
   };
+  // The warp-row GEMV (one token): whole rows a warp, in window order, and the same kernel with
+  // each warp on a contiguous run of rows (the order's A/B).
+  const Gemm warp_rows = [](auto X, auto W, auto Y, int, int N, int K, cudaStream_t st) {
+    ridge::kernels::gemv_bf16_warp_rows(X, W, Y, N, K, st);
+  };
+  const Gemm warp_walk = [](auto X, auto W, auto Y, int, int N, int K, cudaStream_t st) {
+    ridge::kernels::gemv_bf16_warp_rows(X, W, Y, N, K, st, nullptr, false, 0, /*walk*/ true);
+  };
   std::printf("\n%-10s %-8s %5s %6s %6s | %9s %9s %6s | %8s %7s %6s %6s %6s | %s\n", "model",
               "layer", "M", "N", "K", "ours_us", "cublas_us", "x", "ours_TF", "ours_TB", "%bw",
               "%read", "%peak", "alt (us)");
@@ -482,6 +490,12 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         entries.push_back({&window_bulk});
         entries.push_back({&window_dyn});
       }
+      const size_t warp_rows_at = entries.size();
+      const bool try_warp_rows = M == 1 && L.K <= ridge::kernels::gemv_warp_max_k;
+      if (try_warp_rows) {
+        entries.push_back({&warp_rows});
+        entries.push_back({&warp_walk});
+      }
       const std::vector<Measured> m = check_then_time(p, entries, s, rng);
       const Measured& mr = m[0];
       const Measured& mo = m[1];
@@ -518,6 +532,10 @@ json run_shapes(const std::vector<std::string>& models, const std::vector<int>& 
         alt(m[window_at], "alt_window", "window");
         alt(m[window_at + 1], "alt_window_bulk", "window-bulk");
         alt(m[window_at + 2], "alt_window_dynamic", "window-dyn");
+      }
+      if (try_warp_rows) {
+        alt(m[warp_rows_at], "alt_warp_rows", "warp-rows");
+        alt(m[warp_rows_at + 1], "alt_warp_walk", "warp-walk");
       }
       if (mo.ok && mr.ok) row["speedup_vs_cublas"] = mr.us / mo.us;
       rows.push_back(row);

@@ -229,6 +229,7 @@ struct Edge {  // how one GEMV of the layer is launched
   bool pdl = false;
   int stage = 0;
   bool stream = false;  // the row-stream GEMV (SkinnyArgs::stream) instead of the MMA kernel
+  bool warp = false;    // the warp-row GEMV (SkinnyArgs::warp; sums of squares one part a row)
 };
 struct Variant {
   const char* name;
@@ -258,9 +259,10 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
   Buffer weights(per_layer * L * sizeof(bf16));
   Buffer x(size_t(H) * 2), qkv(size_t(3 * H) * 2), mlp(size_t(I) * 2);
   const int ss_h = kn::skinny_sumsq_parts(H);
-  Buffer ss_o(size_t(ss_h) * 4), ss_down(size_t(ss_h) * 4);
+  // Room for the warp-row GEMV's sums of squares too (one part a row).
+  Buffer ss_o(size_t(H) * 4), ss_down(size_t(H) * 4);
   fill_random_bf16(x.as<bf16>(), size_t(H), 7, 1.0f, s);
-  fill_positive<<<(ss_h + 255) / 256, 256, 0, s>>>(ss_down.as<float>(), size_t(ss_h), 1.0f);
+  fill_positive<<<(H + 255) / 256, 256, 0, s>>>(ss_down.as<float>(), size_t(H), 1.0f);
   CK(cudaGetLastError());
   struct LayerW {
     const bf16 *qkv, *o, *gate_up, *down;
@@ -295,12 +297,14 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
     a.pdl_launch = e.pdl;
     a.stage_steps = e.stage;
     if (e.stream) a.stream = kn::skinny_stream_workspace(stream_ws.ptr, kStreamRows);
+    a.warp = e.warp;
+    const int parts = e.warp ? H : ss_h;  // what the producers of this chain left
     kn::SkinnyPrologue pro = kn::SkinnyPrologue::none;
     const LayerW& w = lw[size_t(l)];
     switch (which) {
       case 0:  // q|k|v
         a.X = x.as<bf16>(), a.ld_x = H, a.W = w.qkv, a.Y = qkv.ptr, a.N = 3 * H, a.K = H;
-        a.sumsq_in = ss_down.as<float>(), a.sumsq_parts = ss_h, a.eps = 1e-5f;
+        a.sumsq_in = ss_down.as<float>(), a.sumsq_parts = parts, a.eps = 1e-5f;
         pro = kn::SkinnyPrologue::rms_sumsq;
         break;
       case 1:  // o
@@ -309,7 +313,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
         break;
       case 2:  // gate|up + SwiGLU
         a.X = x.as<bf16>(), a.ld_x = H, a.W = w.gate_up, a.Y = mlp.ptr, a.N = 2 * I, a.K = H;
-        a.sumsq_in = ss_o.as<float>(), a.sumsq_parts = ss_h, a.eps = 1e-5f, a.swiglu = true;
+        a.sumsq_in = ss_o.as<float>(), a.sumsq_parts = parts, a.eps = 1e-5f, a.swiglu = true;
         pro = kn::SkinnyPrologue::rms_sumsq;
         break;
       default:  // down
@@ -374,10 +378,15 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
                     double(kind_elems[k]) * 2 * L});
   }
   const Edge plain{}, pdl{true, 0}, ew3{true, 3}, spdl{true, 0, true}, splain{false, 0, true};
+  const Edge wpdl{true, 0, false, true};
   const Variant variants[] = {
       {"plain", "every GEMV launched plainly (a full barrier before each)", plain, plain, plain,
        plain, false},
       {"pdl-all", "every GEMV with PDL", pdl, pdl, pdl, pdl, false},
+      {"warp fused", "every GEMV in the warp-row GEMV with the engine's fusions, PDL", wpdl, wpdl,
+       wpdl, wpdl, false},
+      {"gap warp", "gap before o; every GEMV in the warp-row GEMV, fused, PDL", wpdl, wpdl, wpdl,
+       wpdl, true},
       {"stream pdl", "every GEMV in the row-stream GEMV, with PDL", spdl, spdl, spdl, spdl, false},
       {"stream plain", "every GEMV in the row-stream GEMV, plain launches", splain, splain, splain,
        splain, false},
@@ -407,6 +416,30 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
       }
     });
     rows.push_back({v.name, v.what, us, layer_bytes * L});
+  }
+  // The warp-row GEMV (gemv_bf16_warp_rows): each GEMV its plain product (+ the residual on o
+  // and down; gate|up's 2I rows into a buffer of their own, no SwiGLU), PDL between them, in the
+  // window order and in the walk order.
+  Buffer gate_up_out(size_t(2 * I) * 2);
+  for (const bool walk : {false, true}) {
+    const double us = time_graph([&] {
+      for (int l = 0; l < L; ++l) {
+        const LayerW& w = lw[size_t(l)];
+        kn::gemv_bf16_warp_rows(x.as<bf16>(), w.qkv, qkv.as<bf16>(), 3 * H, H, s, nullptr, true, 0,
+                                walk);
+        kn::gemv_bf16_warp_rows(qkv.as<bf16>(), w.o, x.as<bf16>(), H, H, s, x.as<bf16>(), true, 0,
+                                walk);
+        kn::gemv_bf16_warp_rows(x.as<bf16>(), w.gate_up, gate_up_out.as<bf16>(), 2 * I, H, s,
+                                nullptr, true, 0, walk);
+        kn::gemv_bf16_warp_rows(gate_up_out.as<bf16>(), w.down, x.as<bf16>(), H, I, s, x.as<bf16>(),
+                                true, 0, walk);
+      }
+    });
+    rows.push_back(
+        {walk ? "warp walk" : "warp pdl",
+         walk ? "the warp-row GEMV, each warp a contiguous run of rows, PDL"
+              : "the warp-row GEMV (whole rows a warp, window order), plain products, PDL",
+         us, layer_bytes * L});
   }
   // The pure streams (read_region, read_tiles) over the same weights.
   int dev = 0, sms = 0;

@@ -235,14 +235,18 @@ std::vector<bf16> download_and_check(const void* Y, size_t n, bool f32,
 enum class FusedKind { plain, residual, f32, swiglu, sumsq_out, rms_sumsq };
 constexpr const char* kFusedKindNames[] = {"plain",  "residual",  "f32",
                                            "swiglu", "sumsq_out", "rms_sumsq"};
+// per_row: the sums of squares in and out one part a row (the warp-row GEMV's sumsq_out, which
+// its rms_sumsq and the MMA kernel's take as sumsq_parts = K), else one part per 16 rows.
 struct FusedProblem {
   FusedKind kind;
   int M, N, K;
+  bool per_row;
   bool swiglu = kind == FusedKind::swiglu, f32 = kind == FusedKind::f32;
   int out_n = swiglu ? N / 2 : N;
   size_t ny = size_t(M) * out_n, y_bytes = ny * (f32 ? 4 : 2);
-  int parts_in = ridge::kernels::skinny_sumsq_parts(K);
-  int parts_out = ridge::kernels::skinny_sumsq_parts(N);
+  int rows_per_part = per_row ? 1 : ridge::kernels::skinny_sumsq_rows;
+  int parts_in = per_row ? K : ridge::kernels::skinny_sumsq_parts(K);
+  int parts_out = per_row ? N : ridge::kernels::skinny_sumsq_parts(N);
   std::vector<bf16> hX, hW, hR;
   std::vector<float> hS;
   std::vector<double> ref;
@@ -250,8 +254,8 @@ struct FusedProblem {
   DeviceBuffer<unsigned char> Y{y_bytes};
   DeviceBuffer<float> S_in{size_t(parts_in) * M}, S_out{size_t(parts_out) * M};
 
-  FusedProblem(FusedKind kind_, int M_, int N_, int K_, uint32_t seed)
-      : kind(kind_), M(M_), N(N_), K(K_) {
+  FusedProblem(FusedKind kind_, int M_, int N_, int K_, uint32_t seed, bool per_row_ = false)
+      : kind(kind_), M(M_), N(N_), K(K_), per_row(per_row_) {
     std::mt19937 rng(seed);
     hX = random_bf16(size_t(M) * K, rng), hW = random_bf16(size_t(N) * K, rng);
     hR = random_bf16(ny, rng, 4.f);
@@ -305,8 +309,8 @@ struct FusedProblem {
                                         : ridge::kernels::SkinnyPrologue::none;
   }
   // Poison the outputs, launch `a`, and check them against the reference: `raw` gets the output
-  // bytes and, for sumsq_out, `sums` the parts, each checked against the squares of the 16
-  // stored bf16 outputs of its columns, per token.
+  // bytes and, for sumsq_out, `sums` the parts, each checked against the squares of the 16 (per
+  // row: the one) stored bf16 outputs of its columns, per token.
   void run(const ridge::kernels::SkinnyArgs& a, std::vector<unsigned char>& raw,
            std::vector<float>& sums) const {
     CUDA_OK(cudaMemset(Y.ptr, 0xFF, y_bytes));
@@ -322,11 +326,13 @@ struct FusedProblem {
     for (int p = 0; p < parts_out; ++p)
       for (int m = 0; m < M; ++m) {
         double want = 0;
-        for (int n = p * 16; n < std::min(N, p * 16 + 16); ++n) {
+        for (int n = p * rows_per_part; n < std::min(N, (p + 1) * rows_per_part); ++n) {
           const double y = __bfloat162float(stored[size_t(m) * N + n]);
           want += y * y;
         }
-        const double err = std::abs(sums[size_t(p) * M + m] - want) / want;
+        // (A single row's square can be 0: then the part must be 0 too.)
+        const double diff = std::abs(sums[size_t(p) * M + m] - want);
+        const double err = want > 0 ? diff / want : diff;
         if (!(err <= worst)) worst = err;  // a NaN (an unwritten part) fails
       }
     EXPECT_LT(worst, 1e-5) << "sums of squares of the stored rows";
@@ -459,6 +465,64 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
   CUDA_OK(cudaMemcpy(tickets.data(), ws.tickets, ticket_bytes, cudaMemcpyDeviceToHost));
   EXPECT_EQ(std::count(tickets.begin(), tickets.end(), 0u), std::ptrdiff_t(tickets.size()))
       << "the row-stream GEMV left tickets that are not zero";
+}
+
+// The warp-row GEMV behind gemm_bf16_skinny_fused (SkinnyArgs::warp, one token): every prologue
+// and epilogue the decode chain asks of it (plain, residual in place of nothing, f32, SwiGLU, sums
+// of squares one part a row, rms_sumsq from per-row and from per-16-row parts), on items fewer
+// and more than the grid's warps, K with partial phases and long rows; each against the fp64
+// reference (the sums of squares against the stored rows), a second run bitwise equal, and
+// counted (it must be the warp-row GEMV that ran). Two tokens are not its: the MMA kernel runs
+// them.
+TEST(GemmSkinny, WarpRowsFusedMatchReference) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  using Kind = FusedKind;
+  struct Case {
+    Kind kind;
+    int N, K;
+    bool per_row_in = true;
+  };
+  const Case cases[] = {{Kind::plain, 4104, 3000},
+                        {Kind::residual, 4096, 4096},
+                        {Kind::f32, 32000, 4096},
+                        {Kind::swiglu, 22016, 4096},
+                        {Kind::swiglu, 1040, 3000},
+                        {Kind::sumsq_out, 4096, 11008},
+                        {Kind::sumsq_out, 264, 14336},
+                        {Kind::rms_sumsq, 12288, 4096},
+                        {Kind::rms_sumsq, 4104, 4096, false},
+                        {Kind::rms_sumsq, 1032, 3000},
+                        {Kind::residual, 16400, 6000},
+                        {Kind::plain, 8, 32768}};
+  uint32_t seed = 2700;
+  for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
+    const Case& c = cases[ci];
+    SCOPED_TRACE(::testing::Message() << kFusedKindNames[int(c.kind)] << " N=" << c.N
+                                      << " K=" << c.K << " per-row parts in " << c.per_row_in);
+    const FusedProblem fp(c.kind, 1, c.N, c.K, seed++, c.per_row_in);
+    ASSERT_NO_FATAL_FAILURE(fp.upload());
+    std::vector<std::vector<unsigned char>> outs(2);
+    std::vector<std::vector<float>> sums(2);
+    for (int run = 0; run < 2; ++run) {
+      SCOPED_TRACE(::testing::Message() << "run " << run);
+      ridge::kernels::SkinnyArgs a = fp.args();
+      a.warp = true;
+      ASSERT_TRUE(ridge::kernels::skinny_warp_applies(a));
+      EXPECT_EQ(ridge::kernels::skinny_sumsq_out_parts(a), c.N);
+      const int64_t before = ridge::kernels::skinny_warp_launches();
+      ASSERT_NO_FATAL_FAILURE(fp.run(a, outs[size_t(run)], sums[size_t(run)]));
+      EXPECT_EQ(ridge::kernels::skinny_warp_launches() - before, 1) << "warp-row launches";
+    }
+    EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), fp.y_bytes), 0)
+        << "second run: outputs differ in their bits";
+    EXPECT_EQ(sums[0], sums[1]) << "second run: sums of squares differ";
+  }
+  // Where it does not apply, the MMA kernel runs and the parts stay one per 16 rows.
+  ridge::kernels::SkinnyArgs two;
+  two.M = 2, two.N = 4096, two.K = 4096, two.warp = true;
+  EXPECT_FALSE(ridge::kernels::skinny_warp_applies(two));
+  EXPECT_EQ(ridge::kernels::skinny_sumsq_out_parts(two), 256);
 }
 
 // The row-stream GEMV launched back to back with PDL on one stream and one workspace, nothing
@@ -765,6 +829,42 @@ TEST(GemmSkinnyRows, MatchesReference) {
                                                      nullptr, ridge::kernels::skinny_max_split_k + 1),
                ridge::Error);
   EXPECT_THROW(ridge::kernels::gemm_bf16_skinny_rows(X.ptr, W.ptr, Y.ptr, 1, 8, 60, nullptr),
+               ridge::Error);
+}
+
+// The warp-row GEMV (gemv_bf16_warp_rows, one token): rows fewer and more than the grid's warps
+// (one to ~20 rows a warp), K with partial phases (3,000; 11,008) and at its limit (32,768 values
+// of x staged), the residual in place, both orders (window and walk), one and two blocks a SM;
+// each against the fp64 reference (outputs poisoned first), a second run bitwise equal; K past the
+// limit or not a multiple of 8 refused.
+TEST(GemvWarpRows, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  struct Case {
+    int N, K;
+    bool residual, walk;
+    int blocks_per_sm;
+  };
+  const Case cases[] = {
+      {4104, 4096, false, false, 0},  {264, 3000, true, false, 0},  {4096, 11008, true, false, 0},
+      {12288, 4096, false, false, 1}, {520, 14336, false, true, 0}, {40000, 1032, true, true, 2},
+      {8, 8, false, false, 0},        {16, 32768, true, false, 0},  {6152, 2056, false, true, 1}};
+  uint32_t seed = 2600;
+  for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
+    const Case& c = cases[ci];
+    SCOPED_TRACE(::testing::Message() << "N=" << c.N << " K=" << c.K << " residual=" << c.residual
+                                      << " walk=" << c.walk << " bps=" << c.blocks_per_sm);
+    check_twice(1, c.N, c.K, c.residual, seed++,
+                [&](const bf16* X, const bf16* W, bf16* Y, const bf16* R) {
+                  ridge::kernels::gemv_bf16_warp_rows(X, W, Y, c.N, c.K, nullptr, R, false,
+                                                      c.blocks_per_sm, c.walk);
+                });
+  }
+  DeviceBuffer<bf16> X(40000), W(40000), Y(8);
+  ASSERT_TRUE(X.ptr && W.ptr && Y.ptr);
+  EXPECT_THROW(ridge::kernels::gemv_bf16_warp_rows(X.ptr, W.ptr, Y.ptr, 8, 32776, nullptr),
+               ridge::Error);
+  EXPECT_THROW(ridge::kernels::gemv_bf16_warp_rows(X.ptr, W.ptr, Y.ptr, 8, 60, nullptr),
                ridge::Error);
 }
 

@@ -49,6 +49,16 @@ Backend& streaming() {
   }();
   return *b;
 }
+// Every fusion, and the decode GEMVs at one token in the warp-row GEMV (--gemv-warp).
+Backend& warping() {
+  static std::unique_ptr<Backend> b = [] {
+    BackendOptions o;
+    o.fuse = "norm,silu,rope_kv";
+    o.gemv_warp = true;
+    return make_backend("cuda", o);
+  }();
+  return *b;
+}
 // Every fusion and the opt-in gate|up GEMM with the SwiGLU epilogue at prefill sizes.
 Backend& fusing_swiglu_gemm() {
   static std::unique_ptr<Backend> b = with_fusions("norm,silu,rope_kv,swiglu_gemm");
@@ -636,6 +646,40 @@ TEST_F(GpuBackend, GemvStreamFusions) {
     in_stream("rope_kv MHA", [&] { run_matmul_rope_kv(1, 32, 32, 128, 4096, sums, false, &be); });
     in_stream("rope_kv GQA", [&] { run_matmul_rope_kv(2, 32, 8, 128, 4096, sums, false, &be); });
     in_stream("rope_kv fp8", [&] { run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, true, &be); });
+  }
+}
+
+// The warp-row GEMV (--gemv-warp: kernels::SkinnyArgs::warp) behind the same fused calls at one
+// token: the norm from the sums of squares a warp-row producer recorded (one part a row: its
+// residual and sums of squares, down_proj with SiLU·mul before it), SwiGLU with and without the
+// norm, RoPE + the KV store into bf16 and E4M3 pools (MHA, GQA, head dim 64); each against the
+// CPU's composition, as above for the MMA kernel, and counted: the norm cases run the producer
+// and the consumer in it, the others their fused GEMV.
+TEST_F(GpuBackend, GemvWarpFusions) {
+  Backend& be = warping();
+  auto in_warp = [&](const char* what, int64_t at_least, auto&& run_case) {
+#if RIDGE_TEST_GEMM_KERNELS
+    const int64_t before = ridge::kernels::skinny_warp_launches();
+#endif
+    run_case();
+#if RIDGE_TEST_GEMM_KERNELS
+    EXPECT_GE(ridge::kernels::skinny_warp_launches() - before, at_least)
+        << what << ": fewer GEMVs than expected ran in the warp-row kernel";
+#else
+    (void)what, (void)at_least;
+#endif
+  };
+  in_warp("norm 1x4096", 2, [&] { run_norm_from_sums(1, 4096, 12288, 4096, false, &be); });
+  in_warp("norm 1x11008 silu", 2, [&] { run_norm_from_sums(1, 4096, 22016, 11008, true, &be); });
+  in_warp("norm 1x3000", 2, [&] { run_norm_from_sums(1, 4104, 1032, 3000, false, &be); });
+  in_warp("norm 1x576", 2, [&] { run_norm_from_sums(1, 576, 1000, 320, false, &be); });
+  in_warp("swiglu 1", 1, [&] { run_swiglu(1, 11008, 4096, false, true, false, &be); });
+  in_warp("swiglu 1 norm", 1, [&] { run_swiglu(1, 11008, 4096, true, true, false, &be); });
+  for (bool sums : {true, false}) {
+    in_warp("rope_kv MHA", 1, [&] { run_matmul_rope_kv(1, 32, 32, 128, 4096, sums, false, &be); });
+    in_warp("rope_kv GQA", 1, [&] { run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, false, &be); });
+    in_warp("rope_kv fp8", 1, [&] { run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, true, &be); });
+    in_warp("rope_kv hd64", 1, [&] { run_matmul_rope_kv(1, 9, 3, 64, 576, sums, false, &be); });
   }
 }
 

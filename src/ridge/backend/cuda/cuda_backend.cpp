@@ -210,6 +210,8 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
   // The GEMV's own norm prologue and SwiGLU pairing (bit for bit the composed kernels' result;
   // RIDGE_FP8_FUSE=0 composes them, for A/B runs and the tests' reference).
   if (const char* e = std::getenv("RIDGE_FP8_FUSE"); e && e[0] == '0') fp8_fuse_ = false;
+  // RIDGE_GEMV_WARP=1: the warp-row GEMV for the fused one-token GEMVs, as --gemv-warp (A/B runs).
+  if (const char* e = std::getenv("RIDGE_GEMV_WARP"); e && e[0] == '1') options_.gemv_warp = true;
   workspace_for(stream_->get());
 }
 
@@ -859,6 +861,7 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   const Tensor* in = &x;
   kernels::SkinnyPrologue prologue = kernels::SkinnyPrologue::none;
   const float* sumsq_in = nullptr;
+  int sumsq_parts = 0;
   if (f.norm_weight) {
     // Fused only as the 1/rms scale of a folded weight (fold_norm_weight), with the sums of
     // squares of x from the call that wrote it; else the norm kernel (the in-loop sum of
@@ -868,6 +871,7 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
         x.stride[0] == K && skinny_ok(x)) {
       prologue = kernels::SkinnyPrologue::rms_sumsq;
       sumsq_in = static_cast<const float*>(ws.sumsq.data()) + (f.norm_sumsq - 1) * kSumsqFloats;
+      sumsq_parts = int(r->parts);
     } else {
       rmsnorm(s, x, *f.norm_weight, f.eps, scratch);
       in = &scratch;
@@ -876,8 +880,11 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
     silu_mul(s, x, scratch);
     in = &scratch;
   }
+  // The warp-row GEMV writes one part of the sums of squares a row (kernels::SkinnyArgs::warp).
+  const bool warp = options_.gemv_warp && T == 1;
+  const int64_t out_parts = warp ? N : kernels::skinny_sumsq_parts(int(N));
   const bool record = f.record_sumsq && fuse_norm_ && out.dtype == DType::bf16 && skinny_ok(*in) &&
-                      kernels::skinny_sumsq_parts(int(N)) * T <= kSumsqFloats;
+                      out_parts * T <= kSumsqFloats;
   if (!swiglu && !rope_kv && prologue == kernels::SkinnyPrologue::none && !record) {  // the tuned kernel
     if (f.accumulate)
       matmul_add(s, *in, w, out);
@@ -895,7 +902,7 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   a.residual = f.accumulate ? static_cast<const kb*>(out.data) : nullptr;
   a.eps = f.eps;
   a.sumsq_in = sumsq_in;
-  a.sumsq_parts = sumsq_in ? kernels::skinny_sumsq_parts(int(K)) : 0;
+  a.sumsq_parts = sumsq_in ? sumsq_parts : 0;
   if (record)
     a.sumsq_out = static_cast<float*>(ws.sumsq.data()) + (f.record_sumsq - 1) * kSumsqFloats;
   a.swiglu = swiglu;
@@ -913,8 +920,11 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   if (rope_kv) a.rope = *rope_kv;
   if (options_.gemv_stream)  // the row-stream GEMV where it applies (1-2 tokens)
     a.stream = kernels::skinny_stream_workspace(ws.gemv_stream.data(), kGemvStreamRows);
+  a.warp = warp;
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
-  if (record) ws.sumsq_records[f.record_sumsq - 1] = Record{out.data, T, N};
+  if (record)
+    ws.sumsq_records[f.record_sumsq - 1] =
+        Record{out.data, T, N, kernels::skinny_sumsq_out_parts(a)};
 }
 
 const char* CudaBackend::gemm_name(GemmKernel k) {

@@ -173,6 +173,7 @@ class CudaBackend final : public Backend {
     struct SumsqRecord {
       const void* out = nullptr;
       int64_t rows = 0, cols = 0;
+      int64_t parts = 0;  // per row: kernels::skinny_sumsq_out_parts of the call that recorded
     };
     SumsqRecord sumsq_records[MatmulFusion::kSumsqTags];
     size_t retired() const {

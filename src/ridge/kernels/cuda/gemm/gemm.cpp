@@ -59,6 +59,17 @@ void gemm_bf16_skinny_rows(const bf16* X, const bf16* W, bf16* Y, int M, int N, 
   detail::launch_skinny_rows(X, W, Y, residual, M, N, K, split_k, stream);
 }
 
+void gemv_bf16_warp_rows(const bf16* X, const bf16* W, bf16* Y, int N, int K, cudaStream_t stream,
+                         const bf16* residual, bool pdl, int blocks_per_sm, bool walk) {
+  check_common("gemv_bf16_warp_rows", X, W, Y, residual, 1, N, K);
+  check_sm90("gemv_bf16_warp_rows");
+  RIDGE_CHECK(K <= gemv_warp_max_k, "gemv_bf16_warp_rows: K = {} is larger than {}", K,
+              gemv_warp_max_k);
+  RIDGE_CHECK(blocks_per_sm >= 0, "gemv_bf16_warp_rows: blocks_per_sm {} must be >= 0",
+              blocks_per_sm);
+  detail::launch_warp_gemv(X, W, Y, residual, N, K, pdl, blocks_per_sm, walk, stream);
+}
+
 void gemm_bf16_stream(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                       cudaStream_t stream, void* workspace, size_t workspace_bytes,
                       const bf16* residual, int max_ctas) {
@@ -130,9 +141,11 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
               "{}: the prologues run up to {} tokens, got M = {}", what,
               skinny_prologue_max_tokens, a.M);
   RIDGE_CHECK(prologue != SkinnyPrologue::rms_sumsq ||
-                  (a.sumsq_in != nullptr && a.sumsq_parts == skinny_sumsq_parts(a.K)),
-              "{}: rms_sumsq needs {} partial sums of squares per row (sumsq_in), got {}", what,
-              skinny_sumsq_parts(a.K), a.sumsq_in ? a.sumsq_parts : 0);
+                  (a.sumsq_in != nullptr &&
+                   (a.sumsq_parts == skinny_sumsq_parts(a.K) || a.sumsq_parts == a.K)),
+              "{}: rms_sumsq needs {} (or, from the warp-row GEMV, {}) partial sums of squares "
+              "per row (sumsq_in), got {}",
+              what, skinny_sumsq_parts(a.K), a.K, a.sumsq_in ? a.sumsq_parts : 0);
   RIDGE_CHECK(a.sumsq_out == nullptr || (!a.y_f32 && a.M <= skinny_prologue_max_tokens),
               "{}: sumsq_out needs a bf16 output and at most {} tokens (M = {})", what,
               skinny_prologue_max_tokens, a.M);

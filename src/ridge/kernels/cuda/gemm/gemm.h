@@ -37,6 +37,17 @@ void gemm_bf16_swiglu(const bf16* X, const bf16* W_gate_up, bf16* Out, int M, in
 void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K,
                       cudaStream_t stream, const bf16* residual = nullptr);
 
+// The warp-row GEMV for one token (warp_gemv.cu): Y[n] = x·W[n]ᵀ (+ residual[n], which may
+// alias Y), x = X[0, :K]. Each warp of the grid takes whole rows n ≡ w (mod warps of the grid), so
+// the GPU reads the rows in one window and no sum leaves its warp (no workspace; deterministic).
+// blocks_per_sm 0: as many as fit; walk: each warp takes a contiguous run of rows instead (the
+// per-block kernels' order, for A/B runs). pdl: launched on the decode chain (pdl.cuh); the first
+// weights load before the wait. Preconditions as gemm_bf16 with M = 1, K ≤ gemv_warp_max_k, sm_90.
+constexpr int gemv_warp_max_k = 32768;  // x is staged in shared memory (64 KB)
+void gemv_bf16_warp_rows(const bf16* X, const bf16* W, bf16* Y, int N, int K, cudaStream_t stream,
+                         const bf16* residual = nullptr, bool pdl = false, int blocks_per_sm = 0,
+                         bool walk = false);
+
 // The row-warp skinny kernel for 17-64 tokens (skinny_rows.cu): each of a block's 8 warps owns
 // 16 weight rows over the same K steps, whose activations are staged once per block in shared
 // memory (the skinny kernel re-reads them per 16-row tile). K is split over a cluster of split_k
@@ -137,7 +148,8 @@ void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 //   none      X [M, K] (row stride ld_x)
 //   rms_sumsq X [M, K]: row m scaled by 1/sqrt(sumsq(X[m]) / K + eps), the sums of squares given
 //             as sumsq_in [sumsq_parts, M] partial sums (summed in a fixed order), as the
-//             sumsq_out epilogue of the matmul that wrote X leaves them. The norm's weight must
+//             sumsq_out epilogue of the matmul that wrote X leaves them (sumsq_parts =
+//             skinny_sumsq_parts(K), or K from the warp-row GEMV). The norm's weight must
 //             be folded into W beforehand (scale_columns_bf16); the scale is applied to the
 //             product in the epilogue, X goes to the MMA unchanged: the loop is the plain one
 // Epilogue sumsq_out (bf16 Y, M ≤ 16): each stored row's sum of squares (of the bf16 values
@@ -260,7 +272,23 @@ struct SkinnyArgs {
   // differ from the MMA kernel's in order, not in precision. Without a workspace (the default),
   // the MMA kernel.
   SkinnyStreamWorkspace stream;
+  // The warp-row GEMV (warp_gemv.cu) at one token where skinny_warp_applies: each warp of the
+  // grid takes whole rows (or the pair of rows an epilogue needs: SwiGLU's gate and up, a RoPE
+  // pair), items w, w + Wt, … of the grid's Wt warps, so that the GPU reads W in one window and no
+  // sum leaves its warp. Any prologue and epilogue above, with one difference: sumsq_out gets one
+  // part a row (skinny_sumsq_out_parts), which a consumer's rms_sumsq takes as it takes the MMA
+  // kernel's per-16-row parts (sumsq_parts = K). The sums differ from the MMA kernel's in order,
+  // not in precision. Off by default (the engine: --gemv-warp, RIDGE_GEMV_WARP=1).
+  bool warp = false;
 };
+// Whether gemm_bf16_skinny_fused runs `a` in the warp-row GEMV (a.warp, one token, K % 8 == 0,
+// K <= gemv_warp_max_k, no forced split).
+bool skinny_warp_applies(const SkinnyArgs& a);
+// How many parts of sums of squares a's sumsq_out epilogue writes per token: N in the warp-row
+// GEMV, skinny_sumsq_parts(N) in the MMA kernel.
+int skinny_sumsq_out_parts(const SkinnyArgs& a);
+// How many warp-row GEMVs (fused or plain) this process has launched (tests).
+int64_t skinny_warp_launches();
 // Whether gemm_bf16_skinny_fused runs `a` in the row-stream GEMV.
 bool skinny_stream_applies(const SkinnyArgs& a);
 // How many row-stream GEMVs this process has launched (tests: which kernel a backend call ran).

@@ -21,6 +21,12 @@ void launch_skinny(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t
 void launch_skinny_rows(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int N,
                         int K, int split_k, cudaStream_t stream);
 
+// The warp-row GEMV (warp_gemv.cu), one token.
+void launch_warp_gemv(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int N, int K,
+                      bool pdl, int blocks_per_sm, bool walk, cudaStream_t stream);
+// The warp-row GEMV with the skinny kernel's prologue and epilogues (skinny_warp_applies(a)).
+void launch_warp_gemv_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream);
+
 // The weight-stream kernel (stream_gemm.cu): workspace as gemm_bf16_stream's; max_ctas 0 = one
 // CTA per SM (a smaller grid is for the benchmark's and the tests' use).
 size_t stream_gemm_workspace_bytes(int sms);

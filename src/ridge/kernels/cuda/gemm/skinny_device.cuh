@@ -9,7 +9,10 @@
 
 #include <cstdint>
 
+#include <cuda_fp8.h>
+
 #include "ridge/kernels/cuda/gemm/gemm.h"
+#include "ridge/kernels/cuda/rope.cuh"
 
 namespace ridge::kernels::skinny_device {
 
@@ -157,4 +160,55 @@ __device__ __forceinline__ float store_output(const SkinnyArgs& a, int n, int m,
   return __bfloat162float(out);
 }
 
+// A rotated pair of rope_kv: rows first and second of Y (for q and k rows i and i + head_dim/2
+// of a head, freq = i; for v any two rows, freq = -1: not rotated).
+struct RopeRows {
+  int first, second, freq;
+};
+
+// rope_kv: one value into a KV pool row (bf16 as stored in Y, or E4M3 as kv_store rounds it).
+__device__ __forceinline__ void store_pool(void* pool, bool fp8, int64_t elem, bf16 v) {
+  if (fp8)
+    static_cast<uint8_t*>(pool)[elem] =
+        uint8_t(__nv_cvt_float_to_fp8(__bfloat162float(v), __NV_SATFINITE, __NV_E4M3));
+  else
+    static_cast<bf16*>(pool)[elem] = v;
+}
+
+// The epilogue formulas on a finished product (the MMA kernel's finish_tile, the row-stream
+// GEMV's unit epilogue and the warp-row GEMV's), after the prologue's 1/rms scale.
+// rope_kv: rows r.first / r.second of token m, each rounded to bf16 first (as the plain product
+// stores it and rope_kv_store_bf16 reads it back), rotated when a q or k pair; into Y, and k and v
+// into the KV pools at the token's slot.
+__device__ __forceinline__ void store_rope_pair(const SkinnyArgs& a, const RopeRows& r, int m,
+                                                float s1, float s2) {
+  bf16 o1 = __float2bfloat16(s1), o2 = __float2bfloat16(s2);
+  if (r.freq >= 0) {
+    float ra, rb;
+    rope_rotate(__bfloat162float(o1), __bfloat162float(o2), float(a.rope.positions[m]),
+                a.rope.inv_freq[r.freq], ra, rb);
+    o1 = __float2bfloat16(ra), o2 = __float2bfloat16(rb);
+  }
+  bf16* y = static_cast<bf16*>(a.Y) + static_cast<size_t>(m) * a.N;
+  y[r.first] = o1;
+  y[r.second] = o2;
+  if (r.first < a.rope.q_dim) return;  // q: Y only
+  const int64_t slot = a.rope.slots[m];
+  if (slot < 0 || slot >= a.rope.num_slots) return;
+  const bool is_v = r.freq < 0;
+  const int col = r.first - a.rope.q_dim - (is_v ? a.rope.kv_dim : 0);
+  void* pool = is_v ? a.rope.v_pool : a.rope.k_pool;
+  const int64_t at = slot * a.rope.kv_dim + col;
+  store_pool(pool, a.rope.kv_fp8, at, o1);
+  store_pool(pool, a.rope.kv_fp8, at + (r.second - r.first), o2);
+}
+// swiglu: output f of token m from the gate and up products, each rounded to bf16 first, as the
+// product stored and then read back by silu_mul_bf16 would be.
+__device__ __forceinline__ void store_swiglu(const SkinnyArgs& a, int f, int m, float sg,
+                                             float su) {
+  const float gv = __bfloat162float(__float2bfloat16(sg));
+  const float uv = __bfloat162float(__float2bfloat16(su));
+  static_cast<bf16*>(a.Y)[static_cast<size_t>(m) * (a.N / 2) + f] =
+      __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
+}
 }  // namespace ridge::kernels::skinny_device

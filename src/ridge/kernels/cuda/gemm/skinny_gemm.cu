@@ -137,9 +137,6 @@ __device__ __forceinline__ void finish_inv_rms(const SkinnyArgs& a, int m0,
 // rope_kv: the weight rows behind MMA rows g (first) and g + 8 (second) of 16-row unit u, and
 // the pair's inv_freq index (q and k units: rows i and i + hd/2 of one head), or -1 (v units:
 // plain rows).
-struct RopeRows {
-  int first, second, freq;
-};
 __device__ __forceinline__ RopeRows rope_rows(const SkinnyArgs& a, int u, int g) {
   const int half = a.rope.head_dim / 2, per_head = half / 8;
   const int qk_units = (a.rope.q_dim + a.rope.kv_dim) / 16;
@@ -152,51 +149,6 @@ __device__ __forceinline__ RopeRows rope_rows(const SkinnyArgs& a, int u, int g)
   return {n, n + 8, -1};
 }
 
-// rope_kv: one value into a KV pool row (bf16 as stored in Y, or E4M3 as kv_store rounds it).
-__device__ __forceinline__ void store_pool(void* pool, bool fp8, int64_t elem, bf16 v) {
-  if (fp8)
-    static_cast<uint8_t*>(pool)[elem] =
-        uint8_t(__nv_cvt_float_to_fp8(__bfloat162float(v), __NV_SATFINITE, __NV_E4M3));
-  else
-    static_cast<bf16*>(pool)[elem] = v;
-}
-
-// The epilogue formulas on a finished product (both kernels: the MMA kernel's finish_tile and
-// the row-stream GEMV's unit epilogue), after the prologue's 1/rms scale.
-// rope_kv: rows r.first / r.second of token m, each rounded to bf16 first (as the plain product
-// stores it and rope_kv_store_bf16 reads it back), rotated when a q or k pair; into Y, and k and v
-// into the KV pools at the token's slot.
-__device__ __forceinline__ void store_rope_pair(const SkinnyArgs& a, const RopeRows& r, int m,
-                                                float s1, float s2) {
-  bf16 o1 = __float2bfloat16(s1), o2 = __float2bfloat16(s2);
-  if (r.freq >= 0) {
-    float ra, rb;
-    rope_rotate(__bfloat162float(o1), __bfloat162float(o2), float(a.rope.positions[m]),
-                a.rope.inv_freq[r.freq], ra, rb);
-    o1 = __float2bfloat16(ra), o2 = __float2bfloat16(rb);
-  }
-  bf16* y = static_cast<bf16*>(a.Y) + static_cast<size_t>(m) * a.N;
-  y[r.first] = o1;
-  y[r.second] = o2;
-  if (r.first < a.rope.q_dim) return;  // q: Y only
-  const int64_t slot = a.rope.slots[m];
-  if (slot < 0 || slot >= a.rope.num_slots) return;
-  const bool is_v = r.freq < 0;
-  const int col = r.first - a.rope.q_dim - (is_v ? a.rope.kv_dim : 0);
-  void* pool = is_v ? a.rope.v_pool : a.rope.k_pool;
-  const int64_t at = slot * a.rope.kv_dim + col;
-  store_pool(pool, a.rope.kv_fp8, at, o1);
-  store_pool(pool, a.rope.kv_fp8, at + (r.second - r.first), o2);
-}
-// swiglu: output f of token m from the gate and up products, each rounded to bf16 first, as the
-// product stored and then read back by silu_mul_bf16 would be.
-__device__ __forceinline__ void store_swiglu(const SkinnyArgs& a, int f, int m, float sg,
-                                             float su) {
-  const float gv = __bfloat162float(__float2bfloat16(sg));
-  const float uv = __bfloat162float(__float2bfloat16(su));
-  static_cast<bf16*>(a.Y)[static_cast<size_t>(m) * (a.N / 2) + f] =
-      __float2bfloat16(gv / (1.0f + expf(-gv)) * uv);
-}
 // The end of a row tile: the warps' partial sums (each warp a slice of K) are reduced through
 // shared memory in a fixed order and stored with the epilogue `a` asks for. The caller
 // synchronizes before the next tile writes reduce_smem and reg_ss again.
@@ -1166,6 +1118,10 @@ namespace detail {
 
 void launch_skinny(const SkinnyArgs& a, SkinnyPrologue prologue, cudaStream_t stream,
                    int tokens_per_block) {
+  if (tokens_per_block == 0 && skinny_warp_applies(a)) {
+    launch_warp_gemv_fused(a, prologue, stream);
+    return;
+  }
   if (tokens_per_block == 0 && skinny_stream_applies(a)) {
     const bool rms = prologue == SkinnyPrologue::rms_sumsq;
     if (a.M == 1)

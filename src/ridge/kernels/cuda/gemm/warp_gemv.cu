@@ -1,0 +1,302 @@
+// The warp-row GEMV for one token: gemv_bf16_warp_rows (the plain product, gemm.h) and the fused
+// decode GEMVs of gemm_bf16_skinny_fused when SkinnyArgs::warp is set (skinny_warp_applies):
+// y[n] = x·W[n]ᵀ with the skinny kernel's prologue (rms_sumsq: the 1/rms scale from the sums of
+// squares of the call that wrote x) and epilogues (residual, f32 output, sums of squares, SwiGLU,
+// RoPE + KV store), fp32 sums.
+//
+// Why another GEMV: on the H200 the decode GEMVs that give each block its own 16-row units (the
+// MMA kernel, its weight ring, the row-walk GEMV) read their weights at 66-75 % of the read-only
+// ceiling, while the same bytes read in "window" order (at any moment the blocks read consecutive
+// pieces of the matrix) reach 95 % (docs/KERNELS.md, runs 26-36, the decode-chain probe). The
+// window kernels built so far split K across blocks and lost more in the cross-block reduction
+// than the order gained. Here no sum crosses a warp: warp w of the grid's Wt warps takes whole
+// items (a row, or the pair of rows an epilogue needs together), w, w + Wt, w + 2Wt, …, so that
+// at any moment the GPU's warps read Wt consecutive items (one window of W, the probe's "window
+// rows" order), and each row is reduced by shuffles in the warp that read it. One block barrier
+// (x staged, the sums of squares added), no workspace, deterministic.
+//
+// Items: plain, row n; swiglu, output f: gate row f and up row F + f; rope_kv, pair p < (q_dim +
+// kv_dim)/2: rows i and i + hd/2 of q or k head p / (hd/2) (i = p mod hd/2, rotated), else v
+// rows 2j and 2j + 1 (not rotated). An item is R rows (1 or 2) × PH phases a row.
+// A lane reads 16 bytes at a time (chunks of 8 values), kLoads chunks a phase (a warp 8 KB: a row
+// at K = 4,096), all issued before the first is used, and the next phase's loads are issued
+// before the finished row's shuffles and epilogue. One phase a warp is in flight: ptxas tracks
+// all of a warp's loads on one scoreboard and waits for it to drain before the first use, so a
+// register double buffer would wait for both (docs/KERNELS.md, run 30); the SM's 16 warps keep
+// ~100 KB in flight instead. x is staged in shared memory once a block, after the wait for the
+// previous kernel; the first phase of weights is loaded before that wait (programmatic dependent
+// launch).
+//
+// Sums of squares (sumsq_out): one part a row, sumsq_out[n] = y[n]² of the stored bf16 value
+// (skinny_sumsq_out_parts: N parts, where the MMA kernel writes one per 16 rows; the consumer
+// sums whatever count it is given, in a fixed order).
+// WALK (plain product only, for A/B runs of the order): warp w takes the contiguous run of rows
+// ⌈N/Wt⌉·w … instead (the per-block kernels' order).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+
+#include "ridge/kernels/cuda/gemm/check.h"
+#include "ridge/kernels/cuda/gemm/gemm.h"
+#include "ridge/kernels/cuda/gemm/launch.h"
+#include "ridge/kernels/cuda/gemm/skinny_device.cuh"
+#include "ridge/kernels/cuda/pdl.cuh"
+
+namespace ridge::kernels {
+namespace {
+
+using namespace skinny_device;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kLoads = 16;                 // 16-byte chunks a lane per phase
+constexpr int kPhaseChunks = 32 * kLoads;  // a warp's chunks per phase (8 KB)
+
+std::atomic<int64_t> g_warp_launches{0};
+
+enum class Epi { plain, swiglu, rope };
+
+// 16 bytes of streamed weights, issued where written (volatile: not moved to their use), no L1
+// allocation, 256-byte L2 prefetch.
+__device__ __forceinline__ uint4 load_stream16(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// acc[j] += w_j · x_j over the 8 bf16 pairs of two chunks (bf16 → f32 is a shift).
+__device__ __forceinline__ void dot8(float (&acc)[8], const uint4& w, const uint4& x) {
+  const uint32_t wv[4] = {w.x, w.y, w.z, w.w}, xv[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc[2 * i] = fmaf(__uint_as_float(wv[i] << 16), __uint_as_float(xv[i] << 16), acc[2 * i]);
+    acc[2 * i + 1] = fmaf(__uint_as_float(wv[i] & 0xffff0000u),
+                          __uint_as_float(xv[i] & 0xffff0000u), acc[2 * i + 1]);
+  }
+}
+
+template <Epi E>
+constexpr int item_rows() {
+  return E == Epi::plain ? 1 : 2;
+}
+
+// The rows of item `it` (r = 0 or 1) and, for rope_kv, the pair's rotation index.
+template <Epi E>
+__device__ __forceinline__ int item_row(const SkinnyArgs& a, int it, int r) {
+  if constexpr (E == Epi::plain) {
+    return it;
+  } else if constexpr (E == Epi::swiglu) {
+    return it + r * (a.N / 2);
+  } else {
+    const int half = a.rope.head_dim / 2, qk_pairs = (a.rope.q_dim + a.rope.kv_dim) / 2;
+    if (it < qk_pairs) return (it / half) * a.rope.head_dim + it % half + r * half;
+    return a.rope.q_dim + a.rope.kv_dim + 2 * (it - qk_pairs) + r;
+  }
+}
+
+template <Epi E>
+__device__ __forceinline__ int item_count(const SkinnyArgs& a) {
+  return E == Epi::plain ? a.N : a.N / 2;
+}
+
+// The bytes of one weight row into L2 ahead of its loads (one instruction, no registers, so no
+// scoreboard: the warp's loads of the current row stay the only ones it waits for).
+__device__ __forceinline__ void prefetch_row_l2(const bf16* row, int K) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(K * 2) : "memory");
+}
+
+// prefetch (RIDGE_WARP_GEMV_PREFETCH=1, A/B runs): lane 0 prefetches the next item's rows into
+// L2 as the warp starts an item, so that two items a warp are on their way from DRAM.
+template <Epi E, bool RMS, bool WALK>
+__global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a, int prefetch) {
+  extern __shared__ uint4 xs[];  // x: K / 8 chunks
+  __shared__ float red[kWarps];
+  __shared__ float inv_rms_s;
+  constexpr int R = item_rows<E>();
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int Wt = int(gridDim.x) * kWarps, gw = int(blockIdx.x) * kWarps + warp;
+  const int K = a.K, C = K / 8;                          // chunks a row
+  const int PH = (C + kPhaseChunks - 1) / kPhaseChunks;  // phases a row
+  const int IPH = R * PH;                                // phases an item
+  const int items = item_count<E>(a);
+  const int per_warp = (items + Wt - 1) / Wt;  // WALK: items a warp
+  const int mine = WALK ? max(0, min(per_warp, items - gw * per_warp))
+                        : (gw < items ? (items - gw + Wt - 1) / Wt : 0);
+  const int Q = mine * IPH;  // this warp's phases
+  auto item_of = [&](int j) { return WALK ? gw * per_warp + j : gw + j * Wt; };
+  auto load = [&](uint4(&buf)[kLoads], int q) {
+    const int j = q / IPH, w = q - j * IPH, r = w / PH, p = w - r * PH;
+    const uint4* row =
+        reinterpret_cast<const uint4*>(a.W + size_t(item_row<E>(a, item_of(j), r)) * K);
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int c = p * kPhaseChunks + i * 32 + lane;
+      buf[i] = c < C ? load_stream16(row + c) : make_uint4(0, 0, 0, 0);
+    }
+  };
+
+  // Item j + 1's rows into L2 (prefetch on, lane 0, item j + 1 this warp's).
+  auto prefetch_next = [&](int j) {
+    if (prefetch && lane == 0 && (j + 1) * IPH < Q)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        prefetch_row_l2(a.W + size_t(item_row<E>(a, item_of(j + 1), r)) * K, K);
+  };
+  uint4 buf[kLoads];
+  if (Q > 0) load(buf, 0);  // weights are read-only: before the wait
+  prefetch_next(0);
+  pdl::begin();
+  for (int c = int(threadIdx.x); c < C; c += kThreads)
+    xs[c] = *reinterpret_cast<const uint4*>(a.X + size_t(c) * 8);
+  if constexpr (RMS) {
+    // 1/rms of x from the parts the call that wrote x left: thread t adds parts t, t + 256, …,
+    // then the warps and the block in a fixed order.
+    float ss = 0.0f;
+    for (int p = int(threadIdx.x); p < a.sumsq_parts; p += kThreads) ss += a.sumsq_in[p];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float t = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) t += red[w];
+      inv_rms_s = 1.0f / sqrtf(t / float(K) + a.eps);
+    }
+  }
+  __syncthreads();
+  const float inv_rms = RMS ? inv_rms_s : 1.0f;
+
+  float acc[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
+  float first = 0.0f;  // an item's first row's sum (pairs)
+  for (int q = 0; q < Q; ++q) {
+    const int j = q / IPH, w = q - j * IPH, r = w / PH, p = w - r * PH;
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int c = p * kPhaseChunks + i * 32 + lane;
+      if (c < C) dot8(acc, buf[i], xs[c]);
+    }
+    if (q + 1 < Q) load(buf, q + 1);  // in flight during the reduction and the epilogue
+    if (r == R - 1 && p == PH - 1) prefetch_next(j + 1);
+    if (p != PH - 1) continue;
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
+    s *= inv_rms;
+    if (R == 2 && r == 0) {
+      first = s;
+    } else if (lane == 0) {
+      const int it = item_of(j);
+      if constexpr (E == Epi::plain) {
+        const float stored = store_output(a, it, 0, s);
+        if (a.sumsq_out != nullptr) a.sumsq_out[it] = stored * stored;
+      } else if constexpr (E == Epi::swiglu) {
+        store_swiglu(a, it, 0, first, s);
+      } else {
+        const int half = a.rope.head_dim / 2, qk_pairs = (a.rope.q_dim + a.rope.kv_dim) / 2;
+        const RopeRows rr{item_row<E>(a, it, 0), item_row<E>(a, it, 1),
+                          it < qk_pairs ? it % half : -1};
+        store_rope_pair(a, rr, 0, first, s);
+      }
+    }
+  }
+}
+
+int prefetch_flag() {
+  static const int on = [] {
+    const char* v = std::getenv("RIDGE_WARP_GEMV_PREFETCH");
+    return v && v[0] == '1' ? 1 : 0;
+  }();
+  return on;
+}
+
+// RIDGE_WARP_GEMV_BLOCKS_PER_SM=n (A/B runs): at most n blocks a SM.
+int blocks_per_sm_cap() {
+  static const int cap = [] {
+    const char* v = std::getenv("RIDGE_WARP_GEMV_BLOCKS_PER_SM");
+    return v && *v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return cap;
+}
+
+template <Epi E, bool RMS, bool WALK>
+void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t stream) {
+  auto kernel = warp_gemv_kernel<E, RMS, WALK>;
+  const size_t smem = size_t(a.K) * sizeof(bf16);
+  // The attribute is raised once to the largest x any call can stage.
+  static const bool raised = [&] {
+    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(gemv_warp_max_k * sizeof(bf16))));
+    return true;
+  }();
+  (void)raised;
+  int device = 0, sms = 0, per_sm = 0;
+  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+  RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  RIDGE_GEMM_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  per_sm = std::max(per_sm, 1);
+  if (blocks_per_sm > 0) per_sm = std::min(per_sm, blocks_per_sm);
+  if (const int cap = blocks_per_sm_cap(); cap > 0) per_sm = std::min(per_sm, cap);
+  const int items = E == Epi::plain ? a.N : a.N / 2;
+  const int grid = std::max(1, std::min(sms * per_sm, (items + kWarps - 1) / kWarps));
+  RIDGE_GEMM_CUDA_CHECK(
+      pdl::launch(pdl, kernel, dim3(grid), dim3(kThreads), smem, stream, a, prefetch_flag()));
+  g_warp_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+template <Epi E>
+void launch_epi(const SkinnyArgs& a, bool rms, cudaStream_t stream) {
+  if (rms)
+    launch<E, true, false>(a, a.pdl_launch, 0, stream);
+  else
+    launch<E, false, false>(a, a.pdl_launch, 0, stream);
+}
+
+}  // namespace
+
+bool skinny_warp_applies(const SkinnyArgs& a) {
+  return a.warp && a.M == 1 && a.K % 8 == 0 && a.K <= gemv_warp_max_k && a.split_k <= 1 &&
+         (!a.rope.positions || a.rope.head_dim % 2 == 0);
+}
+
+int skinny_sumsq_out_parts(const SkinnyArgs& a) {
+  return skinny_warp_applies(a) ? a.N : skinny_sumsq_parts(a.N);
+}
+
+int64_t skinny_warp_launches() {
+  return g_warp_launches.load(std::memory_order_relaxed);
+}
+
+void detail::launch_warp_gemv_fused(const SkinnyArgs& a, SkinnyPrologue prologue,
+                                    cudaStream_t stream) {
+  const bool rms = prologue == SkinnyPrologue::rms_sumsq;
+  if (a.rope.positions)
+    launch_epi<Epi::rope>(a, rms, stream);
+  else if (a.swiglu)
+    launch_epi<Epi::swiglu>(a, rms, stream);
+  else
+    launch_epi<Epi::plain>(a, rms, stream);
+}
+
+void detail::launch_warp_gemv(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int N,
+                              int K, bool pdl, int blocks_per_sm, bool walk, cudaStream_t stream) {
+  SkinnyArgs a;
+  a.X = X, a.ld_x = K, a.W = W, a.Y = Y, a.residual = residual, a.M = 1, a.N = N, a.K = K;
+  if (walk)
+    launch<Epi::plain, false, true>(a, pdl, blocks_per_sm, stream);
+  else
+    launch<Epi::plain, false, false>(a, pdl, blocks_per_sm, stream);
+}
+
+}  // namespace ridge::kernels
