@@ -39,6 +39,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
@@ -240,11 +241,28 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
     return true;
   }();
   (void)raised;
-  int device = 0, sms = 0, per_sm = 0;
-  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-  RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  RIDGE_GEMM_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  // Resident blocks a SM by x size, remembered per thread for the few sizes a model's GEMVs
+  // have (each GEMV's K; a fifth size replaces the oldest).
+  struct Occupancy {
+    size_t smem = ~size_t(0);
+    int sms = 0, per_sm = 0;
+  };
+  static thread_local Occupancy seen[4];
+  static thread_local int next = 0;
+  Occupancy* o = std::find_if(std::begin(seen), std::end(seen),
+                              [&](const Occupancy& e) { return e.smem == smem; });
+  if (o == std::end(seen)) {
+    o = &seen[next];
+    next = (next + 1) % 4;
+    int device = 0;
+    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&o->sms, cudaDevAttrMultiProcessorCount, device));
+    RIDGE_GEMM_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o->per_sm, kernel, kThreads, smem));
+    o->smem = smem;
+  }
+  const int sms = o->sms;
+  int per_sm = o->per_sm;
   per_sm = std::max(per_sm, 1);
   if (blocks_per_sm > 0) per_sm = std::min(per_sm, blocks_per_sm);
   if (const int cap = blocks_per_sm_cap(); cap > 0) per_sm = std::min(per_sm, cap);
