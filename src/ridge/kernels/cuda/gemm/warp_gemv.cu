@@ -106,16 +106,8 @@ __device__ __forceinline__ int item_count(const SkinnyArgs& a) {
   return E == Epi::plain ? a.N : a.N / 2;
 }
 
-// The bytes of one weight row into L2 ahead of its loads (one instruction, no registers, so no
-// scoreboard: the warp's loads of the current row stay the only ones it waits for).
-__device__ __forceinline__ void prefetch_row_l2(const bf16* row, int K) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(K * 2) : "memory");
-}
-
-// prefetch (RIDGE_WARP_GEMV_PREFETCH=1, A/B runs): lane 0 prefetches the next item's rows into
-// L2 as the warp starts an item, so that two items a warp are on their way from DRAM.
 template <Epi E, bool RMS, bool WALK>
-__global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a, int prefetch) {
+__global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a) {
   extern __shared__ uint4 xs[];  // x: K / 8 chunks
   __shared__ float red[kWarps];
   __shared__ float inv_rms_s;
@@ -142,16 +134,8 @@ __global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a,
     }
   };
 
-  // Item j + 1's rows into L2 (prefetch on, lane 0, item j + 1 this warp's).
-  auto prefetch_next = [&](int j) {
-    if (prefetch && lane == 0 && (j + 1) * IPH < Q)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        prefetch_row_l2(a.W + size_t(item_row<E>(a, item_of(j + 1), r)) * K, K);
-  };
   uint4 buf[kLoads];
   if (Q > 0) load(buf, 0);  // weights are read-only: before the wait
-  prefetch_next(0);
   pdl::begin();
   for (int c = int(threadIdx.x); c < C; c += kThreads)
     xs[c] = *reinterpret_cast<const uint4*>(a.X + size_t(c) * 8);
@@ -186,7 +170,6 @@ __global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a,
       if (c < C) dot8(acc, buf[i], xs[c]);
     }
     if (q + 1 < Q) load(buf, q + 1);  // in flight during the reduction and the epilogue
-    if (r == R - 1 && p == PH - 1) prefetch_next(j + 1);
     if (p != PH - 1) continue;
     float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 #pragma unroll
@@ -211,14 +194,6 @@ __global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a,
       }
     }
   }
-}
-
-int prefetch_flag() {
-  static const int on = [] {
-    const char* v = std::getenv("RIDGE_WARP_GEMV_PREFETCH");
-    return v && v[0] == '1' ? 1 : 0;
-  }();
-  return on;
 }
 
 // RIDGE_WARP_GEMV_BLOCKS_PER_SM=n (A/B runs): at most n blocks a SM.
@@ -268,8 +243,7 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
   if (const int cap = blocks_per_sm_cap(); cap > 0) per_sm = std::min(per_sm, cap);
   const int items = E == Epi::plain ? a.N : a.N / 2;
   const int grid = std::max(1, std::min(sms * per_sm, (items + kWarps - 1) / kWarps));
-  RIDGE_GEMM_CUDA_CHECK(
-      pdl::launch(pdl, kernel, dim3(grid), dim3(kThreads), smem, stream, a, prefetch_flag()));
+  RIDGE_GEMM_CUDA_CHECK(pdl::launch(pdl, kernel, dim3(grid), dim3(kThreads), smem, stream, a));
   g_warp_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
