@@ -141,9 +141,20 @@ __global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a)
     xs[c] = *reinterpret_cast<const uint4*>(a.X + size_t(c) * 8);
   if constexpr (RMS) {
     // 1/rms of x from the parts the call that wrote x left: thread t adds parts t, t + 256, …,
-    // then the warps and the block in a fixed order.
+    // then the warps and the block in a fixed order. Eight loads in flight a thread: a warp-row
+    // producer leaves one part a row (4,096 for Llama-2-7B), 16 a thread, which a plain loop
+    // reads one L2 round trip after another before the first product can be finished.
+    constexpr int kBatch = 8;
     float ss = 0.0f;
-    for (int p = int(threadIdx.x); p < a.sumsq_parts; p += kThreads) ss += a.sumsq_in[p];
+    int p = int(threadIdx.x);
+    for (; p + (kBatch - 1) * kThreads < a.sumsq_parts; p += kBatch * kThreads) {
+      float v[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) v[i] = a.sumsq_in[p + i * kThreads];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) ss += v[i];
+    }
+    for (; p < a.sumsq_parts; p += kThreads) ss += a.sumsq_in[p];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) red[warp] = ss;
