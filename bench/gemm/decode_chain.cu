@@ -258,7 +258,6 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
   const size_t per_layer = size_t(3 * H) * H + size_t(H) * H + size_t(2 * I) * H + size_t(H) * I;
   Buffer weights(per_layer * L * sizeof(bf16));
   Buffer x(size_t(H) * 2), qkv(size_t(3 * H) * 2), mlp(size_t(I) * 2);
-  const int ss_h = kn::skinny_sumsq_parts(H);
   // Room for the warp-row GEMV's sums of squares too (one part a row).
   Buffer ss_o(size_t(H) * 4), ss_down(size_t(H) * 4);
   fill_random_bf16(x.as<bf16>(), size_t(H), 7, 1.0f, s);
@@ -298,7 +297,10 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
     a.stage_steps = e.stage;
     if (e.stream) a.stream = kn::skinny_stream_workspace(stream_ws.ptr, kStreamRows);
     a.warp = e.warp;
-    const int parts = e.warp ? H : ss_h;  // what the producers of this chain left
+    // What the producer of this GEMV's x left: down's sums for q|k|v, o's for gate|up.
+    kn::SkinnyArgs producer;
+    producer.M = 1, producer.N = H, producer.K = which == 0 ? I : H, producer.warp = e.warp;
+    const int parts = kn::skinny_sumsq_out_parts(producer);
     kn::SkinnyPrologue pro = kn::SkinnyPrologue::none;
     const LayerW& w = lw[size_t(l)];
     switch (which) {

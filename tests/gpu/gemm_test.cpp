@@ -473,7 +473,7 @@ TEST(GemmSkinny, ProloguesAndEpiloguesMatchReference) {
 // and more than the grid's warps, K with partial phases and long rows; each against the fp64
 // reference (the sums of squares against the stored rows), a second run bitwise equal, and
 // counted (it must be the warp-row GEMV that ran). Two tokens are not its: the MMA kernel runs
-// them.
+// them, and its rms_sumsq takes the warp-row GEMV's per-row parts.
 TEST(GemmSkinny, WarpRowsFusedMatchReference) {
   SKIP_WITHOUT_GPU();
   if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
@@ -494,7 +494,10 @@ TEST(GemmSkinny, WarpRowsFusedMatchReference) {
                         {Kind::rms_sumsq, 4104, 4096, false},
                         {Kind::rms_sumsq, 1032, 3000},
                         {Kind::residual, 16400, 6000},
-                        {Kind::plain, 8, 32768}};
+                        {Kind::plain, 8, 32768},
+                        // Pairs of rows with two and three phases a row.
+                        {Kind::swiglu, 2080, 8192},
+                        {Kind::swiglu, 1056, 11008}};
   uint32_t seed = 2700;
   for (size_t ci = 0; ci < problem_limit(std::size(cases)); ++ci) {
     const Case& c = cases[ci];
@@ -518,11 +521,133 @@ TEST(GemmSkinny, WarpRowsFusedMatchReference) {
         << "second run: outputs differ in their bits";
     EXPECT_EQ(sums[0], sums[1]) << "second run: sums of squares differ";
   }
+  // The MMA kernel's rms_sumsq takes per-row parts too (a warp-row producer's), at one and two
+  // tokens.
+  for (const int M : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "MMA kernel, per-row parts in, M=" << M);
+    const FusedProblem fp(Kind::rms_sumsq, M, 1032, 4096, seed++, /*per_row*/ true);
+    ASSERT_NO_FATAL_FAILURE(fp.upload());
+    std::vector<unsigned char> raw;
+    std::vector<float> sums;
+    const int64_t before = ridge::kernels::skinny_warp_launches();
+    ASSERT_NO_FATAL_FAILURE(fp.run(fp.args(), raw, sums));
+    EXPECT_EQ(ridge::kernels::skinny_warp_launches() - before, 0) << "not the warp-row GEMV";
+  }
   // Where it does not apply, the MMA kernel runs and the parts stay one per 16 rows.
   ridge::kernels::SkinnyArgs two;
   two.M = 2, two.N = 4096, two.K = 4096, two.warp = true;
   EXPECT_FALSE(ridge::kernels::skinny_warp_applies(two));
   EXPECT_EQ(ridge::kernels::skinny_sumsq_out_parts(two), 256);
+}
+
+// The warp-row GEMV as the decode chain runs it: three layers of o (residual, sums of squares
+// one part a row), gate|up (the norm from those parts, SwiGLU) and down (residual, sums),
+// launched back to back with PDL on one stream and nothing synchronized between, each launch
+// reading what the one before it wrote (K = 4,608: two phases a row). Each step's output is
+// checked afterwards against fp64 from the inputs the GPU gave it, the sums of squares exactly.
+TEST(GemmSkinny, WarpRowsChainedWithPdl) {
+  SKIP_WITHOUT_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "not an sm_90 GPU";
+  using ridge::kernels::SkinnyArgs;
+  using ridge::kernels::SkinnyPrologue;
+  constexpr int H = 4608, F = 2048, L = 3;
+  constexpr float kEps = 1e-5f;
+  std::mt19937 rng(4711);
+  const auto hWo = random_bf16(size_t(H) * H, rng), hWgu = random_bf16(size_t(2 * F) * H, rng),
+             hWd = random_bf16(size_t(H) * F, rng);
+  std::vector<std::vector<bf16>> hA(L);
+  for (auto& a : hA) a = random_bf16(H, rng);
+  const auto hX0 = random_bf16(H, rng, 4.f);
+  DeviceBuffer<bf16> Wo(hWo.size()), Wgu(hWgu.size()), Wd(hWd.size()), A(size_t(L) * H),
+      X(size_t(L + 1) * H), Xmid(size_t(L) * H), Mv(size_t(L) * F);
+  DeviceBuffer<float> S1(size_t(L) * H), S2(size_t(L) * H);
+  ASSERT_TRUE(Wo.ptr && Wgu.ptr && Wd.ptr && A.ptr && X.ptr && Xmid.ptr && Mv.ptr && S1.ptr &&
+              S2.ptr);
+  CUDA_OK(cudaMemcpy(Wo.ptr, hWo.data(), hWo.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(Wgu.ptr, hWgu.data(), hWgu.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(Wd.ptr, hWd.data(), hWd.size() * 2, cudaMemcpyHostToDevice));
+  for (int l = 0; l < L; ++l)
+    CUDA_OK(cudaMemcpy(A.ptr + size_t(l) * H, hA[size_t(l)].data(), H * 2, cudaMemcpyHostToDevice));
+  // Poison every output (NaN bits): a step that read its input before it was written fails.
+  CUDA_OK(cudaMemset(X.ptr, 0xFF, X.count * 2));
+  CUDA_OK(cudaMemset(Xmid.ptr, 0xFF, Xmid.count * 2));
+  CUDA_OK(cudaMemset(Mv.ptr, 0xFF, Mv.count * 2));
+  CUDA_OK(cudaMemset(S1.ptr, 0xFF, S1.count * 4));
+  CUDA_OK(cudaMemset(S2.ptr, 0xFF, S2.count * 4));
+  CUDA_OK(cudaMemcpy(X.ptr, hX0.data(), H * 2, cudaMemcpyHostToDevice));
+  cudaStream_t st;
+  CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CUDA_OK(cudaDeviceSynchronize());
+  const int64_t before = ridge::kernels::skinny_warp_launches();
+  for (int l = 0; l < L; ++l) {
+    SkinnyArgs o;  // Xmid[l] = X[l] + A[l]·Woᵀ, sums S1[l]
+    o.X = A.ptr + size_t(l) * H, o.ld_x = H, o.W = Wo.ptr, o.Y = Xmid.ptr + size_t(l) * H;
+    o.residual = X.ptr + size_t(l) * H, o.sumsq_out = S1.ptr + size_t(l) * H;
+    o.M = 1, o.N = H, o.K = H, o.pdl_launch = true, o.warp = true;
+    ridge::kernels::gemm_bf16_skinny_fused(o, SkinnyPrologue::none, st);
+    SkinnyArgs gu;  // Mv[l] = SwiGLU(rms(Xmid[l]) · Wguᵀ), 1/rms from S1[l]
+    gu.X = Xmid.ptr + size_t(l) * H, gu.ld_x = H, gu.W = Wgu.ptr, gu.Y = Mv.ptr + size_t(l) * F;
+    gu.sumsq_in = S1.ptr + size_t(l) * H, gu.sumsq_parts = H, gu.eps = kEps, gu.swiglu = true;
+    gu.M = 1, gu.N = 2 * F, gu.K = H, gu.pdl_launch = true, gu.warp = true;
+    ridge::kernels::gemm_bf16_skinny_fused(gu, SkinnyPrologue::rms_sumsq, st);
+    SkinnyArgs d;  // X[l + 1] = Xmid[l] + Mv[l]·Wdᵀ, sums S2[l]
+    d.X = Mv.ptr + size_t(l) * F, d.ld_x = F, d.W = Wd.ptr, d.Y = X.ptr + size_t(l + 1) * H;
+    d.residual = Xmid.ptr + size_t(l) * H, d.sumsq_out = S2.ptr + size_t(l) * H;
+    d.M = 1, d.N = H, d.K = F, d.pdl_launch = true, d.warp = true;
+    ridge::kernels::gemm_bf16_skinny_fused(d, SkinnyPrologue::none, st);
+  }
+  CUDA_OK(cudaStreamSynchronize(st));
+  CUDA_OK(cudaStreamDestroy(st));
+  EXPECT_EQ(ridge::kernels::skinny_warp_launches() - before, 3 * L);
+  std::vector<bf16> gX(X.count), gXmid(Xmid.count), gM(Mv.count);
+  std::vector<float> gS1(S1.count), gS2(S2.count);
+  CUDA_OK(cudaMemcpy(gX.data(), X.ptr, gX.size() * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gXmid.data(), Xmid.ptr, gXmid.size() * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gM.data(), Mv.ptr, gM.size() * 2, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gS1.data(), S1.ptr, gS1.size() * 4, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gS2.data(), S2.ptr, gS2.size() * 4, cudaMemcpyDeviceToHost));
+  const auto slice = [](const std::vector<bf16>& v, size_t at, size_t n) {
+    return std::vector<bf16>(v.begin() + std::ptrdiff_t(at), v.begin() + std::ptrdiff_t(at + n));
+  };
+  // The sums of squares: exactly the fp32 square of each stored bf16 value.
+  const auto check_sums = [](const std::vector<bf16>& y, const float* s, const char* what) {
+    size_t bad = 0;
+    for (size_t n = 0; n < y.size(); ++n) {
+      const float v = __bfloat162float(y[n]);
+      bad += !(s[n] == v * v);
+    }
+    EXPECT_EQ(bad, 0u) << what << ": parts that are not the square of the stored value";
+  };
+  for (int l = 0; l < L; ++l) {
+    SCOPED_TRACE(::testing::Message() << "layer " << l);
+    const auto x = slice(gX, size_t(l) * H, H), xmid = slice(gXmid, size_t(l) * H, H),
+               m = slice(gM, size_t(l) * F, F), xnext = slice(gX, size_t(l + 1) * H, H);
+    // o: from the GPU's x of this layer.
+    const auto ref_o = reference(hA[size_t(l)], hWo, &x, 1, H, H);
+    Result r = compare(xmid, ref_o);
+    EXPECT_EQ(r.non_finite, 0u) << "o: unwritten or non-finite";
+    EXPECT_LT(r.rel_err, kTolerance) << "o vs fp64";
+    check_sums(xmid, gS1.data() + size_t(l) * H, "o");
+    // gate|up: the norm from the parts the GPU left, SwiGLU of the bf16-rounded products.
+    double ss = 0;
+    for (int n = 0; n < H; ++n) ss += gS1[size_t(l) * H + size_t(n)];
+    const double inv_rms = 1.0 / std::sqrt(ss / H + kEps);
+    const auto gu = reference(xmid, hWgu, nullptr, 1, 2 * F, H);
+    std::vector<double> ref_m(F);
+    for (int f = 0; f < F; ++f) {
+      const double g = gu[size_t(f)] * inv_rms, u = gu[size_t(F + f)] * inv_rms;
+      ref_m[size_t(f)] = g / (1 + std::exp(-g)) * u;
+    }
+    r = compare(m, ref_m);
+    EXPECT_EQ(r.non_finite, 0u) << "gate|up: unwritten or non-finite";
+    EXPECT_LT(r.rel_err, kTolerance) << "gate|up vs fp64";
+    // down: from the GPU's m and Xmid.
+    const auto ref_d = reference(m, hWd, &xmid, 1, H, F);
+    r = compare(xnext, ref_d);
+    EXPECT_EQ(r.non_finite, 0u) << "down: unwritten or non-finite";
+    EXPECT_LT(r.rel_err, kTolerance) << "down vs fp64";
+    check_sums(xnext, gS2.data() + size_t(l) * H, "down");
+  }
 }
 
 // The row-stream GEMV launched back to back with PDL on one stream and one workspace, nothing

@@ -880,9 +880,12 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
     silu_mul(s, x, scratch);
     in = &scratch;
   }
-  // The warp-row GEMV writes one part of the sums of squares a row (kernels::SkinnyArgs::warp).
+  // The warp-row GEMV writes one part of the sums of squares a row (kernels::SkinnyArgs::warp),
+  // where it applies; the MMA kernel one per 16 rows.
   const bool warp = options_.gemv_warp && T == 1;
-  const int64_t out_parts = warp ? N : kernels::skinny_sumsq_parts(int(N));
+  kernels::SkinnyArgs shape;
+  shape.M = int(T), shape.N = int(N), shape.K = int(K), shape.warp = warp;
+  const int64_t out_parts = kernels::skinny_sumsq_out_parts(shape);
   const bool record = f.record_sumsq && fuse_norm_ && out.dtype == DType::bf16 && skinny_ok(*in) &&
                       out_parts * T <= kSumsqFloats;
   if (!swiglu && !rope_kv && prologue == kernels::SkinnyPrologue::none && !record) {  // the tuned kernel

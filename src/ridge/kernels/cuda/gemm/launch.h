@@ -21,6 +21,11 @@ void launch_skinny(const SkinnyArgs& args, SkinnyPrologue prologue, cudaStream_t
 void launch_skinny_rows(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int N,
                         int K, int split_k, cudaStream_t stream);
 
+// Blocks of `smem` bytes of shared memory that fit an SM whose carveout is `percent` of the
+// maximum (sm_90: the driver rounds up to a capacity of 0, 8, 16, 32, 64, 100, 132, 164, 196 or
+// 228 KB; each block also reserves 1 KB).
+int blocks_in_carveout(int percent, size_t smem);
+
 // The warp-row GEMV (warp_gemv.cu), one token.
 void launch_warp_gemv(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int N, int K,
                       bool pdl, int blocks_per_sm, bool walk, cudaStream_t stream);

@@ -1,6 +1,7 @@
 // Device helpers shared by the decode GEMV kernels (skinny_gemm.cu: the MMA kernel and the
-// row-stream GEMV; window_gemm.cu: the window kernel): loads, cp.async copies, the m16n8k16 MMA,
-// named barriers, the release/acquire pair of the ticket protocols, and the plain output store.
+// row-stream GEMV; window_gemm.cu: the window kernel; warp_gemv.cu: the warp-row GEMV): loads,
+// cp.async copies, the m16n8k16 MMA, named barriers, the release/acquire pair of the ticket
+// protocols, and the epilogue stores (plain, SwiGLU, RoPE + KV).
 // Device code only.
 #pragma once
 

@@ -631,10 +631,9 @@ int skinny_ring_steps(const SkinnyArgs& a) {
   return a.M <= 8 ? 2 : 0;
 }
 
-// Blocks of `smem` bytes of dynamic shared memory that fit an SM whose carveout is `percent` of
-// the maximum (sm_90: the driver rounds up to a capacity of 0, 8, 16, 32, 64, 100, 132, 164, 196
-// or 228 KB; each block also reserves 1 KB).
-int blocks_in_carveout(int percent, size_t smem) {
+}  // namespace
+
+int detail::blocks_in_carveout(int percent, size_t smem) {
   static constexpr int kCapacityKb[] = {0, 8, 16, 32, 64, 100, 132, 164, 196, 228};
   const double want_kb = 228.0 * std::clamp(percent, 0, 100) / 100.0;
   int kb = 228;
@@ -645,6 +644,8 @@ int blocks_in_carveout(int percent, size_t smem) {
     }
   return int(size_t(kb) * 1024 / (smem + 1024));
 }
+
+namespace {
 
 // RIDGE_SKINNY_BLOCKS_PER_SM=n: at most n blocks a SM in the weight ring's persistent grid (0: no
 // cap), for A/B runs of how many concurrent row-tile streams the DRAM serves best and of the L1
@@ -667,7 +668,7 @@ int persistent_grid(int units, int cap) {
 int persistent_blocks_per_sm(int resident, size_t smem) {
   int per_sm = resident;
   if (const int percent = pdl::launch_carveout(); percent >= 0)
-    per_sm = std::max(1, std::min(per_sm, blocks_in_carveout(percent, smem)));
+    per_sm = std::max(1, std::min(per_sm, detail::blocks_in_carveout(percent, smem)));
   if (const int cap = skinny_blocks_cap(); cap > 0) per_sm = std::min(per_sm, cap);
   return per_sm;
 }

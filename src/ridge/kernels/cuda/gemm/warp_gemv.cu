@@ -13,7 +13,7 @@
 // items (a row, or the pair of rows an epilogue needs together), w, w + Wt, w + 2Wt, …, so that
 // at any moment the GPU's warps read Wt consecutive items (one window of W, the probe's "window
 // rows" order), and each row is reduced by shuffles in the warp that read it. One block barrier
-// (x staged, the sums of squares added), no workspace, deterministic.
+// (x staged; two with the rms prologue, whose sums are added first), no workspace, deterministic.
 //
 // Items: plain, row n; swiglu, output f: gate row f and up row F + f; rope_kv, pair p < (q_dim +
 // kv_dim)/2: rows i and i + hd/2 of q or k head p / (hd/2) (i = p mod hd/2, rotated), else v
@@ -23,7 +23,7 @@
 // before the finished row's shuffles and epilogue. One phase a warp is in flight: ptxas tracks
 // all of a warp's loads on one scoreboard and waits for it to drain before the first use, so a
 // register double buffer would wait for both (docs/KERNELS.md, run 30); the SM's 16 warps keep
-// ~100 KB in flight instead. x is staged in shared memory once a block, after the wait for the
+// up to 128 KB in flight instead. x is staged in shared memory once a block, after the wait for the
 // previous kernel; the first phase of weights is loaded before that wait (programmatic dependent
 // launch).
 //
@@ -56,6 +56,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kLoads = 16;                 // 16-byte chunks a lane per phase
 constexpr int kPhaseChunks = 32 * kLoads;  // a warp's chunks per phase (8 KB)
+constexpr size_t kStaticSmem = 64;         // red[kWarps] and inv_rms_s, rounded up
 
 std::atomic<int64_t> g_warp_launches{0};
 
@@ -220,35 +221,39 @@ template <Epi E, bool RMS, bool WALK>
 void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t stream) {
   auto kernel = warp_gemv_kernel<E, RMS, WALK>;
   const size_t smem = size_t(a.K) * sizeof(bf16);
-  // The attribute is raised once to the largest x any call can stage.
-  static const bool raised = [&] {
-    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(gemv_warp_max_k * sizeof(bf16))));
-    return true;
-  }();
-  (void)raised;
-  // Resident blocks a SM by x size, remembered per thread for the few sizes a model's GEMVs
-  // have (each GEMV's K; a fifth size replaces the oldest).
+  // Resident blocks a SM by device and x size, remembered per thread for the few sizes a model's
+  // GEMVs have (each GEMV's K; a fifth replaces the oldest). On a miss (a device or size not seen
+  // yet) the shared-memory attribute is raised on the current device first.
   struct Occupancy {
-    size_t smem = ~size_t(0);
+    int device = -1;
+    size_t smem = 0;
     int sms = 0, per_sm = 0;
   };
   static thread_local Occupancy seen[4];
   static thread_local int next = 0;
-  Occupancy* o = std::find_if(std::begin(seen), std::end(seen),
-                              [&](const Occupancy& e) { return e.smem == smem; });
+  int device = 0;
+  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+  Occupancy* o = std::find_if(std::begin(seen), std::end(seen), [&](const Occupancy& e) {
+    return e.device == device && e.smem == smem;
+  });
   if (o == std::end(seen)) {
     o = &seen[next];
     next = (next + 1) % 4;
-    int device = 0;
-    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+    *o = Occupancy{};
+    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(gemv_warp_max_k * sizeof(bf16))));
     RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&o->sms, cudaDevAttrMultiProcessorCount, device));
     RIDGE_GEMM_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o->per_sm, kernel, kThreads, smem));
-    o->smem = smem;
+    o->device = device, o->smem = smem;
   }
   const int sms = o->sms;
   int per_sm = o->per_sm;
+  // A launch carveout (the decode chain's, pdl.h) can leave room for fewer blocks than the
+  // occupancy calculator assumes: the grid would then run in two waves, and the window order
+  // (every warp's items interleaved with every other's) assumes one.
+  if (const int percent = pdl::launch_carveout(); percent >= 0)
+    per_sm = std::min(per_sm, detail::blocks_in_carveout(percent, smem + kStaticSmem));
   per_sm = std::max(per_sm, 1);
   if (blocks_per_sm > 0) per_sm = std::min(per_sm, blocks_per_sm);
   if (const int cap = blocks_per_sm_cap(); cap > 0) per_sm = std::min(per_sm, cap);
