@@ -215,17 +215,22 @@ TEST(BuildCache, ForeignRecordsAreIgnoredWithAWarning) {
   EXPECT_EQ(c.stats().ignored_foreign, 3u);
 }
 
+// Records k0 .. k{n-1} ("v"), written ten hours ago a minute apart: k0 the least recently used.
+void put_aged_records(BuildCache& c, int n) {
+  const auto base = fs::file_time_type::clock::now() - std::chrono::hours(10);
+  for (int i = 0; i < n; ++i) {
+    c.put("gemm", fmt::format("k{}", i), "v");
+    fs::last_write_time(c.record_path("gemm", fmt::format("k{}", i)),
+                        base + std::chrono::minutes(i));
+  }
+}
+
 TEST(BuildCache, CapOnRecordsEvictsLeastRecentlyUsed) {
   TempRoot t;
   CacheConfig cfg = config_at(t.path());
   cfg.max_records = 3;
   BuildCache c(cfg, h200());
-  const auto base = fs::file_time_type::clock::now() - std::chrono::hours(10);
-  for (int i = 0; i < 3; ++i) {
-    c.put("gemm", fmt::format("k{}", i), "v");
-    fs::last_write_time(c.record_path("gemm", fmt::format("k{}", i)),
-                        base + std::chrono::minutes(i));
-  }
+  put_aged_records(c, 3);
   EXPECT_EQ(c.get("gemm", "k0"), "v");  // k0 is now the most recently used; k1 the least
   c.put("gemm", "k3", "v");
   EXPECT_EQ(c.stats().evictions, 1u);
@@ -580,12 +585,7 @@ TEST(BuildCache, EvictionRemovesOnlyRidgeRecordsAndNeverFollowsSymlinks) {
     else
       cfg.max_records = 3;
     BuildCache c(cfg, h200());
-    const auto base = fs::file_time_type::clock::now() - std::chrono::hours(10);
-    for (int i = 0; i < 3; ++i) {
-      c.put("gemm", fmt::format("k{}", i), "v");
-      fs::last_write_time(c.record_path("gemm", fmt::format("k{}", i)),
-                          base + std::chrono::minutes(i));
-    }
+    put_aged_records(c, 3);
     // The foreign files count for nothing: three records fit.
     EXPECT_EQ(c.stats().evictions, 0u);
     EXPECT_FALSE(fs::exists(stale));
@@ -613,12 +613,7 @@ TEST(BuildCache, ForeignFileWithARecordNameNewestOfAllCountsForNothing) {
     SCOPED_TRACE(by_bytes ? "byte cap" : "record cap");
     TempRoot t;
     BuildCache fill(config_at(t.path()), h200());  // no caps to speak of
-    const auto base = fs::file_time_type::clock::now() - std::chrono::hours(10);
-    for (int i = 0; i < 3; ++i) {
-      fill.put("gemm", fmt::format("k{}", i), "v");
-      fs::last_write_time(fill.record_path("gemm", fmt::format("k{}", i)),
-                          base + std::chrono::minutes(i));
-    }
+    put_aged_records(fill, 3);
     const uint64_t one = fs::file_size(fill.record_path("gemm", "k0"));
     // As large as a record, so that under either cap it would displace one if it counted.
     const fs::path mine = fill.directory() / "config-0123456789abcdef.json";
