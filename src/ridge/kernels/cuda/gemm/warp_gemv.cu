@@ -46,6 +46,7 @@
 #include "ridge/kernels/cuda/gemm/launch.h"
 #include "ridge/kernels/cuda/gemm/skinny_device.cuh"
 #include "ridge/kernels/cuda/pdl.cuh"
+#include "ridge/kernels/cuda/trace/block_trace.h"
 
 namespace ridge::kernels {
 namespace {
@@ -107,8 +108,12 @@ __device__ __forceinline__ int item_count(const SkinnyArgs& a) {
   return E == Epi::plain ? a.N : a.N / 2;
 }
 
+// trace (RIDGE_WARP_TRACE=1, diagnostic, block_trace.h): per block, %globaltimer at entry, after
+// x is staged (the streaming starts), when warp 0 has finished its items, and when every warp has
+// (a barrier only traced launches pass), and the SM: where the fixed cost of a launch goes.
 template <Epi E, bool RMS, bool WALK>
-__global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    warp_gemv_kernel(const SkinnyArgs a, unsigned long long* trace) {
   extern __shared__ uint4 xs[];  // x: K / 8 chunks
   __shared__ float red[kWarps];
   __shared__ float inv_rms_s;
@@ -123,6 +128,10 @@ __global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a)
   const int mine = WALK ? max(0, min(per_warp, items - gw * per_warp))
                         : (gw < items ? (items - gw + Wt - 1) / Wt : 0);
   const int Q = mine * IPH;  // this warp's phases
+  unsigned long long* const stamps = trace != nullptr && threadIdx.x == 0
+                                         ? trace + size_t(blockIdx.x) * detail::kPhaseEntries
+                                         : nullptr;
+  if (stamps) stamps[0] = globaltimer_ns(), stamps[4] = sm_id();
   auto item_of = [&](int j) { return WALK ? gw * per_warp + j : gw + j * Wt; };
   auto load = [&](uint4(&buf)[kLoads], int q) {
     const int j = q / IPH, w = q - j * IPH, r = w / PH, p = w - r * PH;
@@ -169,6 +178,7 @@ __global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a)
   }
   __syncthreads();
   const float inv_rms = RMS ? inv_rms_s : 1.0f;
+  if (stamps) stamps[1] = globaltimer_ns();
 
   float acc[8];
 #pragma unroll
@@ -205,6 +215,11 @@ __global__ void __launch_bounds__(kThreads) warp_gemv_kernel(const SkinnyArgs a)
         store_rope_pair(a, rr, 0, first, s);
       }
     }
+  }
+  if (trace != nullptr) {  // uniform: every thread of every block
+    if (stamps) stamps[2] = globaltimer_ns();
+    __syncthreads();
+    if (stamps) stamps[3] = globaltimer_ns();
   }
 }
 
@@ -259,8 +274,19 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
   if (const int cap = blocks_per_sm_cap(); cap > 0) per_sm = std::min(per_sm, cap);
   const int items = E == Epi::plain ? a.N : a.N / 2;
   const int grid = std::max(1, std::min(sms * per_sm, (items + kWarps - 1) / kWarps));
-  RIDGE_GEMM_CUDA_CHECK(pdl::launch(pdl, kernel, dim3(grid), dim3(kThreads), smem, stream, a));
+  // RIDGE_WARP_TRACE=1 (diagnostic): launches outside stream capture are traced and summarized on
+  // stderr (this synchronizes the stream).
+  static const bool tracing = detail::block_trace_requested("RIDGE_WARP_TRACE");
+  unsigned long long* const trace =
+      tracing ? detail::block_trace("RIDGE_WARP_TRACE", grid, stream, detail::kPhaseEntries)
+              : nullptr;
+  RIDGE_GEMM_CUDA_CHECK(
+      pdl::launch(pdl, kernel, dim3(grid), dim3(kThreads), smem, stream, a, trace));
   g_warp_launches.fetch_add(1, std::memory_order_relaxed);
+  if (trace) {
+    static const char* const phases[3] = {"start", "stream", "finish"};
+    detail::print_block_phases("warp-row GEMV", trace, grid, phases, stream);
+  }
 }
 
 template <Epi E>
