@@ -154,14 +154,15 @@ void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 //             product in the epilogue, X goes to the MMA unchanged: the loop is the plain one
 // Epilogue sumsq_out (bf16 Y, M ≤ 16): each stored row's sum of squares (of the bf16 values
 // stored, residual included) as partial sums over this call's row tiles, sumsq_out[p·M + m] for
-// p = n / skinny_sumsq_rows: skinny_sumsq_parts(N) of them (in the warp-row GEMV, SkinnyArgs::warp,
-// one a row: p = n; skinny_sumsq_out_parts(a) says which, and sizes the buffer). So the next
-// matmul's RMSNorm needs neither its own kernel nor a pass over X. Epilogue swiglu (bf16 Y, no
-// residual, no sumsq_out): W = [gate; up] has N = 2F rows (F % 8 == 0) and Y [M, F] (row stride F)
-// = bf16(silu(g) · u) for the bf16-rounded products g, u of the gate and up rows, as silu_mul_bf16
-// computes it from a stored gate|up product. Y is bf16, or f32 when y_f32 (then residual must be
-// null); Y has row stride N. The prologues are implemented for M ≤ 16 (skinny_prologue_max_tokens);
-// the plain kernel for any M. Preconditions as gemm_bf16_skinny, plus ld_x ≥ K, ld_x % 8 == 0.
+// p = n / skinny_sumsq_rows: skinny_sumsq_parts(N) of them (the warp-row GEMV, SkinnyArgs::warp,
+// writes one a row, p = n; skinny_sumsq_out_parts(a) says which and sizes the buffer). So the
+// next matmul's RMSNorm needs neither its own kernel nor a pass over X.
+// Epilogue swiglu (bf16 Y, no residual, no sumsq_out): W = [gate; up] has N = 2F rows (F % 8 ==
+// 0) and Y [M, F] (row stride F) = bf16(silu(g) · u) for the bf16-rounded products g, u of the
+// gate and up rows, as silu_mul_bf16 computes it from a stored gate|up product.
+// Y is bf16, or f32 when y_f32 (then residual must be null); Y has row stride N. The prologues
+// are implemented for M ≤ 16 (skinny_prologue_max_tokens); the plain kernel for any M.
+// Preconditions as gemm_bf16_skinny, plus ld_x ≥ K, ld_x % 8 == 0.
 // Launched with programmatic dependent launch (pdl.cuh).
 enum class SkinnyPrologue { none, rms_sumsq };
 // The rope_kv epilogue's inputs (SkinnyArgs::rope, described there).
