@@ -880,7 +880,7 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
     silu_mul(s, x, scratch);
     in = &scratch;
   }
-  // The warp-row GEMV writes one part of the sums of squares a row (kernels::SkinnyArgs::warp),
+  // The warp-row GEMV writes one part of the sums of squares a block (kernels::SkinnyArgs::warp),
   // where it applies; the MMA kernel one per 16 rows.
   const bool warp = options_.gemv_warp && T == 1;
   kernels::SkinnyArgs shape;

@@ -141,11 +141,12 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
               "{}: the prologues run up to {} tokens, got M = {}", what,
               skinny_prologue_max_tokens, a.M);
   RIDGE_CHECK(prologue != SkinnyPrologue::rms_sumsq ||
-                  (a.sumsq_in != nullptr &&
-                   (a.sumsq_parts == skinny_sumsq_parts(a.K) || a.sumsq_parts == a.K)),
+                  (a.sumsq_in != nullptr && (a.sumsq_parts == skinny_sumsq_parts(a.K) ||
+                                             a.sumsq_parts == skinny_warp_sumsq_parts(a.K))),
               "{}: rms_sumsq needs {} (or, from the warp-row GEMV, {}) partial sums of squares "
               "per row (sumsq_in), got {}",
-              what, skinny_sumsq_parts(a.K), a.K, a.sumsq_in ? a.sumsq_parts : 0);
+              what, skinny_sumsq_parts(a.K), skinny_warp_sumsq_parts(a.K),
+              a.sumsq_in ? a.sumsq_parts : 0);
   RIDGE_CHECK(a.sumsq_out == nullptr || (!a.y_f32 && a.M <= skinny_prologue_max_tokens),
               "{}: sumsq_out needs a bf16 output and at most {} tokens (M = {})", what,
               skinny_prologue_max_tokens, a.M);

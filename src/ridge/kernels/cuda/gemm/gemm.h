@@ -149,14 +149,16 @@ void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 //   rms_sumsq X [M, K]: row m scaled by 1/sqrt(sumsq(X[m]) / K + eps), the sums of squares given
 //             as sumsq_in [sumsq_parts, M] partial sums (summed in a fixed order), as the
 //             sumsq_out epilogue of the matmul that wrote X leaves them (sumsq_parts =
-//             skinny_sumsq_parts(K), or K from the warp-row GEMV). The norm's weight must
-//             be folded into W beforehand (scale_columns_bf16); the scale is applied to the
-//             product in the epilogue, X goes to the MMA unchanged: the loop is the plain one
+//             skinny_sumsq_parts(K), or skinny_warp_sumsq_parts(K) from the warp-row GEMV).
+//             The norm's weight must be folded into W beforehand (scale_columns_bf16); the
+//             scale is applied to the product in the epilogue, X goes to the MMA unchanged: the
+//             loop is the plain one
 // Epilogue sumsq_out (bf16 Y, M ≤ 16): each stored row's sum of squares (of the bf16 values
 // stored, residual included) as partial sums over this call's row tiles, sumsq_out[p·M + m] for
 // p = n / skinny_sumsq_rows: skinny_sumsq_parts(N) of them (the warp-row GEMV, SkinnyArgs::warp,
-// writes one a row, p = n; skinny_sumsq_out_parts(a) says which and sizes the buffer). So the
-// next matmul's RMSNorm needs neither its own kernel nor a pass over X.
+// writes one a block and zeros to skinny_warp_sumsq_parts(N); skinny_sumsq_out_parts(a) says
+// which and sizes the buffer). So the next matmul's RMSNorm needs neither its own kernel nor a
+// pass over X.
 // Epilogue swiglu (bf16 Y, no residual, no sumsq_out): W = [gate; up] has N = 2F rows (F % 8 ==
 // 0) and Y [M, F] (row stride F) = bf16(silu(g) · u) for the bf16-rounded products g, u of the
 // gate and up rows, as silu_mul_bf16 computes it from a stored gate|up product.
@@ -277,17 +279,20 @@ struct SkinnyArgs {
   // grid takes whole rows (or the pair of rows an epilogue needs: SwiGLU's gate and up, a RoPE
   // pair), items w, w + Wt, … of the grid's Wt warps, so that the GPU reads W in one window and no
   // sum leaves its warp. Any prologue and epilogue above, with one difference: sumsq_out gets one
-  // part a row (skinny_sumsq_out_parts), which a consumer's rms_sumsq takes as it takes the MMA
-  // kernel's per-16-row parts (sumsq_parts = K). The sums differ from the MMA kernel's in order,
+  // part a block (skinny_warp_sumsq_parts), which a consumer's rms_sumsq takes as it takes the MMA
+  // kernel's per-16-row parts. The sums differ from the MMA kernel's in order,
   // not in precision. Off by default (the engine: --gemv-warp, RIDGE_GEMV_WARP=1).
   bool warp = false;
 };
 // Whether gemm_bf16_skinny_fused runs `a` in the warp-row GEMV (a.warp, one token, K % 8 == 0,
 // K <= gemv_warp_max_k, no forced split).
 bool skinny_warp_applies(const SkinnyArgs& a);
-// How many parts of sums of squares a's sumsq_out epilogue writes per token: N in the warp-row
-// GEMV, skinny_sumsq_parts(N) in the MMA kernel.
+// How many parts of sums of squares a's sumsq_out epilogue writes per token:
+// skinny_warp_sumsq_parts(N) in the warp-row GEMV, skinny_sumsq_parts(N) in the MMA kernel.
 int skinny_sumsq_out_parts(const SkinnyArgs& a);
+// The warp-row GEMV's sumsq_out parts for N rows on the current device: one a block it can launch
+// (two a SM, at most one per 8 rows); the slots of blocks a launch does not have are zeros.
+int skinny_warp_sumsq_parts(int N);
 // How many warp-row GEMVs (fused or plain) this process has launched (tests).
 int64_t skinny_warp_launches();
 // Whether gemm_bf16_skinny_fused runs `a` in the row-stream GEMV.

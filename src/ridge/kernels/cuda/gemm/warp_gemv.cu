@@ -27,9 +27,13 @@
 // previous kernel; the first phase of weights is loaded before that wait (programmatic dependent
 // launch).
 //
-// Sums of squares (sumsq_out): one part a row, sumsq_out[n] = y[n]² of the stored bf16 value
-// (skinny_sumsq_out_parts: N parts, where the MMA kernel writes one per 16 rows; the consumer
-// sums whatever count it is given, in a fixed order).
+// Sums of squares (sumsq_out): one part a block, sumsq_out[b] = the sum of y[n]² of the stored bf16
+// values of block b's rows (its warps' sums added in a fixed order at a block barrier after the
+// last row), and zeros up to the part count (block 0 writes them): skinny_sumsq_out_parts, one
+// slot for each block the grid can have (kMaxBlocksPerSm a SM, at most one per kWarps rows; a
+// carveout or a cap can launch fewer). A consumer's rms prologue then reads 264 parts on 132 SMs
+// where one a row was 4,096 (16 KB a block, behind the first phase of weights; docs/KERNELS.md,
+// run 38; RIDGE_WARP_ROW_PARTS=1 brings the row parts back for A/B runs).
 // WALK (plain product only, for A/B runs of the order): warp w takes the contiguous run of rows
 // ⌈N/Wt⌉·w … instead (the per-block kernels' order).
 #include <cuda_bf16.h>
@@ -55,6 +59,7 @@ using namespace skinny_device;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
+constexpr int kMaxBlocksPerSm = 2;         // 128 registers a thread: two blocks fill the SM's file
 constexpr int kLoads = 16;                 // 16-byte chunks a lane per phase
 constexpr int kPhaseChunks = 32 * kLoads;  // a warp's chunks per phase (8 KB)
 constexpr size_t kStaticSmem = 64;         // red[kWarps] and inv_rms_s, rounded up
@@ -113,7 +118,7 @@ __device__ __forceinline__ int item_count(const SkinnyArgs& a) {
 // (a barrier only traced launches pass), and the SM: where the fixed cost of a launch goes.
 template <Epi E, bool RMS, bool WALK>
 __global__ void __launch_bounds__(kThreads)
-    warp_gemv_kernel(const SkinnyArgs a, unsigned long long* trace) {
+    warp_gemv_kernel(const SkinnyArgs a, unsigned long long* trace, int out_parts) {
   extern __shared__ uint4 xs[];  // x: K / 8 chunks
   __shared__ float red[kWarps];
   __shared__ float inv_rms_s;
@@ -184,6 +189,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
   float first = 0.0f;  // an item's first row's sum (pairs)
+  float sq = 0.0f;     // lane 0 (plain): the squares of this warp's stored rows, in item order
   for (int q = 0; q < Q; ++q) {
     const int j = q / IPH, w = q - j * IPH, r = w / PH, p = w - r * PH;
 #pragma unroll
@@ -205,7 +211,12 @@ __global__ void __launch_bounds__(kThreads)
       const int it = item_of(j);
       if constexpr (E == Epi::plain) {
         const float stored = store_output(a, it, 0, s);
-        if (a.sumsq_out != nullptr) a.sumsq_out[it] = stored * stored;
+        if (a.sumsq_out != nullptr) {
+          if (out_parts < 0)  // RIDGE_WARP_ROW_PARTS=1: one part a row
+            a.sumsq_out[it] = stored * stored;
+          else
+            sq += stored * stored;
+        }
       } else if constexpr (E == Epi::swiglu) {
         store_swiglu(a, it, 0, first, s);
       } else {
@@ -216,11 +227,51 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  if (E == Epi::plain && a.sumsq_out != nullptr && out_parts >= 0) {  // uniform
+    if (lane == 0) red[warp] = sq;  // red's prologue use ended at the barrier before the loop
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float t = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) t += red[w];
+      a.sumsq_out[blockIdx.x] = t;
+    }
+    if (blockIdx.x == 0)
+      for (int p = int(gridDim.x + threadIdx.x); p < out_parts; p += kThreads)
+        a.sumsq_out[p] = 0.0f;
+  }
   if (trace != nullptr) {  // uniform: every thread of every block
     if (stamps) stamps[2] = globaltimer_ns();
     __syncthreads();
     if (stamps) stamps[3] = globaltimer_ns();
   }
+}
+
+// The sums-of-squares parts of a plain launch of N rows on `sms` SMs: a slot for each block the
+// grid can have (launch below).
+int block_parts(int sms, int N) {
+  return std::min(sms * kMaxBlocksPerSm, (N + kWarps - 1) / kWarps);
+}
+
+// RIDGE_WARP_ROW_PARTS=1 (A/B runs of the consumers' cost): one part a row, as before run 38.
+bool row_parts() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_WARP_ROW_PARTS");
+    return v && *v == '1';
+  }();
+  return on;
+}
+
+// The current device's SM count, remembered per thread for the last device asked about.
+int current_sms() {
+  static thread_local int device = -1, sms = 0;
+  int d = 0;
+  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&d));
+  if (d != device) {
+    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
+    device = d;
+  }
+  return sms;
 }
 
 // RIDGE_WARP_GEMV_BLOCKS_PER_SM=n (A/B runs): at most n blocks a SM.
@@ -269,7 +320,7 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
   // (every warp's items interleaved with every other's) assumes one.
   if (const int percent = pdl::launch_carveout(); percent >= 0)
     per_sm = std::min(per_sm, detail::blocks_in_carveout(percent, smem + kStaticSmem));
-  per_sm = std::max(per_sm, 1);
+  per_sm = std::clamp(per_sm, 1, kMaxBlocksPerSm);
   if (blocks_per_sm > 0) per_sm = std::min(per_sm, blocks_per_sm);
   if (const int cap = blocks_per_sm_cap(); cap > 0) per_sm = std::min(per_sm, cap);
   const int items = E == Epi::plain ? a.N : a.N / 2;
@@ -280,8 +331,8 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
   unsigned long long* const trace =
       tracing ? detail::block_trace("RIDGE_WARP_TRACE", grid, stream, detail::kPhaseEntries)
               : nullptr;
-  RIDGE_GEMM_CUDA_CHECK(
-      pdl::launch(pdl, kernel, dim3(grid), dim3(kThreads), smem, stream, a, trace));
+  RIDGE_GEMM_CUDA_CHECK(pdl::launch(pdl, kernel, dim3(grid), dim3(kThreads), smem, stream, a, trace,
+                                    row_parts() ? -1 : block_parts(sms, a.N)));
   g_warp_launches.fetch_add(1, std::memory_order_relaxed);
   if (trace) {
     static const char* const phases[3] = {"start", "stream", "finish"};
@@ -304,8 +355,12 @@ bool skinny_warp_applies(const SkinnyArgs& a) {
          (!a.rope.positions || a.rope.head_dim % 2 == 0);
 }
 
+int skinny_warp_sumsq_parts(int N) {
+  return row_parts() ? N : block_parts(current_sms(), N);
+}
+
 int skinny_sumsq_out_parts(const SkinnyArgs& a) {
-  return skinny_warp_applies(a) ? a.N : skinny_sumsq_parts(a.N);
+  return skinny_warp_applies(a) ? skinny_warp_sumsq_parts(a.N) : skinny_sumsq_parts(a.N);
 }
 
 int64_t skinny_warp_launches() {
