@@ -543,6 +543,7 @@ TEST(GemmSkinny, WarpRowsFusedMatchReference) {
       std::vector<float> carved;
       fp.run(a, raw, carved);
       ridge::kernels::pdl::set_launch_carveout(-1);
+      ASSERT_EQ(raw.size(), fp.y_bytes);
       EXPECT_EQ(std::memcmp(outs[0].data(), raw.data(), fp.y_bytes), 0)
           << "outputs differ in their bits from the full grid's";
     }
