@@ -13,7 +13,8 @@
 // items (a row, or the pair of rows an epilogue needs together), w, w + Wt, w + 2Wt, …, so that
 // at any moment the GPU's warps read Wt consecutive items (one window of W, the probe's "window
 // rows" order), and each row is reduced by shuffles in the warp that read it. One block barrier
-// (x staged; two with the rms prologue, whose sums are added first), no workspace, deterministic.
+// (x staged; two with the rms prologue, whose sums are added first; one more after the last row
+// with sums of squares out), no workspace, deterministic.
 //
 // Items: plain, row n; swiglu, output f: gate row f and up row F + f; rope_kv, pair p < (q_dim +
 // kv_dim)/2: rows i and i + hd/2 of q or k head p / (hd/2) (i = p mod hd/2, rotated), else v
