@@ -258,7 +258,8 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
   const size_t per_layer = size_t(3 * H) * H + size_t(H) * H + size_t(2 * I) * H + size_t(H) * I;
   Buffer weights(per_layer * L * sizeof(bf16));
   Buffer x(size_t(H) * 2), qkv(size_t(3 * H) * 2), mlp(size_t(I) * 2);
-  // Room for the warp-row GEMV's sums of squares too (one part a row).
+  // Room for the warp-row GEMV's sums of squares too (one part a block, or a row with
+  // RIDGE_WARP_ROW_PARTS=1).
   Buffer ss_o(size_t(H) * 4), ss_down(size_t(H) * 4);
   fill_random_bf16(x.as<bf16>(), size_t(H), 7, 1.0f, s);
   fill_positive<<<(H + 255) / 256, 256, 0, s>>>(ss_down.as<float>(), size_t(H), 1.0f);

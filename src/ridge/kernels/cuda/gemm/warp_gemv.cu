@@ -157,9 +157,9 @@ __global__ void __launch_bounds__(kThreads)
     xs[c] = *reinterpret_cast<const uint4*>(a.X + size_t(c) * 8);
   if constexpr (RMS) {
     // 1/rms of x from the parts the call that wrote x left: thread t adds parts t, t + 256, …,
-    // then the warps and the block in a fixed order. Eight loads in flight a thread: a warp-row
-    // producer leaves one part a row (4,096 for Llama-2-7B), 16 a thread, which a plain loop
-    // reads one L2 round trip after another before the first product can be finished.
+    // then the warps and the block in a fixed order. Eight loads in flight a thread, for the
+    // counts that take more than one a thread (the row parts of RIDGE_WARP_ROW_PARTS=1: 4,096
+    // for Llama-2-7B, which a plain loop reads one L2 round trip after another).
     constexpr int kBatch = 8;
     float ss = 0.0f;
     int p = int(threadIdx.x);
@@ -263,16 +263,20 @@ bool row_parts() {
   return on;
 }
 
-// The current device's SM count, remembered per thread for the last device asked about.
-int current_sms() {
+// A device's SM count, remembered per thread for the last device asked about.
+int device_sms(int d) {
   static thread_local int device = -1, sms = 0;
-  int d = 0;
-  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&d));
   if (d != device) {
     RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
     device = d;
   }
   return sms;
+}
+
+int current_device() {
+  int d = 0;
+  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
 }
 
 // RIDGE_WARP_GEMV_BLOCKS_PER_SM=n (A/B runs): at most n blocks a SM.
@@ -294,12 +298,11 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
   struct Occupancy {
     int device = -1;
     size_t smem = 0;
-    int sms = 0, per_sm = 0;
+    int per_sm = 0;
   };
   static thread_local Occupancy seen[4];
   static thread_local int next = 0;
-  int device = 0;
-  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
+  const int device = current_device();
   Occupancy* o = std::find_if(std::begin(seen), std::end(seen), [&](const Occupancy& e) {
     return e.device == device && e.smem == smem;
   });
@@ -309,12 +312,11 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
     *o = Occupancy{};
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                int(gemv_warp_max_k * sizeof(bf16))));
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&o->sms, cudaDevAttrMultiProcessorCount, device));
     RIDGE_GEMM_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o->per_sm, kernel, kThreads, smem));
     o->device = device, o->smem = smem;
   }
-  const int sms = o->sms;
+  const int sms = device_sms(device);
   int per_sm = o->per_sm;
   // A launch carveout (the decode chain's, pdl.h) can leave room for fewer blocks than the
   // occupancy calculator assumes: the grid would then run in two waves, and the window order
@@ -357,7 +359,7 @@ bool skinny_warp_applies(const SkinnyArgs& a) {
 }
 
 int skinny_warp_sumsq_parts(int N) {
-  return row_parts() ? N : block_parts(current_sms(), N);
+  return row_parts() ? N : block_parts(device_sms(current_device()), N);
 }
 
 int skinny_sumsq_out_parts(const SkinnyArgs& a) {
