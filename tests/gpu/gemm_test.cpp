@@ -492,6 +492,8 @@ TEST(GemmSkinny, WarpRowsFusedMatchReference) {
   struct Case {
     Kind kind;
     int N, K;
+    // The parts an rms prologue reads: the warp-row GEMV's (one a block), or false, the MMA
+    // kernel's (one per 16 rows). (Its own sums of squares out are one part a block.)
     bool warp_parts = true;
   };
   const Case cases[] = {{Kind::plain, 4104, 3000},
@@ -523,7 +525,9 @@ TEST(GemmSkinny, WarpRowsFusedMatchReference) {
       ridge::kernels::SkinnyArgs a = fp.args();
       a.warp = true;
       ASSERT_TRUE(ridge::kernels::skinny_warp_applies(a));
-      EXPECT_EQ(ridge::kernels::skinny_sumsq_out_parts(a), fp.parts_out);
+      // Its sums of squares out are one part a block, whatever parts its prologue reads.
+      EXPECT_EQ(ridge::kernels::skinny_sumsq_out_parts(a),
+                ridge::kernels::skinny_warp_sumsq_parts(c.N));
       const int64_t before = ridge::kernels::skinny_warp_launches();
       ASSERT_NO_FATAL_FAILURE(fp.run(a, outs[size_t(run)], sums[size_t(run)]));
       EXPECT_EQ(ridge::kernels::skinny_warp_launches() - before, 1) << "warp-row launches";
