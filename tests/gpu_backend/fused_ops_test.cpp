@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "harness.h"
+#include "ridge/backend/cuda/cuda_backend.h"
 #include "ridge/backend/factory.h"
 #include "ridge/core/error.h"
 #if RIDGE_TEST_GEMM_KERNELS
@@ -689,6 +690,45 @@ TEST_F(GpuBackend, GemvWarpFusions) {
     in_warp("rope_kv GQA K=8192", n,
             [&] { run_matmul_rope_kv(1, 32, 8, 128, 8192, sums, false, &be); });
   }
+}
+
+// The warp-row GEMV chosen by the tuner shape by shape (CudaBackend::set_gemm_choice at one
+// token, as a tuned or cached choice sets it) on the default backend: the fused GEMVs of a
+// shape chosen so run in it and the others in the MMA kernel, so a producer of one kind feeds a
+// consumer of the other (the sums of squares one part a block, or one per 16 rows). Each mix
+// against the CPU's composition (run_norm_from_sums: producer, fused consumer, and the composed
+// consumer of another x, which runs the consumer shape's choice in matmul()), counted.
+TEST_F(GpuBackend, GemvWarpByTunedChoice) {
+  auto* be = dynamic_cast<CudaBackend*>(&fusing());
+  ASSERT_NE(be, nullptr);
+  using GK = CudaBackend::GemmKernel;
+  constexpr int64_t H = 4096, N = 12288, Kp = 4096;
+  for (const bool warp_producer : {true, false})
+    for (const bool warp_consumer : {true, false}) {
+      SCOPED_TRACE(fmt::format("producer {}, consumer {}", warp_producer ? "warp-row" : "MMA",
+                               warp_consumer ? "warp-row" : "MMA"));
+      be->set_gemm_choice(1, H, Kp, warp_producer ? std::optional(GK::warp_rows) : std::nullopt);
+      be->set_gemm_choice(1, N, H, warp_consumer ? std::optional(GK::warp_rows) : std::nullopt);
+#if RIDGE_TEST_GEMM_KERNELS
+      const int64_t before = ridge::kernels::skinny_warp_launches();
+#endif
+      run_norm_from_sums(1, H, N, Kp, false, be);
+#if RIDGE_TEST_GEMM_KERNELS
+      EXPECT_EQ(ridge::kernels::skinny_warp_launches() - before,
+                int64_t(warp_producer) + 2 * int64_t(warp_consumer))
+          << "GEMVs run in the warp-row kernel";
+#endif
+      // Two tokens: the choice is for one token only.
+#if RIDGE_TEST_GEMM_KERNELS
+      const int64_t before2 = ridge::kernels::skinny_warp_launches();
+#endif
+      run_norm_from_sums(2, H, N, Kp, false, be);
+#if RIDGE_TEST_GEMM_KERNELS
+      EXPECT_EQ(ridge::kernels::skinny_warp_launches() - before2, 0) << "at two tokens";
+#endif
+    }
+  be->set_gemm_choice(1, H, Kp, std::nullopt);
+  be->set_gemm_choice(1, N, H, std::nullopt);
 }
 
 // kv_store into E4M3 pools: the CUDA kernel's bytes equal the CPU backend's (both round the same

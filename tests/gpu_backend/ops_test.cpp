@@ -195,7 +195,8 @@ TEST_F(GpuBackend, MatmulShapes) {
 // the backend's dispatch and workspaces for each (the weight-stream kernel's per-stream partials
 // and tickets among them), on decode shapes and odd ones. The weight-stream and window kernels also
 // run captured in a CUDA graph, replayed twice (their tickets must come back to zero between
-// replays). (The window GEMV takes up to 32 tokens.)
+// replays). (The window GEMV takes up to 32 tokens; the warp-row GEMV one, and a choice of it
+// at more runs the skinny kernel.)
 TEST_F(GpuBackend, MatmulEveryTunerKernel) {
   auto* be = dynamic_cast<CudaBackend*>(&cuda());
   ASSERT_NE(be, nullptr);
@@ -215,7 +216,7 @@ TEST_F(GpuBackend, MatmulEveryTunerKernel) {
     const Tensor w_dev = cuda().upload_weight(w_t);  // bf16-exact values: converted unchanged
     DeviceMatrix xd = device_bf16(T, K, x);
     for (GK k : {GK::skinny, GK::skinny_rows, GK::sm90, GK::stream, GK::window, GK::cublas,
-                 GK::cublas_2}) {
+                 GK::cublas_2, GK::warp_rows}) {
       if (k == GK::window && T > ridge::kernels::window_gemm_max_tokens) continue;
       be->set_gemm_choice(T, N, K, k);
       const std::string what =

@@ -38,10 +38,11 @@ struct BackendOptions {
   // run on the H200: run 26 measured the pattern (97.5 % of the read ceiling as a chain of pure
   // streams, 84 % with the skinny kernel's addresses), not yet this kernel (docs/KERNELS.md).
   bool gemv_stream = false;
-  // The fused decode GEMVs at one token in the warp-row GEMV (kernels::SkinnyArgs::warp: whole
-  // rows a warp, the grid's warps on consecutive rows, the read pattern that reaches 95 % of the
-  // read ceiling on the H200 where the MMA kernel's per-block units read at 66-75 %). Opt-in until
-  // the H200 has measured it (docs/KERNELS.md, "Run 37"). RIDGE_GEMV_WARP=1 also turns it on.
+  // Every decode GEMV at one token in the warp-row GEMV (kernels::SkinnyArgs::warp: whole rows a
+  // warp, the grid's warps on consecutive rows, the read pattern that reaches 95 % of the read
+  // ceiling on the H200 where the MMA kernel's per-block units read at 66-75 %). Without it the
+  // tuner measures the warp-row GEMV against the other kernels shape by shape (its choice picks
+  // the fused GEMVs' kernel too). RIDGE_GEMV_WARP=1 also forces it; =0 drops the candidate.
   bool gemv_warp = false;
 };
 

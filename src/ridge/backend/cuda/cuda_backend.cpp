@@ -210,7 +210,8 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
   // The GEMV's own norm prologue and SwiGLU pairing (bit for bit the composed kernels' result;
   // RIDGE_FP8_FUSE=0 composes them, for A/B runs and the tests' reference).
   if (const char* e = std::getenv("RIDGE_FP8_FUSE"); e && e[0] == '0') fp8_fuse_ = false;
-  // RIDGE_GEMV_WARP=1: the warp-row GEMV for the fused one-token GEMVs, as --gemv-warp (A/B runs).
+  // RIDGE_GEMV_WARP=1: the warp-row GEMV for every one-token GEMV, as --gemv-warp (A/B runs);
+  // =0: not even a tuner candidate (cuda_tune.cpp).
   if (const char* e = std::getenv("RIDGE_GEMV_WARP"); e && e[0] == '1') options_.gemv_warp = true;
   workspace_for(stream_->get());
 }
@@ -709,6 +710,15 @@ void CudaBackend::run_gemm(GemmKernel kernel, const Tensor& x, const Tensor& w, 
                                 /*seg*/ 0, /*pdl*/ kernels::pdl::enabled(), window_loader());
       return;
     }
+    case GemmKernel::warp_rows:
+      if (T == 1) {  // (a choice made for one token only; anything else takes the skinny kernel)
+        kernels::gemv_bf16_warp_rows(static_cast<const kb*>(x.data), static_cast<const kb*>(w.data),
+                                     static_cast<kb*>(out.data), int(N), int(K), stream, residual,
+                                     kernels::pdl::enabled());
+        return;
+      }
+      run_gemm(GemmKernel::skinny, x, w, out, stream, accumulate);
+      return;
     case GemmKernel::cublas:
     case GemmKernel::cublas_2:
     case GemmKernel::cublas_3:
@@ -880,9 +890,11 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
     silu_mul(s, x, scratch);
     in = &scratch;
   }
-  // The warp-row GEMV writes one part of the sums of squares a block (kernels::SkinnyArgs::warp),
-  // where it applies; the MMA kernel one per 16 rows.
-  const bool warp = options_.gemv_warp && T == 1;
+  // At one token, the warp-row GEMV where the tuner chose it for this weight shape (or
+  // --gemv-warp forces it): it writes one part of the sums of squares a block
+  // (kernels::SkinnyArgs::warp), where it applies; the MMA kernel one per 16 rows. Either reads
+  // the other's parts, so the choice can differ from one shape to the next.
+  const bool warp = T == 1 && (options_.gemv_warp || choose_gemm(1, N, K) == GemmKernel::warp_rows);
   kernels::SkinnyArgs shape;
   shape.M = int(T), shape.N = int(N), shape.K = int(K), shape.warp = warp;
   const int64_t out_parts = kernels::skinny_sumsq_out_parts(shape);
@@ -938,6 +950,8 @@ const char* CudaBackend::gemm_name(GemmKernel k) {
     case GemmKernel::stream: return "ridge_stream";
     case GemmKernel::window:
       return "ridge_window";
+    case GemmKernel::warp_rows:
+      return "ridge_warp_rows";
     case GemmKernel::cublas: return "cublaslt";
     case GemmKernel::cublas_2: return "cublaslt_2";
     case GemmKernel::cublas_3: return "cublaslt_3";
@@ -957,6 +971,7 @@ int CudaBackend::cublas_algo(GemmKernel k) {
     case GemmKernel::sm90:
     case GemmKernel::stream:
     case GemmKernel::window:
+    case GemmKernel::warp_rows:
       return -1;
   }
   return -1;

@@ -119,7 +119,8 @@ class CudaBackend final : public Backend {
 
   // The matmul kernels behind matmul(): cuBLASLt (its heuristic's first algorithm, and its second
   // to fourth as tuner candidates too unless RIDGE_CUBLAS_ALGOS says fewer), or ridge's own
-  // (kernels/cuda/gemm: the skinny, row-warp skinny, weight-stream, window and sm90 kernels).
+  // (kernels/cuda/gemm: the skinny, row-warp skinny, weight-stream, window and sm90 kernels, and
+  // at one token the warp-row GEMV, whose choice also picks the fused one-token GEMVs' kernel).
   enum class GemmKernel : uint8_t {
     cublas,
     skinny,
@@ -129,7 +130,8 @@ class CudaBackend final : public Backend {
     cublas_4,
     skinny_rows,
     stream,
-    window
+    window,
+    warp_rows
   };
   static const char* gemm_name(GemmKernel k);
   // The window candidate's loader (kernels::WindowLoader): RIDGE_GEMM_WINDOW=bulk or =dynamic,

@@ -65,15 +65,18 @@ struct Events {
 // The kernel a tuner candidate or cached winner names (cuBLASLt's first algorithm for a name
 // this build does not know).
 CudaBackend::GemmKernel CudaBackend::kernel_named(const std::string& name) {
-  for (GemmKernel k : {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90,
-                       GemmKernel::cublas_2, GemmKernel::cublas_3, GemmKernel::cublas_4,
-                       GemmKernel::skinny_rows, GemmKernel::stream, GemmKernel::window})
+  for (GemmKernel k :
+       {GemmKernel::cublas, GemmKernel::skinny, GemmKernel::sm90, GemmKernel::cublas_2,
+        GemmKernel::cublas_3, GemmKernel::cublas_4, GemmKernel::skinny_rows, GemmKernel::stream,
+        GemmKernel::window, GemmKernel::warp_rows})
     if (name == gemm_name(k)) return k;
   return GemmKernel::cublas;
 }
 
 namespace {
-const char* const kGemmKernelVersion = "gemm-6";  // bump when a GEMM kernel's speed changes
+const char* const kGemmKernelVersion = "gemm-7";  // bump when a GEMM kernel's speed changes
+// gemm-7: the warp-row GEMV is a candidate at one token (its choice also picks the kernel of the
+// fused one-token GEMVs).
 // gemm-6: the weight-stream kernel (TMA ring, swap-AB wgmma, stream-K) is a candidate at 1-64
 // tokens.
 // gemm-5: the row-warp skinny kernel is a candidate at 16-64 tokens, the skinny kernel splits K
@@ -113,6 +116,19 @@ bool window_candidates() {
   }();
   return on;
 }
+
+// RIDGE_GEMV_WARP=0: the warp-row GEMV (kernels::gemv_bf16_warp_rows) is not a candidate at one
+// token (A/B runs against the MMA kernel; cached apart, "+nowarp"). By default it is: on the H100
+// its chain of decode GEMVs reads level with the MMA kernel's, and on the H200 its read order is
+// the one that reaches 95 % of read-only where the MMA kernel's per-block units read at 66-75 %
+// (docs/KERNELS.md, runs 36-38). Timed alone, like every candidate.
+bool warp_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("RIDGE_GEMV_WARP");
+    return !(v && std::string_view(v) == "0");
+  }();
+  return on;
+}
 }  // namespace
 
 kernels::WindowLoader CudaBackend::window_loader() {
@@ -148,6 +164,7 @@ tune::DeviceKey CudaBackend::device_key() const {
                         : loader == kernels::WindowLoader::bulk_dynamic ? "+windyn"
                                                                         : "+win";
   }
+  if (!warp_candidates()) k.kernel_version += "+nowarp";
   return k;
 }
 
@@ -210,6 +227,8 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
         candidates.push_back({gemm_name(GemmKernel::stream), "TMA weight stream, stream-K"});
       if (window_candidates() && T <= kernels::window_gemm_max_tokens && window_applies(sh.n, sh.k))
         candidates.push_back({gemm_name(GemmKernel::window), "mma.sync, one window of pieces"});
+      if (T == 1 && warp_candidates() && sh.k <= kernels::gemv_warp_max_k)
+        candidates.push_back({gemm_name(GemmKernel::warp_rows), "whole rows a warp"});
       if (cublas_candidates() > 1) {
         // cuBLASLt's further algorithms for the operands the measurement uses (fresh, so
         // 256-byte aligned; the heuristic may offer fewer than asked). A host-side query: a
