@@ -339,6 +339,16 @@ void bench(BenchModelFlags& f) {
              fused ? "fused q|k|v and gate|up matmuls" : "separate q, k, v and gate, up matmuls",
              pinned ? "one packed plan upload, pinned logits" : "7 pageable plan uploads, pageable logits",
              fusions.describe());
+  // The tuner's kernel for each weight shape at one token (the batch-1 decode step's GEMVs, and
+  // with them the fused GEMVs' kernel); every token bucket's choice goes into the JSON.
+  const std::vector<backend::MatmulChoice> choices = bundle->backend->matmul_choices();
+  {
+    std::string one;
+    for (const backend::MatmulChoice& c : choices)
+      if (c.tokens == 1)
+        one += fmt::format("{}{}x{} {}", one.empty() ? "" : ", ", c.n, c.k, c.kernel);
+    if (!one.empty()) fmt::print("gemm      one token (N x K): {}\n", one);
+  }
 
   StepRunner runner(*bundle);
   runner.run(1, 16, 2, f.prefill_tokens.front());  // warm-up (workspace, plans, caches)
@@ -644,6 +654,9 @@ void bench(BenchModelFlags& f) {
     }
     nlohmann::json eff;
     for (const auto& [cls, v] : klass) eff[cls] = v.first / v.second;
+    nlohmann::json jchoices = nlohmann::json::array();
+    for (const backend::MatmulChoice& c : choices)
+      jchoices.push_back({{"tokens", c.tokens}, {"n", c.n}, {"k", c.k}, {"kernel", c.kernel}});
     nlohmann::json j = {{"command", cmd},
                         {"model", bundle->weights->path()},
                         {"model_config", cfg.describe()},
@@ -659,6 +672,7 @@ void bench(BenchModelFlags& f) {
                         {"kv_dtype", std::string(dtype_name(bundle->kv_pool->dtype()))},
                         {"phases", jphases},
                         {"implied_efficiency", eff},
+                        {"gemm_choices", jchoices},
                         {"figures", figures}};
     std::ofstream(f.json_out) << j.dump(2) << "\n";
   }

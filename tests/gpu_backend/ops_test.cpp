@@ -221,6 +221,17 @@ TEST_F(GpuBackend, MatmulEveryTunerKernel) {
       be->set_gemm_choice(T, N, K, k);
       const std::string what =
           fmt::format("{} T={} N={} K={}", CudaBackend::gemm_name(k), T, N, K);
+      {  // the choice as benchmarks report it (T's token bucket: T = 1, 13 -> 16, 40 -> 64, 64)
+        const auto choices = be->matmul_choices();
+        const int64_t bucket = T == 1 ? 1 : T <= 16 ? 16 : 64;
+        EXPECT_EQ(std::count_if(choices.begin(), choices.end(),
+                                [&](const ridge::backend::MatmulChoice& c) {
+                                  return c.tokens == bucket && c.n == N && c.k == K &&
+                                         c.kernel == CudaBackend::gemm_name(k);
+                                }),
+                  1)
+            << what << ": matmul_choices()";
+      }
       DeviceMatrix out = device_bf16(T, N, {});  // poisoned
       cuda().matmul({}, xd.view, w_dev, nullptr, out.view);
       expect_close("matmul", what, download_view(out), ref, 1e-2);

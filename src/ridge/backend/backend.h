@@ -101,6 +101,15 @@ struct MatmulShape {
   int64_t k = 0;
 };
 
+// A backend's kernel choice for a weight shape [n, k] at up to `tokens` tokens (a power of two:
+// the token bucket, 1 for a decode step at batch 1).
+struct MatmulChoice {
+  int64_t tokens = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  std::string kernel;
+};
+
 // What Backend::matmul_fused does around the product.
 struct MatmulFusion {
   const Tensor* norm_weight = nullptr;  // prologue: x := rmsnorm(x; norm_weight, eps)
@@ -266,6 +275,9 @@ class Backend {
     (void)shapes;
     (void)max_tokens;
   }
+  // Optional: the kernel choices made so far (prepare_matmuls' tuning), ordered by n, k, tokens;
+  // empty where there is nothing to choose (the CPU). For benchmark reports.
+  virtual std::vector<MatmulChoice> matmul_choices() const { return {}; }
   // Optional: records the ops `body` issues on `s` into a Graph (nothing runs while capturing).
   // Returns null when the backend has no graphs. The body must not allocate, synchronize, or copy
   // between host and device.

@@ -144,8 +144,8 @@ class CudaBackend final : public Backend {
   // The kernel matmul() runs for T tokens against a [N, K] weight (when ridge's kernels apply:
   // bf16 out, dense rows, 16-byte aligned).
   GemmKernel choose_gemm(int64_t T, int64_t N, int64_t K) const;
-  // The tuned choices so far, one line per (N, K, token bucket).
-  std::string gemm_choices() const;
+  // The tuned choices so far (gemm_name() of each), ordered by N, K, token bucket.
+  std::vector<MatmulChoice> matmul_choices() const override;
   // Tests: makes matmul() run `kernel` for T's token bucket against [N, K] weights (where ridge's
   // kernels apply), as if the tuner had chosen it; nullopt forgets the choice again.
   void set_gemm_choice(int64_t T, int64_t N, int64_t K, std::optional<GemmKernel> kernel);

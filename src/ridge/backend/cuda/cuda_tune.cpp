@@ -310,16 +310,17 @@ void CudaBackend::set_gemm_choice(int64_t T, int64_t N, int64_t K,
     gemm_choice_.erase(key);
 }
 
-std::string CudaBackend::gemm_choices() const {
-  std::lock_guard lock(gemm_mutex_);
-  std::vector<std::pair<GemmKey, GemmKernel>> v(gemm_choice_.begin(), gemm_choice_.end());
-  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.first.n, a.first.k, a.first.t_bucket) <
-           std::tie(b.first.n, b.first.k, b.first.t_bucket);
+std::vector<MatmulChoice> CudaBackend::matmul_choices() const {
+  std::vector<MatmulChoice> v;
+  {
+    std::lock_guard lock(gemm_mutex_);
+    for (const auto& [key, kernel] : gemm_choice_)
+      v.push_back({key.t_bucket, key.n, key.k, gemm_name(kernel)});
+  }
+  std::sort(v.begin(), v.end(), [](const MatmulChoice& a, const MatmulChoice& b) {
+    return std::tie(a.n, a.k, a.tokens) < std::tie(b.n, b.k, b.tokens);
   });
-  std::string s;
-  for (const auto& [k, g] : v) s += fmt::format("N={} K={} T<={}: {}\n", k.n, k.k, k.t_bucket, gemm_name(g));
-  return s;
+  return v;
 }
 
 }  // namespace ridge::backend
