@@ -10,6 +10,7 @@
 // outputs poisoned, normalized error bounds as the rest of the harness.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -59,6 +60,21 @@ Backend& warping() {
     return make_backend("cuda", o);
   }();
   return *b;
+}
+// Runs run_case and checks that it launched the warp-row GEMV `launches` times (the kernels'
+// own counter, where the test links them).
+void expect_warp_launches(const char* what, int64_t launches,
+                          const std::function<void()>& run_case) {
+#if RIDGE_TEST_GEMM_KERNELS
+  const int64_t before = ridge::kernels::skinny_warp_launches();
+#endif
+  run_case();
+#if RIDGE_TEST_GEMM_KERNELS
+  EXPECT_EQ(ridge::kernels::skinny_warp_launches() - before, launches)
+      << what << ": GEMVs run in the warp-row kernel";
+#else
+  (void)what, (void)launches;
+#endif
 }
 // Every fusion and the opt-in gate|up GEMM with the SwiGLU epilogue at prefill sizes.
 Backend& fusing_swiglu_gemm() {
@@ -661,34 +677,31 @@ TEST_F(GpuBackend, GemvWarpFusions) {
   // Exact counts: the norm cases' producer and fused consumer (their composed consumer of
   // another x runs the tuned matmul); SwiGLU, and its recording producer with the norm; the
   // rope_kv call, and with sums its recording producer and the fused matmul it is compared with.
-  auto in_warp = [&](const char* what, int64_t launches, auto&& run_case) {
-#if RIDGE_TEST_GEMM_KERNELS
-    const int64_t before = ridge::kernels::skinny_warp_launches();
-#endif
-    run_case();
-#if RIDGE_TEST_GEMM_KERNELS
-    EXPECT_EQ(ridge::kernels::skinny_warp_launches() - before, launches)
-        << what << ": GEMVs run in the warp-row kernel";
-#else
-    (void)what, (void)launches;
-#endif
-  };
-  in_warp("norm 1x4096", 2, [&] { run_norm_from_sums(1, 4096, 12288, 4096, false, &be); });
-  in_warp("norm 1x11008 silu", 2, [&] { run_norm_from_sums(1, 4096, 22016, 11008, true, &be); });
-  in_warp("norm 1x3000", 2, [&] { run_norm_from_sums(1, 4104, 1032, 3000, false, &be); });
-  in_warp("norm 1x576", 2, [&] { run_norm_from_sums(1, 576, 1000, 320, false, &be); });
-  in_warp("swiglu 1", 1, [&] { run_swiglu(1, 11008, 4096, false, true, false, &be); });
-  in_warp("swiglu 1 norm", 2, [&] { run_swiglu(1, 11008, 4096, true, true, false, &be); });
-  in_warp("swiglu 1 K=8192", 1, [&] { run_swiglu(1, 2048, 8192, false, true, false, &be); });
+  expect_warp_launches("norm 1x4096", 2,
+                       [&] { run_norm_from_sums(1, 4096, 12288, 4096, false, &be); });
+  expect_warp_launches("norm 1x11008 silu", 2,
+                       [&] { run_norm_from_sums(1, 4096, 22016, 11008, true, &be); });
+  expect_warp_launches("norm 1x3000", 2,
+                       [&] { run_norm_from_sums(1, 4104, 1032, 3000, false, &be); });
+  expect_warp_launches("norm 1x576", 2, [&] { run_norm_from_sums(1, 576, 1000, 320, false, &be); });
+  expect_warp_launches("swiglu 1", 1, [&] { run_swiglu(1, 11008, 4096, false, true, false, &be); });
+  expect_warp_launches("swiglu 1 norm", 2,
+                       [&] { run_swiglu(1, 11008, 4096, true, true, false, &be); });
+  expect_warp_launches("swiglu 1 K=8192", 1,
+                       [&] { run_swiglu(1, 2048, 8192, false, true, false, &be); });
   for (bool sums : {true, false}) {
     const int64_t n = sums ? 3 : 1;
-    in_warp("rope_kv MHA", n, [&] { run_matmul_rope_kv(1, 32, 32, 128, 4096, sums, false, &be); });
-    in_warp("rope_kv GQA", n, [&] { run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, false, &be); });
-    in_warp("rope_kv fp8", n, [&] { run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, true, &be); });
-    in_warp("rope_kv hd64", n, [&] { run_matmul_rope_kv(1, 9, 3, 64, 576, sums, false, &be); });
+    expect_warp_launches("rope_kv MHA", n,
+                         [&] { run_matmul_rope_kv(1, 32, 32, 128, 4096, sums, false, &be); });
+    expect_warp_launches("rope_kv GQA", n,
+                         [&] { run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, false, &be); });
+    expect_warp_launches("rope_kv fp8", n,
+                         [&] { run_matmul_rope_kv(1, 32, 8, 128, 4096, sums, true, &be); });
+    expect_warp_launches("rope_kv hd64", n,
+                         [&] { run_matmul_rope_kv(1, 9, 3, 64, 576, sums, false, &be); });
     // Two phases a row (K = 8,192).
-    in_warp("rope_kv GQA K=8192", n,
-            [&] { run_matmul_rope_kv(1, 32, 8, 128, 8192, sums, false, &be); });
+    expect_warp_launches("rope_kv GQA K=8192", n,
+                         [&] { run_matmul_rope_kv(1, 32, 8, 128, 8192, sums, false, &be); });
   }
 }
 
@@ -709,23 +722,10 @@ TEST_F(GpuBackend, GemvWarpByTunedChoice) {
                                warp_consumer ? "warp-row" : "MMA"));
       be->set_gemm_choice(1, H, Kp, warp_producer ? std::optional(GK::warp_rows) : std::nullopt);
       be->set_gemm_choice(1, N, H, warp_consumer ? std::optional(GK::warp_rows) : std::nullopt);
-#if RIDGE_TEST_GEMM_KERNELS
-      const int64_t before = ridge::kernels::skinny_warp_launches();
-#endif
-      run_norm_from_sums(1, H, N, Kp, false, be);
-#if RIDGE_TEST_GEMM_KERNELS
-      EXPECT_EQ(ridge::kernels::skinny_warp_launches() - before,
-                int64_t(warp_producer) + 2 * int64_t(warp_consumer))
-          << "GEMVs run in the warp-row kernel";
-#endif
-      // Two tokens: the choice is for one token only.
-#if RIDGE_TEST_GEMM_KERNELS
-      const int64_t before2 = ridge::kernels::skinny_warp_launches();
-#endif
-      run_norm_from_sums(2, H, N, Kp, false, be);
-#if RIDGE_TEST_GEMM_KERNELS
-      EXPECT_EQ(ridge::kernels::skinny_warp_launches() - before2, 0) << "at two tokens";
-#endif
+      expect_warp_launches("one token", int64_t(warp_producer) + 2 * int64_t(warp_consumer),
+                           [&] { run_norm_from_sums(1, H, N, Kp, false, be); });
+      // The choice is for one token only.
+      expect_warp_launches("two tokens", 0, [&] { run_norm_from_sums(2, H, N, Kp, false, be); });
     }
   be->set_gemm_choice(1, H, Kp, std::nullopt);
   be->set_gemm_choice(1, N, H, std::nullopt);
