@@ -247,6 +247,21 @@ void gemm_bf16(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K, cudaS
 
 namespace detail {
 
+int current_device() {
+  int d = 0;
+  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+int device_sms(int device) {
+  static thread_local int last = -1, sms = 0;
+  if (device != last) {
+    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    last = device;
+  }
+  return sms;
+}
+
 namespace {
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
                                    const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,

@@ -440,9 +440,7 @@ long long sm90_wave_split_columns(long long tiles_m, long long tiles_n, long lon
 void launch_sm90(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int out_n,
                  int w_rows, int K, bool swiglu, const Sm90GemmOptions& options,
                  cudaStream_t stream) {
-  int device = 0, sms = 0;
-  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-  RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = device_sms(current_device());
   // Register stores and clusters exist for 256-wide tiles only (gemm_bf16_sm90 refuses 128).
   const int bn = options.block_n == 128 || options.block_n == 256 ? options.block_n
                  : !options.tma_store || options.cluster_m == 2

@@ -11,6 +11,11 @@
 
 namespace ridge::kernels::detail {
 
+// The calling thread's current CUDA device, and a device's SM count (remembered per thread for
+// the last device asked about): what every launcher sizes its grid by.
+int current_device();
+int device_sms(int device);
+
 // tokens_per_block (prologue none only): 0 = by M and N (8, 16, 32 or 64 tokens per block);
 // 16 = always 16-token tiles (several tiles re-read the weights, mostly from L2), an alternative
 // the benchmark times.

@@ -685,11 +685,8 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
   // calculator allows with the whole split, capped by what a launch carveout leaves (the decode
   // chain's, pdl.h): a persistent grid larger than what is resident would run a second wave.
   static int resident[4] = {0, 0, 0, 0};
-  static int sms = 0;
   if (resident[ring] == 0) {
-    int device = 0, per_sm = 0;
-    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int per_sm = 0;
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(smem)));
     // A carveout for two blocks a SM and no more (one under RIDGE_SKINNY_BLOCKS_PER_SM=1), so that
@@ -710,7 +707,7 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
   const int per_sm = persistent_blocks_per_sm(resident[ring], smem);
   SkinnyArgs r = a;
   r.ring = ring;
-  const int grid_y = std::max(1, sms * per_sm);
+  const int grid_y = std::max(1, detail::device_sms(detail::current_device()) * per_sm);
   const dim3 grid(1, skinny_persistent() ? persistent_grid(n_tiles, grid_y) : n_tiles);
   RIDGE_GEMM_CUDA_CHECK(
       pdl::launch(r.pdl_launch, kernel, grid, dim3(kSkinnyThreads), smem, stream, r));
@@ -749,9 +746,8 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   // One token tile: as many blocks as are resident at once, each walking its row tiles
   // (persistent); more token tiles: one block per (token tile, row tile).
   static const int resident = [&] {
-    int device = 0, sms = 0, per_sm = 0;
-    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int sms = detail::device_sms(detail::current_device());
+    int per_sm = 0;
     RIDGE_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
                                                                         kSkinnyThreads, base_smem));
     return std::max(1, sms * per_sm);
@@ -1049,9 +1045,8 @@ void launch_gemv_stream_config(const SkinnyArgs& a, bool rms, cudaStream_t strea
   };
   static const Limits lim = [&] {
     Limits l;
-    int device = 0;
-    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device));
+    const int device = detail::current_device();
+    l.sms = detail::device_sms(device);
     RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(
         &l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     RIDGE_GEMM_CUDA_CHECK(

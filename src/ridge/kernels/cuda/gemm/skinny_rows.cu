@@ -190,9 +190,8 @@ void launch_rows(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, in
   const int token_tiles = (M + MT - 1) / MT, row_blocks = (N + kRows - 1) / kRows;
   const int all_steps = (K + KSTEP - 1) / KSTEP;
   static const int resident = [&] {
-    int device = 0, sms = 0, per_sm = 0;
-    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int sms = detail::device_sms(detail::current_device());
+    int per_sm = 0;
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring + part)));
     RIDGE_GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads,

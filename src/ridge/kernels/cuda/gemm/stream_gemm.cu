@@ -244,16 +244,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) stamp(3);
 }
 
-int device_sms() {
-  static const int sms = [] {
-    int device = 0, n = 0;
-    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return sms;
-}
-
 template <int T>
 void launch_stream(const bf16* X, const bf16* W, bf16* Y, const bf16* residual, int M, int N,
                    int K, float* partials, unsigned* tickets, int ctas, cudaStream_t stream,
@@ -284,12 +274,14 @@ size_t detail::stream_gemm_workspace_bytes(int sms) {
   return partials_bytes(sms) + static_cast<size_t>(stream_gemm_max_tiles) * sizeof(unsigned);
 }
 
-size_t gemm_bf16_stream_workspace_bytes() { return detail::stream_gemm_workspace_bytes(device_sms()); }
+size_t gemm_bf16_stream_workspace_bytes() {
+  return detail::stream_gemm_workspace_bytes(detail::device_sms(detail::current_device()));
+}
 
 void detail::launch_stream_gemm(const bf16* X, const bf16* W, bf16* Y, const bf16* residual,
                                 int M, int N, int K, void* workspace, int max_ctas,
                                 cudaStream_t stream) {
-  const int sms = device_sms();
+  const int sms = detail::device_sms(detail::current_device());
   const long long total =
       static_cast<long long>((N + kRows - 1) / kRows) * ((K + kKB - 1) / kKB);
   const int ctas = static_cast<int>(

@@ -263,22 +263,6 @@ bool row_parts() {
   return on;
 }
 
-// A device's SM count, remembered per thread for the last device asked about.
-int device_sms(int d) {
-  static thread_local int device = -1, sms = 0;
-  if (d != device) {
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
-    device = d;
-  }
-  return sms;
-}
-
-int current_device() {
-  int d = 0;
-  RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&d));
-  return d;
-}
-
 // RIDGE_WARP_GEMV_BLOCKS_PER_SM=n (A/B runs): at most n blocks a SM.
 int blocks_per_sm_cap() {
   static const int cap = [] {
@@ -302,7 +286,7 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
   };
   static thread_local Occupancy seen[4];
   static thread_local int next = 0;
-  const int device = current_device();
+  const int device = detail::current_device();
   Occupancy* o = std::find_if(std::begin(seen), std::end(seen), [&](const Occupancy& e) {
     return e.device == device && e.smem == smem;
   });
@@ -316,7 +300,7 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o->per_sm, kernel, kThreads, smem));
     o->device = device, o->smem = smem;
   }
-  const int sms = device_sms(device);
+  const int sms = detail::device_sms(device);
   int per_sm = o->per_sm;
   // A launch carveout (the decode chain's, pdl.h) can leave room for fewer blocks than the
   // occupancy calculator assumes: the grid would then run in two waves, and the window order
@@ -359,7 +343,7 @@ bool skinny_warp_applies(const SkinnyArgs& a) {
 }
 
 int skinny_warp_sumsq_parts(int N) {
-  return row_parts() ? N : block_parts(device_sms(current_device()), N);
+  return row_parts() ? N : block_parts(detail::device_sms(detail::current_device()), N);
 }
 
 int skinny_sumsq_out_parts(const SkinnyArgs& a) {

@@ -420,9 +420,8 @@ void launch_window_config(const SkinnyArgs& a, const WindowGemmPlan& plan,
   };
   static const Limits lim = [&] {
     Limits l;
-    int device = 0;
-    RIDGE_GEMM_CUDA_CHECK(cudaGetDevice(&device));
-    RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, device));
+    const int device = detail::current_device();
+    l.sms = detail::device_sms(device);
     RIDGE_GEMM_CUDA_CHECK(
         cudaDeviceGetAttribute(&l.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     RIDGE_GEMM_CUDA_CHECK(
