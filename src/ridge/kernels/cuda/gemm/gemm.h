@@ -151,8 +151,8 @@ void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 //             sumsq_out epilogue of the matmul that wrote X leaves them (sumsq_parts =
 //             skinny_sumsq_parts(K), or skinny_warp_sumsq_parts(K) from the warp-row GEMV).
 //             The norm's weight must be folded into W beforehand (scale_columns_bf16); the
-//             scale is applied to the product in the epilogue, X goes to the MMA unchanged: the
-//             loop is the plain one
+//             scale is applied to the product in the epilogue, X goes to the MMA unchanged:
+//             the loop is the plain one
 // Epilogue sumsq_out (bf16 Y, M ≤ 16): each stored row's sum of squares (of the bf16 values
 // stored, residual included) as partial sums over this call's row tiles, sumsq_out[p·M + m] for
 // p = n / skinny_sumsq_rows: skinny_sumsq_parts(N) of them (the warp-row GEMV, SkinnyArgs::warp,
@@ -280,8 +280,9 @@ struct SkinnyArgs {
   // pair), items w, w + Wt, … of the grid's Wt warps, so that the GPU reads W in one window and no
   // sum leaves its warp. Any prologue and epilogue above, with one difference: sumsq_out gets one
   // part a block (skinny_warp_sumsq_parts), which a consumer's rms_sumsq takes as it takes the MMA
-  // kernel's per-16-row parts. The sums differ from the MMA kernel's in order,
-  // not in precision. Off by default (the engine: --gemv-warp, RIDGE_GEMV_WARP=1).
+  // kernel's per-16-row parts. The sums differ from the MMA kernel's in order, not in precision.
+  // The engine sets it where the GEMM tuner chose the warp-row GEMV for the weight shape at one
+  // token (or --gemv-warp, RIDGE_GEMV_WARP=1, forces it).
   bool warp = false;
 };
 // Whether gemm_bf16_skinny_fused runs `a` in the warp-row GEMV (a.warp, one token, K % 8 == 0,
