@@ -7,6 +7,8 @@
 // Per layer, as the engine's fused decode chain runs them (CudaBackend::run_fused):
 //   q|k|v    X = x, RMSNorm prologue from the sums of squares the previous down left (rms_sumsq)
 //   [gap]    optional: a stand-in for RoPE + attention that waits gap_us and reads nothing
+//            (light: a few registers; heavy: decode attention's registers and shared memory, so
+//            that it takes and blocks SM slots as attention does)
 //   o        X = the first `hidden` columns of q|k|v, x += product, sums of squares recorded
 //   gate|up  X = x, RMSNorm prologue from o's sums, SwiGLU epilogue -> mlp
 //   down     X = mlp, x += product, sums of squares recorded
@@ -50,6 +52,36 @@ __global__ void gap_kernel(unsigned long long ns) {
   do {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while (t - t0 < ns);
+}
+
+// The gap with decode attention's footprint at batch 1 (Llama-2-7B: 32 blocks of 128 threads,
+// paged_decode_kernel<128, 3>: ~108 KB of shared memory and 161 registers a thread): on an SM
+// where a GEMV's blocks hold the register file or the carveout, such a block cannot become
+// resident until one of them leaves, and while it is resident it keeps a GEMV block off that SM;
+// the light gap (a few registers, no shared memory) fits beside anything. `r` is kept live
+// across the spin so that ptxas gives the kernel the attention kernel's register count.
+constexpr int kHeavyGapRegs = 152;
+constexpr size_t kHeavyGapSmem = 108800;  // (16 + 2·3·64) rows × (128 + 8) bf16
+__global__ void __launch_bounds__(128, 1) heavy_gap_kernel(unsigned long long ns, float* sink) {
+  extern __shared__ float heavy_smem[];
+  kn::pdl::begin();
+  unsigned long long t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  float r[kHeavyGapRegs];
+#pragma unroll
+  for (int i = 0; i < kHeavyGapRegs; ++i) r[i] = float((t0 >> (i % 13)) & 255) + float(i);
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const float f = float(t & 7);
+#pragma unroll
+    for (int i = 0; i < kHeavyGapRegs; ++i) r[i] = fmaf(r[i], 0.5f, f);
+  } while (t - t0 < ns);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kHeavyGapRegs; ++i) sum += r[i];
+  heavy_smem[threadIdx.x] = sum;
+  __syncthreads();
+  if (heavy_smem[(threadIdx.x + 1) % 128] == -1.0f) sink[0] = sum;  // never: keeps r live
 }
 
 // Pure weight streams over the same weights, no arithmetic and no activations: what the chain's
@@ -231,12 +263,17 @@ struct Edge {  // how one GEMV of the layer is launched
   bool stream = false;  // the row-stream GEMV (SkinnyArgs::stream) instead of the MMA kernel
   bool warp = false;    // the warp-row GEMV (SkinnyArgs::warp; sums of squares one part a row)
 };
+enum Gap { kNoGap, kLightGap, kHeavyGap };
 struct Variant {
   const char* name;
   const char* what;
   Edge qkv, o, gate_up, down;
-  bool gap;  // with the gap kernel (when gap_us > 0)
+  int gap;  // Gap: a gap kernel before o (when gap_us > 0)
+  // Every kernel with the engine's decode-chain carveout (CudaBackend::kDecodeCarveout), as
+  // CudaBackend::begin_forward sets it; else each kernel's own.
+  bool engine_carveout = false;
 };
+constexpr int kEngineCarveout = 58;
 
 class ScopedPdl {  // the benchmark's main turns PDL off for single-kernel timing
  public:
@@ -327,9 +364,16 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
     kn::gemm_bf16_skinny_fused(a, pro, s);
   };
   const double gap_ns = std::max(gap_us, 0.0) * 1000.0;
-  const auto gap = [&]() {
-    CK(kn::pdl::launch(true, gap_kernel, dim3(32), dim3(128), 0, s,
-                       static_cast<unsigned long long>(gap_ns)));
+  CK(cudaFuncSetAttribute(heavy_gap_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          int(kHeavyGapSmem)));
+  Buffer gap_sink(16);
+  const auto gap = [&](int kind = kLightGap) {
+    if (kind == kHeavyGap)
+      CK(kn::pdl::launch(true, heavy_gap_kernel, dim3(32), dim3(128), kHeavyGapSmem, s,
+                         static_cast<unsigned long long>(gap_ns), gap_sink.as<float>()));
+    else
+      CK(kn::pdl::launch(true, gap_kernel, dim3(32), dim3(128), 0, s,
+                         static_cast<unsigned long long>(gap_ns)));
   };
 
   // Times one replay of whatever `record` captures (median over rounds; one warm-up replay).
@@ -406,18 +450,35 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
        plain, true},
       {"gap ew1-o", "gap before o; o with PDL and 1 staged step", plain, Edge{true, 1}, plain,
        plain, true},
+      // The engine's configuration (PDL everywhere, o staged), the light gap against one with
+      // decode attention's footprint, with each kernel's carveout and with the engine's.
+      {"gap engine", "gap before o; PDL, o with 3 staged steps", pdl, ew3, pdl, pdl, kLightGap},
+      {"heavy engine", "heavy gap before o; PDL, o with 3 staged steps", pdl, ew3, pdl, pdl,
+       kHeavyGap},
+      {"heavy warp", "heavy gap before o; the warp-row GEMV, fused, PDL", wpdl, wpdl, wpdl, wpdl,
+       kHeavyGap},
+      {"gap engine c58", "as gap engine, the engine's carveout", pdl, ew3, pdl, pdl, kLightGap,
+       true},
+      {"heavy engine c58", "as heavy engine, the engine's carveout", pdl, ew3, pdl, pdl, kHeavyGap,
+       true},
+      {"gap warp c58", "as gap warp, the engine's carveout", wpdl, wpdl, wpdl, wpdl, kLightGap,
+       true},
+      {"heavy warp c58", "as heavy warp, the engine's carveout", wpdl, wpdl, wpdl, wpdl, kHeavyGap,
+       true},
   };
   for (const Variant& v : variants) {
     if (v.gap && gap_ns <= 0) continue;
+    if (v.engine_carveout) kn::pdl::set_launch_carveout(kEngineCarveout);
     const double us = time_graph([&] {
       for (int l = 0; l < L; ++l) {
         run_layer_gemv(0, l, v.qkv);
-        if (v.gap) gap();
+        if (v.gap) gap(v.gap);
         run_layer_gemv(1, l, v.o);
         run_layer_gemv(2, l, v.gate_up);
         run_layer_gemv(3, l, v.down);
       }
     });
+    if (v.engine_carveout) kn::pdl::set_launch_carveout(-1);
     rows.push_back({v.name, v.what, us, layer_bytes * L});
   }
   // The warp-row GEMV (gemv_bf16_warp_rows): each GEMV its plain product (+ the residual on o
@@ -569,6 +630,10 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
       for (int l = 0; l < L; ++l) gap();
     });
     rows.push_back({"gaps alone", "the gap kernel once per layer", us, 0});
+    const double heavy_us = time_graph([&] {
+      for (int l = 0; l < L; ++l) gap(kHeavyGap);
+    });
+    rows.push_back({"heavy alone", "the heavy gap kernel once per layer", heavy_us, 0});
   }
   CK(cudaStreamSynchronize(s));
   return rows;
