@@ -8,7 +8,8 @@
 //   q|k|v    X = x, RMSNorm prologue from the sums of squares the previous down left (rms_sumsq)
 //   [gap]    optional: a stand-in for RoPE + attention that waits gap_us and reads nothing
 //            (light: a few registers; heavy: decode attention's registers and shared memory, so
-//            that it takes and blocks SM slots as attention does)
+//            that it takes and blocks SM slots as attention does; either optionally with part of
+//            its time before the PDL wait, as attention's early loads are)
 //   o        X = the first `hidden` columns of q|k|v, x += product, sums of squares recorded
 //   gate|up  X = x, RMSNorm prologue from o's sums, SwiGLU epilogue -> mlp
 //   down     X = mlp, x += product, sums of squares recorded
@@ -43,10 +44,8 @@ namespace {
 
 namespace kn = ridge::kernels;
 
-// A latency-bound stand-in: launched with PDL like the engine's small ops (trigger, wait), then
-// waits `ns` on the global timer. No memory traffic.
-__global__ void gap_kernel(unsigned long long ns) {
-  kn::pdl::begin();
+// Spins `ns` on the global timer.
+__device__ __forceinline__ void spin_ns(unsigned long long ns) {
   unsigned long long t0 = 0, t = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   do {
@@ -54,17 +53,33 @@ __global__ void gap_kernel(unsigned long long ns) {
   } while (t - t0 < ns);
 }
 
-// The gap with decode attention's footprint at batch 1 (Llama-2-7B: 32 blocks of 128 threads,
-// paged_decode_kernel<128, 3>: ~108 KB of shared memory and 161 registers a thread): on an SM
-// where a GEMV's blocks hold the register file or the carveout, such a block cannot become
-// resident until one of them leaves, and while it is resident it keeps a GEMV block off that SM;
-// the light gap (a few registers, no shared memory) fits beside anything. `r` is kept live
-// across the spin so that ptxas gives the kernel the attention kernel's register count.
+// A latency-bound stand-in: launched with PDL like the engine's small ops (trigger, wait), it
+// spends `pre_ns` before the wait (decode attention's work that needs nothing of the kernel before
+// it: the metadata, the page table and the first KV tiles, early_kv) and `ns` after it. No memory
+// traffic.
+__global__ void gap_kernel(unsigned long long ns, unsigned long long pre_ns) {
+  kn::pdl::launch_dependents();
+  if (pre_ns > 0) spin_ns(pre_ns);
+  kn::pdl::wait();
+  spin_ns(ns);
+}
+
+// The same with decode attention's footprint at batch 1 (Llama-2-7B: 32 blocks of 128 threads,
+// paged_decode_kernel<128, 3>: ~108 KB of shared memory and 161 registers a thread). On an SM
+// where a GEMV's blocks hold the register file or the carveout (two ring blocks of the q|k|v
+// GEMV: 2 × 28.7 K registers, 2 × 69 KB), such a block cannot become resident until they leave,
+// so its work before the wait no longer overlaps the kernel before it; while it is resident it
+// keeps a GEMV block off that SM. The light gap (8 registers, no shared memory) fits beside
+// anything. `r` is kept live across the spin so that ptxas gives the kernel attention's register
+// count.
 constexpr int kHeavyGapRegs = 152;
 constexpr size_t kHeavyGapSmem = 108800;  // (16 + 2·3·64) rows × (128 + 8) bf16
-__global__ void __launch_bounds__(128, 1) heavy_gap_kernel(unsigned long long ns, float* sink) {
+__global__ void __launch_bounds__(128, 1)
+    heavy_gap_kernel(unsigned long long ns, unsigned long long pre_ns, float* sink) {
   extern __shared__ float heavy_smem[];
-  kn::pdl::begin();
+  kn::pdl::launch_dependents();
+  if (pre_ns > 0) spin_ns(pre_ns);
+  kn::pdl::wait();
   unsigned long long t0 = 0, t = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   float r[kHeavyGapRegs];
@@ -263,7 +278,9 @@ struct Edge {  // how one GEMV of the layer is launched
   bool stream = false;  // the row-stream GEMV (SkinnyArgs::stream) instead of the MMA kernel
   bool warp = false;    // the warp-row GEMV (SkinnyArgs::warp; sums of squares one part a row)
 };
-enum Gap { kNoGap, kLightGap, kHeavyGap };
+// kLightGap: the light gap, all of it after the wait (the rows kept from earlier runs);
+// kLightPre / kHeavyPre: the light and the heavy gap with pre_us of it before the wait.
+enum Gap { kNoGap, kLightGap, kLightPre, kHeavyPre };
 struct Variant {
   const char* name;
   const char* what;
@@ -289,7 +306,7 @@ class ScopedPdl {  // the benchmark's main turns PDL off for single-kernel timin
 }  // namespace
 
 std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediate, double gap_us,
-                                         int rounds, cudaStream_t s) {
+                                         double gap_pre_us, int rounds, cudaStream_t s) {
   const ScopedPdl pdl_on;
   const int H = hidden, I = intermediate, L = layers;
   const size_t per_layer = size_t(3 * H) * H + size_t(H) * H + size_t(2 * I) * H + size_t(H) * I;
@@ -364,16 +381,20 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
     kn::gemm_bf16_skinny_fused(a, pro, s);
   };
   const double gap_ns = std::max(gap_us, 0.0) * 1000.0;
+  const double pre_ns = std::clamp(gap_pre_us, 0.0, std::max(gap_us, 0.0)) * 1000.0;
   CK(cudaFuncSetAttribute(heavy_gap_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           int(kHeavyGapSmem)));
   Buffer gap_sink(16);
-  const auto gap = [&](int kind = kLightGap) {
-    if (kind == kHeavyGap)
+  const auto gap = [&](int kind) {
+    const auto ns = [](double v) { return static_cast<unsigned long long>(v); };
+    if (kind == kHeavyPre)
       CK(kn::pdl::launch(true, heavy_gap_kernel, dim3(32), dim3(128), kHeavyGapSmem, s,
-                         static_cast<unsigned long long>(gap_ns), gap_sink.as<float>()));
+                         ns(gap_ns - pre_ns), ns(pre_ns), gap_sink.as<float>()));
+    else if (kind == kLightPre)
+      CK(kn::pdl::launch(true, gap_kernel, dim3(32), dim3(128), 0, s, ns(gap_ns - pre_ns),
+                         ns(pre_ns)));
     else
-      CK(kn::pdl::launch(true, gap_kernel, dim3(32), dim3(128), 0, s,
-                         static_cast<unsigned long long>(gap_ns)));
+      CK(kn::pdl::launch(true, gap_kernel, dim3(32), dim3(128), 0, s, ns(gap_ns), 0ull));
   };
 
   // Times one replay of whatever `record` captures (median over rounds; one warm-up replay).
@@ -425,7 +446,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
                     double(kind_elems[k]) * 2 * L});
   }
   const Edge plain{}, pdl{true, 0}, ew3{true, 3}, spdl{true, 0, true}, splain{false, 0, true};
-  const Edge wpdl{true, 0, false, true};
+  const Edge wpdl{true, 0, false, true}, ew1{true, 1};
   const Variant variants[] = {
       {"plain", "every GEMV launched plainly (a full barrier before each)", plain, plain, plain,
        plain, false},
@@ -448,22 +469,24 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
       {"gap pdl-o", "gap before o; o with PDL", plain, pdl, plain, plain, true},
       {"gap ew3-o", "gap before o; o with PDL and 3 staged steps (the engine's)", plain, ew3, plain,
        plain, true},
-      {"gap ew1-o", "gap before o; o with PDL and 1 staged step", plain, Edge{true, 1}, plain,
-       plain, true},
-      // The engine's configuration (PDL everywhere, o staged), the light gap against one with
-      // decode attention's footprint, with each kernel's carveout and with the engine's.
-      {"gap engine", "gap before o; PDL, o with 3 staged steps", pdl, ew3, pdl, pdl, kLightGap},
-      {"heavy engine", "heavy gap before o; PDL, o with 3 staged steps", pdl, ew3, pdl, pdl,
-       kHeavyGap},
-      {"heavy warp", "heavy gap before o; the warp-row GEMV, fused, PDL", wpdl, wpdl, wpdl, wpdl,
-       kHeavyGap},
-      {"gap engine c58", "as gap engine, the engine's carveout", pdl, ew3, pdl, pdl, kLightGap,
+      {"gap ew1-o", "gap before o; o with PDL and 1 staged step", plain, ew1, plain, plain, true},
+      // The engine's configuration (PDL everywhere, o with one staged step), a gap with part of
+      // its time before the PDL wait (attention's early loads), light against heavy (decode
+      // attention's footprint), with each kernel's carveout and with the engine's.
+      {"pre engine", "light gap (pre_us of it before the wait) before o; PDL, o 1 staged step", pdl,
+       ew1, pdl, pdl, kLightPre},
+      {"heavy engine", "heavy gap (pre_us before the wait) before o; PDL, o 1 staged step", pdl,
+       ew1, pdl, pdl, kHeavyPre},
+      {"pre warp", "light gap (pre_us before the wait) before o; the warp-row GEMV, fused, PDL",
+       wpdl, wpdl, wpdl, wpdl, kLightPre},
+      {"heavy warp", "heavy gap (pre_us before the wait) before o; the warp-row GEMV, fused, PDL",
+       wpdl, wpdl, wpdl, wpdl, kHeavyPre},
+      {"pre eng c58", "as pre engine, the engine's carveout", pdl, ew1, pdl, pdl, kLightPre, true},
+      {"heavy eng c58", "as heavy engine, the engine's carveout", pdl, ew1, pdl, pdl, kHeavyPre,
        true},
-      {"heavy engine c58", "as heavy engine, the engine's carveout", pdl, ew3, pdl, pdl, kHeavyGap,
+      {"pre warp c58", "as pre warp, the engine's carveout", wpdl, wpdl, wpdl, wpdl, kLightPre,
        true},
-      {"gap warp c58", "as gap warp, the engine's carveout", wpdl, wpdl, wpdl, wpdl, kLightGap,
-       true},
-      {"heavy warp c58", "as heavy warp, the engine's carveout", wpdl, wpdl, wpdl, wpdl, kHeavyGap,
+      {"heavy warp c58", "as heavy warp, the engine's carveout", wpdl, wpdl, wpdl, wpdl, kHeavyPre,
        true},
   };
   for (const Variant& v : variants) {
@@ -627,11 +650,11 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
   }
   if (gap_ns > 0) {  // the gaps alone: what the GEMVs could hide
     const double us = time_graph([&] {
-      for (int l = 0; l < L; ++l) gap();
+      for (int l = 0; l < L; ++l) gap(kLightGap);
     });
     rows.push_back({"gaps alone", "the gap kernel once per layer", us, 0});
     const double heavy_us = time_graph([&] {
-      for (int l = 0; l < L; ++l) gap(kHeavyGap);
+      for (int l = 0; l < L; ++l) gap(kHeavyPre);
     });
     rows.push_back({"heavy alone", "the heavy gap kernel once per layer", heavy_us, 0});
   }

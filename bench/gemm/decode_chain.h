@@ -19,8 +19,9 @@ struct DecodeChainRow {
 // (residual, sums of squares), gate|up (RMSNorm prologue, SwiGLU), down (residual, sums of
 // squares), each layer its own weights, captured as one CUDA graph per variant and replayed
 // `rounds` times (median). `gap_us` > 0 adds a latency-bound stand-in for RoPE + attention (a
-// few blocks that wait that long, no memory traffic) between q|k|v and o.
+// few blocks that wait that long, no memory traffic) between q|k|v and o; in the rows that say
+// so, `gap_pre_us` of it before the PDL wait (attention's loads that need nothing of q|k|v).
 std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediate, double gap_us,
-                                         int rounds, cudaStream_t stream);
+                                         double gap_pre_us, int rounds, cudaStream_t stream);
 
 }  // namespace ridge::bench
