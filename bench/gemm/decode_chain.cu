@@ -471,9 +471,10 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
        plain, kLightGap},
       {"gap ew1-o", "gap before o; o with PDL and 1 staged step", plain, ew1, plain, plain,
        kLightGap},
-      // The engine's configuration (PDL everywhere, o with one staged step), a gap with part of
-      // its time before the PDL wait (attention's early loads), light against heavy (decode
-      // attention's footprint), with each kernel's carveout and with the engine's.
+      // The engine's configuration (PDL everywhere, o with one staged step, which the ring
+      // replaces at one token, as in the engine), a gap with part of its time before the PDL wait
+      // (attention's early loads), light against heavy (decode attention's footprint), with each
+      // kernel's carveout and with the engine's.
       {"pre engine", "light gap (pre_us of it before the wait) before o; PDL, o 1 staged step", pdl,
        ew1, pdl, pdl, kLightPre},
       {"heavy engine", "heavy gap (pre_us before the wait) before o; PDL, o 1 staged step", pdl,
