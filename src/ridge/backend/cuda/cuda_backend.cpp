@@ -64,6 +64,28 @@ bool qkv_rope_epilogue() {
   return on;
 }
 
+// RIDGE_QKV_BLOCKS_PER_SM=n and RIDGE_QKV_RING=2|3 (A/B runs): the decode chain's q|k|v GEMV (the
+// one with the RoPE + KV epilogue) in a weight ring of that depth with at most n blocks a SM
+// (SkinnyArgs::blocks_per_sm, ::ring), so that decode attention's blocks, launched early behind
+// it, fit beside it and issue their early loads while it streams (docs/KERNELS.md, "Run 40": at
+// batch 1 two ring blocks leave an attention block neither the registers nor the carveout).
+// 0: as without them.
+int qkv_blocks_per_sm() {
+  static const int n = [] {
+    const char* v = std::getenv("RIDGE_QKV_BLOCKS_PER_SM");
+    return v && *v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return n;
+}
+int qkv_ring() {
+  static const int depth = [] {
+    const char* v = std::getenv("RIDGE_QKV_RING");
+    const int n = v && *v ? std::atoi(v) : 0;
+    return n == 2 || n == 3 ? n : 0;
+  }();
+  return depth;
+}
+
 // RIDGE_ATTN_DECODE_STAGES=2..4 forces the decode attention kernel's ring depth (A/B runs).
 int attention_decode_stages() {
   static const int stages = [] {
@@ -932,7 +954,10 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   a.pdl_launch = early >= 0 || decode_chain_;
   a.stage_steps = std::max(early, 0);
   a.M = int(T), a.N = int(N), a.K = int(K);
-  if (rope_kv) a.rope = *rope_kv;
+  if (rope_kv) {
+    a.rope = *rope_kv;
+    if (decode_chain_) a.blocks_per_sm = qkv_blocks_per_sm(), a.ring = qkv_ring();
+  }
   if (options_.gemv_stream)  // the row-stream GEMV where it applies (1-2 tokens)
     a.stream = kernels::skinny_stream_workspace(ws.gemv_stream.data(), kGemvStreamRows);
   a.warp = warp;

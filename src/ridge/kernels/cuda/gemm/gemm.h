@@ -254,6 +254,11 @@ struct SkinnyArgs {
   // path; RIDGE_SKINNY_RING=0/2/3 overrides it for A/B runs); -1: the register path; 2 or 3: that
   // depth (not with stage_steps).
   int ring = 0;
+  // The weight ring's persistent grid: at most this many blocks a SM (0: as many as are resident,
+  // capped by RIDGE_SKINNY_BLOCKS_PER_SM). For A/B runs of the decode chain's q|k|v GEMV with room
+  // left on each SM for decode attention's blocks, which launch early behind it (docs/KERNELS.md,
+  // "Run 40").
+  int blocks_per_sm = 0;
   // Epilogue rope_kv (decode q|k|v; on when rope.positions is set): W stacks q, k and v rows
   // (N = q_dim + 2·kv_dim, head_dim % 16 == 0), and each block takes 8 rows i of a q or k head's
   // first half with their partners i + head_dim/2 as the two 8-row halves of its MMA tile (v rows

@@ -704,7 +704,8 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSkinnyThreads, smem));
     resident[ring] = std::max(1, per_sm);
   }
-  const int per_sm = persistent_blocks_per_sm(resident[ring], smem);
+  int per_sm = persistent_blocks_per_sm(resident[ring], smem);
+  if (a.blocks_per_sm > 0) per_sm = std::min(per_sm, a.blocks_per_sm);
   SkinnyArgs r = a;
   r.ring = ring;
   const int grid_y = std::max(1, detail::device_sms(detail::current_device()) * per_sm);
