@@ -40,6 +40,12 @@ bool env_switch(const char* name, bool fallback) {
   return std::string_view(v) != "0";
 }
 
+// An integer knob for A/B runs: its value, or `fallback` where it is unset or empty.
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
 // The decode attention kernels' on/off knobs: RIDGE_ATTN_<NAME>=0 / 1 sets a PagedAttentionArgs
 // field, unset leaves its default (each keeps its first reading).
 //   RIDGE_ATTN_EARLY_KV      early_kv: the decode kernel's KV loads before its PDL wait
@@ -71,16 +77,12 @@ bool qkv_rope_epilogue() {
 // batch 1 two ring blocks leave an attention block neither the registers nor the carveout).
 // 0: as without them.
 int qkv_blocks_per_sm() {
-  static const int n = [] {
-    const char* v = std::getenv("RIDGE_QKV_BLOCKS_PER_SM");
-    return v && *v ? std::max(0, std::atoi(v)) : 0;
-  }();
+  static const int n = std::max(0, env_int("RIDGE_QKV_BLOCKS_PER_SM", 0));
   return n;
 }
 int qkv_ring() {
   static const int depth = [] {
-    const char* v = std::getenv("RIDGE_QKV_RING");
-    const int n = v && *v ? std::atoi(v) : 0;
+    const int n = env_int("RIDGE_QKV_RING", 0);
     return n == 2 || n == 3 ? n : 0;
   }();
   return depth;
@@ -89,8 +91,7 @@ int qkv_ring() {
 // RIDGE_ATTN_DECODE_STAGES=2..4 forces the decode attention kernel's ring depth (A/B runs).
 int attention_decode_stages() {
   static const int stages = [] {
-    const char* v = std::getenv("RIDGE_ATTN_DECODE_STAGES");
-    const int n = v ? std::atoi(v) : 0;
+    const int n = env_int("RIDGE_ATTN_DECODE_STAGES", 0);
     return n >= 2 && n <= 4 ? n : 0;
   }();
   return stages;
@@ -114,11 +115,7 @@ int early_weight_steps(bool decode_chain) {
 // The decode chain's carveout: RIDGE_DECODE_CARVEOUT=0..100, or -1 for none (the chain then
 // launches its GEMVs plainly, as before run 13); A/B runs.
 int decode_carveout(int fallback) {
-  static const int percent = [fallback] {
-    const char* v = std::getenv("RIDGE_DECODE_CARVEOUT");
-    if (!v || !*v) return fallback;
-    return std::clamp(std::atoi(v), -1, 100);
-  }();
+  static const int percent = std::clamp(env_int("RIDGE_DECODE_CARVEOUT", fallback), -1, 100);
   return percent;
 }
 
@@ -126,10 +123,7 @@ int decode_carveout(int fallback) {
 // a step against 4.618 with an even share of the 17 graph splits, i.e. 8 splits of 256; at 128-256
 // positions 3.974 against 3.966, noise). RIDGE_ATTN_MIN_SPLIT=positions for A/B runs (0: even).
 int attention_min_split() {
-  static const int positions = [] {
-    const char* v = std::getenv("RIDGE_ATTN_MIN_SPLIT");
-    return v && *v ? std::max(0, std::atoi(v)) : 256;
-  }();
+  static const int positions = std::max(0, env_int("RIDGE_ATTN_MIN_SPLIT", 256));
   return positions;
 }
 
