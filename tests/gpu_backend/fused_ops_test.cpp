@@ -716,6 +716,15 @@ TEST_F(GpuBackend, GemvWarpByTunedChoice) {
   ASSERT_NE(be, nullptr);
   using GK = CudaBackend::GemmKernel;
   constexpr int64_t H = 4096, N = 12288, Kp = 4096;
+  // The shared backend forgets both choices however the test ends (a failed assertion returns
+  // early), so that later tests run the tuned kernels.
+  struct ForgetChoices {
+    CudaBackend* be;
+    ~ForgetChoices() {
+      be->set_gemm_choice(1, H, Kp, std::nullopt);
+      be->set_gemm_choice(1, N, H, std::nullopt);
+    }
+  } forget{be};
   for (const bool warp_producer : {true, false})
     for (const bool warp_consumer : {true, false}) {
       SCOPED_TRACE(fmt::format("producer {}, consumer {}", warp_producer ? "warp-row" : "MMA",
@@ -727,8 +736,6 @@ TEST_F(GpuBackend, GemvWarpByTunedChoice) {
       // The choice is for one token only.
       expect_warp_launches("two tokens", 0, [&] { run_norm_from_sums(2, H, N, Kp, false, be); });
     }
-  be->set_gemm_choice(1, H, Kp, std::nullopt);
-  be->set_gemm_choice(1, N, H, std::nullopt);
 }
 
 // kv_store into E4M3 pools: the CUDA kernel's bytes equal the CPU backend's (both round the same
