@@ -792,8 +792,8 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   if constexpr (NG <= 2 && RT == 1 && KU == 4) {
     const int ring = skinny_ring_steps(a);
     if (ring > 0 && token_tiles == 1 && stage_steps == 0) {
-      if constexpr (NG == 1 &&
-                    MIN_BLOCKS == 2) {  // the 80-register build (SkinnyArgs::ring_blocks)
+      // The 80-register build (SkinnyArgs::ring_blocks).
+      if constexpr (NG == 1 && MIN_BLOCKS == 2) {
         if (skinny_ring_blocks(a) == 3) {
           launch_skinny_ring<NG, 3, P, ROPE>(a, ring, n_tiles, stream);
           return;
