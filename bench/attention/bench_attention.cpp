@@ -21,7 +21,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -32,100 +31,22 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_attention_device.h"
+#include "bench_common.h"
 #include "ridge/core/error.h"
 #include "ridge/kernels/cuda/attention/paged_attention.h"
-#include "ridge/kernels/cuda/gemm/gemm.h"
 #include "ridge/kernels/cuda/elementwise/check.h"
+#include "ridge/kernels/cuda/gemm/gemm.h"
 
 namespace {
 
 namespace kn = ridge::kernels;
 namespace dv = ridge::bench_attention;
+using namespace ridge::bench;  // bench_common.h: DeviceMemory, time_launches, compare_bf16, ...
 using json = nlohmann::json;
 
 #define CK(call) RIDGE_CHECK_CUDA(call)
 
 constexpr size_t kWorkspaceBytes = size_t(64) << 20;  // as the CUDA backend's
-
-struct DeviceMemory {
-  void* ptr = nullptr;
-  explicit DeviceMemory(size_t bytes) { CK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
-  ~DeviceMemory() { cudaFree(ptr); }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr);
-  }
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::string shell(const char* cmd) {
-  std::string out;
-  if (FILE* f = popen(cmd, "r")) {
-    char buf[512];
-    while (fgets(buf, sizeof buf, f)) out += buf;
-    pclose(f);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-std::string gpu_state() {
-  return shell(
-      "nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_"
-      "reasons.active --format=csv,noheader 2>/dev/null");
-}
-
-// Microseconds per launch of fn(rotation): a CUDA graph of L launches, median of 9 replays.
-double time_launches(const std::function<void(int)>& fn, int rotations, cudaStream_t s) {
-  for (int i = 0; i < 2; ++i) fn(i % rotations);
-  CK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  CK(cudaEventRecord(a, s));
-  fn(0);
-  CK(cudaEventRecord(b, s));
-  CK(cudaEventSynchronize(b));
-  float est_ms = 0;
-  CK(cudaEventElapsedTime(&est_ms, a, b));
-  const int L = std::clamp(static_cast<int>(3.0 / std::max(est_ms, 1e-3f)), 2, 64);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  bool graphed = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-  if (graphed) {
-    for (int i = 0; i < L; ++i) fn(i % rotations);
-    graphed = cudaStreamEndCapture(s, &graph) == cudaSuccess &&
-              cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-  }
-  if (!graphed) {
-    (void)cudaGetLastError();
-    std::fprintf(stderr, "note: graph capture failed, timing a plain launch loop\n");
-  }
-  std::vector<double> times;
-  for (int r = 0; r < 10; ++r) {
-    CK(cudaEventRecord(a, s));
-    if (graphed)
-      CK(cudaGraphLaunch(exec, s));
-    else
-      for (int i = 0; i < L; ++i) fn(i % rotations);
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    if (r > 0) times.push_back(1000.0 * ms / L);  // replay 0 is a warm-up
-  }
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return median(times);
-}
 
 struct Ceilings {
   double copy_tbps = 0;         // best of the two below (bytes read + written per second)
@@ -138,7 +59,7 @@ Ceilings measure_ceilings(cudaStream_t s) {
   Ceilings c;
   const size_t bytes = size_t{2} << 30;
   DeviceMemory src(bytes), dst(bytes), sink(16);
-  dv::fill_random_bf16(src.as<uint16_t>(), bytes / 2, 1, 1.f, s);
+  fill_random_bf16(src.bf(), bytes / 2, 1, 1.f, s);
   // Warm-up: ~0.5 s of copies so that clocks have settled.
   for (int i = 0; i < 100; ++i) dv::copy_bytes(dst.ptr, src.ptr, bytes, s);
   CK(cudaStreamSynchronize(s));
@@ -247,8 +168,8 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
   for (int i = 0; i < sets; ++i) {
     kp.push_back(std::make_unique<DeviceMemory>(pool_elems * 2));
     vp.push_back(std::make_unique<DeviceMemory>(pool_elems * 2));
-    dv::fill_random_bf16(kp.back()->as<uint16_t>(), pool_elems, 100 + 2 * i, 1.f, s);
-    dv::fill_random_bf16(vp.back()->as<uint16_t>(), pool_elems, 101 + 2 * i, 1.f, s);
+    fill_random_bf16(kp.back()->bf(), pool_elems, 100 + 2 * i, 1.f, s);
+    fill_random_bf16(vp.back()->bf(), pool_elems, 101 + 2 * i, 1.f, s);
     kp8.push_back(std::make_unique<DeviceMemory>(pool_elems));
     vp8.push_back(std::make_unique<DeviceMemory>(pool_elems));
     DeviceMemory scratch(pool_elems * 2);
@@ -274,7 +195,7 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
       ref8(size_t(B) * nh * m.hd * 2), ws(kWorkspaceBytes);
   CK(cudaMemcpyAsync(cu_d.ptr, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice, s));
   CK(cudaMemcpyAsync(lens_d.ptr, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, s));
-  dv::fill_random_bf16(q.as<uint16_t>(), size_t(B) * nh * m.hd, 7, 1.f, s);
+  fill_random_bf16(q.bf(), size_t(B) * nh * m.hd, 7, 1.f, s);
   CK(cudaStreamSynchronize(s));
 
   auto args_for = [&](const Variant& v, int set, uint16_t* dst) {
@@ -332,14 +253,13 @@ json run_shape(const Shape& sh, int bs, const Ceilings& c, size_t l2, int sms, c
   json rows = json::array();
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const Variant& v = variants[vi];
-    uint16_t* dst = vi == 0 ? ref.as<uint16_t>() : out.as<uint16_t>();
-    const kn::PagedAttentionArgs a0 = args_for(v, 0, dst);
+    const DeviceMemory& dst = vi == 0 ? ref : out;
+    const kn::PagedAttentionArgs a0 = args_for(v, 0, dst.as<uint16_t>());
     const kn::PagedAttentionPlan plan = kn::plan_paged_attention(a0, target, kWorkspaceBytes);
-    CK(cudaMemsetAsync(dst, 0xff, size_t(B) * nh * m.hd * 2, s));  // poison
+    CK(cudaMemsetAsync(dst.ptr, 0xff, size_t(B) * nh * m.hd * 2, s));  // poison
     kn::paged_attention_bf16(a0, plan, ws.ptr, s);
     CK(cudaStreamSynchronize(s));
-    const dv::Diff d = dv::compare_bf16(dst, (v.fp8 ? ref8 : ref).as<uint16_t>(),
-                                        size_t(B) * nh * m.hd, s);
+    const Diff d = compare_bf16(dst.bf(), (v.fp8 ? ref8 : ref).bf(), size_t(B) * nh * m.hd, s);
     const double bytes = v.fp8 ? kv_bytes / 2 : kv_bytes;  // E4M3: one byte per element
     const bool ok = d.non_finite == 0 && d.rel < 1e-2;
     json row = {{"model", m.name},
@@ -404,9 +324,9 @@ json run_overlap(const Shape& sh, int bs, const std::string& gemm_shape,
   DeviceMemory kp(pool_elems * 2), vp(pool_elems * 2), tab(size_t(B * blocks_per_seq) * 4),
       cu_d(size_t(B + 1) * 4), lens_d(size_t(B) * 4), q(size_t(B) * nh * m.hd * 2),
       out(size_t(B) * nh * m.hd * 2), ws(kWorkspaceBytes);
-  dv::fill_random_bf16(kp.as<uint16_t>(), pool_elems, 300, 1.f, s);
-  dv::fill_random_bf16(vp.as<uint16_t>(), pool_elems, 301, 1.f, s);
-  dv::fill_random_bf16(q.as<uint16_t>(), size_t(B) * nh * m.hd, 302, 1.f, s);
+  fill_random_bf16(kp.bf(), pool_elems, 300, 1.f, s);
+  fill_random_bf16(vp.bf(), pool_elems, 301, 1.f, s);
+  fill_random_bf16(q.bf(), size_t(B) * nh * m.hd, 302, 1.f, s);
   std::vector<int32_t> table(size_t(B * blocks_per_seq)), cu(size_t(B + 1)), lens(size_t(B), ctx);
   std::iota(table.begin(), table.end(), 0);
   std::iota(cu.begin(), cu.end(), 0);
@@ -414,8 +334,8 @@ json run_overlap(const Shape& sh, int bs, const std::string& gemm_shape,
   CK(cudaMemcpyAsync(cu_d.ptr, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice, s));
   CK(cudaMemcpyAsync(lens_d.ptr, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, s));
   DeviceMemory gx(size_t(GM) * GK * 2), gw(size_t(GN) * GK * 2), gy(size_t(GM) * GN * 2);
-  dv::fill_random_bf16(gx.as<uint16_t>(), size_t(GM) * GK, 303, 1.f, s);
-  dv::fill_random_bf16(gw.as<uint16_t>(), size_t(GN) * GK, 304, 0.05f, s);
+  fill_random_bf16(gx.bf(), size_t(GM) * GK, 303, 1.f, s);
+  fill_random_bf16(gw.bf(), size_t(GN) * GK, 304, 0.05f, s);
   CK(cudaStreamSynchronize(s));
   const kn::PagedAttentionArgs a =
       decode_args(m, B, bs, blocks, blocks_per_seq, q.as<uint16_t>(), out.as<uint16_t>(),

@@ -1,5 +1,7 @@
-// Device helpers of the attention benchmark: random fill, comparison, and the bandwidth ceilings
-// (a copy kernel and a read-only kernel with several 16-byte loads in flight per thread).
+// Device helpers of the attention benchmark: the fp8 rounding of the KV pools and the bandwidth
+// ceilings (a copy kernel and a read-only kernel with several 16-byte loads in flight per thread).
+// The random fill and the comparison are shared with the other benchmarks
+// (bench/common/bench_common.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,18 +11,8 @@
 
 namespace ridge::bench_attention {
 
-// Uniform in [-scale, scale] as bf16 bits, from a counter-based hash of (seed, index).
-void fill_random_bf16(uint16_t* p, size_t n, uint64_t seed, float scale, cudaStream_t stream);
-
 // fp8[i] = E4M3(src[i]) (round to nearest even, saturating), back[i] = that value as bf16 (exact).
 void to_fp8(const uint16_t* src, uint8_t* fp8, uint16_t* back, size_t n, cudaStream_t stream);
-
-struct Diff {
-  double rel = 0;                     // ||a - b|| / ||b|| over finite pairs
-  unsigned long long non_finite = 0;  // elements of a that are NaN/Inf (unwritten outputs)
-};
-// Compares bf16 a against b on the device; synchronizes the stream.
-Diff compare_bf16(const uint16_t* a, const uint16_t* b, size_t n, cudaStream_t stream);
 
 // dst = src, 8 independent 16-byte loads per thread before its stores (n_bytes % 16 == 0).
 void copy_bytes(void* dst, const void* src, size_t n_bytes, cudaStream_t stream);

@@ -29,10 +29,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "bench_device.h"
 #include "decode_chain.h"
-#include "ridge/backend/cuda/nvml_power.h"
 #include "gemv_layout_probe.h"
+#include "ridge/backend/cuda/nvml_power.h"
 #include "ridge/core/error.h"
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/cublaslt_gemm.h"
@@ -43,88 +44,10 @@
 
 namespace {
 
-using ridge::bench::bf16;
+using namespace ridge::bench;  // bench_common.h: bf16, DeviceMemory, time_launches, ...
 using json = nlohmann::json;
 
 #define CK(call) RIDGE_GEMM_CUDA_CHECK(call)
-
-struct DeviceMemory {
-  void* ptr = nullptr;
-  explicit DeviceMemory(size_t bytes) { CK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
-  ~DeviceMemory() { cudaFree(ptr); }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  bf16* bf() const { return static_cast<bf16*>(ptr); }
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::string shell(const char* cmd) {
-  std::string out;
-  if (FILE* f = popen(cmd, "r")) {
-    char buf[512];
-    while (fgets(buf, sizeof buf, f)) out += buf;
-    pclose(f);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-std::string gpu_state() {
-  return shell(
-      "nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_"
-      "reasons.active --format=csv,noheader 2>/dev/null");
-}
-
-// Microseconds per launch of fn(rotation).
-double time_launches(const std::function<void(int)>& fn, int rotations, cudaStream_t s,
-                     int replays = 9) {
-  for (int i = 0; i < 2; ++i) fn(i % rotations);
-  CK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  CK(cudaEventRecord(a, s));
-  fn(0);
-  CK(cudaEventRecord(b, s));
-  CK(cudaEventSynchronize(b));
-  float est_ms = 0;
-  CK(cudaEventElapsedTime(&est_ms, a, b));
-  const int L = std::clamp(static_cast<int>(3.0 / std::max(est_ms, 1e-3f)), 2, 64);
-  std::vector<double> times;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  bool graphed = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess;
-  if (graphed) {
-    for (int i = 0; i < L; ++i) fn(i % rotations);
-    graphed = cudaStreamEndCapture(s, &graph) == cudaSuccess &&
-              cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-  }
-  if (!graphed) {
-    (void)cudaGetLastError();
-    std::fprintf(stderr, "note: graph capture failed, timing a plain launch loop\n");
-  }
-  for (int r = 0; r <= replays; ++r) {
-    CK(cudaEventRecord(a, s));
-    if (graphed)
-      CK(cudaGraphLaunch(exec, s));
-    else
-      for (int i = 0; i < L; ++i) fn(i % rotations);
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    if (r > 0) times.push_back(1000.0 * ms / L);  // replay 0 is a warm-up
-  }
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return median(times);
-}
 
 struct Ceilings {
   double copy_tbps = 0;     // best device-to-device copy, bytes read + written

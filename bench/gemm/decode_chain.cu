@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_device.h"
+#include "bench_common.h"
 #include "decode_chain.h"
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
@@ -260,18 +260,6 @@ __global__ void fill_positive(float* p, size_t n, float v) {
   if (i < n) p[i] = v;
 }
 
-struct Buffer {
-  void* ptr = nullptr;
-  explicit Buffer(size_t bytes) { CK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
-  ~Buffer() { cudaFree(ptr); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr);
-  }
-};
-
 struct Edge {  // how one GEMV of the layer is launched
   bool pdl = false;
   int stage = 0;
@@ -310,11 +298,11 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
   const ScopedPdl pdl_on;
   const int H = hidden, I = intermediate, L = layers;
   const size_t per_layer = size_t(3 * H) * H + size_t(H) * H + size_t(2 * I) * H + size_t(H) * I;
-  Buffer weights(per_layer * L * sizeof(bf16));
-  Buffer x(size_t(H) * 2), qkv(size_t(3 * H) * 2), mlp(size_t(I) * 2);
+  DeviceMemory weights(per_layer * L * sizeof(bf16));
+  DeviceMemory x(size_t(H) * 2), qkv(size_t(3 * H) * 2), mlp(size_t(I) * 2);
   // Room for the warp-row GEMV's sums of squares too (one part a block, or a row with
   // RIDGE_WARP_ROW_PARTS=1).
-  Buffer ss_o(size_t(H) * 4), ss_down(size_t(H) * 4);
+  DeviceMemory ss_o(size_t(H) * 4), ss_down(size_t(H) * 4);
   fill_random_bf16(x.as<bf16>(), size_t(H), 7, 1.0f, s);
   fill_positive<<<(H + 255) / 256, 256, 0, s>>>(ss_down.as<float>(), size_t(H), 1.0f);
   CK(cudaGetLastError());
@@ -341,7 +329,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
   }
   // The row-stream GEMV's workspace (tickets zeroed once).
   constexpr int kStreamRows = 32768;
-  Buffer stream_ws(kn::skinny_stream_workspace_bytes(kStreamRows));
+  DeviceMemory stream_ws(kn::skinny_stream_workspace_bytes(kStreamRows));
   CK(cudaMemsetAsync(stream_ws.ptr, 0, kn::skinny_stream_workspace_bytes(kStreamRows), s));
   CK(cudaStreamSynchronize(s));
 
@@ -384,7 +372,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
   const double pre_ns = std::clamp(gap_pre_us, 0.0, std::max(gap_us, 0.0)) * 1000.0;
   CK(cudaFuncSetAttribute(heavy_gap_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           int(kHeavyGapSmem)));
-  Buffer gap_sink(16);
+  DeviceMemory gap_sink(16);
   const auto gap = [&](int kind) {
     const auto ns = [](double v) { return static_cast<unsigned long long>(v); };
     if (kind == kHeavyPre)
@@ -422,8 +410,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
     cudaEventDestroy(b);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    std::sort(us.begin(), us.end());
-    return us[us.size() / 2];
+    return median(us);
   };
 
   std::vector<DecodeChainRow> rows;
@@ -509,7 +496,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
   // The warp-row GEMV (gemv_bf16_warp_rows): each GEMV its plain product (+ the residual on o
   // and down; gate|up's 2I rows into a buffer of their own, no SwiGLU), PDL between them, in the
   // window order and in the walk order.
-  Buffer gate_up_out(size_t(2 * I) * 2);
+  DeviceMemory gate_up_out(size_t(2 * I) * 2);
   for (const bool walk : {false, true}) {
     const double us = time_graph([&] {
       for (int l = 0; l < L; ++l) {
@@ -534,7 +521,7 @@ std::vector<DecodeChainRow> decode_chain(int layers, int hidden, int intermediat
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  Buffer sink(16);
+  DeviceMemory sink(16);
   const size_t kind_offsets[] = {0, kind_elems[0], kind_elems[0] + kind_elems[1],
                                  kind_elems[0] + kind_elems[1] + kind_elems[2]};
   const int kind_n[] = {3 * H, H, 2 * I, H}, kind_k[] = {H, H, H, I};

@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "bench_device.h"
+#include "bench_common.h"
 #include "gemv_layout_probe.h"
 #include "ridge/kernels/cuda/gemm/check.h"
 #include "ridge/kernels/cuda/gemm/gemm.h"
@@ -109,50 +109,41 @@ __global__ void pack_kernel(const bf16* __restrict__ W, bf16* __restrict__ Wp, i
   }
 }
 
-struct Buffer {
-  void* p = nullptr;
-  explicit Buffer(size_t bytes) { RIDGE_GEMM_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  ~Buffer() { cudaFree(p); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  bf16* b() const { return static_cast<bf16*>(p); }
-};
-
 }  // namespace
 
 GemvProbe gemv_layout_probe(int N, int K, int rounds, cudaStream_t s) {
   if (N % kRows != 0 || K % kCols != 0 || K / kCols < kWarps)
     throw std::invalid_argument("--gemv-probe: N must be a multiple of 16 and K of 128 (K >= 1024)");
   const size_t wn = static_cast<size_t>(N) * K;
-  Buffer W(wn * 2), Wp(wn * 2), x(static_cast<size_t>(K) * 2), y_row(size_t(N) * 2),
+  DeviceMemory W(wn * 2), Wp(wn * 2), x(static_cast<size_t>(K) * 2), y_row(size_t(N) * 2),
       y_packed(size_t(N) * 2), y_lib(size_t(N) * 2);
-  fill_random_bf16(W.b(), wn, 4242, 1.f, s);
-  fill_random_bf16(x.b(), K, 4343, 1.f, s);
-  pack_kernel<<<1024, 256, 0, s>>>(W.b(), Wp.b(), N, K);
+  fill_random_bf16(W.bf(), wn, 4242, 1.f, s);
+  fill_random_bf16(x.bf(), K, 4343, 1.f, s);
+  pack_kernel<<<1024, 256, 0, s>>>(W.bf(), Wp.bf(), N, K);
   RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
   int sms = 0;
   RIDGE_GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const dim3 grid(std::min(N / kRows, 2 * sms));  // two blocks per SM, as the skinny kernel
   auto run = [&](bool packed) {
     if (packed)
-      probe_gemv<true><<<grid, 32 * kWarps, 0, s>>>(Wp.b(), x.b(), y_packed.b(), N, K);
+      probe_gemv<true><<<grid, 32 * kWarps, 0, s>>>(Wp.bf(), x.bf(), y_packed.bf(), N, K);
     else
-      probe_gemv<false><<<grid, 32 * kWarps, 0, s>>>(W.b(), x.b(), y_row.b(), N, K);
+      probe_gemv<false><<<grid, 32 * kWarps, 0, s>>>(W.bf(), x.bf(), y_row.bf(), N, K);
     RIDGE_GEMM_CUDA_CHECK(cudaGetLastError());
   };
   // Checks: the two layouts bitwise equal (same order), and near the library's skinny kernel.
-  RIDGE_GEMM_CUDA_CHECK(cudaMemsetAsync(y_row.p, 0xFF, size_t(N) * 2, s));
-  RIDGE_GEMM_CUDA_CHECK(cudaMemsetAsync(y_packed.p, 0xFF, size_t(N) * 2, s));
+  RIDGE_GEMM_CUDA_CHECK(cudaMemsetAsync(y_row.ptr, 0xFF, size_t(N) * 2, s));
+  RIDGE_GEMM_CUDA_CHECK(cudaMemsetAsync(y_packed.ptr, 0xFF, size_t(N) * 2, s));
   run(false);
   run(true);
-  ridge::kernels::gemm_bf16_skinny(x.b(), W.b(), y_lib.b(), 1, N, K, s);
+  ridge::kernels::gemm_bf16_skinny(x.bf(), W.bf(), y_lib.bf(), 1, N, K, s);
   GemvProbe r;
   r.N = N, r.K = K;
-  const Diff layouts = compare_bf16(y_packed.b(), y_row.b(), N, s);
-  const Diff lib = compare_bf16(y_row.b(), y_lib.b(), N, s);
+  const Diff layouts = compare_bf16(y_packed.bf(), y_row.bf(), N, s);
+  const Diff lib = compare_bf16(y_row.bf(), y_lib.bf(), N, s);
   std::vector<uint16_t> a(N), b(N);
-  RIDGE_GEMM_CUDA_CHECK(cudaMemcpy(a.data(), y_row.p, size_t(N) * 2, cudaMemcpyDeviceToHost));
-  RIDGE_GEMM_CUDA_CHECK(cudaMemcpy(b.data(), y_packed.p, size_t(N) * 2, cudaMemcpyDeviceToHost));
+  RIDGE_GEMM_CUDA_CHECK(cudaMemcpy(a.data(), y_row.ptr, size_t(N) * 2, cudaMemcpyDeviceToHost));
+  RIDGE_GEMM_CUDA_CHECK(cudaMemcpy(b.data(), y_packed.ptr, size_t(N) * 2, cudaMemcpyDeviceToHost));
   r.bitwise_equal = a == b && layouts.non_finite == 0;
   r.rel_vs_skinny = lib.rel;
   r.ok = r.bitwise_equal && lib.non_finite == 0 && lib.rel < 1e-2;
@@ -168,7 +159,7 @@ GemvProbe gemv_layout_probe(int N, int K, int rounds, cudaStream_t s) {
       RIDGE_GEMM_CUDA_CHECK(cudaEventRecord(e0, s));
       for (int l = 0; l < kLaunches; ++l) {
         if (which == 2)
-          ridge::kernels::gemm_bf16_skinny(x.b(), W.b(), y_lib.b(), 1, N, K, s);
+          ridge::kernels::gemm_bf16_skinny(x.bf(), W.bf(), y_lib.bf(), 1, N, K, s);
         else
           run(which == 1);
       }
@@ -180,10 +171,6 @@ GemvProbe gemv_layout_probe(int N, int K, int rounds, cudaStream_t s) {
     }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   r.row_major_us = median(t[0]);
   r.packed_us = median(t[1]);
   r.skinny_us = median(t[2]);

@@ -1,6 +1,7 @@
+// The device helpers of bench_common.h: the random fill and the comparison of two bf16 buffers.
 #include <cuda_runtime.h>
 
-#include "bench_device.h"
+#include "bench_common.h"
 #include "ridge/kernels/cuda/gemm/check.h"
 
 namespace ridge::bench {
