@@ -259,13 +259,6 @@ struct SkinnyArgs {
   // left on each SM for decode attention's blocks, which launch early behind it (docs/KERNELS.md,
   // "Run 40").
   int blocks_per_sm = 0;
-  // The weight ring compiled for this many resident blocks a SM: 0 or 2, the register budget of
-  // two (up to 128 registers a thread: 108 for the q|k|v GEMV with its norm prologue and RoPE
-  // epilogue at one token); 3, of three (80 at one token group, no spills), so that two ring
-  // blocks leave a decode-attention block (161 registers × 128 threads) room in the register
-  // file. One token group (M ≤ 8) only; elsewhere ignored. RIDGE_SKINNY_RING_BLOCKS=3 sets it for
-  // every launch (A/B runs, docs/KERNELS.md "Run 41"). Bitwise the same result.
-  int ring_blocks = 0;
   // Epilogue rope_kv (decode q|k|v; on when rope.positions is set): W stacks q, k and v rows
   // (N = q_dim + 2·kv_dim, head_dim % 16 == 0), and each block takes 8 rows i of a q or k head's
   // first half with their partners i + head_dim/2 as the two 8-row halves of its MMA tile (v rows

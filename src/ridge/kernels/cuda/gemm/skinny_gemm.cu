@@ -655,13 +655,6 @@ int skinny_blocks_cap() {
   return cap;
 }
 
-// The register budget the weight ring is compiled for (SkinnyArgs::ring_blocks), unless
-// RIDGE_SKINNY_RING_BLOCKS=3 asks for three blocks' budget everywhere (A/B runs).
-int skinny_ring_blocks(const SkinnyArgs& a) {
-  static const int forced = env_int("RIDGE_SKINNY_RING_BLOCKS", 0);
-  return a.ring_blocks == 3 || forced == 3 ? 3 : 2;
-}
-
 // A persistent grid of at most `cap` blocks over `units` row tiles. (An even grid, the fewest
 // blocks with the same number of rounds, measured no different on the H200: a block streams a
 // tile at about the same rate however many run, so a GEMV costs its rounds; run 32.)
@@ -696,16 +689,14 @@ void launch_skinny_ring(const SkinnyArgs& a, int ring, int n_tiles, cudaStream_t
     int per_sm = 0;
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                static_cast<int>(smem)));
-    // A carveout for MIN_BLOCKS blocks a SM (two; three in the 80-register build) and no more
-    // (fewer under RIDGE_SKINNY_BLOCKS_PER_SM), so that
+    // A carveout for two blocks a SM and no more (one under RIDGE_SKINNY_BLOCKS_PER_SM=1), so that
     // L1 keeps the rest for the activations (re-read by every row tile; 128 KB at 16 tokens and
     // K = 4,096). A launch carveout (pdl::set_launch_carveout) overrides it, and then fewer blocks
     // may be resident. (Two blocks of ring 2 at 16 tokens take 146 KB, rounded up to a 164 KB
     // carveout: the L1 left, ~92 KB, no longer holds 16 tokens' activations, the likely cause of
     // the ring's loss at 16 tokens; one block leaves ~156 KB. Run 32: one block a SM wins back
     // 3.5 of the 5.3 µs the ring loses on q|k|v at 16 tokens on the H200.)
-    const int cap = skinny_blocks_cap();
-    const int blocks = cap > 0 ? std::min(cap, MIN_BLOCKS) : MIN_BLOCKS;
+    const int blocks = skinny_blocks_cap() == 1 ? 1 : 2;
     const int percent = int((blocks * (smem + 1024) * 100 + 228 * 1024 - 1) / (228 * 1024));
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
         kernel, cudaFuncAttributePreferredSharedMemoryCarveout, std::min(percent, 100)));
@@ -792,13 +783,6 @@ void launch_skinny_config(const SkinnyArgs& a, cudaStream_t stream) {
   if constexpr (NG <= 2 && RT == 1 && KU == 4) {
     const int ring = skinny_ring_steps(a);
     if (ring > 0 && token_tiles == 1 && stage_steps == 0) {
-      // The 80-register build (SkinnyArgs::ring_blocks).
-      if constexpr (NG == 1 && MIN_BLOCKS == 2) {
-        if (skinny_ring_blocks(a) == 3) {
-          launch_skinny_ring<NG, 3, P, ROPE>(a, ring, n_tiles, stream);
-          return;
-        }
-      }
       launch_skinny_ring<NG, MIN_BLOCKS, P, ROPE>(a, ring, n_tiles, stream);
       return;
     }
