@@ -81,6 +81,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include <cuda_bf16.h>
@@ -1267,17 +1268,26 @@ void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStrea
   // and print a summary (trace/block_trace.h): whether the SMs run out of streaming blocks between
   // waves (run 21's fixed ~2-3 ms a 512-sequence step).
   static const bool tracing = detail::block_trace_requested("RIDGE_ATTN_TRACE");
+  // With RIDGE_ATTN_TRACE, RIDGE_ATTN_TWICE=1 launches the kernel a second time right after the
+  // first (the same inputs, the same output; the second waits for the first through PDL), so that
+  // the phases of a launch on SMs that have just run it can be set against the first's, which
+  // follows other kernels (diagnostic: does the batch-1 block's time go to a cold start?).
+  static const bool twice = tracing && std::getenv("RIDGE_ATTN_TWICE") != nullptr;
   const int blocks = nkv * splits * seqs;
-  KernelArgs traced = k;
-  traced.trace =
-      tracing ? detail::block_trace("RIDGE_ATTN_TRACE", blocks, stream, detail::kPhaseEntries)
-              : nullptr;
-  RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_kernel<HD, STAGES, FP8>, grid, dim3(kThreads),
-                                   decode_smem_bytes<HD, STAGES, FP8>(), stream, traced));
-  if (traced.trace) {
-    static const char* const phases[3] = {"start", "tiles", "finish"};
-    detail::print_block_phases(FP8 ? "decode attention (fp8 KV)" : "decode attention", traced.trace,
-                               blocks, phases, stream);
+  for (int launch = 0; launch < (twice ? 2 : 1); ++launch) {
+    KernelArgs traced = k;
+    traced.trace =
+        tracing ? detail::block_trace("RIDGE_ATTN_TRACE", blocks, stream, detail::kPhaseEntries)
+                : nullptr;
+    RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_kernel<HD, STAGES, FP8>, grid, dim3(kThreads),
+                                     decode_smem_bytes<HD, STAGES, FP8>(), stream, traced));
+    if (traced.trace) {
+      static const char* const phases[3] = {"start", "tiles", "finish"};
+      static const char* const names[2][2] = {
+          {"decode attention", "decode attention (again)"},
+          {"decode attention (fp8 KV)", "decode attention (fp8 KV, again)"}};
+      detail::print_block_phases(names[FP8][launch], traced.trace, blocks, phases, stream);
+    }
   }
 }
 
