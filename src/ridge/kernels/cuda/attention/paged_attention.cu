@@ -1268,10 +1268,11 @@ void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStrea
   // and print a summary (trace/block_trace.h): whether the SMs run out of streaming blocks between
   // waves (run 21's fixed ~2-3 ms a 512-sequence step).
   static const bool tracing = detail::block_trace_requested("RIDGE_ATTN_TRACE");
-  // With RIDGE_ATTN_TRACE, RIDGE_ATTN_TWICE=1 launches the kernel a second time right after the
-  // first (the same inputs, the same output; the second waits for the first through PDL), so that
-  // the phases of a launch on SMs that have just run it can be set against the first's, which
-  // follows other kernels (diagnostic: does the batch-1 block's time go to a cold start?).
+  // With RIDGE_ATTN_TRACE, RIDGE_ATTN_TWICE=1 launches a traced kernel a second time once the
+  // first's summary is printed (the same inputs, the same output; never in a graph capture, where
+  // nothing is traced), so that the phases of a launch on SMs that have just run it can be set
+  // against the first's, which follows other kernels (diagnostic: does the batch-1 block's time
+  // go to a cold start?).
   static const bool twice = tracing && std::getenv("RIDGE_ATTN_TWICE") != nullptr;
   const int blocks = nkv * splits * seqs;
   for (int launch = 0; launch < (twice ? 2 : 1); ++launch) {
@@ -1287,6 +1288,8 @@ void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStrea
           {"decode attention", "decode attention (again)"},
           {"decode attention (fp8 KV)", "decode attention (fp8 KV, again)"}};
       detail::print_block_phases(names[FP8][launch], traced.trace, blocks, phases, stream);
+    } else {
+      break;  // capturing: one launch
     }
   }
 }
