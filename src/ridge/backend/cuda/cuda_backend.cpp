@@ -1,7 +1,8 @@
 #include "ridge/backend/cuda/cuda_backend.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
@@ -20,13 +21,17 @@ namespace ridge::backend {
 
 namespace {
 
+// An integer knob for A/B runs: its value, or `fallback` where it is unset or empty.
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
 // An experiment knob for A/B runs on the GPU machine: RIDGE_ATTN_BLOCK_ROWS=64|128 forces the
 // general attention kernel's rows per block (0 or unset: the kernel's automatic choice).
 int attention_block_rows() {
   static const int rows = [] {
-    const char* v = std::getenv("RIDGE_ATTN_BLOCK_ROWS");
-    if (!v || !*v) return 0;
-    const int r = std::atoi(v);
+    const int r = env_int("RIDGE_ATTN_BLOCK_ROWS", 0);
     return r == 64 || r == 128 ? r : 0;
   }();
   return rows;
@@ -38,12 +43,6 @@ bool env_switch(const char* name, bool fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   return std::string_view(v) != "0";
-}
-
-// An integer knob for A/B runs: its value, or `fallback` where it is unset or empty.
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
 }
 
 // The decode attention kernels' on/off knobs: RIDGE_ATTN_<NAME>=0 / 1 sets a PagedAttentionArgs
@@ -105,9 +104,8 @@ int attention_decode_stages() {
 // against 4.03 (no chain, plain). RIDGE_EARLY_WEIGHTS=-1 (plain launch), 0 (PDL only) or 1..6 for A/B runs.
 int early_weight_steps(bool decode_chain) {
   static const int forced = [] {
-    const char* v = std::getenv("RIDGE_EARLY_WEIGHTS");
-    if (!v || !*v) return -2;
-    return std::clamp(std::atoi(v), -1, kernels::skinny_max_stage_steps);
+    const int n = env_int("RIDGE_EARLY_WEIGHTS", INT_MIN);
+    return n == INT_MIN ? -2 : std::clamp(n, -1, kernels::skinny_max_stage_steps);
   }();
   return forced != -2 ? forced : decode_chain ? 1 : 3;
 }
@@ -137,10 +135,8 @@ int attention_min_split() {
 // active splits, is open (empty splits leaving before the PDL wait changed nothing, c5).
 // RIDGE_ATTN_BLOCKS_PER_SM=N for A/B runs.
 int attention_blocks_per_sm() {
-  static const int n = [] {
-    const char* v = std::getenv("RIDGE_ATTN_BLOCKS_PER_SM");
-    return v && *v ? std::clamp(std::atoi(v), 1, 64) : kernels::kAttentionBlocksPerSm;
-  }();
+  static const int n =
+      std::clamp(env_int("RIDGE_ATTN_BLOCKS_PER_SM", kernels::kAttentionBlocksPerSm), 1, 64);
   return n;
 }
 

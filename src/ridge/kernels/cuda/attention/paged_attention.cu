@@ -81,7 +81,6 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include <cuda_bf16.h>
@@ -1273,7 +1272,7 @@ void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStrea
   // nothing is traced), so that the phases of a launch on SMs that have just run it can be set
   // against the first's, which follows other kernels (diagnostic: does the batch-1 block's time
   // go to a cold start?).
-  static const bool twice = tracing && std::getenv("RIDGE_ATTN_TWICE") != nullptr;
+  static const bool twice = tracing && detail::block_trace_requested("RIDGE_ATTN_TWICE");
   const int blocks = nkv * splits * seqs;
   for (int launch = 0; launch < (twice ? 2 : 1); ++launch) {
     KernelArgs traced = k;
