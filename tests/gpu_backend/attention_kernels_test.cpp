@@ -192,6 +192,7 @@ struct Variant {
   bool counters = false;  // split counters given: the decode kernel merges its splits itself
   bool fill_ring = true;  // PagedAttentionArgs::decode_fill_ring (false: the older prologue)
   bool skip_empty = true;  // PagedAttentionArgs::decode_skip_empty (false: every warp computes)
+  bool cluster = true;     // PagedAttentionArgs::cluster_merge (false: merges through memory)
   std::string name() const {
     std::string s = path == kn::AttentionPath::general  ? "general"
                     : path == kn::AttentionPath::decode ? "decode"
@@ -204,6 +205,7 @@ struct Variant {
     if (counters) s += " in-kernel merge";
     if (!fill_ring) s += " no-fill";
     if (!skip_empty) s += " no-skip";
+    if (!cluster) s += " no-cluster";
     return s;
   }
 };
@@ -240,6 +242,7 @@ kn::PagedAttentionArgs args_for(const Pools& p, Dev& d, const Batch& b, const Va
   a.decode_stages = v.stages;
   a.decode_fill_ring = v.fill_ring;
   a.decode_skip_empty = v.skip_empty;
+  a.cluster_merge = v.cluster;
   a.general_block_rows = v.block_rows;
   a.fixed_splits = v.fixed_splits;
   a.min_split_positions = v.min_split;
@@ -330,6 +333,11 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
     vs.push_back({kn::AttentionPath::decode, 0, 0, true, 0, 0, false, true, false});
     vs.push_back({kn::AttentionPath::decode, graph, 0, false, 0, 256, true, true, false});
     vs.push_back({kn::AttentionPath::general, 7, 0, false, 0, 128, false});
+    // Splits of one cluster merged through the workspace instead (RIDGE_ATTN_CLUSTER=0): the
+    // combine kernel, and the in-kernel merge with its tickets.
+    vs.push_back({kn::AttentionPath::decode, 3, 0, false, 0, 0, false, true, true, false});
+    vs.push_back({kn::AttentionPath::decode, 5, 0, false, 0, 0, true, true, true, false});
+    vs.push_back({kn::AttentionPath::decode, 0, 0, false, 0, 0, true, true, true, false});
     // Mostly empty splits, where 64 of them fit the workspace (a larger request is refused: the
     // refusal itself is checked in AttentionKernelRefusals).
     if (kn::paged_attention_split_bytes(b.S * int64_t(b.max_q_len), int(p.nkv * p.group),
@@ -342,6 +350,7 @@ void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
         vs.push_back({kn::AttentionPath::decode, 0, s, false, 0, 0, false, false});
         vs.push_back({kn::AttentionPath::decode, 5, s, false, 0, 0, false, false});
         vs.push_back({kn::AttentionPath::decode, 5, s, false, 0, 0, false, true, false});
+        vs.push_back({kn::AttentionPath::decode, 5, s, false, 0, 0, true, true, true, false});
       }
   }
   for (const Variant& v : vs) {
@@ -477,10 +486,10 @@ TEST_F(GpuBackend, AttentionKernelGraphReplay) {
 }
 
 // One launch of every decode kernel instance (hd 64/128 x 2/3/4 stages) with a split (empty
-// splits included), the decode kernel in graph mode with its in-kernel merge and contexts inside
-// split 0 (the other splits return at once), the general kernel in fixed-split mode, and the
-// combine: small enough for compute-sanitizer racecheck (scripts/device/gpu-backend-check runs
-// this one there).
+// splits included), the decode kernel in graph mode with its cluster merge (empty splits waiting
+// at its barriers) or its in-kernel merge through memory, contexts inside split 0 (the other
+// splits return at once), the general kernel in fixed-split mode, and the combine: small enough
+// for compute-sanitizer racecheck (scripts/device/gpu-backend-check runs this one there).
 TEST_F(GpuBackend, AttentionKernelSanitizerSubset) {
   for (int64_t hd : {64, 128}) {
     const std::vector<DSeq> seqs = {{1, 130}, {2, 70}, pad()};
@@ -497,6 +506,9 @@ TEST_F(GpuBackend, AttentionKernelSanitizerSubset) {
           Variant{kn::AttentionPath::decode, 0, 2, false, 0, 0, false, true, false},
           Variant{kn::AttentionPath::decode, 6, 0, false, 0, 256, true, true, false},
           Variant{kn::AttentionPath::decode, 6, 4, false},
+          // The merge through memory instead of the cluster: tickets, then the combine kernel.
+          Variant{kn::AttentionPath::decode, 6, 0, false, 0, 0, true, true, true, false},
+          Variant{kn::AttentionPath::decode, 6, 2, false, 0, 0, false, true, true, false},
           Variant{kn::AttentionPath::general, 4, 0, false},
           Variant{kn::AttentionPath::general, 4, 0, false, 128},
           Variant{kn::AttentionPath::general, 0, 0, false, 128}}) {
@@ -563,10 +575,14 @@ TEST_F(GpuBackend, AttentionKernelRefusals) {
   // The helper: a bucket that fills the GPU gets 1 split; a small one several, capped.
   EXPECT_EQ(kn::graph_attention_splits(256, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes), 1);
   EXPECT_EQ(kn::graph_attention_splits(16, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes), 1);
-  EXPECT_EQ(kn::graph_attention_splits(16, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes, 4), 2);
+  // 512 blocks for a target of 528: 2 splits would be two waves of one-tile blocks; one wave.
+  EXPECT_EQ(kn::graph_attention_splits(16, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes, 4), 1);
+  EXPECT_EQ(kn::graph_attention_splits(2, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes), 4);
   EXPECT_EQ(kn::graph_attention_splits(1, 1, 8, 4, 128, 32768, 132, kWorkspaceBytes), 33);
   EXPECT_EQ(kn::graph_attention_splits(1, 1, 8, 4, 128, 32768, 132, kWorkspaceBytes, 4), 66);
   EXPECT_EQ(kn::graph_attention_splits(1, 1, 8, 4, 128, 100, 132, kWorkspaceBytes), 2);
+  // 9 splits (32 blocks for a target of 264) come down to one cluster's 8.
+  EXPECT_EQ(kn::graph_attention_splits(1, 1, 32, 1, 128, 4096, 132, kWorkspaceBytes), 8);
   EXPECT_EQ(kn::graph_attention_splits(1, 1, 1, 1, 128, 1 << 20, 132, kWorkspaceBytes), 256);
 }
 

@@ -51,6 +51,8 @@ bool env_switch(const char* name, bool fallback) {
 //   RIDGE_ATTN_FILL_RING     decode_fill_ring: its prologue fills the whole ring
 //   RIDGE_ATTN_SKIP_EMPTY    decode_skip_empty: its warps skip tiles with none of their positions
 //                            in range
+//   RIDGE_ATTN_CLUSTER       cluster_merge: a decode launch of 2-8 splits merges them in a
+//                            thread-block cluster (else through the workspace and a ticket)
 template <bool kernels::PagedAttentionArgs::*Field>
 bool attention_knob(const char* name) {
   static const bool on = env_switch(name, kernels::PagedAttentionArgs{}.*Field);
@@ -122,6 +124,16 @@ int decode_carveout(int fallback) {
 // positions 3.974 against 3.966, noise). RIDGE_ATTN_MIN_SPLIT=positions for A/B runs (0: even).
 int attention_min_split() {
   static const int positions = std::max(0, env_int("RIDGE_ATTN_MIN_SPLIT", 256));
+  return positions;
+}
+
+// PagedAttentionArgs::cluster_min_split_positions: 64, one tile a split, where the splits merge
+// in a cluster (distributed shared memory, no global round trips). RIDGE_ATTN_CLUSTER_MIN_SPLIT=
+// positions for A/B runs.
+int attention_cluster_min_split() {
+  static const int positions =
+      std::max(0, env_int("RIDGE_ATTN_CLUSTER_MIN_SPLIT",
+                          kernels::PagedAttentionArgs{}.cluster_min_split_positions));
   return positions;
 }
 
@@ -1188,7 +1200,9 @@ void CudaBackend::attention(const Stream& s, const Tensor& q, const KvLayer& kv,
   a.early_kv = attention_knob<&PA::early_kv>("RIDGE_ATTN_EARLY_KV");
   a.decode_fill_ring = attention_knob<&PA::decode_fill_ring>("RIDGE_ATTN_FILL_RING");
   a.decode_skip_empty = attention_knob<&PA::decode_skip_empty>("RIDGE_ATTN_SKIP_EMPTY");
+  a.cluster_merge = attention_knob<&PA::cluster_merge>("RIDGE_ATTN_CLUSTER");
   a.min_split_positions = attention_min_split();
+  a.cluster_min_split_positions = attention_cluster_min_split();
   if (attention_decode_stages()) a.decode_stages = attention_decode_stages();
   cudaStream_t stream = stream_of(s);
   Workspace& ws = workspace_for(stream);

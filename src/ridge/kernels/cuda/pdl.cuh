@@ -53,17 +53,17 @@ __device__ __forceinline__ void begin() {
 // when `programmatic` and enabled(); plainly otherwise (it then starts after the kernel before it
 // ends); with this thread's launch_carveout() when set (pdl.h). Returns the launch's error (the
 // caller checks it as after <<<>>>).
-// cluster_z > 1: thread-block clusters of 1 × 1 × cluster_z CTAs (grid.z a multiple of it).
+// cluster: thread-block clusters of that shape (the grid a multiple of it); 1 × 1 × 1: none.
 template <typename... Params, typename... Args>
-cudaError_t launch(bool programmatic, unsigned cluster_z, void (*kernel)(Params...), dim3 grid,
+cudaError_t launch(bool programmatic, dim3 cluster, void (*kernel)(Params...), dim3 grid,
                    dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attr[3];
   unsigned n = 0;
-  if (cluster_z > 1) {
+  if (cluster.x * cluster.y * cluster.z > 1) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = 1;
-    attr[n].val.clusterDim.y = 1;
-    attr[n++].val.clusterDim.z = cluster_z;
+    attr[n].val.clusterDim.x = cluster.x;
+    attr[n].val.clusterDim.y = cluster.y;
+    attr[n++].val.clusterDim.z = cluster.z;
   }
   if (programmatic && enabled()) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -82,10 +82,18 @@ cudaError_t launch(bool programmatic, unsigned cluster_z, void (*kernel)(Params.
   config.numAttrs = n;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
+// cluster_z > 1: clusters of 1 × 1 × cluster_z CTAs (grid.z a multiple of it).
+template <typename... Params, typename... Args>
+cudaError_t launch(bool programmatic, unsigned cluster_z, void (*kernel)(Params...), dim3 grid,
+                   dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  return launch(programmatic, dim3(1, 1, cluster_z), kernel, grid, block, smem, stream,
+                std::forward<Args>(args)...);
+}
 template <typename... Params, typename... Args>
 cudaError_t launch(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block,
                    size_t smem, cudaStream_t stream, Args&&... args) {
-  return launch(programmatic, 1u, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
+  return launch(programmatic, dim3(1, 1, 1), kernel, grid, block, smem, stream,
+                std::forward<Args>(args)...);
 }
 
 // The decode chain's launch: with programmatic stream serialization when enabled().

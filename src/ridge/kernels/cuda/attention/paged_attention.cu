@@ -56,6 +56,12 @@
 //   a fixed order and write O / L: bf16 to out (one split) or fp32 to the workspace with (M, L)
 //   (several splits). An empty range (a split past the end of a short context) writes O = 0,
 //   (M, L) = (-inf, 0), which the combine kernel skips.
+//   Splits merged in the kernel (only the `active` splits that hold positions take part; the
+//   others leave): cluster merge (KernelArgs::cluster_merge, 2-8 splits launched as clusters of
+//   1 x num_splits x 1): each split leaves O / L in shared memory in place of warp 0's fp32 rows,
+//   and split 0 merges the active splits' rows through distributed shared memory between two
+//   cluster barriers; else the ticket (KernelArgs::counters): the last active split to finish
+//   merges the partials from the workspace.
 //
 // combine_splits_kernel<HD>
 //   Launch: one warp per (token, head) row, 4 rows per 128-thread block, rows from
@@ -88,6 +94,7 @@
 #include <cuda_fp8.h>
 
 #include "ridge/kernels/cuda/elementwise/check.h"
+#include "ridge/kernels/cuda/gemm/sm90.cuh"
 #include "ridge/kernels/cuda/pdl.cuh"
 #include "ridge/kernels/cuda/trace/block_trace.h"
 
@@ -278,13 +285,17 @@ struct KernelArgs {
   float* ws_ml;      // [splits, ws_rows, 2]
   float scale_log2;  // softmax scale * log2(e)
   int* counters;     // decode kernel: [num_seqs, nkv] split tickets (in-kernel merge), or null
+  bool cluster_merge;  // decode kernel: launched in clusters of its num_splits splits (along y),
+                       // which merge through distributed shared memory (no workspace, no tickets)
   bool early_kv;     // decode kernel: earlier positions' first tiles loaded before the PDL wait
   bool fill_ring;    // decode kernel: the prologue loads STAGES tiles (every stage), not STAGES - 1
   bool skip_empty;   // decode kernel: a warp skips the MMAs of a tile wholly past its range
   // Decode kernel, RIDGE_ATTN_TRACE (diagnostic, trace/block_trace.h): per block, %globaltimer at
   // entry, when its first tile has landed, when its last tile is done, when its output is
-  // written, and its SM; null: not traced.
+  // written, and its SM; null: not traced. trace_tile0: the third stamp when tile 0 is done
+  // instead of the last tile (how much of the tiles phase one tile's compute is).
   unsigned long long* trace;
+  bool trace_tile0;
 };
 
 // MT: 16-row MMA tiles per warp (1: 64-row blocks; 2: 128-row blocks, FlashAttention-2's
@@ -980,12 +991,24 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   }
 
   const int chunk = a.kv_chunk > 0 ? a.kv_chunk : fixed_chunk(ctx, a.num_splits, a.min_chunk);
-  // With the in-kernel merge, a context that lies wholly in split 0 needs no merge: split 0
-  // writes the output as an unsplit launch does and the other splits leave (no partials, no
-  // tickets: the counters stay zero). Every block of the (sequence, head) sees the same ctx.
-  const bool sole = a.counters != nullptr && a.num_splits > 1 && ctx <= chunk;
-  if (sole && split > 0) {
+  // With the in-kernel merge only the splits that hold positions take part: `active` of them
+  // (every block of the (sequence, head) sees the same ctx, so the same count). The rest leave at
+  // once (no partials, no tickets), and the last active split to finish merges. A graph launch
+  // has a fixed split count for the longest context it may meet: at a short one most splits are
+  // empty, and without this they would all write empty partials and queue for the ticket. A
+  // context that lies wholly in split 0 needs no merge: split 0 writes the output as an unsplit
+  // launch does (the counters stay zero).
+  // In cluster-merge mode the empty splits stay for the two cluster barriers below (peers of the
+  // merging CTA), unless no merge happens at all (`sole`: the same in every CTA of the cluster).
+  const bool merged = (a.counters != nullptr || a.cluster_merge) && a.num_splits > 1;
+  const int active = merged ? min(a.num_splits, max(1, (ctx + chunk - 1) / chunk)) : a.num_splits;
+  const bool sole = merged && active == 1;
+  if (merged && split >= active) {
     pdl::wait();
+    if (a.cluster_merge && !sole) {
+      sm90::cluster_sync();
+      sm90::cluster_sync();
+    }
     return;
   }
   const int kv_begin = split * chunk;
@@ -1092,10 +1115,11 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     const int stage = tile % STAGES;
     decode_tile<HD, FP8>(ks, vs, ring8, stage, qs, qa, o, m, l, row_pos, kv0, kv_end, live,
                          a.scale_log2);
+    if (stamps && a.trace_tile0 && tile == 0) stamps[2] = globaltimer_ns();
   }
   cp_async_wait<0>();  // the ring is reused below (only empty groups can still be pending)
   __syncthreads();     // every warp is done reading the ring
-  if (stamps) stamps[2] = globaltimer_ns();
+  if (stamps && !(a.trace_tile0 && n_tiles > 0)) stamps[2] = globaltimer_ns();
 
   // Merge the 4 warps' states: (M, L) per row, each warp's O scaled by 2^(m_w - M) into the
   // (drained) ring as fp32, then summed in warp order.
@@ -1128,6 +1152,10 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     if (a.num_splits == 1 || sole) {
       *reinterpret_cast<uint32_t*>(a.out + token * a.ld_out + int64_t(head) * HD + d) =
           pack_bf16(acc.x * inv, acc.y * inv);
+    } else if (a.cluster_merge) {
+      // The split's normalized row in place of warp 0's (this thread has read every warp's
+      // elements d, d + 1 of row r; no other thread touches them), beside (row_m, row_l).
+      *reinterpret_cast<float2*>(red + r * RROW + d) = make_float2(acc.x * inv, acc.y * inv);
     } else {
       const int64_t row_in_split = token * a.nh + head;
       if (row_in_split >= a.ws_rows) continue;  // q_len past max_q_len (fixed mode): not ours
@@ -1137,17 +1165,54 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     }
   }
   if (stamps) stamps[3] = globaltimer_ns();  // thread 0's outputs (and partials) written
+  if (a.cluster_merge && !sole) {
+    // Split 0 (cluster rank 0) merges the active splits' rows from their shared memory, in the
+    // order and with the arithmetic of combine_splits_kernel; the second barrier keeps every peer
+    // (and its shared memory) alive until split 0 has read it.
+    sm90::cluster_sync();
+    if (split == 0) {
+      const uint32_t o_base = sm90::smem_addr(red), m_base = sm90::smem_addr(row_m),
+                     l_base = sm90::smem_addr(row_l);
+      for (int idx = tid; idx < rows * (HD / 2); idx += kThreads) {
+        const int r = idx / (HD / 2), d = (idx % (HD / 2)) * 2;
+        float mx = -INFINITY;
+        for (int sp = 0; sp < active; ++sp)
+          mx = fmaxf(mx, sm90::ld_cluster_f32(sm90::map_cluster(m_base + 4 * r, sp)));
+        float2 acc = make_float2(0.0f, 0.0f);
+        float total = 0.0f;
+        for (int sp = 0; sp < active; ++sp) {
+          const float m_sp = sm90::ld_cluster_f32(sm90::map_cluster(m_base + 4 * r, sp));
+          const float l_sp = sm90::ld_cluster_f32(sm90::map_cluster(l_base + 4 * r, sp));
+          if (l_sp <= 0.0f) continue;  // a split this row saw nothing of
+          const float w = l_sp * exp2f(m_sp - mx);
+          total += w;
+          const float2 v =
+              sm90::ld_cluster_f32x2(sm90::map_cluster(o_base + 4 * (r * RROW + d), sp));
+          acc.x += w * v.x;
+          acc.y += w * v.y;
+        }
+        const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+        const int64_t token = q_start + r / a.group;
+        const int head = kvh * a.group + r % a.group;
+        *reinterpret_cast<uint32_t*>(a.out + token * a.ld_out + int64_t(head) * HD + d) =
+            pack_bf16(acc.x * inv, acc.y * inv);
+      }
+    }
+    sm90::cluster_sync();
+    return;
+  }
   if (a.num_splits == 1 || a.counters == nullptr || sole) return;
 
-  // In-kernel merge of the splits: the last block of this (sequence, KV head) to finish takes a
-  // ticket equal to num_splits - 1 and merges every split's partial rows, exactly as
-  // combine_splits_kernel does (same order, same arithmetic), so no combine kernel is launched.
+  // In-kernel merge of the splits: the last active block of this (sequence, KV head) to finish
+  // takes a ticket equal to active - 1 and merges the active splits' partial rows, exactly as
+  // combine_splits_kernel does (same order, same arithmetic; the empty splits it also reads add
+  // nothing there), so no combine kernel is launched.
   __shared__ int last_block;
   __threadfence();  // this block's partials are visible device-wide before its ticket
   __syncthreads();
   if (tid == 0) {
     int* ticket = a.counters + int64_t(seq) * a.nkv + kvh;
-    last_block = atomicAdd(ticket, 1) == a.num_splits - 1;
+    last_block = atomicAdd(ticket, 1) == active - 1;
     if (last_block) *ticket = 0;  // every split has arrived: ready for the next launch
   }
   __syncthreads();
@@ -1160,10 +1225,11 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
     const int64_t row = token * a.nh + head;
     if (row >= a.ws_rows) continue;
     float mx = -INFINITY;
-    for (int sp = 0; sp < a.num_splits; ++sp) mx = fmaxf(mx, __ldcg(a.ws_ml + (sp * a.ws_rows + row) * 2));
+    for (int sp = 0; sp < active; ++sp)
+      mx = fmaxf(mx, __ldcg(a.ws_ml + (sp * a.ws_rows + row) * 2));
     float2 acc = make_float2(0.0f, 0.0f);
     float total = 0.0f;
-    for (int sp = 0; sp < a.num_splits; ++sp) {
+    for (int sp = 0; sp < active; ++sp) {
       const float2 ml = __ldcg(reinterpret_cast<const float2*>(a.ws_ml + (sp * a.ws_rows + row) * 2));
       if (ml.y <= 0.0f) continue;  // a split this row saw nothing of
       const float w = ml.y * exp2f(ml.x - mx);
@@ -1273,14 +1339,18 @@ void launch_decode(const KernelArgs& k, int nkv, int splits, int seqs, cudaStrea
   // against the first's, which follows other kernels (diagnostic: does the batch-1 block's time
   // go to a cold start?).
   static const bool twice = tracing && detail::block_trace_requested("RIDGE_ATTN_TWICE");
+  // RIDGE_ATTN_TRACE_TILE0=1: the "tiles" phase ends when tile 0 is done (thread 0's warp).
+  static const bool tile0 = tracing && detail::block_trace_requested("RIDGE_ATTN_TRACE_TILE0");
   const int blocks = nkv * splits * seqs;
   for (int launch = 0; launch < (twice ? 2 : 1); ++launch) {
     KernelArgs traced = k;
     traced.trace =
         tracing ? detail::block_trace("RIDGE_ATTN_TRACE", blocks, stream, detail::kPhaseEntries)
                 : nullptr;
-    RIDGE_CHECK_CUDA(pdl::launch_pdl(paged_decode_kernel<HD, STAGES, FP8>, grid, dim3(kThreads),
-                                     decode_smem_bytes<HD, STAGES, FP8>(), stream, traced));
+    traced.trace_tile0 = tile0;
+    RIDGE_CHECK_CUDA(pdl::launch(true, dim3(1, k.cluster_merge ? unsigned(splits) : 1u, 1),
+                                 paged_decode_kernel<HD, STAGES, FP8>, grid, dim3(kThreads),
+                                 decode_smem_bytes<HD, STAGES, FP8>(), stream, traced));
     if (traced.trace) {
       static const char* const phases[3] = {"start", "tiles", "finish"};
       static const char* const names[2][2] = {
@@ -1321,6 +1391,17 @@ void launch_decode_stages(const KernelArgs& k, int stages, bool fp8, int nkv, in
 // context is short (blocks of a few tiles: more of them resident hide each one's start), else
 // 3 (109 KB, 2 per SM: deeper prefetch for long ranges). Measured on the H200 (docs/KERNELS.md,
 // "Run 8"): decode bs512 at 128-256 context 26.9 -> 23.9 ms a step, bs64 6.49 -> 6.19 ms.
+// A decode launch's split count where its splits can merge in a cluster: `splits` (enough
+// blocks for the target, rounded up) comes down to what fits one wave (the target over the
+// blocks, rounded down) and to kClusterSplits, when it is within 2 of a cluster's (batch 1 at 32
+// KV heads: 9 for a target of 264 becomes 8). One tile a split makes rounding up costly: at 4
+// sequences, 3 one-tile splits are 384 blocks for 264 resident, a second wave for a 3-tile
+// context that one wave of unsplit blocks finishes. Larger counts are left to the global merge.
+int64_t cluster_split_count(int64_t splits, int64_t blocks, int64_t target) {
+  if (splits <= 1 || splits > kClusterSplits + 2 || blocks <= 0) return splits;
+  return std::min<int64_t>({splits, kClusterSplits, std::max<int64_t>(1, target / blocks)});
+}
+
 int default_decode_stages(int head_dim, int max_context) {
   if (head_dim != 128) return 4;
   return max_context <= 1024 ? 2 : 3;
@@ -1370,6 +1451,7 @@ int graph_attention_splits(int num_seqs, int max_q_len, int num_kv_heads, int gr
                                                        num_kv_heads * group, head_dim);
   if (splits > 1 && per_split > 0)
     splits = std::min<int64_t>(splits, int64_t(workspace_bytes / per_split));
+  if (rows <= kDecRows) splits = cluster_split_count(splits, blocks, target);
   return int(std::max<int64_t>(splits, 1));
 }
 
@@ -1494,6 +1576,8 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
                                     : int((rows_bound + p.block_rows - 1) / p.block_rows);
     p.num_splits = a.fixed_splits;
     p.kv_chunk = 0;
+    p.cluster_merge =
+        a.cluster_merge && p.decode && p.num_splits > 1 && p.num_splits <= kClusterSplits;
     const size_t per_split = paged_attention_split_bytes(p.num_tokens, a.num_q_heads, a.head_dim);
     p.workspace_bytes = p.num_splits > 1 ? per_split * size_t(p.num_splits) : 0;
     RIDGE_KERNEL_EXPECT(p.workspace_bytes <= workspace_capacity, kName,
@@ -1517,10 +1601,15 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   const size_t per_split = paged_attention_split_bytes(p.num_tokens, a.num_q_heads, a.head_dim);
   if (per_split > 0) splits = int(std::min<size_t>(size_t(splits), workspace_capacity / per_split));
   splits = std::max(splits, 1);
-  const int min_tiles = (std::max(a.min_split_positions, 0) + kBN - 1) / kBN;
+  if (a.cluster_merge && p.decode) splits = int(cluster_split_count(splits, blocks, target));
+  const bool cluster = a.cluster_merge && p.decode && splits <= kClusterSplits;
+  const int min_tiles =
+      (std::max(cluster ? a.cluster_min_split_positions : a.min_split_positions, 0) + kBN - 1) /
+      kBN;
   if (min_tiles > 1) splits = std::max(1, std::min(splits, max_tiles / min_tiles));
   p.kv_chunk = ((max_tiles + splits - 1) / splits) * kBN;
   p.num_splits = (std::max(max_ctx, 1) + p.kv_chunk - 1) / p.kv_chunk;
+  p.cluster_merge = cluster && p.num_splits > 1;
   p.workspace_bytes = p.num_splits > 1 ? per_split * p.num_splits : 0;
   fp8_ring(decode_blocks);
   return p;
@@ -1554,7 +1643,10 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.group = a.num_q_heads / a.num_kv_heads;
   k.num_splits = p.num_splits;
   k.kv_chunk = p.kv_chunk;
-  k.min_chunk = (std::max(a.min_split_positions, 0) + kBN - 1) / kBN * kBN;
+  k.min_chunk =
+      (std::max(p.cluster_merge ? a.cluster_min_split_positions : a.min_split_positions, 0) + kBN -
+       1) /
+      kBN * kBN;
   k.ws_rows = p.num_tokens * a.num_q_heads;
   k.ws_o = p.num_splits > 1 ? static_cast<float*>(workspace) : nullptr;
   k.ws_ml = k.ws_o ? k.ws_o + size_t(p.num_splits) * k.ws_rows * a.head_dim : nullptr;
@@ -1562,11 +1654,12 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.early_kv = a.early_kv;
   k.fill_ring = a.decode_fill_ring;
   k.skip_empty = a.decode_skip_empty;
-  k.counters = p.decode && p.num_splits > 1 && a.split_counters &&
+  k.cluster_merge = p.cluster_merge;
+  k.counters = p.decode && p.num_splits > 1 && !p.cluster_merge && a.split_counters &&
                        a.split_counters_len >= int64_t(a.num_seqs) * a.num_kv_heads
                    ? a.split_counters
                    : nullptr;
-  const bool separate_combine = p.num_splits > 1 && k.counters == nullptr;
+  const bool separate_combine = p.num_splits > 1 && k.counters == nullptr && !p.cluster_merge;
   const unsigned combine_blocks = unsigned((k.ws_rows + kThreads / 32 - 1) / (kThreads / 32));
   if (a.head_dim == 64) {
     if (p.decode) {

@@ -109,7 +109,18 @@ struct PagedAttentionArgs {
   // too few: the separate combine kernel (always for the general kernel).
   int* split_counters = nullptr;
   int64_t split_counters_len = 0;
+  // A decode-kernel launch of 2 to kClusterSplits splits runs as thread-block clusters of its
+  // splits, which merge through distributed shared memory: no partials in the workspace, no
+  // ticket, no combine (the split counters are then unused). Its splits are then at least
+  // cluster_min_split_positions long (fixed-split mode; planned: the split count's floor), instead
+  // of min_split_positions, which prices the global merge. false: the global merge as before.
+  // Off until it has run on a GPU (the kernel tests take it on explicitly).
+  bool cluster_merge = false;
+  int cluster_min_split_positions = 64;
 };
+
+// The most splits a cluster-merged decode launch takes (the portable cluster size).
+inline constexpr int kClusterSplits = 8;
 
 // The plan of one call: which kernel, how many KV splits, and how much workspace they take.
 struct PagedAttentionPlan {
@@ -124,6 +135,7 @@ struct PagedAttentionPlan {
   int block_rows = 64;         // rows per block: 16 (decode kernel), 64 or 128 (general)
   int decode_stages = 0;       // its cp.async ring depth
   int decode_rows = 16;        // decode kernels: rows (q_len * group) of a sequence at most
+  bool cluster_merge = false;  // the decode kernel's splits merge in clusters (no workspace use)
 };
 
 // Raises the kernels' dynamic shared-memory limit; call once per device before the first launch.
@@ -150,7 +162,9 @@ inline constexpr int kAttentionBlocksPerSm = 2;
 // (sequence, KV head, split) blocks for blocks_per_sm x sm_count (2: one wave of the decode
 // kernel at hd 128), at most ceil(max_context / 64) splits (no chunk below 64 positions at the
 // longest context the graph will see, e.g. max_blocks_per_seq * block_size), at most 256, and
-// within `workspace_bytes` (the backend's attention workspace, 64 MiB). Returns >= 1.
+// within `workspace_bytes` (the backend's attention workspace, 64 MiB); a decode count of at most
+// kClusterSplits + 2 comes down to one wave (blocks_per_sm x sm_count over the blocks, rounded
+// down) and to kClusterSplits, so that the splits merge in one cluster. Returns >= 1.
 int graph_attention_splits(int num_seqs, int max_q_len, int num_kv_heads, int group, int head_dim,
                            int max_context, int sm_count, size_t workspace_bytes,
                            int blocks_per_sm = kAttentionBlocksPerSm);

@@ -110,6 +110,26 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::
                    : "memory");
 }
+// The shared-memory address `addr` (this CTA's window) of CTA `cta_rank` of the cluster: the same
+// offset in that CTA's shared memory (distributed shared memory).
+__device__ __forceinline__ uint32_t map_cluster(uint32_t addr, uint32_t cta_rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(cta_rank));
+  return r;
+}
+__device__ __forceinline__ float ld_cluster_f32(uint32_t cluster_addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cluster_addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ float2 ld_cluster_f32x2(uint32_t cluster_addr) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];"
+               : "=f"(v.x), "=f"(v.y)
+               : "r"(cluster_addr)
+               : "memory");
+  return v;
+}
 // Arrives on the mbarrier at the same shared-memory offset as `bar` in CTA `cta_rank` of the
 // cluster (this CTA's own rank included). Default (.release, .cta) semantics, as CUTLASS's
 // ClusterBarrier::arrive(cta_id): the arrival only orders this thread's completed wgmma reads
