@@ -246,8 +246,10 @@ perf::Hardware resolve_hardware(const std::string& flag, const std::string& devi
   return db.get(id);
 }
 
-// Op class of an op for the efficiency factors, by what bounds it in the model.
+// Op class of an op for the efficiency factors, by what bounds it in the model; none where its
+// dependent chain does (a latency-bound op says nothing about a roofline fraction).
 std::string efficiency_class(const perf::OpCost& o) {
+  if (o.bound == perf::Bound::latency) return "";
   const bool compute = o.bound == perf::Bound::compute;
   if (o.kind == perf::OpKind::gemm) return compute ? "gemm_math" : "gemm_memory";
   if (o.kind == perf::OpKind::attention) return compute ? "attention_math" : "attention_memory";

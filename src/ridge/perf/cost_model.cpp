@@ -65,7 +65,9 @@ std::string_view op_kind_name(OpKind k) {
   return "?";
 }
 
-std::string_view bound_name(Bound b) { return b == Bound::compute ? "compute" : "memory"; }
+std::string_view bound_name(Bound b) {
+  return b == Bound::compute ? "compute" : b == Bound::memory ? "memory" : "latency";
+}
 
 StepShape StepShape::decode(int64_t batch, int64_t context) {
   StepShape s;
@@ -180,7 +182,9 @@ struct Builder {
     const double tm = tm_eff >= 0 ? tm_eff : o.t_math / (wave_eff * o.e_math);
     const double tb = tb_eff >= 0 ? tb_eff : o.t_mem / o.e_mem;
     o.bound = tm > tb ? Bound::compute : Bound::memory;
-    o.time = (tm_eff >= 0 ? tm_eff + tb_eff : std::max(tm, tb)) + o.t_overhead;
+    double t = tm_eff >= 0 ? tm_eff + tb_eff : std::max(tm, tb);
+    if (opt.achievable && o.t_latency > t) t = o.t_latency, o.bound = Bound::latency;
+    o.time = t + o.t_overhead;
     return o;
   }
   // finish() and append to the step's ops.
@@ -288,6 +292,29 @@ bool mixed_decode_own_launch(const model::ModelConfig& cfg, const Hardware& hw,
              double(plan.mixed_decode_launch_blocks_per_sm) * double(hw.sms.value_or(132));
 }
 
+// One decode-kernel launch's dependent chain (docs/KERNELS.md, "Run 42"), as ridge splits it
+// (kernels::plan_paged_attention / graph_attention_splits with the backend's minimum split): the
+// (sequence, KV head) blocks split up to one wave of the resident blocks, the longest block's
+// tiles each taking attention_tile after attention_block, one chain per wave, and the merge
+// through memory when the KV splits. 0 when the plan models no latency.
+double decode_attention_latency(const model::ModelConfig& cfg, const Hardware& hw,
+                                const StepAggregate& s, const KernelPlan& kp) {
+  if (kp.decode_attention_tile <= 0 || s.decode_seqs <= 0) return 0.0;
+  const int64_t tile = kp.decode_attention_tile;
+  const int64_t blocks = s.decode_seqs * std::max<int64_t>(1, cfg.n_kv_heads);
+  const int64_t slots =
+      std::max<int64_t>(1, int64_t(kp.decode_attention_blocks_per_sm) * hw.sms.value_or(1));
+  const int64_t max_tiles = std::max<int64_t>(1, (s.max_kv_tokens + tile - 1) / tile);
+  const int64_t splits =
+      blocks >= slots ? 1 : std::min<int64_t>((slots + blocks - 1) / blocks, max_tiles);
+  const int64_t min_tiles = std::max<int64_t>(1, (kp.decode_attention_min_split + tile - 1) / tile);
+  const int64_t chunk = std::min(max_tiles, std::max((max_tiles + splits - 1) / splits, min_tiles));
+  const int64_t active = (max_tiles + chunk - 1) / chunk;
+  const int64_t waves = (blocks * active + slots - 1) / slots;
+  return double(waves) * (hw.attention_block_s + double(chunk) * hw.attention_tile_s) +
+         (active > 1 ? hw.attention_merge_s : 0.0);
+}
+
 // Whether the (general kernel's) attention launch splits the KV range: its blocks, the prefill
 // chunks' and, when they share the launch, the decodes', are fewer than the plan's target.
 bool attention_splits(const model::ModelConfig& cfg, const Hardware& hw, const StepAggregate& s,
@@ -336,6 +363,9 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusion
   k.mixed_decode_launch_blocks_per_sm = 1;  // CudaBackend::attention: decodes x KV heads >= SMs
   k.attention_combine = true;                // the general kernel's, when it splits
   k.decode_attention_max_rows = 16;          // paged_decode_kernel (kDecRows), in-kernel merge
+  k.decode_attention_tile = 64;              // kBN
+  k.decode_attention_blocks_per_sm = 2;      // kernels::kAttentionBlocksPerSm
+  k.decode_attention_min_split = 256;        // CudaBackend: attention_min_split()
   k.residual_in_matmul = true;               // Backend::matmul_add (cuBLASLt beta = 1, or the
                                              // skinny / sm90 GEMMs' residual epilogue)
   // kernels::skinny_prologue_max_tokens: the skinny GEMM's prologue, where switched on.
@@ -495,6 +525,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     o.per_layer = true;
     o.flops = Ld * per_pair * double(s.decode_kv_tokens);
     o.bytes = Ld * (2.0 * double(s.decode_seqs) * q * ab + double(s.decode_kv_tokens) * 2.0 * kv * kvb);
+    if (decode_kernel && !shared) o.t_latency = Ld * decode_attention_latency(cfg, hw, s, kp);
     b.add(o);
   }
   const bool fold_mlp_norm = kp.mlp_norm_folded(T);

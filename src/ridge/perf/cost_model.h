@@ -57,7 +57,9 @@ struct Precision {
 };
 
 enum class OpKind { embedding, norm, gemm, rope, kv_write, attention, elementwise, sampling };
-enum class Bound { compute, memory };
+// latency: a dependent chain that neither the FLOPs nor the bytes account for sets the op's time
+// (OpCost::t_latency; decode attention at few blocks).
+enum class Bound { compute, memory, latency };
 std::string_view op_kind_name(OpKind k);
 std::string_view bound_name(Bound b);
 
@@ -116,6 +118,13 @@ struct KernelPlan {
   // (the last split block of each sequence and KV head), so it never launches the combine; the
   // general kernel (prefill, mixed steps with larger chunks) still does.
   int decode_attention_max_rows = 0;
+  // That kernel's split, for its latency (Hardware::attention_tile and attention_block): KV tiles
+  // of this many positions; splits that bring its (sequence, KV head) blocks to this many a SM
+  // (one wave: the resident blocks), each at least decode_attention_min_split positions long,
+  // merged through memory (Hardware::attention_merge). 0 positions a tile: no latency modelled.
+  int decode_attention_tile = 0;
+  int decode_attention_blocks_per_sm = 2;
+  int decode_attention_min_split = 0;
   // Where each block's residual add runs. false: in the norm of the next block (a fused residual
   // add + RMSNorm kernel: reads x and the block's output, writes the sum and the normed x). true:
   // in the epilogue of o_proj and down_proj (Backend::matmul_add, x += y·Wᵀ: the GEMM reads and
@@ -216,9 +225,11 @@ struct OpCost {
   double t_math = 0, t_mem = 0;  // seconds, per step
   double wave_efficiency = 1;  // (0, 1]
   double t_overhead = 0;       // kernels x kernel overhead
+  double t_latency = 0;        // seconds per step: the op's dependent chain (a floor; achievable
+                               // model only, 0 where not modelled)
   double e_math = 1, e_mem = 1;  // efficiencies applied (CostOptions::achievable)
   double time = 0;             // predicted seconds per step (GPU time; launch stalls are the step's)
-  Bound bound = Bound::memory; // the larger of T_math / wave_efficiency and T_mem
+  Bound bound = Bound::memory;  // the largest of T_math / wave_efficiency, T_mem and t_latency
   std::string_view format;     // number format of the math (the Precision it came from)
 };
 

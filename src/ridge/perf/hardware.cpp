@@ -138,13 +138,14 @@ class EntryReader {
 };
 
 const std::set<std::string> kFormats = {"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4"};
+// clang-format off
 const std::set<std::string> kEntryKeys = {
-    "name",      "aliases", "architecture", "dense_flops", "memory",          "memory_type",
-    "memory_bandwidth",     "l2",           "sms",         "max_warps_per_sm", "links",
-    "tdp",       "idle_power", "price",     "kernel_overhead", "base",         "measured",
-    "notes",     "launch_overhead", "gemm_launch_overhead", "host_copy_latency",
-    "host_copy_bandwidth", "pinned_copy_bandwidth", "efficiency", "layer_sync",
-    "power_capped_flops", "power_capped_bandwidth"};
+    "name", "aliases", "architecture", "dense_flops", "memory", "memory_type", "memory_bandwidth",
+    "l2", "sms", "max_warps_per_sm", "links", "tdp", "idle_power", "price", "kernel_overhead",
+    "base", "measured", "notes", "launch_overhead", "gemm_launch_overhead", "host_copy_latency",
+    "host_copy_bandwidth", "pinned_copy_bandwidth", "efficiency", "layer_sync", "attention_tile",
+    "attention_block", "attention_merge", "power_capped_flops", "power_capped_bandwidth"};
+// clang-format on
 const std::set<std::string> kEfficiencyKeys = {"gemm_math", "gemm_memory", "attention_math",
                                                "attention_memory", "elementwise"};
 
@@ -226,6 +227,12 @@ Hardware convert(const std::string& origin, const std::string& id, const nlohman
   if (auto o = r.number(e, "pinned_copy_bandwidth", "pinned_copy_bandwidth", {"bandwidth", 1e8, 1e13}))
     hw.pinned_copy_bw = *o;
   if (auto o = r.number(e, "layer_sync", "layer_sync", {"time", 0, 1e-3})) hw.layer_sync_s = *o;
+  if (auto o = r.number(e, "attention_tile", "attention_tile", {"time", 0, 1e-4}))
+    hw.attention_tile_s = *o;
+  if (auto o = r.number(e, "attention_block", "attention_block", {"time", 0, 1e-4}))
+    hw.attention_block_s = *o;
+  if (auto o = r.number(e, "attention_merge", "attention_merge", {"time", 0, 1e-4}))
+    hw.attention_merge_s = *o;
   hw.capped_flops = r.number(e, "power_capped_flops", "power_capped_flops", {"flops", 1e12, 1e17});
   hw.capped_bandwidth =
       r.number(e, "power_capped_bandwidth", "power_capped_bandwidth", {"bandwidth", 1e9, 1e14});
