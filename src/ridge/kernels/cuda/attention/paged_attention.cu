@@ -1402,6 +1402,12 @@ int64_t cluster_split_count(int64_t splits, int64_t blocks, int64_t target) {
   return std::min<int64_t>({splits, kClusterSplits, std::max<int64_t>(1, target / blocks)});
 }
 
+// The least positions a split covers: the cluster merge's floor, or the one that prices the
+// merge through memory.
+int min_split_positions(const PagedAttentionArgs& a, bool cluster) {
+  return std::max(cluster ? a.cluster_min_split_positions : a.min_split_positions, 0);
+}
+
 int default_decode_stages(int head_dim, int max_context) {
   if (head_dim != 128) return 4;
   return max_context <= 1024 ? 2 : 3;
@@ -1603,9 +1609,7 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   splits = std::max(splits, 1);
   if (a.cluster_merge && p.decode) splits = int(cluster_split_count(splits, blocks, target));
   const bool cluster = a.cluster_merge && p.decode && splits <= kClusterSplits;
-  const int min_tiles =
-      (std::max(cluster ? a.cluster_min_split_positions : a.min_split_positions, 0) + kBN - 1) /
-      kBN;
+  const int min_tiles = (min_split_positions(a, cluster) + kBN - 1) / kBN;
   if (min_tiles > 1) splits = std::max(1, std::min(splits, max_tiles / min_tiles));
   p.kv_chunk = ((max_tiles + splits - 1) / splits) * kBN;
   p.num_splits = (std::max(max_ctx, 1) + p.kv_chunk - 1) / p.kv_chunk;
@@ -1643,10 +1647,7 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
   k.group = a.num_q_heads / a.num_kv_heads;
   k.num_splits = p.num_splits;
   k.kv_chunk = p.kv_chunk;
-  k.min_chunk =
-      (std::max(p.cluster_merge ? a.cluster_min_split_positions : a.min_split_positions, 0) + kBN -
-       1) /
-      kBN * kBN;
+  k.min_chunk = (min_split_positions(a, p.cluster_merge) + kBN - 1) / kBN * kBN;
   k.ws_rows = p.num_tokens * a.num_q_heads;
   k.ws_o = p.num_splits > 1 ? static_cast<float*>(workspace) : nullptr;
   k.ws_ml = k.ws_o ? k.ws_o + size_t(p.num_splits) * k.ws_rows * a.head_dim : nullptr;
