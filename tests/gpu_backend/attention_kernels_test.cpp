@@ -586,6 +586,77 @@ TEST_F(GpuBackend, AttentionKernelRefusals) {
   EXPECT_EQ(kn::graph_attention_splits(1, 1, 1, 1, 128, 1 << 20, 132, kWorkspaceBytes), 256);
 }
 
+// The split plan alone (host code: runs without a GPU, so on CI too), worked out by hand from
+// plan_paged_attention's rules: blocks = sequences x KV heads, a target of 264 (2 a SM on 132
+// SMs), splits = ceil(target / blocks) capped by the context's 64-position tiles; with the cluster
+// merge a count within 2 of 8 comes down to one wave (target / blocks, rounded down) and to 8,
+// and splits are at least 64 positions; without it at least min_split_positions (256 here).
+TEST(AttentionPlan, ClusterMergeTakesOneWaveOfOneTileSplits) {
+  struct Case {
+    int seqs, nkv, group, ctx;
+    bool cluster;
+    int splits, chunk;
+    bool merged_in_cluster;
+  };
+  const Case cases[] = {
+      // 32 blocks: ceil(264 / 32) = 9 splits, capped by 3 tiles: 3 one-tile splits, a cluster.
+      {1, 32, 1, 136, true, 3, 64, true},
+      // ... the merge through memory: 256 positions at least, so 1 split.
+      {1, 32, 1, 136, false, 1, 192, false},
+      // 128 blocks: ceil(264 / 128) = 3, but 3 x 128 = 384 blocks are two waves: 264 / 128 = 2
+      // splits of 2 tiles (the last holds 8 positions).
+      {4, 32, 1, 136, true, 2, 128, true},
+      // 4,096 positions, 64 tiles: 9 splits come down to 8, of 8 tiles each.
+      {1, 32, 1, 4096, true, 8, 512, true},
+      // 8 blocks (GQA 4): ceil(264 / 8) = 33 splits, too many for a cluster: the merge through
+      // memory, splits of at least 4 tiles: 16 of 256 positions.
+      {1, 8, 4, 4096, true, 16, 256, false},
+  };
+  for (const Case& c : cases) {
+    std::vector<int32_t> cu(size_t(c.seqs) + 1), ctx(size_t(c.seqs), c.ctx);
+    for (int s = 0; s <= c.seqs; ++s) cu[size_t(s)] = s;
+    kn::PagedAttentionArgs a;
+    a.num_kv_heads = c.nkv;
+    a.num_q_heads = c.nkv * c.group;
+    a.head_dim = 128;
+    a.ld_q = a.ld_out = int64_t(a.num_q_heads) * 128;
+    a.block_size = 16;
+    a.max_blocks_per_seq = 256;
+    a.num_blocks = int64_t(c.seqs) * 256;
+    a.num_seqs = c.seqs;
+    a.scale = 0.088f;
+    a.host_cu_seqlens_q = cu.data();
+    a.host_context_lens = ctx.data();
+    a.cluster_merge = c.cluster;
+    a.min_split_positions = 256;
+    const std::string what = fmt::format("{} x {} KV heads at {} positions, cluster {}", c.seqs,
+                                         c.nkv, c.ctx, c.cluster);
+    const kn::PagedAttentionPlan plan = kn::plan_paged_attention(a, 264, kWorkspaceBytes);
+    EXPECT_TRUE(plan.decode) << what;
+    EXPECT_EQ(plan.num_splits, c.splits) << what;
+    EXPECT_EQ(plan.kv_chunk, c.chunk) << what;
+    EXPECT_EQ(plan.cluster_merge, c.merged_in_cluster) << what;
+  }
+  // Fixed splits (graph mode, no host data): a cluster merge up to 8 of them.
+  kn::PagedAttentionArgs g;
+  g.num_kv_heads = g.num_q_heads = 32;
+  g.head_dim = 128;
+  g.ld_q = g.ld_out = 4096;
+  g.block_size = 16;
+  g.max_blocks_per_seq = 256;
+  g.num_blocks = 256;
+  g.num_seqs = 1;
+  g.max_q_len = 1;
+  g.scale = 0.088f;
+  g.cluster_merge = true;
+  for (const auto& [fixed, cluster] : {std::pair{6, true}, {8, true}, {9, false}, {1, false}}) {
+    g.fixed_splits = fixed;
+    const kn::PagedAttentionPlan plan = kn::plan_paged_attention(g, 264, kWorkspaceBytes);
+    EXPECT_EQ(plan.num_splits, fixed);
+    EXPECT_EQ(plan.cluster_merge, cluster) << fixed << " fixed splits";
+  }
+}
+
 // Sweeps (left out of the sanitizer runs): GQA 1/3/4/8 x hd 64/128 x block sizes 16/32/64 on
 // random decode batches with padding; batch sizes 1..64 at contexts up to 4096.
 TEST_F(GpuBackendLarge, AttentionKernelDecodeSweep) {
