@@ -1168,7 +1168,9 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
   if (a.cluster_merge && !sole) {
     // Split 0 (cluster rank 0) merges the active splits' rows from their shared memory, in the
     // order and with the arithmetic of combine_splits_kernel; the second barrier keeps every peer
-    // (and its shared memory) alive until split 0 has read it.
+    // (and its shared memory) alive until split 0 has read it. The barriers are .aligned: each
+    // warp reconverges first (after thread 0's stamp, and the merge loop's idle threads).
+    __syncwarp();
     sm90::cluster_sync();
     if (split == 0) {
       const uint32_t o_base = sm90::smem_addr(red), m_base = sm90::smem_addr(row_m),
@@ -1198,6 +1200,7 @@ __global__ void __launch_bounds__(kThreads, decode_min_blocks<HD, STAGES, FP8>()
             pack_bf16(acc.x * inv, acc.y * inv);
       }
     }
+    __syncwarp();
     sm90::cluster_sync();
     return;
   }
