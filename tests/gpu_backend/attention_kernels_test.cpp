@@ -294,7 +294,8 @@ kn::PagedAttentionPlan run_variant(const Pools& p, Dev& d, const Batch& b, const
 void run_all_variants(const Pools& p, const Batch& b, bool sweep_stages) {
   Dev d = make_dev(p, b.S, b.T);
   const int64_t max_rows = int64_t(b.max_q_len) * p.group;
-  const bool decode_ok = max_rows <= 16;
+  // The decode kernel: at most 16 rows a sequence, a power-of-two block size of at least 8.
+  const bool decode_ok = max_rows <= 16 && (p.bs & (p.bs - 1)) == 0 && p.bs >= 8;
   std::vector<Variant> vs = {{kn::AttentionPath::automatic, 0, 0, false},
                              {kn::AttentionPath::general, 0, 0, false},
                              {kn::AttentionPath::general, 0, 0, true},
@@ -405,6 +406,11 @@ TEST_F(GpuBackend, AttentionKernelDecodeVariants) {
   run_case({{5, 70}, {3, 5}, {1, 1}}, 2, 3, 128, 16, false);          // 15 rows
   run_case({{3, 40}, {1, 200}}, 1, 16, 128, 16, false);               // group 16: general only
   run_case({{17, 40}, {1, 9}}, 2, 1, 64, 16, false);                  // 17 rows: general only
+  // The least block size of the decode kernel (8: a thread's 8 rows of a tile fill one page),
+  // at both head dims, across many pages; 4 goes to the general kernel (automatic).
+  run_case(decodes({1, 7, 8, 9, 64, 65, 250}, 1), 2, 4, 128, 8, false);
+  run_case(decodes({3, 8, 100, 300}), 2, 1, 64, 8, false);
+  run_case(decodes({1, 5, 70}), 2, 4, 128, 4, false);
 }
 
 // Prefill chunks and mixed batches (the general kernel; auto takes 128-row blocks here): rows
@@ -558,6 +564,15 @@ TEST_F(GpuBackend, AttentionKernelRefusals) {
   EXPECT_THROW(kn::plan_paged_attention(a, 100, kWorkspaceBytes), std::exception);
   a.max_q_len = 5;  // 5 * 4 rows do not fit the decode tile
   EXPECT_THROW(kn::plan_paged_attention(a, 100, kWorkspaceBytes), std::exception);
+  {  // a block size under 8 is refused by the decode kernel and taken by the general one
+    const Pools p4 = make_pools(2, 4, 64, 4, 16, 8);
+    const Batch b4 = make_batch(p4, decodes({5, 20}));
+    Dev d4 = make_dev(p4, b4.S, b4.T);
+    kn::PagedAttentionArgs a4 = args_for(p4, d4, b4, {kn::AttentionPath::decode, 0, 0, false});
+    EXPECT_THROW(kn::plan_paged_attention(a4, 100, kWorkspaceBytes), std::exception);
+    a4 = args_for(p4, d4, b4, {kn::AttentionPath::automatic, 0, 0, false});
+    EXPECT_FALSE(kn::plan_paged_attention(a4, 100, kWorkspaceBytes).decode);
+  }
   a = args_for(p, d, b, {kn::AttentionPath::decode, 257, 0, false});
   EXPECT_THROW(kn::plan_paged_attention(a, 100, kWorkspaceBytes), std::exception);
   a = args_for(p, d, b, {kn::AttentionPath::decode, 200, 0, false});

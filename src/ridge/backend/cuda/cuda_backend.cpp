@@ -1138,8 +1138,7 @@ namespace {
 // Sequences at the head of a planned call that the decode kernel can take (q_len * group <= 16,
 // a power-of-two block size), from the host mirrors.
 int32_t leading_decodes(const kernels::PagedAttentionArgs& a) {
-  if (a.block_size <= 0 || (a.block_size & (a.block_size - 1)) != 0 || a.num_kv_heads <= 0)
-    return 0;
+  if (!kernels::decode_block_size_ok(a.block_size) || a.num_kv_heads <= 0) return 0;
   const int group = a.num_q_heads / a.num_kv_heads;
   int32_t n = 0;
   while (n < a.num_seqs &&

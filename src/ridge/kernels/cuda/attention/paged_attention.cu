@@ -107,6 +107,7 @@ constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kDecRows = 16;   // rows of the decode kernel's tile
 constexpr int kDecWarpN = kBN / kWarps;  // KV positions per warp per tile (16)
+constexpr int kDecMinBlock = 8;          // the decode kernels' least block size (KvTileLoader)
 constexpr int kMaxSplits = 256;
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -693,14 +694,23 @@ __device__ __forceinline__ void decode_tile(const uint16_t* ks, const uint16_t* 
     } else {
       // ldmatrix.x4 gives both n-tiles' b0/b1 per k-step (matrix i = lane / 8: n-tile i / 2, k
       // half i % 2).
+      // The odd k-steps accumulate apart (s2) and are added at the end: four chains of KSTEPS / 2
+      // dependent MMAs instead of two of KSTEPS. With one warp a sub-partition at batch 1 nothing
+      // else hides an MMA's latency, and this chain is the head of the tile's critical path.
       const uint16_t* krow = kt + ((lane >> 4) * 8 + (lane & 7)) * SROW + ((lane >> 3) & 1) * 8;
+      float s2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
       for (int k = 0; k < KSTEPS; ++k) {
         uint32_t b[4];
         ldmatrix_x4(b, krow + k * 16);
-        mma_16816<false>(s[0], qa[k], b[0], b[1]);
-        mma_16816<false>(s[1], qa[k], b[2], b[3]);
+        float(&acc)[2][4] = k % 2 ? s2 : s;
+        mma_16816<false>(acc[0], qa[k], b[0], b[1]);
+        mma_16816<false>(acc[1], qa[k], b[2], b[3]);
       }
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] += s2[n][e];
     }
   }
   // Mask, scale, online softmax.
@@ -722,7 +732,7 @@ __device__ __forceinline__ void decode_tile(const uint16_t* ks, const uint16_t* 
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
     const float m_new = fmaxf(m[h], mx[h]);
     base[h] = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[h] = exp2f(m[h] - base[h]);  // 0 while the row has seen nothing
+    alpha[h] = exp2_ftz(m[h] - base[h]);  // 0 while the row has seen nothing
     m[h] = m_new;
     l[h] *= alpha[h];
   }
@@ -737,7 +747,7 @@ __device__ __forceinline__ void decode_tile(const uint16_t* ks, const uint16_t* 
   for (int n = 0; n < 2; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[n][e] = exp2f(s[n][e] - base[e / 2]);
+      s[n][e] = exp2_ftz(s[n][e] - base[e / 2]);  // one MUFU each (exp2f: four, in a chain)
       l[e / 2] += s[n][e];
     }
   // O += P V over the warp's 16 positions (one k-step).
@@ -872,9 +882,12 @@ __device__ __forceinline__ float2 sum_warps(const float* row, int stride, int d)
 
 // KV tiles into the decode kernels' rings (bf16 rows ks / vs, or E4M3 rows
 // [STAGES][K, V][kBN][FROW] where ks starts): 16-byte copies, HD / 8 (fp8: HD / 16) a row, so
-// that the 128 threads cover LSTEP rows a round; this thread copies rows lj + i * LSTEP
-// (i < LCOPIES) of every tile, chunk lc. Made once a block (the per-thread constants), then
-// load() for each tile.
+// that the 128 threads cover LSTEP rows a round; this thread copies the LCOPIES consecutive rows
+// lj * LCOPIES + i (i < LCOPIES, at most 8) of every tile, chunk lc. A tile starts on a multiple
+// of 64 and pages hold at least kDecMinBlock = 8 positions (a power of two), so a thread's rows
+// lie in one page: one page lookup a tile, and its copies are one 64-bit offset plus multiples of
+// a row (the shared addresses immediates). Each copy instruction of a warp still reads whole
+// rows (32 / LCH of them). Made once a block (the per-thread constants), then load() a tile.
 template <int HD, bool FP8>
 struct KvTileLoader {
   static constexpr int SROW = smem_row<HD>();
@@ -882,6 +895,7 @@ struct KvTileLoader {
   static constexpr int LCH = FP8 ? HD / 16 : HD / 8;
   static constexpr int LSTEP = kThreads / LCH;
   static constexpr int LCOPIES = kBN / LSTEP;
+  static_assert(LCOPIES <= kDecMinBlock, "a thread's rows of a tile must share a page");
   const KernelArgs& a;
   uint16_t* ks;
   uint16_t* vs;
@@ -904,33 +918,33 @@ struct KvTileLoader {
         last_blk(args.max_blocks_per_seq - 1) {}
 
   // The tile at positions tile0 .. of KV head kvh into stage `stage`, through `table` (a
-  // sequence's page-table row). The tile's page lookups (independent loads, in flight together)
-  // come before its copies, clamped to the row's last entry (no branch). Positions at or past
-  // kv_end, and pages outside the pool, are zero-filled; skip(pos) true: that row is not copied
-  // at all (a decode kernel's new rows, loaded in another group).
+  // sequence's page-table row; the lookup clamped to the row's last entry, no branch). Positions
+  // at or past kv_end, and a page outside the pool, are zero-filled (their source address stays
+  // inside page 0); skip(pos) true: that row is not copied at all (a decode kernel's new rows,
+  // loaded in another group).
   template <typename Skip>
   __device__ __forceinline__ void load(const int32_t* table, int64_t head_off, int tile0,
                                        int kv_end, int stage, Skip skip) const {
-    const int p0 = tile0 + lj;
-    int pg[LCOPIES];
-#pragma unroll
-    for (int i = 0; i < LCOPIES; ++i)
-      pg[i] = __ldg(table + min((p0 + i * LSTEP) >> a.bs_shift, last_blk));
+    const int p0 = tile0 + lj * LCOPIES;
+    const int pg = __ldg(table + min(p0 >> a.bs_shift, last_blk));
+    const bool page_ok = unsigned(pg) < unsigned(a.num_blocks_i);
+    const int64_t off0 =
+        int64_t(page_ok ? pg : 0) * page_elems + (p0 & bs_mask) * row_elems + head_off;
+    const int r0 = (stage * (FP8 ? 2 : 1) * kBN + lj * LCOPIES);
 #pragma unroll
     for (int i = 0; i < LCOPIES; ++i) {
-      const int pos = p0 + i * LSTEP;
+      const int pos = p0 + i;
       if (skip(pos)) continue;
-      const bool valid = pos < kv_end && unsigned(pg[i]) < unsigned(a.num_blocks_i);
-      const int64_t off =
-          int64_t(valid ? pg[i] : 0) * page_elems + (pos & bs_mask) * row_elems + head_off;
+      const bool valid = page_ok && pos < kv_end;
+      const int64_t off = off0 + int64_t(i) * row_elems;
       if constexpr (FP8) {
         uint8_t* ring8 = reinterpret_cast<uint8_t*>(ks);
-        const int r = (stage * 2 * kBN + lj + i * LSTEP) * FROW + lc * 16;
+        const int r = (r0 + i) * FROW + lc * 16;
         cp_async_16(ring8 + r, reinterpret_cast<const uint8_t*>(a.k_pool) + off, valid);
         cp_async_16(ring8 + r + kBN * FROW, reinterpret_cast<const uint8_t*>(a.v_pool) + off,
                     valid);
       } else {
-        const int r = (stage * kBN + lj + i * LSTEP) * SROW + lc * 8;
+        const int r = (r0 + i) * SROW + lc * 8;
         cp_async_16(ks + r, a.k_pool + off, valid);
         cp_async_16(vs + r, a.v_pool + off, valid);
       }
@@ -1438,6 +1452,10 @@ void init_paged_attention() {
   set_decode_smem<128, 3, true>();
 }
 
+bool decode_block_size_ok(int block_size) {
+  return block_size >= kDecMinBlock && (block_size & (block_size - 1)) == 0;
+}
+
 size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim) {
   return size_t(std::max<int64_t>(num_tokens, 0)) * size_t(std::max(num_q_heads, 0)) *
          size_t(std::max(head_dim, 0) + 2) * sizeof(float);
@@ -1547,11 +1565,10 @@ PagedAttentionPlan plan_paged_attention(const PagedAttentionArgs& a, int target_
   PagedAttentionPlan p;
   // The kernel: decode when all rows of a sequence fit one 16-row tile.
   const int64_t rows_bound = fixed ? int64_t(a.max_q_len) * group : max_rows;
-  const bool pow2_blocks = (a.block_size & (a.block_size - 1)) == 0;
-  const bool decode_fits = rows_bound <= kDecRows && pow2_blocks;
+  const bool decode_fits = rows_bound <= kDecRows && decode_block_size_ok(a.block_size);
   RIDGE_KERNEL_EXPECT(a.path != AttentionPath::decode || decode_fits, kName,
                       "the decode kernel takes at most 16 rows (q_len * group) per sequence and "
-                      "a power-of-two block size, got " +
+                      "a power-of-two block size of at least 8, got " +
                           int_text(rows_bound) + " rows, block size " + int_text(a.block_size));
   p.decode = a.path == AttentionPath::decode || (a.path == AttentionPath::automatic && decode_fits);
   p.decode_rows = int(std::min<int64_t>(std::max<int64_t>(rows_bound, 1), kDecRows));

@@ -7,7 +7,8 @@
 //     q_len * group rows, the 4 warps of a block each taking their own 16 of every 64 KV
 //     positions, K/V streamed through a 2-4 stage cp.async ring (32 KB per stage at hd 128), the
 //     warps' softmax states merged in shared memory. Used when every sequence has
-//     q_len * group <= 16 (decode, small GQA groups, short speculative chunks).
+//     q_len * group <= 16 (decode, small GQA groups, short speculative chunks) and the block
+//     size is a power of two of at least 8 (a thread's rows of a tile then share a page).
 // Both split the KV range across thread blocks (flash decoding) when the batch alone would not
 // fill the GPU; a combine kernel merges the splits. The split is either planned on the host from
 // the host mirrors (fixed_splits == 0) or fixed (fixed_splits > 0: each block derives its
@@ -39,8 +40,9 @@
 namespace ridge::kernels {
 
 // Which kernel runs a call. automatic: the decode kernel when every sequence has
-// q_len * group <= 16 (in fixed-split mode: max_q_len * group <= 16), else the general one.
-// general / decode force one (tests and benchmarks; decode throws where rows exceed 16).
+// q_len * group <= 16 (in fixed-split mode: max_q_len * group <= 16) and the block size is a
+// power of two >= 8, else the general one. general / decode force one (tests and benchmarks;
+// decode throws where rows exceed 16 or the block size does not fit).
 enum class AttentionPath : int { automatic = 0, general = 1, decode = 2 };
 
 struct PagedAttentionArgs {
@@ -114,7 +116,9 @@ struct PagedAttentionArgs {
   // ticket, no combine (the split counters are then unused). Its splits are then at least
   // cluster_min_split_positions long (fixed-split mode; planned: the split count's floor), instead
   // of min_split_positions, which prices the global merge. false: the global merge as before.
-  // Off until it has run on a GPU (the kernel tests take it on explicitly).
+  // Off: on an H100 (run 43) it was level at batch 1 and 128 positions (-9 us a 4.8 ms step) and
+  // 2.6 % slower at 1,024 (8 one- to two-tile splits in clusters against 4 merged through memory);
+  // the kernel tests take it on explicitly.
   bool cluster_merge = false;
   int cluster_min_split_positions = 64;
 };
@@ -168,6 +172,9 @@ inline constexpr int kAttentionBlocksPerSm = 2;
 int graph_attention_splits(int num_seqs, int max_q_len, int num_kv_heads, int group, int head_dim,
                            int max_context, int sm_count, size_t workspace_bytes,
                            int blocks_per_sm = kAttentionBlocksPerSm);
+
+// Whether the decode kernel takes pages of `block_size` positions: a power of two, at least 8.
+bool decode_block_size_ok(int block_size);
 
 // Workspace bytes of one split: num_tokens * nh * (hd + 2) * 4 (O as fp32 plus (m, l)).
 size_t paged_attention_split_bytes(int64_t num_tokens, int num_q_heads, int head_dim);
