@@ -1136,7 +1136,7 @@ bool CudaBackend::matmul_rope_kv(const Stream& s, const Tensor& x, const Tensor&
 
 namespace {
 // Sequences at the head of a planned call that the decode kernel can take (q_len * group <= 16,
-// a power-of-two block size), from the host mirrors.
+// a block size it takes: kernels::decode_block_size_ok), from the host mirrors.
 int32_t leading_decodes(const kernels::PagedAttentionArgs& a) {
   if (!kernels::decode_block_size_ok(a.block_size) || a.num_kv_heads <= 0) return 0;
   const int group = a.num_q_heads / a.num_kv_heads;

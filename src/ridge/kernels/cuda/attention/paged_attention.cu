@@ -919,9 +919,9 @@ struct KvTileLoader {
 
   // The tile at positions tile0 .. of KV head kvh into stage `stage`, through `table` (a
   // sequence's page-table row; the lookup clamped to the row's last entry, no branch). Positions
-  // at or past kv_end, and a page outside the pool, are zero-filled (their source address stays
-  // inside page 0); skip(pos) true: that row is not copied at all (a decode kernel's new rows,
-  // loaded in another group).
+  // at or past kv_end, and a page outside the pool, are zero-filled (their source addresses stay
+  // inside the pool: the page itself, or page 0 for one outside); skip(pos) true: that row is not
+  // copied at all (a decode kernel's new rows, loaded in another group).
   template <typename Skip>
   __device__ __forceinline__ void load(const int32_t* table, int64_t head_off, int tile0,
                                        int kv_end, int stage, Skip skip) const {
@@ -930,7 +930,7 @@ struct KvTileLoader {
     const bool page_ok = unsigned(pg) < unsigned(a.num_blocks_i);
     const int64_t off0 =
         int64_t(page_ok ? pg : 0) * page_elems + (p0 & bs_mask) * row_elems + head_off;
-    const int r0 = (stage * (FP8 ? 2 : 1) * kBN + lj * LCOPIES);
+    const int r0 = stage * (FP8 ? 2 : 1) * kBN + lj * LCOPIES;  // the first row in the ring
 #pragma unroll
     for (int i = 0; i < LCOPIES; ++i) {
       const int pos = p0 + i;
