@@ -255,7 +255,7 @@ TEST(Execution, DecodeAttentionMergesItsSplitsTheGeneralKernelCombines) {
 }
 
 // The decode attention kernel's dependent chain (docs/KERNELS.md, "Run 42"; Hardware::
-// attention_block 2 us, attention_tile 1 us, attention_merge 1.5 us by default): a floor under
+// attention_block 2 us, attention_tile 0.67 us, attention_merge 1.5 us by default): a floor under
 // its memory time where few (sequence, KV head) blocks each walk several tiles, split as ridge
 // splits them (one wave of 2 blocks a SM, splits of at least 256 positions), in the achievable
 // model only.
@@ -264,25 +264,25 @@ TEST(Execution, DecodeAttentionLatencyAtFewBlocks) {
   const CostOptions ridge = CostOptions::ridge(Launch::graph);
   // Batch 1 at context 192: 193 positions, 4 tiles; 32 blocks would split 9 ways (264 / 32,
   // rounded up) but splits are at least 4 tiles: 1 split, one wave of 32 blocks of 4 tiles:
-  // 2 + 4 x 0.75 = 5 us a layer, 160 us over 32 layers. Its KV, 32 x 193 x 16 KB = 101 MB, streams
-  // in 101e6 / (4.8e12 x 0.7) = 30 us: latency-bound.
+  // 2 + 4 x 0.67 = 4.68 us a layer, 149.76 us over 32 layers. Its KV, 32 x 193 x 16 KB = 101 MB,
+  // streams in 101e6 / (4.8e12 x 0.7) = 30 us: latency-bound.
   const OpCost b1 =
       predict_step(llama2_7b(), h200, StepShape::decode(1, 192), ridge).op("attn_decode");
   EXPECT_EQ(b1.bound, Bound::latency);
-  EXPECT_NEAR(b1.t_latency, 32 * 5e-6, 1e-12);
-  EXPECT_NEAR(b1.time, 32 * 5e-6 + 32 * 2e-6, 1e-12);  // + 32 kernels' overhead
+  EXPECT_NEAR(b1.t_latency, 32 * 4.68e-6, 1e-12);
+  EXPECT_NEAR(b1.time, 32 * 4.68e-6 + 32 * 2e-6, 1e-12);  // + 32 kernels' overhead
   // Batch 1 at context 2047: 2048 positions, 32 tiles; 9 splits of ceil(32 / 9) = 4 tiles: 8
-  // active splits, 256 blocks, one wave: 2 + 4 x 0.75 + the merge 1.5 = 6.5 us a layer.
+  // active splits, 256 blocks, one wave: 2 + 4 x 0.67 + the merge 1.5 = 6.18 us a layer.
   const OpCost b1l =
       predict_step(llama2_7b(), h200, StepShape::decode(1, 2047), ridge).op("attn_decode");
-  EXPECT_NEAR(b1l.t_latency, 32 * 6.5e-6, 1e-12);
+  EXPECT_NEAR(b1l.t_latency, 32 * 6.18e-6, 1e-12);
   // 512 sequences at context 1024: 16,384 blocks unsplit, 17 tiles each, 63 waves of 264: 63 x
-  // (2 + 17 x 0.75) = 929.25 us a layer; their KV, 512 x 1025 x 16 KB = 8.6 GB a layer, takes 2.56
+  // (2 + 17 x 0.67) = 843.57 us a layer; their KV, 512 x 1025 x 16 KB = 8.6 GB a layer, takes 2.56
   // ms at 4.8 TB/s x 0.7: memory-bound, the floor below it.
   const OpCost big =
       predict_step(llama2_7b(), h200, StepShape::decode(512, 1024), ridge).op("attn_decode");
   EXPECT_EQ(big.bound, Bound::memory);
-  EXPECT_NEAR(big.t_latency, 32 * 63 * 14.75e-6, 1e-9);
+  EXPECT_NEAR(big.t_latency, 32 * 63 * 13.39e-6, 1e-9);
   EXPECT_GT(big.time, big.t_latency);
   // The roofline (no efficiencies) has no floor: the bare KV stream.
   CostOptions roof = ridge;
@@ -540,27 +540,27 @@ TEST(Execution, RidgeFusedDecodeOnTheTinyModel) {
   const StepCost e = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
                                   CostOptions::ridge(Launch::eager, true, true, kRopeKvOnly));
   EXPECT_EQ(g.kernels, 20);
-  // The decode attention kernel's chain (Hardware defaults, docs/KERNELS.md "Run 42" and "Run
-  // 43"): one wave of (sequence, KV head) blocks of 1 tile (11 positions), attention_block 2 us +
-  // 1 x attention_tile 0.75 us = 2.75 us a layer, far above its work.
+  // The decode attention kernel's chain (Hardware defaults, docs/KERNELS.md "Run 42" to "Run
+  // 44"): one wave of (sequence, KV head) blocks of 1 tile (11 positions), attention_block 2 us +
+  // 1 x attention_tile 0.67 us = 2.67 us a layer, far above its work.
   EXPECT_EQ(g.op("attn_decode").bound, Bound::latency);
-  EXPECT_NEAR(g.op("attn_decode").t_latency, 2 * 2.75e-6, 1e-12);
-  // Graph: one launch 10 us + 20 nodes x 2 us + 2 layers x 2.75 us of attention = 55.5 us.
-  EXPECT_NEAR(g.t_gpu + g.t_launch_stall, 55.5e-6, 0.02e-6);
+  EXPECT_NEAR(g.op("attn_decode").t_latency, 2 * 2.67e-6, 1e-12);
+  // Graph: one launch 10 us + 20 nodes x 2 us + 2 layers x 2.67 us of attention = 55.34 us.
+  EXPECT_NEAR(g.t_gpu + g.t_launch_stall, 55.34e-6, 0.02e-6);
   // Eager: 11 launches x 10 us + 9 GEMM calls x 20 us + the last kernel's 2 us = 292 us.
   EXPECT_NEAR(e.t_gpu + e.t_launch_stall, 292e-6, 0.02e-6);
   // All three fusions: per layer qkv_proj, attention, o_proj, gate_up_proj, down_proj = 5;
   // outside: embedding, the first layer's attn_norm, gather_rows, final_norm, lm_head = 5.
-  // 2 x 5 + 5 = 15 kernels, still 9 GEMMs. Graph: 10 + 15 x 2 + 2 x 2.75 (attention's chain) =
-  // 45.5 us (the minimal engine's 24 kernels: 58 us); eager: 6 x 10 + 9 x 20 + 2 = 242 us (332
-  // us), attention's 2.75 us hidden behind the next launch's 10.
+  // 2 x 5 + 5 = 15 kernels, still 9 GEMMs. Graph: 10 + 15 x 2 + 2 x 2.67 (attention's chain) =
+  // 45.34 us (the minimal engine's 24 kernels: 58 us); eager: 6 x 10 + 9 x 20 + 2 = 242 us (332
+  // us), attention's 2.67 us hidden behind the next launch's 10.
   const auto all = Fusions::all();
   const StepCost ga = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
                                    CostOptions::ridge(Launch::graph, true, true, all));
   const StepCost ea = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
                                    CostOptions::ridge(Launch::eager, true, true, all));
   EXPECT_EQ(ga.kernels, 15);
-  EXPECT_NEAR(ga.t_gpu + ga.t_launch_stall, 45.5e-6, 0.02e-6);
+  EXPECT_NEAR(ga.t_gpu + ga.t_launch_stall, 45.34e-6, 0.02e-6);
   EXPECT_NEAR(ea.t_gpu + ea.t_launch_stall, 242e-6, 0.02e-6);
 }
 
@@ -792,7 +792,7 @@ TEST(Execution, PersistentDecodeKernelIsOneOpOfTheLayersBytes) {
   // The field as a profile sets it (and data/hardware.json's estimate); out of range is refused
   // naming it.
   EXPECT_DOUBLE_EQ(db().get("h200").layer_sync_s, 16e-6);
-  EXPECT_DOUBLE_EQ(db().get("h200").attention_tile_s, 0.75e-6);
+  EXPECT_DOUBLE_EQ(db().get("h200").attention_tile_s, 0.67e-6);
   EXPECT_DOUBLE_EQ(db().get("h200").attention_block_s, 2e-6);
   EXPECT_DOUBLE_EQ(db().get("h200").attention_merge_s, 1.5e-6);
   auto prof = make_profile("h200-sync", "h200", "x", {{"layer_sync", 18.5, "us", "test"}});

@@ -66,13 +66,13 @@ struct Hardware {
   // round trips through L2 that nothing overlaps (phase releases, tickets, attention's loads and
   // merge), each slower while the stream fills the memory system (docs/KERNELS.md, "Run 17").
   double layer_sync_s = 16e-6;
-  // The decode attention kernel's latency at few blocks (docs/KERNELS.md, "Run 42" and "Run
-  // 43"): a block with one warp a sub-partition hides none of its tile's latencies, so a launch
+  // The decode attention kernel's latency at few blocks (docs/KERNELS.md, "Run 42" to "Run
+  // 44"): a block with one warp a sub-partition hides none of its tile's latencies, so a launch
   // of one wave takes attention_block (its round trips before the first tile and its warps'
   // merge) plus attention_tile per 64-position KV tile of its longest block, plus
   // attention_merge when its KV splits merge through memory (partials, fence, ticket, reads:
   // three L2 round trips).
-  double attention_tile_s = 0.75e-6;
+  double attention_tile_s = 0.67e-6;
   double attention_block_s = 2.0e-6;
   double attention_merge_s = 1.5e-6;
   // Fractions of this entry's roofline that real kernels reach (used when
