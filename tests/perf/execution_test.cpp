@@ -271,11 +271,31 @@ TEST(Execution, DecodeAttentionLatencyAtFewBlocks) {
   EXPECT_EQ(b1.bound, Bound::latency);
   EXPECT_NEAR(b1.t_latency, 32 * 4.68e-6, 1e-12);
   EXPECT_NEAR(b1.time, 32 * 4.68e-6 + 32 * 2e-6, 1e-12);  // + 32 kernels' overhead
-  // Batch 1 at context 2047: 2048 positions, 32 tiles; 9 splits of ceil(32 / 9) = 4 tiles: 8
-  // active splits, 256 blocks, one wave: 2 + 4 x 0.67 + the merge 1.5 = 6.18 us a layer.
+  // Batch 1 at context 2047: 2048 positions, 32 tiles; 9 splits rounded to one wave, 8 (264 /
+  // 32), of 4 tiles: 8 active splits, 256 blocks, one wave: 2 + 4 x 0.67 + the merge 1.5 = 6.18 us
+  // a layer.
   const OpCost b1l =
       predict_step(llama2_7b(), h200, StepShape::decode(1, 2047), ridge).op("attn_decode");
   EXPECT_NEAR(b1l.t_latency, 32 * 6.18e-6, 1e-12);
+  // Batch 4 at context 1023: 1024 positions, 16 tiles; 128 blocks would split 3 ways (264 / 128,
+  // rounded up). A graph launch rounds a count of 2-10 down to one wave (264 / 128 = 2), as
+  // kernels::graph_attention_splits does: chunks of 8 tiles, 2 active, 256 blocks, one wave:
+  // 2 + 8 x 0.67 + 1.5 = 8.86 us a layer. An eager launch keeps 3: chunks of max(ceil(16 / 3),
+  // 4) = 6 tiles, 3 active, 384 blocks in 2 waves: 2 x (2 + 6 x 0.67) + 1.5 = 13.54 us.
+  const OpCost b4g =
+      predict_step(llama2_7b(), h200, StepShape::decode(4, 1023), ridge).op("attn_decode");
+  EXPECT_NEAR(b4g.t_latency, 32 * 8.86e-6, 1e-12);
+  const OpCost b4e =
+      predict_step(llama2_7b(), h200, StepShape::decode(4, 1023), CostOptions::ridge(Launch::eager))
+          .op("attn_decode");
+  EXPECT_NEAR(b4e.t_latency, 32 * 13.54e-6, 1e-12);
+  // Batch 1 at context 2047 eager: 9 splits of ceil(32 / 9) = 4 tiles, 8 active: the same 6.18
+  // us as the graph's 8.
+  EXPECT_NEAR(
+      predict_step(llama2_7b(), h200, StepShape::decode(1, 2047), CostOptions::ridge(Launch::eager))
+          .op("attn_decode")
+          .t_latency,
+      32 * 6.18e-6, 1e-12);
   // 512 sequences at context 1024: 16,384 blocks unsplit, 17 tiles each, 63 waves of 264: 63 x
   // (2 + 17 x 0.67) = 843.57 us a layer; their KV, 512 x 1025 x 16 KB = 8.6 GB a layer, takes 2.56
   // ms at 4.8 TB/s x 0.7: memory-bound, the floor below it.

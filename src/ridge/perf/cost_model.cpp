@@ -296,17 +296,22 @@ bool mixed_decode_own_launch(const model::ModelConfig& cfg, const Hardware& hw,
 // (kernels::plan_paged_attention / graph_attention_splits with the backend's minimum split): the
 // (sequence, KV head) blocks split up to one wave of the resident blocks, the longest block's
 // tiles each taking attention_tile after attention_block, one chain per wave, and the merge
-// through memory when the KV splits. 0 when the plan models no latency.
+// through memory when the KV splits; in graph launches the split count rounded to one wave as
+// the kernels round it (KernelPlan::decode_attention_round_splits). 0 when the plan models no
+// latency.
 double decode_attention_latency(const model::ModelConfig& cfg, const Hardware& hw,
-                                const StepAggregate& s, const KernelPlan& kp) {
+                                const StepAggregate& s, const KernelPlan& kp, bool graph) {
   if (kp.decode_attention_tile <= 0 || s.decode_seqs <= 0) return 0.0;
   const int64_t tile = kp.decode_attention_tile;
   const int64_t blocks = s.decode_seqs * std::max<int64_t>(1, cfg.n_kv_heads);
   const int64_t slots =
       std::max<int64_t>(1, int64_t(kp.decode_attention_blocks_per_sm) * hw.sms.value_or(1));
   const int64_t max_tiles = std::max<int64_t>(1, (s.max_kv_tokens + tile - 1) / tile);
-  const int64_t splits =
+  int64_t splits =
       blocks >= slots ? 1 : std::min<int64_t>((slots + blocks - 1) / blocks, max_tiles);
+  const int64_t round = kp.decode_attention_round_splits;
+  if (graph && round > 0 && splits > 1 && splits <= round + 2)
+    splits = std::min<int64_t>({splits, round, std::max<int64_t>(1, slots / blocks)});
   const int64_t min_tiles = std::max<int64_t>(1, (kp.decode_attention_min_split + tile - 1) / tile);
   const int64_t chunk = std::min(max_tiles, std::max((max_tiles + splits - 1) / splits, min_tiles));
   const int64_t active = (max_tiles + chunk - 1) / chunk;
@@ -366,6 +371,7 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusion
   k.decode_attention_tile = 64;              // kBN
   k.decode_attention_blocks_per_sm = 2;      // kernels::kAttentionBlocksPerSm
   k.decode_attention_min_split = 256;        // CudaBackend: attention_min_split()
+  k.decode_attention_round_splits = 8;       // kernels: kClusterSplits (cluster_split_count)
   k.residual_in_matmul = true;               // Backend::matmul_add (cuBLASLt beta = 1, or the
                                              // skinny / sm90 GEMMs' residual epilogue)
   // kernels::skinny_prologue_max_tokens: the skinny GEMM's prologue, where switched on.
@@ -525,7 +531,8 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     o.per_layer = true;
     o.flops = Ld * per_pair * double(s.decode_kv_tokens);
     o.bytes = Ld * (2.0 * double(s.decode_seqs) * q * ab + double(s.decode_kv_tokens) * 2.0 * kv * kvb);
-    if (decode_kernel && !shared) o.t_latency = Ld * decode_attention_latency(cfg, hw, s, kp);
+    if (decode_kernel && !shared)
+      o.t_latency = Ld * decode_attention_latency(cfg, hw, s, kp, opt.launch == Launch::graph);
     b.add(o);
   }
   const bool fold_mlp_norm = kp.mlp_norm_folded(T);

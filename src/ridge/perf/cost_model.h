@@ -125,6 +125,10 @@ struct KernelPlan {
   int decode_attention_tile = 0;
   int decode_attention_blocks_per_sm = 2;
   int decode_attention_min_split = 0;
+  // In graph launches (kernels::graph_attention_splits, cluster_split_count) a split count of 2
+  // to this + 2 comes down to one wave (the resident blocks over the (sequence, KV head) blocks,
+  // rounded down) and to this many; eager launches keep the rounded-up count. 0: no rounding.
+  int decode_attention_round_splits = 0;
   // Where each block's residual add runs. false: in the norm of the next block (a fused residual
   // add + RMSNorm kernel: reads x and the block's output, writes the sum and the normed x). true:
   // in the epilogue of o_proj and down_proj (Backend::matmul_add, x += y·Wᵀ: the GEMM reads and
