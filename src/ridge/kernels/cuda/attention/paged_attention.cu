@@ -159,10 +159,6 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(valid ? 16 : 0));
 }
-// Brings a line into L1 without waiting for it (no register written).
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -890,8 +886,7 @@ __device__ __forceinline__ float2 sum_warps(const float* row, int stride, int d)
 // rows (32 / LCH of them). Made once a block (the per-thread constants), then load() a tile.
 template <int HD, bool FP8>
 struct KvTileLoader {
-  static constexpr int SROW = smem_row<HD>();
-  static constexpr int FROW = fp8_row<HD>();
+  static constexpr int ROW = FP8 ? fp8_row<HD>() : smem_row<HD>();  // ring row: bytes / elements
   static constexpr int LCH = FP8 ? HD / 16 : HD / 8;
   static constexpr int LSTEP = kThreads / LCH;
   static constexpr int LCOPIES = kBN / LSTEP;
@@ -939,12 +934,11 @@ struct KvTileLoader {
       const int64_t off = off0 + int64_t(i) * row_elems;
       if constexpr (FP8) {
         uint8_t* ring8 = reinterpret_cast<uint8_t*>(ks);
-        const int r = (r0 + i) * FROW + lc * 16;
+        const int r = (r0 + i) * ROW + lc * 16;
         cp_async_16(ring8 + r, reinterpret_cast<const uint8_t*>(a.k_pool) + off, valid);
-        cp_async_16(ring8 + r + kBN * FROW, reinterpret_cast<const uint8_t*>(a.v_pool) + off,
-                    valid);
+        cp_async_16(ring8 + r + kBN * ROW, reinterpret_cast<const uint8_t*>(a.v_pool) + off, valid);
       } else {
-        const int r = (r0 + i) * SROW + lc * 8;
+        const int r = (r0 + i) * ROW + lc * 8;
         cp_async_16(ks + r, a.k_pool + off, valid);
         cp_async_16(vs + r, a.v_pool + off, valid);
       }
@@ -1425,6 +1419,26 @@ int min_split_positions(const PagedAttentionArgs& a, bool cluster) {
   return std::max(cluster ? a.cluster_min_split_positions : a.min_split_positions, 0);
 }
 
+// One plan's launches at head dim HD: the decode or the general kernel, and the combine of its
+// splits where no kernel merges them.
+template <int HD>
+void launch_attention(const KernelArgs& k, const PagedAttentionArgs& a, const PagedAttentionPlan& p,
+                      bool separate_combine, cudaStream_t stream) {
+  if (p.decode) {
+    launch_decode_stages<HD>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits, a.num_seqs,
+                             stream);
+  } else {
+    const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
+                    unsigned(a.num_seqs * p.num_splits));
+    launch_general<HD>(k, a.kv_fp8, p.block_rows, grid, stream);
+  }
+  if (!separate_combine) return;
+  const unsigned blocks = unsigned((k.ws_rows + kThreads / 32 - 1) / (kThreads / 32));
+  RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<HD>, dim3(blocks), dim3(kThreads), 0,
+                                   stream, k.ws_o, k.ws_ml, k.ws_rows, p.num_splits, k.nh,
+                                   a.cu_seqlens_q, a.num_seqs, a.out, a.ld_out));
+}
+
 int default_decode_stages(int head_dim, int max_context) {
   if (head_dim != 128) return 4;
   return max_context <= 1024 ? 2 : 3;
@@ -1681,38 +1695,10 @@ void paged_attention_bf16(const PagedAttentionArgs& a, const PagedAttentionPlan&
                    ? a.split_counters
                    : nullptr;
   const bool separate_combine = p.num_splits > 1 && k.counters == nullptr && !p.cluster_merge;
-  const unsigned combine_blocks = unsigned((k.ws_rows + kThreads / 32 - 1) / (kThreads / 32));
-  if (a.head_dim == 64) {
-    if (p.decode) {
-      launch_decode_stages<64>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
-                               a.num_seqs, stream);
-    } else {
-      const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
-                      unsigned(a.num_seqs * p.num_splits));
-      launch_general<64>(k, a.kv_fp8, p.block_rows, grid, stream);
-    }
-    if (separate_combine) {
-      RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<64>, dim3(combine_blocks),
-                                       dim3(kThreads), 0, stream, k.ws_o, k.ws_ml, k.ws_rows,
-                                       p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out,
-                                       a.ld_out));
-    }
-  } else {
-    if (p.decode) {
-      launch_decode_stages<128>(k, p.decode_stages, a.kv_fp8, a.num_kv_heads, p.num_splits,
-                                a.num_seqs, stream);
-    } else {
-      const dim3 grid(unsigned(p.max_q_tiles), unsigned(a.num_kv_heads),
-                      unsigned(a.num_seqs * p.num_splits));
-      launch_general<128>(k, a.kv_fp8, p.block_rows, grid, stream);
-    }
-    if (separate_combine) {
-      RIDGE_CHECK_CUDA(pdl::launch_pdl(combine_splits_kernel<128>, dim3(combine_blocks),
-                                       dim3(kThreads), 0, stream, k.ws_o, k.ws_ml, k.ws_rows,
-                                       p.num_splits, k.nh, a.cu_seqlens_q, a.num_seqs, a.out,
-                                       a.ld_out));
-    }
-  }
+  if (a.head_dim == 64)
+    launch_attention<64>(k, a, p, separate_combine, stream);
+  else
+    launch_attention<128>(k, a, p, separate_combine, stream);
 }
 
 }  // namespace ridge::kernels
