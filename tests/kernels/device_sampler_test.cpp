@@ -51,7 +51,7 @@ TEST(DeviceSampler, DeclinesWithoutADeviceSampler) {
   std::vector<float> logits(10, 0.0f);
   const Tensor t(logits.data(), DType::f32, {1, 10});
   SamplingParams sp;
-  const DeviceSampleRow row{&sp, 0, nullptr};
+  const DeviceSampleRow row{&sp, 0, nullptr, {}};
   std::vector<SampleResult> out;
   EXPECT_FALSE(s.sample({}, t, {&row, 1}, out));
   EXPECT_FALSE(s.available());
@@ -85,7 +85,7 @@ TEST(DeviceSampler, MatchesCpuSamplerThroughTheBackend) {
     histories[size_t(r)].update(prompts[size_t(r)], outputs[size_t(r)], V,
                                 sp.repetition_penalty != 1.0f);
     for (int j = 0; j < 8; ++j) logits[size_t(r * V + tok(rng))] = 6.0f;  // penalties decide
-    rows.push_back({&sp, uint64_t(outputs[size_t(r)].size()), &histories[size_t(r)]});
+    rows.push_back({&sp, uint64_t(outputs[size_t(r)].size()), &histories[size_t(r)], {}});
   }
   const Tensor t(logits.data(), DType::f32, {padded_rows, V});
   std::vector<SampleResult> out;
