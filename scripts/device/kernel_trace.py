@@ -9,7 +9,7 @@ time and the idle time before it, and the costliest transitions (previous family
 Kernels outside graphs are summarized by family. This is what says whether a step's time above
 the sum of its ops alone is idle time between kernels or kernels running slower in the chain.
 
-  kernel_trace.py trace.csv [--graph ID] [--min-nodes 8] [--top 12] [--skip 1]
+  kernel_trace.py trace.csv [--graph ID] [--min-nodes 8] [--top 12] [--skip 1] [--chain FAMILY]
 """
 import argparse
 import csv
@@ -136,6 +136,47 @@ def summarize_graph(gid, reps, top, skip):
         print(f"    {a} -> {b}: {g / 1e3:.1f}")
 
 
+def chain_account(gid, reps, skip, anchor):
+    """The step's critical path, kernel by kernel, in graph order: how much later each kernel ends
+    than the one before it ("adds"), how long before that one's end it started ("lead", the PDL
+    overlap) and how long it ran. Kernels are labelled by family and by their place after the last
+    kernel of the `anchor` family (decode attention: @1 is o, @2 gate|up, @3 down, @4 the next
+    q|k|v), so each of a layer's GEMVs gets a line of its own."""
+    reps = reps[skip:] if len(reps) > skip else reps
+    n = len(reps)
+    adds = defaultdict(list)
+    leads = defaultdict(list)
+    runs = defaultdict(list)
+    order = []
+    for rep in reps:
+        rep = sorted(rep, key=lambda k: k["node"])
+        since = None
+        prev_end = None
+        for k in rep:
+            f = family(k["name"])
+            if anchor in f:
+                since = 0
+            elif since is not None:
+                since += 1
+            label = f if since is None else f"{f}@{since}"
+            if label not in runs:
+                order.append(label)
+            if prev_end is not None:
+                adds[label].append(k["end"] - prev_end)
+                leads[label].append(prev_end - k["start"])
+            runs[label].append(k["end"] - k["start"])
+            prev_end = k["end"] if prev_end is None else max(prev_end, k["end"])
+    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else 0
+    print(f"graph {gid}: the critical path in graph order ({n} replays; medians, us; @i: i-th "
+          f"kernel after {anchor})")
+    print(f"  {'kernel':52s} {'a step':>6s} {'adds':>8s} {'x count':>9s} {'lead':>7s} {'runs':>7s}")
+    for label in order:
+        c = len(runs[label]) / n
+        a = med(adds[label]) / 1e3
+        print(f"  {label:52s} {c:6.0f} {a:8.2f} {a * c:9.1f} {med(leads[label]) / 1e3:7.2f} "
+              f"{med(runs[label]) / 1e3:7.2f}")
+
+
 def summarize_eager(kernels, top):
     if not kernels:
         return
@@ -157,6 +198,9 @@ def main():
     ap.add_argument("--min-nodes", type=int, default=8, help="graphs with fewer kernels left out")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--skip", type=int, default=1, help="first replays left out (warm-up)")
+    ap.add_argument("--chain", metavar="FAMILY", default=None,
+                    help="also the critical path kernel by kernel, places counted from FAMILY "
+                         "(e.g. paged_decode_kernel)")
     a = ap.parse_args()
     rows = load(a.trace)
     if not rows:
@@ -173,6 +217,8 @@ def main():
         if not reps or len(reps[0]) < a.min_nodes:
             continue
         summarize_graph(gid, reps, a.top, a.skip)
+        if a.chain:
+            chain_account(gid, reps, a.skip, a.chain)
     if a.graph is None:
         summarize_eager(by_graph.get(0, []), a.top)
         if copies:
