@@ -512,7 +512,7 @@ TEST(GemmSkinny, WarpRowsFusedMatchReference) {
                         {Kind::rms_sumsq, 1032, 3000},
                         {Kind::residual, 16400, 6000},
                         {Kind::plain, 8, 32768},
-                        // Pairs of rows with two and three phases a row.
+                        // SwiGLU rows with two and three phases a row.
                         {Kind::swiglu, 2080, 8192},
                         {Kind::swiglu, 1056, 11008}};
   uint32_t seed = 2700;

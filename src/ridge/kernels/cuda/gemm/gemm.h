@@ -281,13 +281,13 @@ struct SkinnyArgs {
   // the MMA kernel.
   SkinnyStreamWorkspace stream;
   // The warp-row GEMV (warp_gemv.cu) at one token where skinny_warp_applies: each warp of the
-  // grid takes whole rows (or the pair of rows an epilogue needs: SwiGLU's gate and up, a RoPE
-  // pair), items w, w + Wt, … of the grid's Wt warps, so that the GPU reads W in one window and no
-  // sum leaves its warp. Any prologue and epilogue above, with one difference: sumsq_out gets one
-  // part a block (skinny_warp_sumsq_parts), which a consumer's rms_sumsq takes as it takes the MMA
-  // kernel's per-16-row parts. The sums differ from the MMA kernel's in order, not in precision.
-  // The engine sets it where the GEMM tuner chose the warp-row GEMV for the weight shape at one
-  // token (or --gemv-warp, RIDGE_GEMV_WARP=1, forces it).
+  // grid takes whole rows (or the pair of rows a RoPE epilogue needs; SwiGLU's gate and up rows
+  // go to two warps of a block, which meet in shared memory), items w, w + Wt, … of the grid's Wt
+  // warps, so that the GPU reads W in one window and no sum is split. Any prologue and epilogue
+  // above, with one difference: sumsq_out gets one part a block (skinny_warp_sumsq_parts), which a
+  // consumer's rms_sumsq takes as it takes the MMA kernel's per-16-row parts. The sums differ from
+  // the MMA kernel's in order, not in precision. The engine sets it where the GEMM tuner chose the
+  // warp-row GEMV for the weight shape at one token (or --gemv-warp, RIDGE_GEMV_WARP=1, forces it).
   bool warp = false;
 };
 // Whether gemm_bf16_skinny_fused runs `a` in the warp-row GEMV (a.warp, one token, K % 8 == 0,

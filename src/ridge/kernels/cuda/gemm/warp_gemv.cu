@@ -10,15 +10,22 @@
 // pieces of the matrix) reach 95 % (docs/KERNELS.md, runs 26-36, the decode-chain probe). The
 // window kernels built so far split K across blocks and lost more in the cross-block reduction
 // than the order gained. Here no sum crosses a warp: warp w of the grid's Wt warps takes whole
-// items (a row, or the pair of rows an epilogue needs together), w, w + Wt, w + 2Wt, …, so that
+// items (a row, or the pair of rows RoPE needs together), w, w + Wt, w + 2Wt, …, so that
 // at any moment the GPU's warps read Wt consecutive items (one window of W, the probe's "window
 // rows" order), and each row is reduced by shuffles in the warp that read it. One block barrier
 // (x staged; two with the rms prologue, whose sums are added first; one more after the last row
 // with sums of squares out), no workspace, deterministic.
 //
-// Items: plain, row n; swiglu, output f: gate row f and up row F + f; rope_kv, pair p < (q_dim +
-// kv_dim)/2: rows i and i + hd/2 of q or k head p / (hd/2) (i = p mod hd/2, rotated), else v
-// rows 2j and 2j + 1 (not rotated). An item is R rows (1 or 2) × PH phases a row.
+// Items: plain, row n; swiglu, one row: gate row f (item 2f) or up row F + f (item 2f + 1), so
+// that the two rows of output f go to warps 2p and 2p + 1 of one block (Wt is even) in the same
+// round, and the up warp hands its sum to the gate warp through shared memory at a barrier of the
+// pair (named barrier 1 + p), the gate warp then storing f; rope_kv, pair p < (q_dim + kv_dim)/2:
+// rows i and i + hd/2 of q or k head p / (hd/2) (i = p mod hd/2, rotated), else v rows 2j and
+// 2j + 1 (not rotated), both in one warp. An item is R rows (1 or 2) × PH phases a row. SwiGLU's
+// rows were pairs on one warp too until run 45: a warp then had 2·⌈F / Wt⌉ rows instead of
+// ⌈2F / Wt⌉, 12 instead of 11 for Llama-2-7B's gate|up (11,008 pairs on 2,112 warps: a sixth
+// round of pairs 21 % full); one row an item took 65 µs off the 32-layer decode chain and ~60 µs
+// off the batch-1 step on an H100 (docs/KERNELS.md, "Run 45").
 // A lane reads 16 bytes at a time (chunks of 8 values), kLoads chunks a phase (a warp 8 KB: a row
 // at K = 4,096), all issued before the first is used, and the next phase's loads are issued
 // before the finished row's shuffles and epilogue. One phase a warp is in flight: ptxas tracks
@@ -92,7 +99,7 @@ __device__ __forceinline__ void dot8(float (&acc)[8], const uint4& w, const uint
 
 template <Epi E>
 constexpr int item_rows() {
-  return E == Epi::plain ? 1 : 2;
+  return E == Epi::rope ? 2 : 1;
 }
 
 // The rows of item `it` (r = 0 or 1) and, for rope_kv, the pair's rotation index.
@@ -101,7 +108,7 @@ __device__ __forceinline__ int item_row(const SkinnyArgs& a, int it, int r) {
   if constexpr (E == Epi::plain) {
     return it;
   } else if constexpr (E == Epi::swiglu) {
-    return it + r * (a.N / 2);
+    return (it >> 1) + (it & 1) * (a.N / 2);
   } else {
     const int half = a.rope.head_dim / 2, qk_pairs = (a.rope.q_dim + a.rope.kv_dim) / 2;
     if (it < qk_pairs) return (it / half) * a.rope.head_dim + it % half + r * half;
@@ -111,7 +118,7 @@ __device__ __forceinline__ int item_row(const SkinnyArgs& a, int it, int r) {
 
 template <Epi E>
 __device__ __forceinline__ int item_count(const SkinnyArgs& a) {
-  return E == Epi::plain ? a.N : a.N / 2;
+  return E == Epi::rope ? a.N / 2 : a.N;
 }
 
 // trace (RIDGE_WARP_TRACE=1, diagnostic, block_trace.h): per block, %globaltimer at entry, after
@@ -123,7 +130,9 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ uint4 xs[];  // x: K / 8 chunks
   __shared__ float red[kWarps];
   __shared__ float inv_rms_s;
+  __shared__ float up_sum[kWarps / 2][2];  // swiglu: each warp pair's up row, by round parity
   constexpr int R = item_rows<E>();
+  static_assert(!(WALK && E == Epi::swiglu), "a SwiGLU pair of warps takes its rows in one round");
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int Wt = int(gridDim.x) * kWarps, gw = int(blockIdx.x) * kWarps + warp;
   const int K = a.K, C = K / 8;                          // chunks a row
@@ -189,7 +198,7 @@ __global__ void __launch_bounds__(kThreads)
   float acc[8];
 #pragma unroll
   for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
-  float first = 0.0f;  // an item's first row's sum (pairs)
+  float first = 0.0f;  // an item's first row's sum (rope pairs)
   float sq = 0.0f;     // lane 0 (plain): the squares of this warp's stored rows, in item order
   for (int q = 0; q < Q; ++q) {
     const int j = q / IPH, w = q - j * IPH, r = w / PH, p = w - r * PH;
@@ -206,7 +215,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
     s *= inv_rms;
-    if (R == 2 && r == 0) {
+    if constexpr (E == Epi::swiglu) {  // one row of output item / 2; the pair's other warp has
+                                       // the other
+      float* const slot = &up_sum[warp >> 1][j & 1];
+      if ((warp & 1) && lane == 0) *slot = s;
+      asm volatile("bar.sync %0, 64;" ::"r"(1 + (warp >> 1)) : "memory");
+      if (!(warp & 1) && lane == 0) store_swiglu(a, item_of(j) >> 1, 0, s, *slot);
+    } else if (R == 2 && r == 0) {
       first = s;
     } else if (lane == 0) {
       const int it = item_of(j);
@@ -218,8 +233,6 @@ __global__ void __launch_bounds__(kThreads)
           else
             sq += stored * stored;
         }
-      } else if constexpr (E == Epi::swiglu) {
-        store_swiglu(a, it, 0, first, s);
       } else {
         const int half = a.rope.head_dim / 2, qk_pairs = (a.rope.q_dim + a.rope.kv_dim) / 2;
         const RopeRows rr{item_row<E>(a, it, 0), item_row<E>(a, it, 1),
@@ -310,7 +323,7 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
   per_sm = std::clamp(per_sm, 1, kMaxBlocksPerSm);
   if (blocks_per_sm > 0) per_sm = std::min(per_sm, blocks_per_sm);
   if (const int cap = blocks_per_sm_cap(); cap > 0) per_sm = std::min(per_sm, cap);
-  const int items = E == Epi::plain ? a.N : a.N / 2;
+  const int items = E == Epi::rope ? a.N / 2 : a.N;
   const int grid = std::max(1, std::min(sms * per_sm, (items + kWarps - 1) / kWarps));
   // RIDGE_WARP_TRACE=1 (diagnostic): launches outside stream capture are traced and summarized on
   // stderr (this synchronizes the stream).
