@@ -92,9 +92,9 @@ int qkv_ring() {
 // The one-token SwiGLU GEMV (gate|up with its SwiGLU epilogue) runs in the warp-row GEMV whatever
 // the tuner chose for the shape: the tuner times the plain product alone, where the two kernels
 // tie on the H100 (62.0-63.3 µs for Llama-2-7B's gate|up), while in the decode step the warp-row
-// SwiGLU (one row an item, two warps an output) gains 1.1-1.9 % of the batch-1 step over the MMA
-// kernel's (whose 1,376 SwiGLU tiles end in a sixth round 21 % full): H100s, run 45 c5 and c7,
-// docs/KERNELS.md. RIDGE_GEMV_WARP_SWIGLU=0 leaves it to the tuner (A/B runs), as does
+// SwiGLU (one row an item, two warps an output) gains 1.0-1.9 % of the batch-1 step over the MMA
+// kernel's (whose 1,376 SwiGLU tiles end in a sixth round 21 % full): three H100s, run 45 c5, c7
+// and c8, docs/KERNELS.md. RIDGE_GEMV_WARP_SWIGLU=0 leaves it to the tuner (A/B runs), as does
 // RIDGE_GEMV_WARP=0 (the warp-row GEMV not a candidate).
 bool warp_swiglu() {
   static const bool on = [] {
@@ -930,10 +930,10 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
     in = &scratch;
   }
   // At one token, the warp-row GEMV where the tuner chose it for this weight shape (or
-  // --gemv-warp forces it): it writes one part of the sums of squares a
-  // block (kernels::SkinnyArgs::warp), where it applies; the MMA kernel one per 16 rows. Either
-  // reads the other's parts, so the choice can differ from one shape to the next. SwiGLU takes it
-  // whatever the tuner chose (warp_swiglu), unless the row-stream GEMV was asked.
+  // --gemv-warp forces it), and for SwiGLU whatever the tuner chose (warp_swiglu) unless the
+  // row-stream GEMV was asked: it writes one part of the sums of squares a block
+  // (kernels::SkinnyArgs::warp), where it applies; the MMA kernel one per 16 rows. Either reads
+  // the other's parts, so the choice can differ from one shape to the next.
   const bool warp =
       T == 1 && (options_.gemv_warp || (swiglu && !options_.gemv_stream && warp_swiglu()) ||
                  choose_gemm(1, N, K) == GemmKernel::warp_rows);
