@@ -97,10 +97,8 @@ int qkv_ring() {
 // and c8, docs/KERNELS.md. RIDGE_GEMV_WARP_SWIGLU=0 leaves it to the tuner (A/B runs), as does
 // RIDGE_GEMV_WARP=0 (the warp-row GEMV not a candidate).
 bool warp_swiglu() {
-  static const bool on = [] {
-    const char* v = std::getenv("RIDGE_GEMV_WARP");
-    return env_switch("RIDGE_GEMV_WARP_SWIGLU", true) && !(v && std::string_view(v) == "0");
-  }();
+  static const bool on =
+      env_switch("RIDGE_GEMV_WARP_SWIGLU", true) && CudaBackend::warp_rows_candidate();
   return on;
 }
 

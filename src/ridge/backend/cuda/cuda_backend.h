@@ -137,6 +137,8 @@ class CudaBackend final : public Backend {
   // The window candidate's loader (kernels::WindowLoader): RIDGE_GEMM_WINDOW=bulk or =dynamic,
   // else every thread's cp.async.
   static kernels::WindowLoader window_loader();
+  // Whether the warp-row GEMV is a candidate at one token: yes unless RIDGE_GEMV_WARP=0 (A/B runs).
+  static bool warp_rows_candidate();
   // Which of cuBLASLt's heuristic algorithms k runs (0 its first), or -1 for ridge's kernels.
   static int cublas_algo(GemmKernel k);
   // The kernel gemm_name() calls `name` (cublas for a name this build does not know).

@@ -117,19 +117,20 @@ bool window_candidates() {
   return on;
 }
 
+}  // namespace
+
 // RIDGE_GEMV_WARP=0: the warp-row GEMV (kernels::gemv_bf16_warp_rows) is not a candidate at one
 // token (A/B runs against the MMA kernel; cached apart, "+nowarp"). By default it is: on the H100
 // its chain of decode GEMVs reads level with the MMA kernel's, and on the H200 its read order is
 // the one that reaches 95 % of read-only where the MMA kernel's per-block units read at 66-75 %
 // (docs/KERNELS.md, runs 36-38). Timed alone, like every candidate.
-bool warp_candidates() {
+bool CudaBackend::warp_rows_candidate() {
   static const bool on = [] {
     const char* v = std::getenv("RIDGE_GEMV_WARP");
     return !(v && std::string_view(v) == "0");
   }();
   return on;
 }
-}  // namespace
 
 kernels::WindowLoader CudaBackend::window_loader() {
   static const kernels::WindowLoader loader = [] {
@@ -164,7 +165,7 @@ tune::DeviceKey CudaBackend::device_key() const {
                         : loader == kernels::WindowLoader::bulk_dynamic ? "+windyn"
                                                                         : "+win";
   }
-  if (!warp_candidates()) k.kernel_version += "+nowarp";
+  if (!warp_rows_candidate()) k.kernel_version += "+nowarp";
   return k;
 }
 
@@ -227,7 +228,7 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
         candidates.push_back({gemm_name(GemmKernel::stream), "TMA weight stream, stream-K"});
       if (window_candidates() && T <= kernels::window_gemm_max_tokens && window_applies(sh.n, sh.k))
         candidates.push_back({gemm_name(GemmKernel::window), "mma.sync, one window of pieces"});
-      if (T == 1 && warp_candidates() && sh.k <= kernels::gemv_warp_max_k)
+      if (T == 1 && warp_rows_candidate() && sh.k <= kernels::gemv_warp_max_k)
         candidates.push_back({gemm_name(GemmKernel::warp_rows), "whole rows a warp"});
       if (cublas_candidates() > 1) {
         // cuBLASLt's further algorithms for the operands the measurement uses (fresh, so
