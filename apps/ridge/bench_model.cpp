@@ -342,13 +342,17 @@ void bench(BenchModelFlags& f) {
              pinned ? "one packed plan upload, pinned logits" : "7 pageable plan uploads, pageable logits",
              fusions.describe());
   // The tuner's kernel for each weight shape at one token (the batch-1 decode step's GEMVs, and
-  // with them the fused GEMVs' kernel); every token bucket's choice goes into the JSON.
+  // with them the fused GEMVs' kernel, except SwiGLU's where the backend names another); every
+  // token bucket's choice goes into the JSON.
   const std::vector<backend::MatmulChoice> choices = bundle->backend->matmul_choices();
+  const std::string swiglu_kernel = bundle->backend->one_token_swiglu_kernel();
   {
     std::string one;
     for (const backend::MatmulChoice& c : choices)
       if (c.tokens == 1)
         one += fmt::format("{}{}x{} {}", one.empty() ? "" : ", ", c.n, c.k, c.kernel);
+    if (!one.empty() && !swiglu_kernel.empty())
+      one += fmt::format("; the SwiGLU GEMV in {}", swiglu_kernel);
     if (!one.empty()) fmt::print("gemm      one token (N x K): {}\n", one);
   }
 
@@ -675,6 +679,7 @@ void bench(BenchModelFlags& f) {
                         {"phases", jphases},
                         {"implied_efficiency", eff},
                         {"gemm_choices", jchoices},
+                        {"swiglu_one_token_kernel", swiglu_kernel},
                         {"figures", figures}};
     std::ofstream(f.json_out) << j.dump(2) << "\n";
   }

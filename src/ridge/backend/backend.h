@@ -278,6 +278,10 @@ class Backend {
   // Optional: the kernel choices made so far (prepare_matmuls' tuning), ordered by n, k, tokens;
   // empty where there is nothing to choose (the CPU). For benchmark reports.
   virtual std::vector<MatmulChoice> matmul_choices() const { return {}; }
+  // Optional: the kernel the fused one-token SwiGLU GEMV (gate|up with its SwiGLU epilogue) runs
+  // when that is not its shape's choice in matmul_choices(); empty otherwise. For benchmark
+  // reports.
+  virtual std::string one_token_swiglu_kernel() const { return {}; }
   // Optional: records the ops `body` issues on `s` into a Graph (nothing runs while capturing).
   // Returns null when the backend has no graphs. The body must not allocate, synchronize, or copy
   // between host and device.

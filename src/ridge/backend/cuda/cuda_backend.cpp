@@ -928,13 +928,12 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
     in = &scratch;
   }
   // At one token, the warp-row GEMV where the tuner chose it for this weight shape (or
-  // --gemv-warp forces it), and for SwiGLU whatever the tuner chose (warp_swiglu) unless the
-  // row-stream GEMV was asked: it writes one part of the sums of squares a block
-  // (kernels::SkinnyArgs::warp), where it applies; the MMA kernel one per 16 rows. Either reads
-  // the other's parts, so the choice can differ from one shape to the next.
-  const bool warp =
-      T == 1 && (options_.gemv_warp || (swiglu && !options_.gemv_stream && warp_swiglu()) ||
-                 choose_gemm(1, N, K) == GemmKernel::warp_rows);
+  // --gemv-warp forces it), and for SwiGLU whatever the tuner chose (swiglu_in_warp_rows): it
+  // writes one part of the sums of squares a block (kernels::SkinnyArgs::warp), where it applies;
+  // the MMA kernel one per 16 rows. Either reads the other's parts, so the choice can differ from
+  // one shape to the next.
+  const bool warp = T == 1 && (options_.gemv_warp || (swiglu && swiglu_in_warp_rows()) ||
+                               choose_gemm(1, N, K) == GemmKernel::warp_rows);
   kernels::SkinnyArgs shape;
   shape.M = int(T), shape.N = int(N), shape.K = int(K), shape.warp = warp;
   const int64_t out_parts = kernels::skinny_sumsq_out_parts(shape);
@@ -983,6 +982,14 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   if (record)
     ws.sumsq_records[f.record_sumsq - 1] =
         Record{out.data, T, N, kernels::skinny_sumsq_out_parts(a)};
+}
+
+bool CudaBackend::swiglu_in_warp_rows() const {
+  return warp_swiglu() && !options_.gemv_stream && options_.gemm != "cublas";
+}
+
+std::string CudaBackend::one_token_swiglu_kernel() const {
+  return swiglu_in_warp_rows() ? gemm_name(GemmKernel::warp_rows) : std::string();
 }
 
 const char* CudaBackend::gemm_name(GemmKernel k) {

@@ -139,6 +139,9 @@ class CudaBackend final : public Backend {
   static kernels::WindowLoader window_loader();
   // Whether the warp-row GEMV is a candidate at one token: yes unless RIDGE_GEMV_WARP=0 (A/B runs).
   static bool warp_rows_candidate();
+  // Whether the fused one-token SwiGLU GEMV runs in the warp-row GEMV whatever the tuner chose
+  // (by default; not with --gemv-stream, --gemm cublas or RIDGE_GEMV_WARP_SWIGLU=0).
+  bool swiglu_in_warp_rows() const;
   // Which of cuBLASLt's heuristic algorithms k runs (0 its first), or -1 for ridge's kernels.
   static int cublas_algo(GemmKernel k);
   // The kernel gemm_name() calls `name` (cublas for a name this build does not know).
@@ -148,6 +151,7 @@ class CudaBackend final : public Backend {
   GemmKernel choose_gemm(int64_t T, int64_t N, int64_t K) const;
   // The tuned choices so far (gemm_name() of each), ordered by N, K, token bucket.
   std::vector<MatmulChoice> matmul_choices() const override;
+  std::string one_token_swiglu_kernel() const override;
   // Tests: makes matmul() run `kernel` for T's token bucket against [N, K] weights (where ridge's
   // kernels apply), as if the tuner had chosen it; nullopt forgets the choice again.
   void set_gemm_choice(int64_t T, int64_t N, int64_t K, std::optional<GemmKernel> kernel);
