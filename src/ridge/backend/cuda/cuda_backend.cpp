@@ -89,19 +89,6 @@ int qkv_ring() {
   return depth;
 }
 
-// The one-token SwiGLU GEMV (gate|up with its SwiGLU epilogue) runs in the warp-row GEMV whatever
-// the tuner chose for the shape: the tuner times the plain product alone, where the two kernels
-// tie on the H100 (62.0-63.3 µs for Llama-2-7B's gate|up), while in the decode step the warp-row
-// SwiGLU (one row an item, two warps an output) gains 1.0-1.9 % of the batch-1 step over the MMA
-// kernel's (whose 1,376 SwiGLU tiles end in a sixth round 21 % full): three H100s, run 45 c5, c7
-// and c8, docs/KERNELS.md. RIDGE_GEMV_WARP_SWIGLU=0 leaves it to the tuner (A/B runs), as does
-// RIDGE_GEMV_WARP=0 (the warp-row GEMV not a candidate).
-bool warp_swiglu() {
-  static const bool on =
-      env_switch("RIDGE_GEMV_WARP_SWIGLU", true) && CudaBackend::warp_rows_candidate();
-  return on;
-}
-
 // RIDGE_ATTN_DECODE_STAGES=2..4 forces the decode attention kernel's ring depth (A/B runs).
 int attention_decode_stages() {
   static const int stages = [] {
@@ -984,12 +971,21 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
         Record{out.data, T, N, kernels::skinny_sumsq_out_parts(a)};
 }
 
+// The one-token SwiGLU GEMV (gate|up with its SwiGLU epilogue) runs in the warp-row GEMV whatever
+// the tuner chose for the shape: the tuner times the plain product alone, where the two kernels
+// tie on the H100 (62.0-63.3 µs for Llama-2-7B's gate|up), while in the decode step the warp-row
+// SwiGLU (one row an item, two warps an output) gains 1.0-1.9 % of the batch-1 step over the MMA
+// kernel's (whose 1,376 SwiGLU tiles end in a sixth round 21 % full): three H100s, run 45 c5, c7
+// and c8, docs/KERNELS.md. RIDGE_GEMV_WARP_SWIGLU=0 leaves it to the tuner (A/B runs), as does
+// RIDGE_GEMV_WARP=0 (the warp-row GEMV not a candidate).
 bool CudaBackend::swiglu_in_warp_rows() const {
-  return warp_swiglu() && !options_.gemv_stream && options_.gemm != "cublas";
+  static const bool on = env_switch("RIDGE_GEMV_WARP_SWIGLU", true) && warp_rows_candidate();
+  return on && !options_.gemv_stream && options_.gemm != "cublas";
 }
 
 std::string CudaBackend::one_token_swiglu_kernel() const {
-  return swiglu_in_warp_rows() ? gemm_name(GemmKernel::warp_rows) : std::string();
+  // Only where the SwiGLU GEMV is fused (--fuse silu): else it is a plain product and a kernel.
+  return fuse_silu_ && swiglu_in_warp_rows() ? gemm_name(GemmKernel::warp_rows) : std::string();
 }
 
 const char* CudaBackend::gemm_name(GemmKernel k) {
