@@ -264,6 +264,101 @@ TEST_F(GpuBackend, MatmulFusedNormFromRecordedSums) {
   run_norm_from_sums(13, 4096, 1024, 11008, true);
 }
 
+// The first layer's norm from the embedding's sums of squares (embedding_sumsq under tag 2, as
+// LlamaModel::forward runs it): the embedded rows equal the table's rows bit for bit; the
+// consumer's output matches rmsnorm(table[ids]; nw)·wᵀ on the CPU, fused (its scratch untouched:
+// no norm kernel) up to 8 tokens, composed above. A later plain embedding into the same x with
+// tag 0 keeps no sums, and the recorded tag is dropped by an embedding that cannot record.
+void run_embedding_sums(int64_t T, int64_t V, int64_t H, int64_t N) {
+  Backend& be = fusing();
+  const std::string what = fmt::format("T={} V={} H={} N={}", T, V, H, N);
+  std::vector<float> table = random_bf16(size_t(V * H), 2.0f);
+  const Tensor table_host(table.data(), DType::f32, {V, H});
+  const Tensor table_dev = be.upload_weight(table_host);
+  std::uniform_int_distribution<int32_t> id(0, int32_t(V - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  for (auto& i : ids) i = id(rng());
+  WeightPair wc = random_weight(N, H, be);
+  std::vector<float> nw = random_bf16(size_t(H), 0.5f);
+  for (auto& v : nw) v += 1.0f;
+  std::vector<float> ones(size_t(H), 1.0f);
+  const Tensor nw_host(nw.data(), DType::f32, {H});
+  const Tensor ones_dev = be.upload_weight(Tensor(ones.data(), DType::f32, {H}));
+  ASSERT_TRUE(be.fold_norm_weight(wc.dev, be.upload_weight(nw_host)));
+
+  std::vector<float> rows(size_t(T * H)), ref(size_t(T * N)), hs(size_t(T * H));
+  Tensor rows_t = host_f32(rows, T, H), ref_t = host_f32(ref, T, N), hs_t = host_f32(hs, T, H);
+  cpu().embedding({}, table_host, Tensor(ids.data(), DType::i32, {T}), rows_t);
+  MatmulFusion cref;
+  cref.norm_weight = &nw_host;
+  cref.eps = 1e-5f;
+  cpu().matmul_fused({}, rows_t, wc.host, cref, hs_t, ref_t);
+
+  Buffer ids_buf;
+  const Tensor ids_d = device_i32(ids_buf, ids);
+  DeviceMatrix xd = device_bf16(T, H, {}), hd = device_bf16(T, H, {}), out = device_bf16(T, N, {});
+  be.embedding_sumsq({}, table_dev, ids_d, xd.view, 2);
+  MatmulFusion cons;
+  cons.norm_weight = &ones_dev;
+  cons.norm_folded = true;
+  cons.eps = 1e-5f;
+  cons.norm_sumsq = 2;
+  be.matmul_fused({}, xd.view, wc.dev, cons, hd.view, out.view);
+  be.synchronize({});
+  expect_close("embedding_sumsq", "rows " + what, download_view(xd), rows, 0.0);
+  expect_close("matmul_fused", "norm from the embedding's sums " + what, download_view(out), ref,
+               1e-2);
+  const std::vector<uint16_t> h_bits = download_bits(hd);
+  EXPECT_EQ(std::all_of(h_bits.begin(), h_bits.end(), [](uint16_t b) { return b == kPoisonBf16; }),
+            T <= kFusedMaxTokens)
+      << what << ": the norm from the embedding's sums up to " << kFusedMaxTokens << " tokens only";
+
+  // Tag 2 again into a strided x (which the sums cannot describe): the record is dropped, and
+  // the consumer composes (norm kernel) and is still right.
+  DeviceMatrix xs = device_bf16(T, H, {}, H + 8), hs2 = device_bf16(T, H, {}),
+               out2 = device_bf16(T, N, {});
+  be.embedding_sumsq({}, table_dev, ids_d, xs.view, 2);
+  be.matmul_fused({}, xs.view, wc.dev, cons, hs2.view, out2.view);
+  be.synchronize({});
+  expect_close("matmul_fused", "strided x, composed " + what, download_view(out2), ref, 1e-2);
+  const std::vector<uint16_t> h2_bits = download_bits(hs2);
+  EXPECT_FALSE(
+      std::all_of(h2_bits.begin(), h2_bits.end(), [](uint16_t b) { return b == kPoisonBf16; }))
+      << what << ": a strided x has no recorded sums, so the norm kernel runs";
+}
+
+TEST_F(GpuBackend, MatmulFusedNormFromEmbeddingSums) {
+  // H = 4096: 16 parts a row (one a 256-column block); 576 (SmolLM2): 3, the last partial.
+  for (int64_t T : {1, 3, 8, 9}) run_embedding_sums(T, 1000, 576, 1000);
+  run_embedding_sums(1, 3000, 4096, 12288);  // Llama-2-7B's q|k|v after the embedding
+  run_embedding_sums(2, 500, 4104, 1024);    // a partial last block of 8 columns
+}
+
+// The LM head (f32 logits) at one token in the kernel the tuner chose for its shape: the warp-row
+// GEMV, the MMA GEMV, or cuBLASLt, each against the CPU reference (run_matmul_fused).
+TEST_F(GpuBackend, LmHeadF32ByTunedChoice) {
+  auto* be = dynamic_cast<CudaBackend*>(&fusing());
+  ASSERT_NE(be, nullptr);
+  using GK = CudaBackend::GemmKernel;
+  constexpr int64_t N = 49152, K = 576;  // SmolLM2's vocab and hidden size
+  struct ForgetChoice {
+    CudaBackend* be;
+    ~ForgetChoice() {
+      for (int64_t T : {1, 4}) be->set_gemm_choice(T, N, K, std::nullopt);
+    }
+  } forget{be};
+  for (const GK k : {GK::warp_rows, GK::skinny, GK::cublas}) {
+    SCOPED_TRACE(CudaBackend::gemm_name(k));
+    be->set_gemm_choice(1, N, K, k);
+    be->set_gemm_choice(4, N, K, k == GK::warp_rows ? GK::skinny : k);
+    expect_warp_launches("one token", k == GK::warp_rows ? 1 : 0,
+                         [&] { run_matmul_fused(Prologue::rmsnorm, 1, N, K, false, true); });
+    // The warp-row GEMV is for one token: at four the MMA GEMV (skinny) or cuBLASLt.
+    expect_warp_launches("four tokens", 0,
+                         [&] { run_matmul_fused(Prologue::rmsnorm, 4, N, K, false, true); });
+  }
+}
+
 // out = silu_mul(P(x)·wᵀ) through matmul_swiglu, w = [gate; up]: on fusing() the skinny kernel's
 // SwiGLU epilogue up to 8 tokens (its gate_up scratch untouched), composed above and on
 // composing(); with `swiglu_gemm` on fusing_swiglu_gemm(), the sm90 GEMM's SwiGLU epilogue from

@@ -95,10 +95,13 @@ class Graph {
   virtual void replay(const Stream& s) = 0;
 };
 
-// A matmul shape the model will run: w [n, k], for up to max_tokens rows of x.
+// A matmul shape the model will run: w [n, k], for up to max_tokens rows of x. f32_out: its
+// output is f32 (the LM head's logits), which a backend may serve with fewer kernels (the CUDA
+// backend: its GEMVs at up to 8 tokens, else cuBLASLt) and so tune at fewer token counts.
 struct MatmulShape {
   int64_t n = 0;
   int64_t k = 0;
+  bool f32_out = false;
 };
 
 // A backend's kernel choice for a weight shape [n, k] at up to `tokens` tokens (a power of two:
@@ -301,6 +304,14 @@ class Backend {
     (void)max_context;
   }
   virtual void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) = 0;
+  // embedding, with MatmulFusion's record_sumsq hint: the sums of squares of out's rows kept under
+  // tag record_sumsq (1..kSumsqTags; earlier records under it dropped), so that the first layer's
+  // norm can take 1/rms from them (norm_sumsq). A backend that keeps no sums: embedding.
+  virtual void embedding_sumsq(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out,
+                               int record_sumsq) {
+    (void)record_sumsq;
+    embedding(s, table, ids, out);
+  }
   virtual void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
                        Tensor& out) = 0;
   virtual void add_rmsnorm(const Stream& s, Tensor& residual, const Tensor& x, const Tensor& weight,

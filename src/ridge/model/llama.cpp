@@ -291,6 +291,7 @@ size_t LlamaModel::reserve(int64_t max_tokens, int64_t max_logits, int64_t max_b
   shapes.push_back(l0.w_gate_up.data ? backend::MatmulShape{2 * c.ffn, c.hidden}
                                      : backend::MatmulShape{c.ffn, c.hidden});
   shapes.push_back({c.hidden, c.ffn});
+  shapes.push_back({c.vocab, c.hidden, /*f32_out*/ true});  // the LM head (f32 logits)
   backend_.prepare_matmuls(shapes, reserved_tokens_);
   return workspace_bytes();
 }
@@ -366,7 +367,9 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
   const float eps = float(c.rms_norm_eps);
   auto bias = [](const Tensor& b) { return b.data ? &b : nullptr; };
 
-  be.embedding(stream, token_embd_, ids, x);
+  // The embedding keeps its rows' sums of squares (tag 2, as each MLP's adding matmul does) for
+  // the first layer's norm.
+  be.embedding_sumsq(stream, token_embd_, ids, x, 2);
   const bool one_kernel =
       T == 1 && S == 1 && decode_layers(stream, x, positions, slots, meta, kv, inv_freq);
   for (int64_t i = 0; i < (one_kernel ? 0 : c.n_layers); ++i) {
@@ -379,7 +382,7 @@ void LlamaModel::run_layers(const backend::Stream& stream, int64_t T, int64_t R,
     attn_in.norm_weight = l.attn_norm_folded ? &ones_ : &l.w.attn_norm;
     attn_in.norm_folded = l.attn_norm_folded;
     attn_in.eps = eps;
-    attn_in.norm_sumsq = i > 0 ? 2 : 0;  // after the embedding: none
+    attn_in.norm_sumsq = 2;  // from the embedding (layer 0) or the MLP before
     // qkv = rmsnorm(x) · wqkvᵀ, then RoPE on q and k and the KV store: one kernel where the
     // backend fuses them (decode), else two calls.
     bool stored = false;

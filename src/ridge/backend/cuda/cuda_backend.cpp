@@ -71,6 +71,20 @@ bool qkv_rope_epilogue() {
   return on;
 }
 
+// RIDGE_LM_HEAD_GEMV=0 (A/B runs) keeps the f32 logits product in cuBLASLt whatever the tuner
+// chose for the LM head's shape.
+bool lm_head_gemv() {
+  static const bool on = env_switch("RIDGE_LM_HEAD_GEMV", true);
+  return on;
+}
+
+// RIDGE_EMBED_SUMSQ=0 (A/B runs): the embedding records no sums of squares, so the first layer's
+// norm runs as a kernel of its own.
+bool embedding_sums() {
+  static const bool on = env_switch("RIDGE_EMBED_SUMSQ", true);
+  return on;
+}
+
 // RIDGE_QKV_BLOCKS_PER_SM=n and RIDGE_QKV_RING=2|3 (A/B runs): the decode chain's q|k|v GEMV (the
 // one with the RoPE + KV epilogue) in a weight ring of that depth with at most n blocks a SM
 // (SkinnyArgs::blocks_per_sm, ::ring), so that decode attention's blocks, launched early behind
@@ -635,14 +649,40 @@ void CudaBackend::begin_forward(int64_t tokens, int64_t max_context) {
 }
 
 void CudaBackend::embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) {
+  embedding_sumsq(s, table, ids, out, 0);
+}
+
+// With a tag: the sums of squares (one part a 256-column block of the kernel) at up to
+// kFusedMaxTokens rows, where the skinny GEMV's rms_sumsq prologue can read them: the first
+// layer's norm kernel then goes, which on the batch-1 decode chain costs ~9 µs (its HBM reads wait
+// behind the q|k|v GEMV's early weights; docs/KERNELS.md, "Run 46").
+void CudaBackend::embedding_sumsq(const Stream& s, const Tensor& table, const Tensor& ids,
+                                  Tensor& out, int record_sumsq) {
   expect_2d(out, DType::bf16, "embedding", "out");
   expect_2d(table, DType::bf16, "embedding", "table");
   expect(table.shape[1] == out.shape[1] && table.stride[0] == table.shape[1], "embedding",
          fmt::format("table {} (contiguous, from upload_weight) does not match out {}",
                      table.describe(), out.describe()));
   expect_i32(ids, out.shape[0], "embedding", "ids");
-  kernels::embedding_bf16(bf16(table), table.shape[0], table.shape[1], ids.ptr<int32_t>(),
-                          out.shape[0], bf16(out), out.stride[0], stream_of(s));
+  expect(record_sumsq >= 0 && record_sumsq <= MatmulFusion::kSumsqTags, "embedding",
+         "sums-of-squares tags are 0 (none), 1 and 2");
+  cudaStream_t stream = stream_of(s);
+  const int64_t T = out.shape[0], H = out.shape[1];
+  float* sumsq = nullptr;
+  if (record_sumsq) {
+    Workspace& ws = workspace_for(stream);
+    using Record = Workspace::SumsqRecord;
+    Record& r = ws.sumsq_records[record_sumsq - 1];
+    r = Record{};
+    const int64_t parts = kernels::embedding_sumsq_parts(H);
+    if (fuse_norm_ && embedding_sums() && T >= 1 && T <= kFusedMaxTokens && out.stride[0] == H &&
+        parts * T <= kSumsqFloats) {
+      sumsq = static_cast<float*>(ws.sumsq.data()) + (record_sumsq - 1) * kSumsqFloats;
+      r = Record{out.data, T, H, parts};
+    }
+  }
+  kernels::embedding_bf16(bf16(table), table.shape[0], table.shape[1], ids.ptr<int32_t>(), T,
+                          bf16(out), out.stride[0], stream, sumsq);
 }
 
 void CudaBackend::rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
@@ -926,7 +966,14 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   const int64_t out_parts = kernels::skinny_sumsq_out_parts(shape);
   const bool record = f.record_sumsq && fuse_norm_ && out.dtype == DType::bf16 && skinny_ok(*in) &&
                       out_parts * T <= kSumsqFloats;
-  if (!swiglu && !rope_kv && prologue == kernels::SkinnyPrologue::none && !record) {  // the tuned kernel
+  // An f32 output (the LM head's logits) takes the fused kernel's plain epilogue where the tuner
+  // chose one of ridge's GEMVs for the shape (cuBLASLt writes it otherwise: ridge's other kernels
+  // store bf16 only).
+  const GemmKernel choice = choose_gemm(T, N, K);
+  const bool f32_gemv = out.dtype == DType::f32 && lm_head_gemv() && !f.accumulate &&
+                        skinny_ok(*in) && (warp || choice == GemmKernel::skinny);
+  if (!swiglu && !rope_kv && prologue == kernels::SkinnyPrologue::none && !record &&
+      !f32_gemv) {  // the tuned kernel
     if (f.accumulate)
       matmul_add(s, *in, w, out);
     else

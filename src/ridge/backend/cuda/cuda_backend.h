@@ -77,6 +77,8 @@ class CudaBackend final : public Backend {
   // fused GEMVs start early with PDL; otherwise the driver's carveouts and plain GEMV launches.
   void begin_forward(int64_t tokens, int64_t max_context) override;
   void embedding(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out) override;
+  void embedding_sumsq(const Stream& s, const Tensor& table, const Tensor& ids, Tensor& out,
+                       int record_sumsq) override;
   void rmsnorm(const Stream& s, const Tensor& x, const Tensor& weight, float eps,
                Tensor& out) override;
   void add_rmsnorm(const Stream& s, Tensor& residual, const Tensor& x, const Tensor& weight,

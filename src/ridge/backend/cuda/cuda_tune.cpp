@@ -186,10 +186,17 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
   std::mt19937 rng(1234);
   const int64_t top_bucket =
       token_bucket(std::clamp<int64_t>(max_tokens, 1, kMaxTunedTokens));
-  int64_t max_k = 0, max_n = 0;
+  // The largest token bucket each shape is tuned at: an f32 output (the LM head) runs ridge's
+  // kernels only as the fused GEMV (run_fused, up to kFusedMaxTokens), cuBLASLt past it, so there
+  // is no choice to make past that. (Timed with a bf16 output, whose bytes differ from the f32
+  // one's by under 1 % of the weight's at those token counts.)
+  const auto shape_top = [&](const MatmulShape& sh) {
+    return sh.f32_out ? std::min(top_bucket, token_bucket(kFusedMaxTokens)) : top_bucket;
+  };
+  int64_t x_elems = 0, out_elems = 0;  // the measurement's x and output, for every shape
   for (const MatmulShape& sh : shapes) {
-    max_k = std::max(max_k, sh.k);
-    max_n = std::max(max_n, sh.n);
+    x_elems = std::max(x_elems, shape_top(sh) * sh.k);
+    out_elems = std::max(out_elems, shape_top(sh) * sh.n);
   }
   // The window GEMV's workspace for every shape and token bucket it may run (whether measured now
   // or a cached winner), reserved before any graph is captured.
@@ -197,7 +204,7 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
     size_t window_bytes = 0;
     for (const MatmulShape& sh : shapes)
       if (window_applies(sh.n, sh.k))
-        for (int64_t T = 1; T <= std::min<int64_t>(top_bucket, kernels::window_gemm_max_tokens);
+        for (int64_t T = 1; T <= std::min<int64_t>(shape_top(sh), kernels::window_gemm_max_tokens);
              T *= 2)
           window_bytes = std::max(window_bytes, kernels::gemm_bf16_window_workspace_bytes(
                                                     int(T), int(sh.n), int(sh.k)));
@@ -213,7 +220,7 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
     const int rotations =
         int(std::clamp<size_t>((2 * size_t(l2_bytes)) / (w_elems * 2) + 1, 1, 8));
     std::vector<cuda::DeviceMemory> w;  // filled at the first miss of this shape
-    for (int64_t T = 1; T <= top_bucket; T *= 2) {
+    for (int64_t T = 1; T <= shape_top(sh); T *= 2) {
       const GemmKey key{T, sh.n, sh.k};
       {
         std::lock_guard lock(gemm_mutex_);
@@ -246,9 +253,9 @@ void CudaBackend::tune_gemms(std::span<const MatmulShape> shapes, int64_t max_to
       }
       auto measure = [&](const tune::Candidate& c) -> double {
         if (!x.data()) {
-          x = cuda::DeviceMemory(size_t(top_bucket * max_k) * 2);
-          out = cuda::DeviceMemory(size_t(top_bucket * max_n) * 2);
-          fill_random(x.data(), size_t(top_bucket * max_k), 1.0f, rng, stream);
+          x = cuda::DeviceMemory(size_t(x_elems) * 2);
+          out = cuda::DeviceMemory(size_t(out_elems) * 2);
+          fill_random(x.data(), size_t(x_elems), 1.0f, rng, stream);
         }
         if (w.empty())
           for (int r = 0; r < rotations; ++r) {

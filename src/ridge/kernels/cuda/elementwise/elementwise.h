@@ -20,9 +20,15 @@
 
 namespace ridge::kernels {
 
-// out[t, :] = table[ids[t], :]; table bf16 [vocab, hidden] (contiguous), out bf16 [T, hidden].
+// out[t, :] = table[ids[t], :]; table bf16 [vocab, hidden] (contiguous), out bf16 [T, hidden]. An
+// id outside [0, vocab) gives a row of NaN. sumsq_out (or null): [embedding_sumsq_parts(hidden),
+// T] partial sums of each row's squares (of the stored bf16 values), as the skinny GEMV's rms_sumsq
+// prologue reads them (gemm.h), so that the first layer's RMSNorm needs no kernel of its own.
 void embedding_bf16(const uint16_t* table, int64_t vocab, int64_t hidden, const int32_t* ids,
-                    int64_t T, uint16_t* out, int64_t ld_out, cudaStream_t stream);
+                    int64_t T, uint16_t* out, int64_t ld_out, cudaStream_t stream,
+                    float* sumsq_out = nullptr);
+// The parts embedding_bf16 writes per row to sumsq_out: one per 256 columns.
+int64_t embedding_sumsq_parts(int64_t hidden);
 
 // out = w * (x / sqrt(mean(x^2) + eps)) per row; x, out bf16 [T, H]; w [H] f32 or bf16.
 void rmsnorm_bf16(const uint16_t* x, int64_t ld_x, const void* w, DType w_dtype, int64_t T,

@@ -1,6 +1,7 @@
 // Row-wise copies and activations: embedding lookup, SwiGLU (silu_mul), gather_rows, bias add.
 // Launch: 2-D grid (column chunks of 256 threads, rows); one thread per element (silu_mul: eight,
-// with 16-byte accesses, when the shapes are multiples of 8 and the rows 16-byte aligned).
+// with 16-byte accesses, when the shapes are multiples of 8 and the rows 16-byte aligned). The
+// embedding's optional sums of squares: one part a column chunk (a block sum, fixed order).
 // Limits: rows < 2^31 (grid.y is split into chunks of 65535 rows); columns < 2^40.
 // All are launched with programmatic dependent launch (pdl.cuh): they sit on the decode chain.
 #include <cstdint>
@@ -29,15 +30,26 @@ void for_row_chunks(int64_t rows, int64_t cols, Launch launch) {
     launch(dim3(gx, unsigned(std::min(kMaxGridY, rows - r0))), r0);
 }
 
+// sumsq_out (or null): block b of row t leaves the sum of squares of its values at
+// sumsq_out[b * T + t] (every thread takes part in the block's sum: none leaves early).
 __global__ void embedding_kernel(const uint16_t* __restrict__ table, int64_t vocab, int64_t hidden,
                                  const int32_t* __restrict__ ids, uint16_t* __restrict__ out,
-                                 int64_t ld_out, int64_t row0) {
+                                 int64_t ld_out, int64_t row0, float* __restrict__ sumsq_out,
+                                 int64_t T) {
   pdl::begin();  // launched with PDL (pdl.cuh)
   const int64_t t = row0 + blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= hidden) return;
-  const int64_t id = ids[t];
-  out[t * ld_out + i] = (id >= 0 && id < vocab) ? table[id * hidden + i] : uint16_t(0x7fc0);
+  uint16_t v = 0;
+  if (i < hidden) {
+    const int64_t id = ids[t];
+    v = (id >= 0 && id < vocab) ? table[id * hidden + i] : uint16_t(0x7fc0);
+    out[t * ld_out + i] = v;
+  }
+  if (sumsq_out) {  // uniform over the launch
+    const float f = bf16_bits_to_f32(v);
+    const float sum = detail::block_sum(f * f);
+    if (threadIdx.x == 0) sumsq_out[int64_t(blockIdx.x) * T + t] = sum;
+  }
 }
 
 __global__ void silu_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t ld_gu, int64_t F,
@@ -104,14 +116,19 @@ __global__ void add_bias_kernel(void* __restrict__ out, bool out_f32, int64_t ld
 
 }  // namespace
 
+int64_t embedding_sumsq_parts(int64_t hidden) {
+  return detail::ceil_div(hidden, kThreads);
+}
+
 void embedding_bf16(const uint16_t* table, int64_t vocab, int64_t hidden, const int32_t* ids,
-                    int64_t T, uint16_t* out, int64_t ld_out, cudaStream_t stream) {
+                    int64_t T, uint16_t* out, int64_t ld_out, cudaStream_t stream,
+                    float* sumsq_out) {
   RIDGE_KERNEL_EXPECT(vocab >= 1 && hidden >= 1 && T >= 0 && ld_out >= hidden, "embedding_bf16",
                       "table [" + std::to_string(vocab) + ", " + std::to_string(hidden) +
                           "], out " + detail::shape_text(T, hidden, ld_out));
   for_row_chunks(T, hidden, [&](dim3 grid, int64_t r0) {
     RIDGE_CHECK_CUDA(pdl::launch_pdl(embedding_kernel, grid, dim3(kThreads), 0, stream, table,
-                                     vocab, hidden, ids, out, ld_out, r0));
+                                     vocab, hidden, ids, out, ld_out, r0, sumsq_out, T));
   });
 }
 

@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ridge/core/error.h"
@@ -140,13 +141,13 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
   RIDGE_CHECK(prologue == SkinnyPrologue::none || a.M <= skinny_prologue_max_tokens,
               "{}: the prologues run up to {} tokens, got M = {}", what,
               skinny_prologue_max_tokens, a.M);
+  // The producers' counts: skinny_sumsq_parts(K) (the MMA kernel), skinny_warp_sumsq_parts(K)
+  // (the warp-row GEMV), embedding_sumsq_parts(K) (the embedding, fewer than either).
+  const int max_parts = std::max(skinny_sumsq_parts(a.K), skinny_warp_sumsq_parts(a.K));
   RIDGE_CHECK(prologue != SkinnyPrologue::rms_sumsq ||
-                  (a.sumsq_in != nullptr && (a.sumsq_parts == skinny_sumsq_parts(a.K) ||
-                                             a.sumsq_parts == skinny_warp_sumsq_parts(a.K))),
-              "{}: rms_sumsq needs {} (or, from the warp-row GEMV, {}) partial sums of squares "
-              "per row (sumsq_in), got {}",
-              what, skinny_sumsq_parts(a.K), skinny_warp_sumsq_parts(a.K),
-              a.sumsq_in ? a.sumsq_parts : 0);
+                  (a.sumsq_in != nullptr && a.sumsq_parts >= 1 && a.sumsq_parts <= max_parts),
+              "{}: rms_sumsq needs 1 to {} partial sums of squares per row (sumsq_in), got {}",
+              what, max_parts, a.sumsq_in ? a.sumsq_parts : 0);
   RIDGE_CHECK(a.sumsq_out == nullptr || (!a.y_f32 && a.M <= skinny_prologue_max_tokens),
               "{}: sumsq_out needs a bf16 output and at most {} tokens (M = {})", what,
               skinny_prologue_max_tokens, a.M);

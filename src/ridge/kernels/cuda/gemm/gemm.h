@@ -149,7 +149,9 @@ void gemm_bf16_window(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 //   rms_sumsq X [M, K]: row m scaled by 1/sqrt(sumsq(X[m]) / K + eps), the sums of squares given
 //             as sumsq_in [sumsq_parts, M] partial sums (summed in a fixed order), as the
 //             sumsq_out epilogue of the matmul that wrote X leaves them (sumsq_parts =
-//             skinny_sumsq_parts(K), or skinny_warp_sumsq_parts(K) from the warp-row GEMV).
+//             skinny_sumsq_parts(K), or skinny_warp_sumsq_parts(K) from the warp-row GEMV), or
+//             the embedding (embedding_sumsq_parts(K), elementwise.h): any count from 1 up to
+//             the larger of the first two.
 //             The norm's weight must be folded into W beforehand (scale_columns_bf16); the
 //             scale is applied to the product in the epilogue, X goes to the MMA unchanged:
 //             the loop is the plain one
