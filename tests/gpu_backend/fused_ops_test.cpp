@@ -186,6 +186,25 @@ TEST_F(GpuBackend, MatmulFusedRmsNorm) {
   run_matmul_fused(Prologue::rmsnorm, 2, 3008, 576, false, true, 0, false);
 }
 
+// A consumer weight [N, H] with a random RMSNorm weight (around 1) folded in (fold_norm_weight):
+// the norm weight for the CPU reference, and the ones the fused call then takes.
+struct FoldedConsumer {
+  WeightPair w;
+  std::vector<float> nw;
+  Tensor nw_host, ones_dev;
+};
+FoldedConsumer folded_consumer(int64_t N, int64_t H, Backend& be) {
+  FoldedConsumer c;
+  c.w = random_weight(N, H, be);
+  c.nw = random_bf16(size_t(H), 0.5f);
+  for (auto& v : c.nw) v += 1.0f;
+  c.nw_host = Tensor(c.nw.data(), DType::f32, {H});
+  std::vector<float> ones(size_t(H), 1.0f);
+  c.ones_dev = be.upload_weight(Tensor(ones.data(), DType::f32, {H}));
+  EXPECT_TRUE(be.fold_norm_weight(c.w.dev, be.upload_weight(c.nw_host)));
+  return c;
+}
+
 // The norm from recorded sums, as run_layers chains them: a residual-adding matmul (o_proj, or
 // down_proj with SwiGLU in its prologue when `silu`) records the sums of squares of x's rows under
 // a tag; the next matmul_fused takes 1/rms(x) from them (norm folded into its weight). Checked:
@@ -195,17 +214,11 @@ TEST_F(GpuBackend, MatmulFusedRmsNorm) {
 void run_norm_from_sums(int64_t T, int64_t H, int64_t N, int64_t Kp, bool silu,
                         Backend* on = nullptr) {
   Backend& be = on ? *on : fusing();
-  const WeightPair wp = random_weight(H, Kp, be);  // producer [H, Kp]
-  WeightPair wc = random_weight(N, H, be);         // consumer [N, H]
+  const WeightPair wp = random_weight(H, Kp, be);       // producer [H, Kp]
+  const FoldedConsumer fc = folded_consumer(N, H, be);  // consumer [N, H]
   const int64_t xk = silu ? 2 * Kp : Kp;
   std::vector<float> a = random_bf16(size_t(T * xk), silu ? 2.0f : 1.0f);
   std::vector<float> r = random_bf16(size_t(T * H), 3.0f);
-  std::vector<float> nw = random_bf16(size_t(H), 0.5f);
-  for (auto& v : nw) v += 1.0f;
-  std::vector<float> ones(size_t(H), 1.0f);
-  const Tensor nw_host(nw.data(), DType::f32, {H});
-  const Tensor ones_dev = be.upload_weight(Tensor(ones.data(), DType::f32, {H}));
-  ASSERT_TRUE(be.fold_norm_weight(wc.dev, be.upload_weight(nw_host)));
   const std::string what = fmt::format("T={} H={} N={} Kp={}{}", T, H, N, Kp, silu ? " silu" : "");
 
   // Producer: x = r + P(a)·wpᵀ, recording under tag 2.
@@ -221,22 +234,22 @@ void run_norm_from_sums(int64_t T, int64_t H, int64_t N, int64_t Kp, bool silu,
 
   // Consumer: out = rmsnorm(x; nw)·wcᵀ with the folded weight and ones, 1/rms from tag 2.
   MatmulFusion cons;
-  cons.norm_weight = &ones_dev;
+  cons.norm_weight = &fc.ones_dev;
   cons.norm_folded = true;
   cons.eps = 1e-5f;
   cons.norm_sumsq = 2;
   DeviceMatrix hd = device_bf16(T, H, {}), out = device_bf16(T, N, {});
-  be.matmul_fused({}, xd.view, wc.dev, cons, hd.view, out.view);
+  be.matmul_fused({}, xd.view, fc.w.dev, cons, hd.view, out.view);
   be.synchronize({});
   const std::vector<float> x_gpu = download_view(xd);
   expect_close("matmul_fused", "producer x " + what, x_gpu, xref, 1e-2);
 
   MatmulFusion cref;
-  cref.norm_weight = &nw_host;
+  cref.norm_weight = &fc.nw_host;
   cref.eps = 1e-5f;
   std::vector<float> ref(size_t(T * N)), hs(size_t(T * H)), xin(x_gpu);
   Tensor ref_t = host_f32(ref, T, N), hs_t = host_f32(hs, T, H);
-  cpu().matmul_fused({}, host_f32(xin, T, H), wc.host, cref, hs_t, ref_t);
+  cpu().matmul_fused({}, host_f32(xin, T, H), fc.w.host, cref, hs_t, ref_t);
   expect_close("matmul_fused", "norm from sums " + what, download_view(out), ref, 1e-2);
   expect_untouched_outside("matmul_fused", out);
   // Fused (scratch untouched) up to the backend's 8 tokens, composed above.
@@ -247,7 +260,7 @@ void run_norm_from_sums(int64_t T, int64_t H, int64_t N, int64_t Kp, bool silu,
 
   // A consumer whose x is another buffer than the tag's (same shape): composed, still correct.
   DeviceMatrix x2 = device_bf16(T, H, x_gpu), out2 = device_bf16(T, N, {}), h2 = device_bf16(T, H, {});
-  be.matmul_fused({}, x2.view, wc.dev, cons, h2.view, out2.view);
+  be.matmul_fused({}, x2.view, fc.w.dev, cons, h2.view, out2.view);
   be.synchronize({});
   expect_close("matmul_fused", "norm, sums of another x " + what, download_view(out2), ref, 1e-2);
 }
@@ -278,32 +291,26 @@ void run_embedding_sums(int64_t T, int64_t V, int64_t H, int64_t N) {
   std::uniform_int_distribution<int32_t> id(0, int32_t(V - 1));
   std::vector<int32_t> ids(static_cast<size_t>(T));
   for (auto& i : ids) i = id(rng());
-  WeightPair wc = random_weight(N, H, be);
-  std::vector<float> nw = random_bf16(size_t(H), 0.5f);
-  for (auto& v : nw) v += 1.0f;
-  std::vector<float> ones(size_t(H), 1.0f);
-  const Tensor nw_host(nw.data(), DType::f32, {H});
-  const Tensor ones_dev = be.upload_weight(Tensor(ones.data(), DType::f32, {H}));
-  ASSERT_TRUE(be.fold_norm_weight(wc.dev, be.upload_weight(nw_host)));
+  const FoldedConsumer fc = folded_consumer(N, H, be);
 
   std::vector<float> rows(size_t(T * H)), ref(size_t(T * N)), hs(size_t(T * H));
   Tensor rows_t = host_f32(rows, T, H), ref_t = host_f32(ref, T, N), hs_t = host_f32(hs, T, H);
   cpu().embedding({}, table_host, Tensor(ids.data(), DType::i32, {T}), rows_t);
   MatmulFusion cref;
-  cref.norm_weight = &nw_host;
+  cref.norm_weight = &fc.nw_host;
   cref.eps = 1e-5f;
-  cpu().matmul_fused({}, rows_t, wc.host, cref, hs_t, ref_t);
+  cpu().matmul_fused({}, rows_t, fc.w.host, cref, hs_t, ref_t);
 
   Buffer ids_buf;
   const Tensor ids_d = device_i32(ids_buf, ids);
   DeviceMatrix xd = device_bf16(T, H, {}), hd = device_bf16(T, H, {}), out = device_bf16(T, N, {});
   be.embedding_sumsq({}, table_dev, ids_d, xd.view, 2);
   MatmulFusion cons;
-  cons.norm_weight = &ones_dev;
+  cons.norm_weight = &fc.ones_dev;
   cons.norm_folded = true;
   cons.eps = 1e-5f;
   cons.norm_sumsq = 2;
-  be.matmul_fused({}, xd.view, wc.dev, cons, hd.view, out.view);
+  be.matmul_fused({}, xd.view, fc.w.dev, cons, hd.view, out.view);
   be.synchronize({});
   expect_close("embedding_sumsq", "rows " + what, download_view(xd), rows, 0.0);
   expect_close("matmul_fused", "norm from the embedding's sums " + what, download_view(out), ref,
@@ -318,7 +325,7 @@ void run_embedding_sums(int64_t T, int64_t V, int64_t H, int64_t N) {
   DeviceMatrix xs = device_bf16(T, H, {}, H + 8), hs2 = device_bf16(T, H, {}),
                out2 = device_bf16(T, N, {});
   be.embedding_sumsq({}, table_dev, ids_d, xs.view, 2);
-  be.matmul_fused({}, xs.view, wc.dev, cons, hs2.view, out2.view);
+  be.matmul_fused({}, xs.view, fc.w.dev, cons, hs2.view, out2.view);
   be.synchronize({});
   expect_close("matmul_fused", "strided x, composed " + what, download_view(out2), ref, 1e-2);
   const std::vector<uint16_t> h2_bits = download_bits(hs2);
