@@ -260,11 +260,11 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   // the backend was built with (OpProfileOptions::fusions, from BackendOptions::fuse) at this
   // step's T and R rows: each timed op is one op of the plan, under its name. An op folded into
   // another at this T is not timed alone: its time is inside the op it joined (with "norm":
-  // attn_norm in qkv_proj but for the first layer's, mlp_norm in gate_up_proj, their sums of
-  // squares written by down_proj and o_proj, timed after one such call; with "silu": silu_mul
-  // in gate_up_proj (matmul_swiglu); with "rope_kv": rope and kv_write in rope_kv_write), as in
-  // the prediction. A folded call is Backend::matmul_fused / matmul_swiglu / rope_kv_store as
-  // run_layers issues it; where the
+  // attn_norm in qkv_proj, mlp_norm in gate_up_proj, their sums of squares written by down_proj
+  // and o_proj, timed after one such call, and for the first layer's attn_norm by the embedding
+  // (timed as Backend::embedding_sumsq); with "silu": silu_mul in gate_up_proj (matmul_swiglu);
+  // with "rope_kv": rope and kv_write in rope_kv_write), as in the prediction. A folded call is
+  // Backend::matmul_fused / matmul_swiglu / rope_kv_store as run_layers issues it; where the
   // backend composes instead, the parts are issued as the composition does (rmsnorm then matmul,
   // silu_mul then matmul_add, rope then kv_store), each under its own name. The residual adds are
   // always in the o_proj / down_proj epilogues (matmul_add). A norm folds as the model folds it:
@@ -347,8 +347,16 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
   {
     // The embedding table: the first V rows of the weight pool viewed as [V, H].
     const Tensor table(pool.data(), wdt, {V, H}, dev);
+    // With the first layer's attn norm folded and its sums from the embedding, the embedding
+    // as run_layers issues it: keeping its rows' sums of squares under tag 2.
+    const bool sums = plan.norm_sums_from_embedding && plan.attn_norm_folded(c, T);
     if (ridge::row_bytes(wdt, H) * size_t(V) <= pool_bytes)
-      record("embedding", 1, 1, [&](int) { be.embedding(s, table, ids, x); });
+      record("embedding", 1, 1, [&](int) {
+        if (sums)
+          be.embedding_sumsq(s, table, ids, x, 2);
+        else
+          be.embedding(s, table, ids, x);
+      });
   }
   auto norm = [&](int) { be.rmsnorm(s, x, norm_w, eps, h); };
   // RoPE and the KV store in qkv_proj's epilogue where the plan puts them and the backend does it
@@ -357,8 +365,10 @@ std::vector<OpTime> profile_ops(engine::ModelBundle& b, const model::ForwardBatc
       plan.rope_in_qkv(c, T) && be.matmul_rope_kv(s, h, weights(Q + 2 * KV, H).at(0), {}, x, qkv,
                                                   positions, inv_freq, slots, kv[0]);
   if (const Weights w = weights(Q + 2 * KV, H); plan.attn_norm_folded(c, T) && fold(w)) {
-    // The first layer's norm follows the embedding (no sums): a kernel, once a step.
-    if (plan.norm_sums_in_epilogue) record("attn_norm", 1, 1, norm);
+    // The first layer's norm follows the embedding: a kernel, once a step, unless the embedding
+    // leaves its sums (norm_sums_from_embedding).
+    if (plan.norm_sums_in_epilogue && !plan.norm_sums_from_embedding)
+      record("attn_norm", 1, 1, norm);
     backend::MatmulFusion in = norm_in;
     in.norm_sumsq = 2;
     be.matmul_fused(s, mlp, weights(H, F).at(0), mlp_out, gate_up, x);  // the sums, once

@@ -105,29 +105,36 @@ TEST(Execution, KernelsPerStepAsRidgeLaunchesThem) {
   EXPECT_THROW(n1.op("rope_kv_write"), Error);
   // --fuse norm,silu,rope_kv, T = 1 <= 8: qkv_proj with the RMSNorm as a 1/rms scale and RoPE +
   // the KV store in its epilogue 1, attention 1, o_proj 1, gate_up_proj with the RMSNorm 1,
-  // down_proj with SiLU·mul in its prologue 1 = 5; outside: embedding 1, the first layer's
-  // attn_norm (after the embedding no GEMM left its sums) 1, gather_rows 1, final_norm (on the
-  // gathered rows) 1, lm_head 1 = 5. 32 x 5 + 5 = 165.
+  // down_proj with SiLU·mul in its prologue 1 = 5; outside: embedding 1 (it leaves its rows'
+  // sums of squares, Backend::embedding_sumsq, so the first layer's attn_norm folds too),
+  // gather_rows 1, final_norm (on the gathered rows) 1, lm_head 1 = 4. 32 x 5 + 4 = 164.
   const StepCost a1 = predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
                                    CostOptions::ridge(Launch::graph, true, true, Fusions::all()));
-  EXPECT_EQ(a1.kernels, 165);
+  EXPECT_EQ(a1.kernels, 164);
   EXPECT_EQ(a1.op("qkv_proj").kernels, 32);
   EXPECT_EQ(a1.op("attn_decode").kernels, 32);
   EXPECT_EQ(a1.op("lm_head").kernels, 1);
-  EXPECT_EQ(a1.op("attn_norm").kernels, 1);
+  EXPECT_THROW(a1.op("attn_norm"), Error);
   EXPECT_EQ(a1.op("final_norm").kernels, 1);
+  // Without the embedding's sums (RIDGE_EMBED_SUMSQ=0) the first layer's attn_norm runs after
+  // the embedding, once a step: 32 x 5 + 5 = 165.
+  CostOptions no_embed_sums = CostOptions::ridge(Launch::graph, true, true, Fusions::all());
+  no_embed_sums.kernels.norm_sums_from_embedding = false;
+  const StepCost a1k = predict_step(llama2_7b(), h200, StepShape::decode(1, 192), no_embed_sums);
+  EXPECT_EQ(a1k.kernels, 165);
+  EXPECT_EQ(a1k.op("attn_norm").kernels, 1);
   // The folded ops are not listed: their work is in the op they joined.
   for (const char* folded : {"rope", "kv_write", "rope_kv_write", "mlp_norm", "silu_mul"})
     EXPECT_THROW(a1.op(folded), Error) << folded;
   // One switch at a time. --fuse norm: qkv (norm), rope, kv_write, attention, o, gate_up (norm),
-  // silu_mul, down = 8; outside embedding, attn_norm, gather_rows, final_norm, lm_head = 5:
-  // 32 x 8 + 5 = 261.
+  // silu_mul, down = 8; outside embedding (with the first layer's sums), gather_rows,
+  // final_norm, lm_head = 4: 32 x 8 + 4 = 260.
   // --fuse silu,rope_kv: attn_norm, qkv (RoPE + KV store), attention, o, mlp_norm, gate_up,
   // down (SiLU·mul) = 7; outside 4: 32 x 7 + 4 = 228.
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
                          CostOptions::ridge(Launch::graph, true, true, Fusions::parse("norm")))
                 .kernels,
-            261);
+            260);
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(1, 192),
                          CostOptions::ridge(Launch::graph, true, true, Fusions::parse("silu,rope_kv")))
                 .kernels,
@@ -336,17 +343,22 @@ TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
   ridge.kernels.norm_prologue_max_rows = ridge.kernels.silu_prologue_max_rows = 16;
   const StepCost t16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0), ridge);
   const StepCost t17 = predict_step(llama2_7b(), h200, StepShape::decode(17, 0), ridge);
-  // Kernels: T = 16: 6 per layer (qkv, rope_kv_write, attention, o, gate_up, down) + embedding,
-  // the first layer's attn_norm, gather_rows, final_norm, lm_head = 32 x 6 + 5 = 197. T = 17: 9
-  // per layer + 4 = 292.
-  EXPECT_EQ(t16.kernels, 197);
+  // Kernels: T = 16: 6 per layer (qkv, rope_kv_write, attention, o, gate_up, down) + embedding
+  // (its rows' sums of squares kept for the first layer's folded attn norm), gather_rows,
+  // final_norm, lm_head = 32 x 6 + 4 = 196. T = 17: 9 per layer + 4 = 292.
+  EXPECT_EQ(t16.kernels, 196);
   EXPECT_EQ(t17.kernels, 292);
   for (const char* folded : {"mlp_norm", "silu_mul"}) {
     EXPECT_THROW(t16.op(folded), Error) << folded;
     EXPECT_NO_THROW(t17.op(folded)) << folded;
   }
-  EXPECT_EQ(t16.op("attn_norm").kernels, 1);
+  EXPECT_THROW(t16.op("attn_norm"), Error);
   EXPECT_EQ(t17.op("attn_norm").kernels, 32);
+  // The embedding at T = 16: table rows 16 x 4096 x 2 = 131,072 read, x 131,072 written, and
+  // the sums for the first layer's norm, 16 rows x ceil(4096 / 256) = 16 partial sums x 4 =
+  // 1,024 B: 263,168 B; at T = 17 (nothing folded) 2 x 17 x 4096 x 2 = 278,528 B.
+  EXPECT_NEAR(t16.op("embedding").bytes, 263168.0, 1e-6);
+  EXPECT_NEAR(t17.op("embedding").bytes, 278528.0, 1e-6);
   // qkv_proj at T = 16 with the norm as a 1/rms scale, per layer: weights 12288 x 4096 x 2 =
   // 100,663,296 + x 16 x 4096 x 2 = 131,072 + the sums of squares left by down_proj, 16 rows x
   // 4096 / 16 partial sums x 4 = 16,384 + out 16 x 12288 x 2 = 393,216 = 101,203,968 B.
@@ -388,19 +400,19 @@ TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
   // norm weight (8,192), less the sums written by one GEMM and read by the next (2 x 16,384):
   // 237,568 B; SiLU·mul: the gate|up product written and read back (2 x 16 x 22016 x 2 =
   // 1,409,024, its output now the GEMM's); k re-read between RoPE and the store (16 x 4096 x 2 =
-  // 131,072). The first layer's attn norm still runs (270,336 B); the plan's per-layer ops
-  // charge the sums to all 32 layers (the model neither reads them in the first layer nor writes
-  // them in the last):
-  //   32 x (2 x 237,568 + 1,409,024 + 131,072) - 270,336 = 64,217,088 B fewer.
+  // 131,072). The first layer's attn norm needs no kernel either (the embedding leaves its sums),
+  // but the embedding writes them: 16 rows x ceil(4096 / 256) = 16 partial sums x 4 = 1,024 B.
+  // The plan's per-layer ops charge the sums to all 32 layers, at h / 16 partial sums a row (the
+  // model reads the embedding's 16 a row in the first layer and writes none in the last):
+  //   32 x (2 x 237,568 + 1,409,024 + 131,072) - 1,024 = 64,486,400 B fewer.
   const StepCost u16 = predict_step(llama2_7b(), h200, StepShape::decode(16, 0),
                                     CostOptions::ridge(Launch::graph, true, true, Fusions::none()));
   EXPECT_EQ(u16.kernels, 32 * 10 + 4);  // 10 per layer, 4 outside
-  // The attention norms: 32 kernels of 2 x 131,072 + 8,192 = 270,336 B against one, and 16,384 B
-  // of sums read by each of the 32 folded qkv_projs: 31 x 270,336 - 32 x 16,384 = 7,856,128 B.
-  EXPECT_NEAR(u16.op("attn_norm").bytes + u16.op("qkv_proj").bytes -
-                  (t16.op("attn_norm").bytes + t16.op("qkv_proj").bytes),
-              7856128.0, 1);
-  EXPECT_NEAR(u16.bytes - t16.bytes, 64217088.0, 1);
+  // The attention norms: 32 kernels of 2 x 131,072 + 8,192 = 270,336 B against none, and 16,384 B
+  // of sums read by each of the 32 folded qkv_projs: 32 x 270,336 - 32 x 16,384 = 8,126,464 B.
+  EXPECT_NEAR(u16.op("attn_norm").bytes + u16.op("qkv_proj").bytes - t16.op("qkv_proj").bytes,
+              8126464.0, 1);
+  EXPECT_NEAR(u16.bytes - t16.bytes, 64486400.0, 1);
   // gate_up_proj at T = 16 with both: weights 22016 x 4096 x 2 = 180,355,072 + x 131,072 + sums
   // 16,384 + its output [16 x 11008] 352,256 = 180,854,784 B; FLOPs + 5 x 16 x 11008 = 880,640.
   EXPECT_NEAR(t16.op("gate_up_proj").bytes, 32.0 * 180854784, 1);
@@ -412,9 +424,9 @@ TEST(Execution, RidgeFoldsNormsAndSiluIntoGemmsUpTo16Tokens) {
   EXPECT_EQ(d16.kernels, 292);
   EXPECT_NEAR(u16.bytes - d16.bytes, 4194304.0, 1);
   // As built (the default list): folded up to 8 tokens, RoPE + the KV store in qkv_proj too,
-  // 32 x 5 + 5 = 165; at 9, 32 x 9 + 4 = 292.
+  // 32 x 5 + 4 = 164; at 9, 32 x 9 + 4 = 292.
   const auto as_built = CostOptions::ridge(Launch::graph);
-  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(8, 0), as_built).kernels, 165);
+  EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(8, 0), as_built).kernels, 164);
   EXPECT_EQ(predict_step(llama2_7b(), h200, StepShape::decode(9, 0), as_built).kernels, 292);
 }
 
@@ -422,8 +434,9 @@ TEST(Execution, RidgeFoldsANormOnlyWhereTheModelFoldsItsWeight) {
   // --fuse norm runs a block's input norm in the GEMM only as the 1/rms scale of a weight the norm
   // weight was folded into at load (Backend::fold_norm_weight; LlamaModel folds q|k|v only
   // without biases, gate|up always), with the sums of squares the GEMM before it left
-  // (norm_sums_in_epilogue): never the final norm, which runs on gathered rows. The minimal
-  // engine's plan (the default) folds wherever its rows allow; ridge's does not.
+  // (norm_sums_in_epilogue) or, in the first layer, the embedding (norm_sums_from_embedding):
+  // never the final norm, which runs on gathered rows. The minimal engine's plan (the default)
+  // folds wherever its rows allow; ridge's does not.
   const model::ModelConfig smol = model::ModelConfig::named("smollm2-135m");  // tied, no bias
   const model::ModelConfig qwen = model::ModelConfig::named("qwen2-7b");      // biases, untied
   ASSERT_TRUE(smol.tied_embeddings && !smol.qkv_bias);
@@ -433,6 +446,7 @@ TEST(Execution, RidgeFoldsANormOnlyWhereTheModelFoldsItsWeight) {
   EXPECT_TRUE(minimal.attn_norm_folded(qwen, 1));
   EXPECT_TRUE(minimal.final_norm_folded(smol, 1));
   const KernelPlan plan = KernelPlan::ridge(true, true, Fusions::all());
+  EXPECT_TRUE(plan.norm_sums_in_epilogue && plan.norm_sums_from_embedding);
   EXPECT_FALSE(plan.attn_norm_folded(qwen, 1));  // biased q|k|v
   EXPECT_TRUE(plan.attn_norm_folded(smol, 1));
   EXPECT_TRUE(plan.mlp_norm_folded(1));          // gate|up: always
@@ -447,19 +461,19 @@ TEST(Execution, RidgeFoldsANormOnlyWhereTheModelFoldsItsWeight) {
   // tied), decode bs1 at context 192: 1 row x group 3 = 3 <= 16, the decode attention kernel (no
   // combine). All three fusions: per layer qkv_proj (norm; RoPE and the KV store in its
   // epilogue) 1, attention 1, o_proj 1, gate_up_proj (norm) 1, down_proj (SiLU·mul) 1 = 5;
-  // outside embedding 1, the first layer's attn_norm 1, gather_rows 1, final_norm 1, lm_head 1 =
-  // 5: 30 x 5 + 5 = 155, tied or not.
+  // outside embedding 1 (with the first layer's sums: no attn_norm kernel), gather_rows 1,
+  // final_norm 1, lm_head 1 = 4: 30 x 5 + 4 = 154, tied or not.
   const StepCost st = predict_step(smol, h200, StepShape::decode(1, 192), all);
   model::ModelConfig smol_untied = smol;
   smol_untied.tied_embeddings = false;
   const StepCost su = predict_step(smol_untied, h200, StepShape::decode(1, 192), all);
-  EXPECT_EQ(st.kernels, 155);
-  EXPECT_EQ(su.kernels, 155);
+  EXPECT_EQ(st.kernels, 154);
+  EXPECT_EQ(su.kernels, 154);
   for (const char* folded : {"mlp_norm", "silu_mul"}) {
     EXPECT_THROW(st.op(folded), Error) << folded;
     EXPECT_THROW(su.op(folded), Error) << folded;
   }
-  EXPECT_EQ(st.op("attn_norm").kernels, 1);
+  EXPECT_THROW(st.op("attn_norm"), Error);
   EXPECT_EQ(st.op("final_norm").kernels, 1);
   EXPECT_EQ(su.op("final_norm").kernels, 1);
   // final_norm of R = 1 row (plain RMSNorm: read x, write h, its weight): 2 x 576 x 2 = 2,304 +
@@ -477,16 +491,16 @@ TEST(Execution, RidgeFoldsANormOnlyWhereTheModelFoldsItsWeight) {
   // per layer attn_norm 1 (biased q|k|v: it runs alone), qkv_proj 1, rope_kv_write 1 (biased:
   // not in qkv_proj's epilogue either), attention 1, o_proj 1, gate_up_proj (norm) 1, down_proj
   // (SiLU·mul) 1 = 7; outside embedding, gather_rows, final_norm, lm_head = 4: 28 x 7 + 4 = 200.
-  // Without biases the attention norm folds too, but for the first layer's, and RoPE + the KV
-  // store join qkv_proj: 28 x 5 + 5 = 145.
+  // Without biases the attention norm folds too, the first layer's with the embedding's sums,
+  // and RoPE + the KV store join qkv_proj: 28 x 5 + 4 = 144.
   const StepCost qb = predict_step(qwen, h200, StepShape::decode(1, 192), all);
   model::ModelConfig qwen_nobias = qwen;
   qwen_nobias.qkv_bias = false;
   const StepCost qn = predict_step(qwen_nobias, h200, StepShape::decode(1, 192), all);
   EXPECT_EQ(qb.kernels, 200);
-  EXPECT_EQ(qn.kernels, 145);
+  EXPECT_EQ(qn.kernels, 144);
   EXPECT_EQ(qb.op("attn_norm").kernels, 28);
-  EXPECT_EQ(qn.op("attn_norm").kernels, 1);
+  EXPECT_THROW(qn.op("attn_norm"), Error);
   for (const char* folded : {"mlp_norm", "silu_mul"}) {
     EXPECT_THROW(qb.op(folded), Error) << folded;
     EXPECT_THROW(qn.op(folded), Error) << folded;
@@ -499,12 +513,13 @@ TEST(Execution, RidgeFoldsANormOnlyWhereTheModelFoldsItsWeight) {
   // 2 x 512 x 2 = 2,048 B: 33,049,472 B.
   EXPECT_NEAR(qb.op("qkv_proj").bytes, 28.0 * 33046528, 1e-6);
   EXPECT_NEAR(qn.op("qkv_proj").bytes, 28.0 * 33049472, 1e-6);
-  // Without biases the step saves per layer the attention norm (21,504 B) but for the first
-  // layer's, less the sums read by qkv_proj and written by down_proj (2 x 896): 27 x 21,504 -
-  // 28 x 1,792 = 530,432 B; and the rope_kv_write kernel's traffic but for the pool writes, which
+  // Without biases the step saves per layer the attention norm (21,504 B), less the sums read by
+  // qkv_proj and written by down_proj (2 x 896), less the sums the embedding writes for the
+  // first layer's (ceil(3584 / 256) = 14 partial sums x 4 = 56 B): 28 x 21,504 - 28 x 1,792 - 56
+  // = 551,880 B; and the rope_kv_write kernel's traffic but for the pool writes, which
   // qkv_proj's epilogue makes: q, k and v read (4608 x 2 = 9,216) and q and k written back (4096
-  // x 2 = 8,192): 28 x 17,408 = 487,424 B. 1,017,856 B in all.
-  EXPECT_NEAR(qb.bytes - qn.bytes, 1017856.0, 1e-3);
+  // x 2 = 8,192): 28 x 17,408 = 487,424 B. 1,039,304 B in all.
+  EXPECT_NEAR(qb.bytes - qn.bytes, 1039304.0, 1e-3);
 }
 
 // A 2-layer model on a device so fast that every kernel's work is negligible next to its 2 us
@@ -570,18 +585,18 @@ TEST(Execution, RidgeFusedDecodeOnTheTinyModel) {
   // Eager: 11 launches x 10 us + 9 GEMM calls x 20 us + the last kernel's 2 us = 292 us.
   EXPECT_NEAR(e.t_gpu + e.t_launch_stall, 292e-6, 0.02e-6);
   // All three fusions: per layer qkv_proj, attention, o_proj, gate_up_proj, down_proj = 5;
-  // outside: embedding, the first layer's attn_norm, gather_rows, final_norm, lm_head = 5.
-  // 2 x 5 + 5 = 15 kernels, still 9 GEMMs. Graph: 10 + 15 x 2 + 2 x 2.67 (attention's chain) =
-  // 45.34 us (the minimal engine's 24 kernels: 58 us); eager: 6 x 10 + 9 x 20 + 2 = 242 us (332
-  // us), attention's 2.67 us hidden behind the next launch's 10.
+  // outside: embedding (with the first layer's sums: no attn_norm kernel), gather_rows,
+  // final_norm, lm_head = 4. 2 x 5 + 4 = 14 kernels, still 9 GEMMs. Graph: 10 + 14 x 2 + 2 x
+  // 2.67 (attention's chain) = 43.34 us (the minimal engine's 24 kernels: 58 us); eager: 5 x 10
+  // + 9 x 20 + 2 = 232 us (332 us), attention's 2.67 us hidden behind the next launch's 10.
   const auto all = Fusions::all();
   const StepCost ga = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
                                    CostOptions::ridge(Launch::graph, true, true, all));
   const StepCost ea = predict_step(t.cfg, t.hw, StepShape::decode(1, 10),
                                    CostOptions::ridge(Launch::eager, true, true, all));
-  EXPECT_EQ(ga.kernels, 15);
-  EXPECT_NEAR(ga.t_gpu + ga.t_launch_stall, 45.34e-6, 0.02e-6);
-  EXPECT_NEAR(ea.t_gpu + ea.t_launch_stall, 242e-6, 0.02e-6);
+  EXPECT_EQ(ga.kernels, 14);
+  EXPECT_NEAR(ga.t_gpu + ga.t_launch_stall, 43.34e-6, 0.02e-6);
+  EXPECT_NEAR(ea.t_gpu + ea.t_launch_stall, 232e-6, 0.02e-6);
 }
 
 TEST(Execution, HostCopiesOfTheStep) {
@@ -765,11 +780,13 @@ TEST(Execution, PersistentDecodeKernelIsOneOpOfTheLayersBytes) {
   EXPECT_EQ(kern.kernels, 5);
   const OpCost& dl = kern.op("decode_layers");
   EXPECT_EQ(dl.kernels, 1);
-  // Its bytes are the bytes of what it replaced: the first layer's norm after the embedding and
-  // every per-layer op of the layer-by-layer plan.
+  // Its bytes are the bytes of what it replaced: every per-layer op of the layer-by-layer plan
+  // (the first layer's norm runs in its q|k|v GEMV there too, on the embedding's sums: no op of
+  // its own).
+  EXPECT_THROW(chain.op("attn_norm"), Error);
   double folded = 0, folded_flops = 0;
   for (const OpCost& o : chain.ops)
-    if (o.per_layer || o.name == "attn_norm") folded += o.bytes, folded_flops += o.flops;
+    if (o.per_layer) folded += o.bytes, folded_flops += o.flops;
   EXPECT_DOUBLE_EQ(dl.bytes, folded);
   EXPECT_DOUBLE_EQ(dl.flops, folded_flops);
   // By hand: weights per layer (12288 + 4096 + 22016) x 4096 + 4096 x 11008 = 202,375,168 at 2

@@ -378,6 +378,7 @@ KernelPlan KernelPlan::ridge(bool fused_projections, bool pinned_staging, Fusion
   // CudaBackend::kFusedMaxTokens: the decode fusions up to 8 tokens.
   k.norm_prologue_max_rows = fusions.norm ? 8 : 0;
   k.norm_sums_in_epilogue = true;
+  k.norm_sums_from_embedding = true;         // CudaBackend::embedding_sumsq (tag 2, <= 8 tokens)
   k.norm_folds_into_biased_qkv = false;      // LlamaModel folds q|k|v only without biases
   k.norm_folds_into_tied_head = false;       // ... and the LM head only when not tied
   k.silu_prologue_max_rows = fusions.silu ? 8 : 0;
@@ -426,9 +427,16 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
   const double f = double(cfg.ffn), V = double(cfg.vocab), Td = double(T), Ld = double(L);
   const double ab = p.act_bytes, kvb = p.kv_bytes;
 
+  const bool fold_attn_norm = kp.attn_norm_folded(cfg, T);
+  // The first layer's folded attn norm takes its sums from the embedding, which writes them:
+  // ceil(h / 256) partial sums a row (kernels::embedding_sumsq_parts). qkv_proj is charged the
+  // same sums read in every layer (norm_prologue: h / 16 a row, the epilogues' count).
+  const bool sums_from_embedding =
+      fold_attn_norm && kp.norm_sums_in_epilogue && kp.norm_sums_from_embedding;
   {
     OpCost o = make_op("embedding", OpKind::embedding, 1);
     o.bytes = Td * h * (p.head_weight_bytes() + ab);
+    if (sums_from_embedding) o.bytes += 4.0 * Td * std::ceil(h / 256.0);
     b.add(o);
   }
   // RMSNorm as a kernel of its own. With the residual add in the GEMM epilogues
@@ -461,9 +469,9 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
     return e;
   };
 
-  const bool fold_attn_norm = kp.attn_norm_folded(cfg, T);
   if (!fold_attn_norm) norm("attn_norm", L, Td);
-  if (fold_attn_norm && kp.norm_sums_in_epilogue) norm("attn_norm", 1, Td);  // after the embedding
+  // The first layer's, after the embedding, where no GEMM before it left the sums.
+  if (fold_attn_norm && kp.norm_sums_in_epilogue && !sums_from_embedding) norm("attn_norm", 1, Td);
   GemmExtra qkv_extra = fold_attn_norm ? norm_prologue(Td) : GemmExtra{};
   const bool rope_in_qkv = kp.rope_in_qkv(cfg, T);
   if (rope_in_qkv) {  // the epilogue rotates q and k and writes k and v to the pool as well

@@ -76,10 +76,11 @@ Launch launch_named(std::string_view name);  // "graph" | "eager"; throws otherw
 // ridge's decode-step fusions, the switches of BackendOptions::fuse (CLI --fuse LIST, --no-fusion
 // = none). Each folds one op into another (docs/KERNELS.md, "Decode fusions" and "Run 8").
 struct Fusions {
-  bool norm = true;    // "norm": the RMSNorm before qkv_proj (all but the first layer) and
-                        // gate_up_proj (T <= 8 rows) as a 1/rms scale in that GEMM, its weight
-                        // folded into the GEMM's (not biased q|k|v), the sums of squares left by
-                        // the o_proj / down_proj epilogue (Backend::matmul_fused)
+  bool norm = true;     // "norm": the RMSNorm before qkv_proj and gate_up_proj (T <= 8 rows)
+                        // as a 1/rms scale in that GEMM, its weight folded into the GEMM's (not
+                        // biased q|k|v), the sums of squares left by the o_proj / down_proj
+                        // epilogue (Backend::matmul_fused) or, for the first layer's, by the
+                        // embedding (Backend::embedding_sumsq)
   bool silu = true;     // "silu": SiLU·mul in gate_up_proj's epilogue (T <= 8)
   bool rope_kv = true;  // "rope_kv": RoPE and the KV store as one kernel (rope_kv_store), any T
   bool swiglu_gemm = false;  // "swiglu_gemm" (opt-in): SiLU·mul in gate_up_proj's epilogue at
@@ -141,10 +142,16 @@ struct KernelPlan {
   // the "norm" fusion.
   int norm_prologue_max_rows = 0;
   // The folded norms take their sums of squares from the epilogue of the residual-adding GEMM
-  // before them (ridge's "norm" fusion: MatmulFusion::record_sumsq): the first layer's attn norm
-  // (after the embedding) and the final norm (on gathered rows) still run as kernels, and a
-  // folded GEMM reads a few partial sums instead of the norm weight.
+  // before them (ridge's "norm" fusion: MatmulFusion::record_sumsq): the final norm (on gathered
+  // rows) still runs as a kernel, and so does the first layer's attn norm (after the embedding)
+  // unless norm_sums_from_embedding; a folded GEMM reads a few partial sums instead of the norm
+  // weight.
   bool norm_sums_in_epilogue = false;
+  // The embedding leaves its rows' sums of squares too (Backend::embedding_sumsq), so the first
+  // layer's folded attn norm needs no kernel either: the embedding op writes ceil(h / 256)
+  // partial sums a row (kernels::embedding_sumsq_parts), and the first qkv_proj reads them as
+  // every later one reads down_proj's.
+  bool norm_sums_from_embedding = false;
   // Where a norm may fold, given the model (ModelConfig::qkv_bias, tied_embeddings). ridge folds
   // a norm only by scaling the GEMM's weight by the norm weight at load (Backend::fold_norm_weight,
   // LlamaModel's constructor), the prologue then applying the 1/rms scale alone: not into q|k|v
