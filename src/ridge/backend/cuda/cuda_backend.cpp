@@ -653,9 +653,10 @@ void CudaBackend::embedding(const Stream& s, const Tensor& table, const Tensor& 
 }
 
 // With a tag: the sums of squares (one part a 256-column block of the kernel) at up to
-// kFusedMaxTokens rows, where the skinny GEMV's rms_sumsq prologue can read them: the first
-// layer's norm kernel then goes, which on the batch-1 decode chain costs ~9 µs (its HBM reads wait
-// behind the q|k|v GEMV's early weights; docs/KERNELS.md, "Run 46").
+// kFusedMaxTokens rows, where the skinny GEMV's rms_sumsq prologue can read them, so that the first
+// layer's norm kernel goes. Measured level on an H100's batch-1 step: that kernel's ~9 µs in run
+// 45's trace was mostly its reads waiting behind the q|k|v GEMV's early weights, which the
+// embedding's read now waits behind instead (docs/KERNELS.md, "Run 46").
 void CudaBackend::embedding_sumsq(const Stream& s, const Tensor& table, const Tensor& ids,
                                   Tensor& out, int record_sumsq) {
   expect_2d(out, DType::bf16, "embedding", "out");
