@@ -969,10 +969,9 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
                       out_parts * T <= kSumsqFloats;
   // An f32 output (the LM head's logits) takes the fused kernel's plain epilogue where the tuner
   // chose one of ridge's GEMVs for the shape (cuBLASLt writes it otherwise: ridge's other kernels
-  // store bf16 only).
-  const GemmKernel choice = choose_gemm(T, N, K);
+  // store bf16 only). The tuner's choice is looked up for f32 outputs only.
   const bool f32_gemv = out.dtype == DType::f32 && lm_head_gemv() && !f.accumulate &&
-                        skinny_ok(*in) && (warp || choice == GemmKernel::skinny);
+                        skinny_ok(*in) && (warp || choose_gemm(T, N, K) == GemmKernel::skinny);
   if (!swiglu && !rope_kv && prologue == kernels::SkinnyPrologue::none && !record &&
       !f32_gemv) {  // the tuned kernel
     if (f.accumulate)
