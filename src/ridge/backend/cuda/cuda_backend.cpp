@@ -1043,13 +1043,18 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
 // and c8, docs/KERNELS.md. RIDGE_GEMV_WARP_SWIGLU=0 leaves it to the tuner (A/B runs), as does
 // RIDGE_GEMV_WARP=0 (the warp-row GEMV not a candidate).
 bool CudaBackend::swiglu_in_warp_rows() const {
-  static const bool on = env_switch("RIDGE_GEMV_WARP_SWIGLU", true) && warp_rows_candidate();
-  return on && !options_.gemv_stream && options_.gemm != "cublas";
+  static const bool on = env_switch("RIDGE_GEMV_WARP_SWIGLU", true);
+  return on && warp_rows_overrides_tuner();
 }
 
 bool CudaBackend::o_in_warp_rows() const {
-  return o_in_warp_rows_forced() && warp_rows_candidate() && !options_.gemv_stream &&
-         options_.gemm != "cublas";
+  return o_in_warp_rows_forced() && warp_rows_overrides_tuner();
+}
+
+// Whether a one-token GEMV may run in the warp-row GEMV whatever the tuner chose: the candidate is
+// on, and neither --gemv-stream nor --gemm cublas asked for another kernel.
+bool CudaBackend::warp_rows_overrides_tuner() const {
+  return warp_rows_candidate() && !options_.gemv_stream && options_.gemm != "cublas";
 }
 
 std::string CudaBackend::one_token_swiglu_kernel() const {
