@@ -75,6 +75,7 @@ constexpr int kMaxBlocksPerSm = 2;         // 128 registers a thread: two blocks
 constexpr int kLoads = 16;                 // 16-byte chunks a lane per phase
 constexpr int kPhaseChunks = 32 * kLoads;  // a warp's chunks per phase (8 KB)
 constexpr size_t kStaticSmem = 64;         // red[kWarps] and inv_rms_s, rounded up
+constexpr size_t kStageChunkBytes = size_t(kWarps) * 32 * sizeof(uint4);  // a staged chunk, block
 
 std::atomic<int64_t> g_warp_launches{0};
 
@@ -313,8 +314,8 @@ int blocks_per_sm_cap() {
 template <Epi E, bool RMS, bool WALK>
 void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t stream) {
   auto kernel = warp_gemv_kernel<E, RMS, WALK>;
-  // x, then the staged chunks (SkinnyArgs::warp_stage): 512 bytes a chunk and warp.
-  const size_t smem = size_t(a.K) * sizeof(bf16) + size_t(a.warp_stage) * kWarps * 32 * 16;
+  // x, then the staged chunks (SkinnyArgs::warp_stage).
+  const size_t smem = size_t(a.K) * sizeof(bf16) + size_t(a.warp_stage) * kStageChunkBytes;
   // Resident blocks a SM by device and x size, remembered per thread for the few sizes a model's
   // GEMVs have (each GEMV's K; a fifth replaces the oldest). On a miss (a device or size not seen
   // yet) the shared-memory attribute is raised on the current device first.
@@ -335,7 +336,7 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
     *o = Occupancy{};
     RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        int(gemv_warp_max_k * sizeof(bf16) + size_t(gemv_warp_max_stage) * kWarps * 32 * 16)));
+        int(gemv_warp_max_k * sizeof(bf16) + gemv_warp_max_stage * kStageChunkBytes)));
     RIDGE_GEMM_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o->per_sm, kernel, kThreads, smem));
     o->device = device, o->smem = smem;
