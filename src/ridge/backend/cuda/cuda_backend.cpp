@@ -85,19 +85,6 @@ bool embedding_sums() {
   return on;
 }
 
-// RIDGE_GEMV_WARP_O=1 (A/B runs): the one-token GEMV behind decode attention (o, marked
-// MatmulFusion::early_weights) in the warp-row GEMV whatever the tuner chose for its shape, with
-// RIDGE_WARP_STAGE=0..16 chunks a lane of each warp's second phase staged in shared memory before
-// its PDL wait (SkinnyArgs::warp_stage; 16: all of Llama-2-7B's o requested while attention runs).
-bool o_in_warp_rows_forced() {
-  static const bool on = env_switch("RIDGE_GEMV_WARP_O", false);
-  return on;
-}
-int warp_stage_chunks() {
-  static const int n = std::clamp(env_int("RIDGE_WARP_STAGE", 16), 0, kernels::gemv_warp_max_stage);
-  return n;
-}
-
 // RIDGE_QKV_BLOCKS_PER_SM=n and RIDGE_QKV_RING=2|3 (A/B runs): the decode chain's q|k|v GEMV (the
 // one with the RoPE + KV epilogue) in a weight ring of that depth with at most n blocks a SM
 // (SkinnyArgs::blocks_per_sm, ::ring), so that decode attention's blocks, launched early behind
@@ -974,7 +961,6 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   // the MMA kernel one per 16 rows. Either reads the other's parts, so the choice can differ from
   // one shape to the next.
   const bool warp = T == 1 && (options_.gemv_warp || (swiglu && swiglu_in_warp_rows()) ||
-                               (f.early_weights && o_in_warp_rows()) ||
                                choose_gemm(1, N, K) == GemmKernel::warp_rows);
   kernels::SkinnyArgs shape;
   shape.M = int(T), shape.N = int(N), shape.K = int(K), shape.warp = warp;
@@ -1026,9 +1012,6 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
   if (options_.gemv_stream)  // the row-stream GEMV where it applies (1-2 tokens)
     a.stream = kernels::skinny_stream_workspace(ws.gemv_stream.data(), kGemvStreamRows);
   a.warp = warp;
-  // Behind decode attention the warp-row GEMV requests more of its weights before its wait.
-  if (warp && early >= 0 && !swiglu && !rope_kv && kernels::skinny_warp_applies(a))
-    a.warp_stage = warp_stage_chunks();
   kernels::gemm_bf16_skinny_fused(a, prologue, stream);
   if (record)
     ws.sumsq_records[f.record_sumsq - 1] =
@@ -1043,18 +1026,8 @@ void CudaBackend::run_fused(const Stream& s, const Tensor& x, const Tensor& w,
 // and c8, docs/KERNELS.md. RIDGE_GEMV_WARP_SWIGLU=0 leaves it to the tuner (A/B runs), as does
 // RIDGE_GEMV_WARP=0 (the warp-row GEMV not a candidate).
 bool CudaBackend::swiglu_in_warp_rows() const {
-  static const bool on = env_switch("RIDGE_GEMV_WARP_SWIGLU", true);
-  return on && warp_rows_overrides_tuner();
-}
-
-bool CudaBackend::o_in_warp_rows() const {
-  return o_in_warp_rows_forced() && warp_rows_overrides_tuner();
-}
-
-// Whether a one-token GEMV may run in the warp-row GEMV whatever the tuner chose: the candidate is
-// on, and neither --gemv-stream nor --gemm cublas asked for another kernel.
-bool CudaBackend::warp_rows_overrides_tuner() const {
-  return warp_rows_candidate() && !options_.gemv_stream && options_.gemm != "cublas";
+  static const bool on = env_switch("RIDGE_GEMV_WARP_SWIGLU", true) && warp_rows_candidate();
+  return on && !options_.gemv_stream && options_.gemm != "cublas";
 }
 
 std::string CudaBackend::one_token_swiglu_kernel() const {

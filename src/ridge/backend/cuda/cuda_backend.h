@@ -144,9 +144,6 @@ class CudaBackend final : public Backend {
   // Whether the fused one-token SwiGLU GEMV runs in the warp-row GEMV whatever the tuner chose
   // (by default; not with --gemv-stream, --gemm cublas or RIDGE_GEMV_WARP_SWIGLU=0).
   bool swiglu_in_warp_rows() const;
-  // The one-token o GEMV (behind decode attention) in the warp-row GEMV (RIDGE_GEMV_WARP_O=1).
-  bool o_in_warp_rows() const;
-  bool warp_rows_overrides_tuner() const;
   // Which of cuBLASLt's heuristic algorithms k runs (0 its first), or -1 for ridge's kernels.
   static int cublas_algo(GemmKernel k);
   // The kernel gemm_name() calls `name` (cublas for a name this build does not know).

@@ -156,11 +156,6 @@ void gemm_bf16_skinny_fused(const SkinnyArgs& a, SkinnyPrologue prologue, cudaSt
               "{}: stage_steps {} must be 0..{}, and above 0 only with the plain prologue and at "
               "most 8 tokens (M = {})",
               what, a.stage_steps, skinny_max_stage_steps, a.M);
-  RIDGE_CHECK(a.warp_stage >= 0 && a.warp_stage <= gemv_warp_max_stage &&
-                  (a.warp_stage == 0 || (skinny_warp_applies(a) && !a.swiglu && !a.rope.positions)),
-              "{}: warp_stage {} must be 0..{}, and above 0 only where the warp-row GEMV runs "
-              "(SkinnyArgs::warp at one token) without the SwiGLU or RoPE epilogue",
-              what, a.warp_stage, gemv_warp_max_stage);
   RIDGE_CHECK(a.split_k >= 0 && a.split_k <= skinny_max_split_k &&
                   (a.split_k <= 1 || (a.M <= 16 && a.stage_steps == 0)),
               "{}: split_k {} must be 0..{}, and above 1 only with at most 16 tokens (M = {}) "

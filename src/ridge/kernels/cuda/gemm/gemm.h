@@ -44,7 +44,6 @@ void gemm_bf16_skinny(const bf16* X, const bf16* W, bf16* Y, int M, int N, int K
 // per-block kernels' order, for A/B runs). pdl: launched on the decode chain (pdl.cuh); the first
 // weights load before the wait. Preconditions as gemm_bf16 with M = 1, K ≤ gemv_warp_max_k, sm_90.
 constexpr int gemv_warp_max_k = 32768;  // x is staged in shared memory (64 KB)
-constexpr int gemv_warp_max_stage = 16;  // SkinnyArgs::warp_stage: a phase's chunks a lane
 void gemv_bf16_warp_rows(const bf16* X, const bf16* W, bf16* Y, int N, int K, cudaStream_t stream,
                          const bf16* residual = nullptr, bool pdl = false, int blocks_per_sm = 0,
                          bool walk = false);
@@ -238,12 +237,6 @@ struct SkinnyArgs {
   // Up to skinny_max_stage_steps, with the plain prologue and at most 8 tokens. An automatic
   // weight ring (`ring` below) takes their place: it copies its first steps before the wait too.
   int stage_steps = 0;
-  // The warp-row GEMV's early weights (SkinnyArgs::warp, skinny_warp_applies): before pdl::wait()
-  // each warp copies the first warp_stage (0..gemv_warp_max_stage) 16-byte chunks a lane of its
-  // second phase (its second row at K ≤ 4,096) into shared memory (cp.async, 4 KB a chunk and
-  // block), beside the first phase it loads into registers. Bitwise the unstaged result. Not
-  // with the SwiGLU or RoPE epilogue.
-  int warp_stage = 0;
   int M = 0, N = 0, K = 0;
   // Split-K where the row tiles do not fill the SMs (small N): a cluster of split_k CTAs per row
   // tile, each a slice of K, reduced in rank order through distributed shared memory by rank 0,

@@ -33,11 +33,7 @@
 // register double buffer would wait for both (docs/KERNELS.md, run 30); the SM's 16 warps keep
 // up to 128 KB in flight instead. x is staged in shared memory once a block, after the wait for the
 // previous kernel; the first phase of weights is loaded before that wait (programmatic dependent
-// launch). Behind a latency-bound kernel (decode attention before o) SkinnyArgs::warp_stage also
-// copies the first chunks of a warp's second phase into shared memory before the wait (cp.async),
-// so that more of the matrix streams while that kernel runs: for Llama-2-7B's o (4,096 rows on
-// 2,112 warps, at most two phases a warp) 16 chunks request the whole matrix before the wait.
-// The loop reads them back in place of the loads: the same values in the same order, bitwise.
+// launch).
 //
 // Sums of squares (sumsq_out): one part a block, sumsq_out[b] = the sum of y[n]² of the stored bf16
 // values of block b's rows (its warps' sums added in a fixed order at a block barrier after the
@@ -75,7 +71,6 @@ constexpr int kMaxBlocksPerSm = 2;         // 128 registers a thread: two blocks
 constexpr int kLoads = 16;                 // 16-byte chunks a lane per phase
 constexpr int kPhaseChunks = 32 * kLoads;  // a warp's chunks per phase (8 KB)
 constexpr size_t kStaticSmem = 64;         // red[kWarps] and inv_rms_s, rounded up
-constexpr size_t kStageChunkBytes = size_t(kWarps) * 32 * sizeof(uint4);  // a staged chunk, block
 
 std::atomic<int64_t> g_warp_launches{0};
 
@@ -153,40 +148,19 @@ __global__ void __launch_bounds__(kThreads)
                                          : nullptr;
   if (stamps) stamps[0] = globaltimer_ns(), stamps[4] = sm_id();
   auto item_of = [&](int j) { return WALK ? gw * per_warp + j : gw + j * Wt; };
-  // The row of phase q and the phase's first chunk.
-  auto phase_row = [&](int q, int& c0) {
-    const int j = q / IPH, w = q - j * IPH, r = w / PH, p = w - r * PH;
-    c0 = p * kPhaseChunks + lane;
-    return reinterpret_cast<const uint4*>(a.W + size_t(item_row<E>(a, item_of(j), r)) * K);
-  };
-  // Staged chunks (a.warp_stage, S of them a lane): the warp's second phase, chunks i < S, copied
-  // into shared memory before the wait; slot i of this lane at stage[i * 32]. Plain items only
-  // (o, behind attention; the SwiGLU and RoPE forms compile without it).
-  const int S = E == Epi::plain && Q > 1 ? a.warp_stage : 0;
-  uint4* const stage = xs + C + (warp * a.warp_stage) * 32 + lane;
   auto load = [&](uint4(&buf)[kLoads], int q) {
-    int c0;
-    const uint4* row = phase_row(q, c0);
-    const int s = q == 1 ? S : 0;  // phase 1's first s chunks are in shared memory
-    if (s > 0) stage_wait_all();   // this lane's own copies: no barrier needed
+    const int j = q / IPH, w = q - j * IPH, r = w / PH, p = w - r * PH;
+    const uint4* row =
+        reinterpret_cast<const uint4*>(a.W + size_t(item_row<E>(a, item_of(j), r)) * K);
 #pragma unroll
     for (int i = 0; i < kLoads; ++i) {
-      const int c = c0 + i * 32;
-      buf[i] = i < s ? stage[i * 32] : c < C ? load_stream16(row + c) : make_uint4(0, 0, 0, 0);
+      const int c = p * kPhaseChunks + i * 32 + lane;
+      buf[i] = c < C ? load_stream16(row + c) : make_uint4(0, 0, 0, 0);
     }
   };
 
   uint4 buf[kLoads];
   if (Q > 0) load(buf, 0);  // weights are read-only: before the wait
-  if (S > 0) {
-    int c0;
-    const uint4* row = phase_row(1, c0);
-    for (int i = 0; i < S; ++i) {
-      const int c = c0 + i * 32;
-      stage_weights16_zfill(stage + i * 32, c < C ? row + c : row, c < C ? 16 : 0);
-    }
-    stage_commit();
-  }
   pdl::begin();
   for (int c = int(threadIdx.x); c < C; c += kThreads)
     xs[c] = *reinterpret_cast<const uint4*>(a.X + size_t(c) * 8);
@@ -314,8 +288,7 @@ int blocks_per_sm_cap() {
 template <Epi E, bool RMS, bool WALK>
 void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t stream) {
   auto kernel = warp_gemv_kernel<E, RMS, WALK>;
-  // x, then the staged chunks (SkinnyArgs::warp_stage).
-  const size_t smem = size_t(a.K) * sizeof(bf16) + size_t(a.warp_stage) * kStageChunkBytes;
+  const size_t smem = size_t(a.K) * sizeof(bf16);
   // Resident blocks a SM by device and x size, remembered per thread for the few sizes a model's
   // GEMVs have (each GEMV's K; a fifth replaces the oldest). On a miss (a device or size not seen
   // yet) the shared-memory attribute is raised on the current device first.
@@ -334,9 +307,8 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
     o = &seen[next];
     next = (next + 1) % 4;
     *o = Occupancy{};
-    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        int(gemv_warp_max_k * sizeof(bf16) + gemv_warp_max_stage * kStageChunkBytes)));
+    RIDGE_GEMM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(gemv_warp_max_k * sizeof(bf16))));
     RIDGE_GEMM_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o->per_sm, kernel, kThreads, smem));
     o->device = device, o->smem = smem;
