@@ -205,6 +205,46 @@ TEST(Hardware, ProfilesMergeOverTheirBase) {
   }
 }
 
+TEST(Hardware, CeilingsProfileGoesOverTheProjectsMeasuredProfile) {
+  // This run's ceilings (`ridge bench ceilings` on an H100: based on the datasheet entry) over the
+  // committed H100 profile: the file's bandwidth and peak, the committed profile's measured kernel
+  // efficiencies, the datasheet's figures neither names.
+  const std::string ridge = std::string(RIDGE_SOURCE_DIR) + "/data/profiles/h100-sxm-ridge.json";
+  const Hardware committed = db().resolve(ridge), sheet = db().get("h100-sxm");
+  ASSERT_EQ(committed.base, "h100-sxm");
+  // The case that matters: the committed profile measured what the datasheet only estimates.
+  ASSERT_NE(committed.efficiency.attention_memory, sheet.efficiency.attention_memory);
+  const double bw = 0.9 * committed.memory_bw / 1e12, flops = 0.95 * committed.peak("bf16") / 1e12;
+  const auto path = (std::filesystem::temp_directory_path() / "ridge-perf-over-test.json").string();
+  write_profile(path, make_profile("h100-sxm-measured", "h100-sxm", "NVIDIA H100 (this run)",
+                                   {{"memory_bandwidth", bw, "TB/s", "this run's copy"},
+                                    {"dense_flops.bf16", flops, "TFLOP/s", "this run's GEMM"}}));
+  bool layered = false;
+  const Hardware h = db().resolve_over(path, ridge, &layered);
+  EXPECT_TRUE(layered);
+  EXPECT_EQ(h.id, "h100-sxm-measured");
+  EXPECT_EQ(h.base, committed.id);
+  EXPECT_DOUBLE_EQ(h.memory_bw, bw * 1e12);
+  EXPECT_DOUBLE_EQ(h.peak("bf16"), flops * 1e12);
+  EXPECT_EQ(h.sources.at("memory_bandwidth"), "this run's copy");
+  EXPECT_DOUBLE_EQ(h.efficiency.attention_memory, committed.efficiency.attention_memory);
+  EXPECT_DOUBLE_EQ(h.efficiency.elementwise, committed.efficiency.elementwise);
+  EXPECT_DOUBLE_EQ(h.launch_overhead_s, committed.launch_overhead_s);
+  EXPECT_DOUBLE_EQ(h.peak("fp8"), sheet.peak("fp8"));  // named by neither profile
+  // Plain resolve() keeps the datasheet's estimates under the same file.
+  EXPECT_DOUBLE_EQ(db().resolve(path).efficiency.attention_memory,
+                   sheet.efficiency.attention_memory);
+
+  // A file of another GPU is not layered over the H100's profile.
+  write_profile(path, make_profile("h200-measured", "h200", "NVIDIA H200 (this run)",
+                                   {{"memory_bandwidth", 4.1, "TB/s", "this run's copy"}}));
+  const Hardware other = db().resolve_over(path, ridge, &layered);
+  std::filesystem::remove(path);
+  EXPECT_FALSE(layered);
+  EXPECT_EQ(other.base, "h200");
+  EXPECT_DOUBLE_EQ(other.efficiency.attention_memory, db().get("h200").efficiency.attention_memory);
+}
+
 TEST(Hardware, PartitionScalesComputeAndBandwidth) {
   const Hardware p = db().get("h200").partition(0.25);
   EXPECT_DOUBLE_EQ(p.peak("bf16"), 989e12 * 0.25);

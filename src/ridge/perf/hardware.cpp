@@ -448,22 +448,49 @@ std::vector<std::string> HardwareDb::ids() const {
   return r;
 }
 
+namespace {
+nlohmann::json read_profile(const std::string& path) {
+  try {
+    return nlohmann::json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", path, e.what());
+  }
+}
+}  // namespace
+
 Hardware HardwareDb::resolve(const std::string& spec) const {
   if (const Hardware* h = find(spec)) return *h;
   std::error_code ec;
   if (std::filesystem::is_regular_file(spec, ec)) {
     HardwareDb copy = *this;
-    nlohmann::json doc;
-    try {
-      doc = nlohmann::json::parse(read_text(spec));
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: not valid JSON: {}", spec, e.what());
-    }
-    auto added = copy.merge(doc, spec);
+    auto added = copy.merge(read_profile(spec), spec);
     if (added.empty()) fail("{}: the profile holds no accelerator", spec);
     return copy.get(added.front());
   }
   return get(spec);  // throws with the known ids
+}
+
+Hardware HardwareDb::resolve_over(const std::string& path, const std::string& under,
+                                  bool* layered) const {
+  if (layered) *layered = false;
+  HardwareDb copy = *this;
+  const auto below = copy.merge(read_profile(under), under);
+  if (below.empty()) fail("{}: the profile holds no accelerator", under);
+  const Hardware& u = copy.get(below.front());
+  nlohmann::json doc = read_profile(path);
+  if (doc.is_object() && doc.contains("accelerators") && doc["accelerators"].is_object() &&
+      !u.base.empty())
+    for (auto& [id, entry] : doc["accelerators"].items())
+      if (entry.is_object() && entry.contains("base") && entry["base"].is_string()) {
+        const Hardware* b = copy.find(entry["base"].get<std::string>());
+        if (b && b->id == u.base) {
+          entry["base"] = u.id;
+          if (layered) *layered = true;
+        }
+      }
+  auto added = copy.merge(doc, path);
+  if (added.empty()) fail("{}: the profile holds no accelerator", path);
+  return copy.get(added.front());
 }
 
 nlohmann::json make_profile(const std::string& id, const std::string& base, const std::string& name,

@@ -125,6 +125,15 @@ class HardwareDb {
   // A spec is an id/alias, or the path of a profile file: then the profile is merged over this
   // database and its (first) entry returned.
   Hardware resolve(const std::string& spec) const;
+  // A profile file resolved over another (`under`: the project's measured profile of the same
+  // GPU, data/profiles/<id>-ridge.json): `under` is merged first, and the file's entries whose
+  // base is the base of `under`'s entry take that entry as their base instead. So a profile of
+  // this run's ceilings (`ridge bench ceilings`, based on the datasheet entry) keeps its own
+  // bandwidth and peaks and inherits the kernel efficiencies and latencies measured before, not
+  // the datasheet's estimates. A file of another base is resolved as resolve() would; `layered`
+  // (optional) says which happened.
+  Hardware resolve_over(const std::string& path, const std::string& under,
+                        bool* layered = nullptr) const;
 
  private:
   std::map<std::string, Hardware> entries_;
