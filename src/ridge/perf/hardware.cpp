@@ -473,21 +473,29 @@ Hardware HardwareDb::resolve(const std::string& spec) const {
 Hardware HardwareDb::resolve_over(const std::string& path, const std::string& under,
                                   bool* layered) const {
   if (layered) *layered = false;
-  HardwareDb copy = *this;
-  const auto below = copy.merge(read_profile(under), under);
-  if (below.empty()) fail("{}: the profile holds no accelerator", under);
-  const Hardware& u = copy.get(below.front());
+  const nlohmann::json below = read_profile(under);
+  if (!below.is_object() || !below.contains("accelerators") || !below["accelerators"].is_object() ||
+      below["accelerators"].empty())
+    fail("{}: the profile holds no accelerator", under);
+  const nlohmann::json& u = below["accelerators"].begin().value();
+  const Hardware* u_base = u.is_object() && u.contains("base") && u["base"].is_string()
+                               ? find(u["base"].get<std::string>())
+                               : nullptr;
   nlohmann::json doc = read_profile(path);
-  if (doc.is_object() && doc.contains("accelerators") && doc["accelerators"].is_object() &&
-      !u.base.empty())
+  if (u_base && doc.is_object() && doc.contains("accelerators") && doc["accelerators"].is_object())
     for (auto& [id, entry] : doc["accelerators"].items())
       if (entry.is_object() && entry.contains("base") && entry["base"].is_string()) {
-        const Hardware* b = copy.find(entry["base"].get<std::string>());
-        if (b && b->id == u.base) {
-          entry["base"] = u.id;
+        const Hardware* b = find(entry["base"].get<std::string>());
+        if (b && b->id == u_base->id) {
+          // `under`'s fields beneath the file's, over the same base: the base stays the
+          // datasheet entry (a calibrated profile written from it loads over the database alone).
+          nlohmann::json merged = u;
+          merge_into(merged, entry);
+          entry = std::move(merged);
           if (layered) *layered = true;
         }
       }
+  HardwareDb copy = *this;
   auto added = copy.merge(doc, path);
   if (added.empty()) fail("{}: the profile holds no accelerator", path);
   return copy.get(added.front());

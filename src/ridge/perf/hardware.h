@@ -126,12 +126,12 @@ class HardwareDb {
   // database and its (first) entry returned.
   Hardware resolve(const std::string& spec) const;
   // A profile file resolved over another (`under`: the project's measured profile of the same
-  // GPU, data/profiles/<id>-ridge.json): `under` is merged first, and the file's entries whose
-  // base is the base of `under`'s entry take that entry as their base instead. So a profile of
-  // this run's ceilings (`ridge bench ceilings`, based on the datasheet entry) keeps its own
+  // GPU, data/profiles/<id>-ridge.json): the file's entries whose base is the base of `under`'s
+  // (first) entry take that entry's fields beneath their own, over the same base. So a profile
+  // of this run's ceilings (`ridge bench ceilings`, based on the datasheet entry) keeps its own
   // bandwidth and peaks and inherits the kernel efficiencies and latencies measured before, not
-  // the datasheet's estimates. A file of another base is resolved as resolve() would; `layered`
-  // (optional) says which happened.
+  // the datasheet's estimates, and its base is still the datasheet entry. A file of another base
+  // is resolved as resolve() would; `layered` (optional) says which happened.
   Hardware resolve_over(const std::string& path, const std::string& under,
                         bool* layered = nullptr) const;
 
