@@ -311,6 +311,17 @@ TEST(Execution, DecodeAttentionLatencyAtFewBlocks) {
   EXPECT_EQ(big.bound, Bound::memory);
   EXPECT_NEAR(big.t_latency, 32 * 63 * 13.39e-6, 1e-9);
   EXPECT_GT(big.time, big.t_latency);
+  // Streaming, the first blocks' chain before the KV flows (one block and one tile, 2.67 us a
+  // layer) adds to the stream: batch 16 at context 192, 512 blocks unsplit (>= 264 slots) in 2
+  // waves of 4.68 us (9.36 us a layer of chain) against 16 x 193 x 16 KB + q and out = 50.86 MB a
+  // layer at 4.8 TB/s x 0.7 = 15.1 us: memory-bound at 15.1 + 2.67 us a layer.
+  const OpCost b16 =
+      predict_step(llama2_7b(), h200, StepShape::decode(16, 192), ridge).op("attn_decode");
+  EXPECT_EQ(b16.bound, Bound::memory);
+  EXPECT_NEAR(b16.bytes, 32.0 * (16 * 193 * 16384 + 2 * 16 * 4096 * 2), 1);
+  EXPECT_NEAR(b16.t_latency, 32 * 2 * 4.68e-6, 1e-12);
+  EXPECT_NEAR(b16.t_fill, 32 * 2.67e-6, 1e-12);
+  EXPECT_NEAR(b16.time, b16.bytes / (4.8e12 * 0.7) + 32 * 2.67e-6 + 32 * 2e-6, 1e-12);
   // The roofline (no efficiencies) has no floor: the bare KV stream.
   CostOptions roof = ridge;
   roof.achievable = false;
@@ -318,6 +329,9 @@ TEST(Execution, DecodeAttentionLatencyAtFewBlocks) {
       predict_step(llama2_7b(), h200, StepShape::decode(1, 192), roof).op("attn_decode");
   EXPECT_EQ(r1.bound, Bound::memory);
   EXPECT_LT(r1.time, b1.time);
+  EXPECT_NEAR(
+      predict_step(llama2_7b(), h200, StepShape::decode(16, 192), roof).op("attn_decode").time,
+      b16.bytes / 4.8e12 + 32 * 2e-6, 1e-12);  // no fill either
   // The minimal engine's plan models no chain.
   CostOptions minimal;
   minimal.achievable = true;

@@ -238,6 +238,8 @@ struct OpCost {
   double t_overhead = 0;       // kernels x kernel overhead
   double t_latency = 0;        // seconds per step: the op's dependent chain (a floor; achievable
                                // model only, 0 where not modelled)
+  double t_fill = 0;           // seconds per step added to its streaming time before the
+                               // stream runs at its rate (a pipeline's fill; achievable only)
   double e_math = 1, e_mem = 1;  // efficiencies applied (CostOptions::achievable)
   double time = 0;             // predicted seconds per step (GPU time; launch stalls are the step's)
   Bound bound = Bound::memory;  // the largest of T_math / wave_efficiency, T_mem and t_latency
