@@ -549,7 +549,7 @@ StepCost predict_step(const model::ModelConfig& cfg, const Hardware& hw, const S
       // before the KV flows at its rate, and nothing overlaps that: one block and one tile a
       // layer on top of the stream. Run 47 c3 (H100): batch 16 at ~192 positions measured
       // 22.5 us a layer against 17.9 of stream (predicted 20 % fast without it), batch 64 and
-      // batch 16 at 4,096 positions within 3 % either way.
+      // batch 16 at 4,096 positions within +3 %.
       o.t_fill = Ld * (hw.attention_block_s + hw.attention_tile_s);
     }
     b.add(o);
