@@ -242,7 +242,8 @@ struct OpCost {
                                // stream runs at its rate (a pipeline's fill; achievable only)
   double e_math = 1, e_mem = 1;  // efficiencies applied (CostOptions::achievable)
   double time = 0;             // predicted seconds per step (GPU time; launch stalls are the step's)
-  Bound bound = Bound::memory;  // the largest of T_math / wave_efficiency, T_mem and t_latency
+  Bound bound = Bound::memory;  // the largest of T_math / wave_efficiency, T_mem (+ t_fill) and
+                                // t_latency
   std::string_view format;     // number format of the math (the Precision it came from)
 };
 
