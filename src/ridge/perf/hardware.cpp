@@ -456,17 +456,19 @@ nlohmann::json read_profile(const std::string& path) {
     fail("{}: not valid JSON: {}", path, e.what());
   }
 }
+// A profile document merged over (a copy of) the database: its first entry.
+Hardware first_merged(HardwareDb db, const nlohmann::json& doc, const std::string& origin) {
+  auto added = db.merge(doc, origin);
+  if (added.empty()) fail("{}: the profile holds no accelerator", origin);
+  return db.get(added.front());
+}
 }  // namespace
 
 Hardware HardwareDb::resolve(const std::string& spec) const {
   if (const Hardware* h = find(spec)) return *h;
   std::error_code ec;
-  if (std::filesystem::is_regular_file(spec, ec)) {
-    HardwareDb copy = *this;
-    auto added = copy.merge(read_profile(spec), spec);
-    if (added.empty()) fail("{}: the profile holds no accelerator", spec);
-    return copy.get(added.front());
-  }
+  if (std::filesystem::is_regular_file(spec, ec))
+    return first_merged(*this, read_profile(spec), spec);
   return get(spec);  // throws with the known ids
 }
 
@@ -495,10 +497,7 @@ Hardware HardwareDb::resolve_over(const std::string& path, const std::string& un
           if (layered) *layered = true;
         }
       }
-  HardwareDb copy = *this;
-  auto added = copy.merge(doc, path);
-  if (added.empty()) fail("{}: the profile holds no accelerator", path);
-  return copy.get(added.front());
+  return first_merged(*this, doc, path);
 }
 
 nlohmann::json make_profile(const std::string& id, const std::string& base, const std::string& name,
