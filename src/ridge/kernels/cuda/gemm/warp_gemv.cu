@@ -277,16 +277,15 @@ bool row_parts() {
 }
 
 // RIDGE_WARP_BALANCED=1: the grid takes the fewest blocks that need no more rounds than every
-// resident block would. A warp then has ⌊items / Wt⌋ or one more item, the busiest warp as many
-// as with the full grid, and the last round is nearly full. Llama-2-7B's SwiGLU GEMV (22,016 rows) on 132 SMs:
-// 264 blocks (2,112 warps) take 10.42 rounds, the eleventh 42 % full; 251 blocks (2,008 warps)
-// take 10.96. Run 45's SwiGLU rows took the busiest warp from 12 rows to 11 (the mean 10.42) and
-// ~2 µs a layer off the chain on an H100. If the tail cost in proportion, the 0.58 rows left
+// resident block would. A warp then has ⌊items / Wt⌋ or one more item, the busiest warp as many as
+// with the full grid, and the last round is nearly full. Llama-2-7B's SwiGLU GEMV (22,016 rows) on
+// 132 SMs: 264 blocks (2,112 warps) take 10.42 rounds, the eleventh 42 % full; 251 blocks (2,008
+// warps) take 10.96. Run 45's SwiGLU rows took the busiest warp from 12 rows to 11 (the mean 10.42)
+// and ~2 µs a layer off the chain on an H100. If the tail cost in proportion, the 0.58 rows left
 // above the mean would be ~1 µs a layer; less where the 896 warps of the thin round (7.3 MB in
-// flight) already keep HBM busy (docs/KERNELS.md, "Session 56").
-// Each row is still summed by one warp in one order: the outputs are the full grid's bit for
-// bit (the sums-of-squares parts group the rows by block differently). Opt-in until it has run
-// on a GPU (session 56 was lent none): RIDGE_WARP_BALANCED=1.
+// flight) already keep HBM busy (docs/KERNELS.md, "Session 56"). Each row is still summed by one
+// warp in one order: the outputs are the full grid's bit for bit (the sums-of-squares parts group
+// the rows by block differently). Opt-in until it has run on a GPU (session 56 was lent none).
 bool balanced_grid() {
   static const bool on = [] {
     const char* v = std::getenv("RIDGE_WARP_BALANCED");
