@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -38,6 +39,7 @@ struct PlanFlags {
   bool json = false;
   bool no_power_cap = false;
   std::string plot;
+  ridge::perf::ServeLimits limits;
 };
 
 ridge::model::ModelConfig load_model(const std::string& spec) {
@@ -111,6 +113,7 @@ void run(const PlanFlags& f) {
   req.slo = {f.slo_ttft_ms / 1e3, f.slo_tpot_ms / 1e3, f.attainment};
   req.gpus = f.gpus;
   req.top = f.top;
+  req.limits = f.limits;
   const perf::PlanResult r = perf::plan(req);
 
   nlohmann::json plots;
@@ -157,6 +160,21 @@ void setup(CLI::App& sub) {
   sub.add_option("--duration", f->duration, "seconds of arrivals to simulate when --requests is 0")->capture_default_str();
   sub.add_option("--seed", f->seed, "seed of the workload")->capture_default_str();
   sub.add_option("--top", f->top, "configurations that get a highest-sustainable-rate search")->capture_default_str();
+  // The engine's limits, named as ridge serve names them: each one given pins the candidates.
+  const auto positive = CLI::Range(int64_t(1), int64_t(std::numeric_limits<int32_t>::max()));
+  sub.add_option("--max-num-seqs", f->limits.max_num_seqs,
+                 "sequences running at once, as ridge serve --max-num-seqs (default: 64, 256 and "
+                 "512 searched)")
+      ->check(positive);
+  sub.add_option("--max-num-batched-tokens", f->limits.max_num_batched_tokens,
+                 "tokens per step, as ridge serve --max-num-batched-tokens (default: 512, 2048 and "
+                 "8192 searched)")
+      ->check(positive);
+  sub.add_option(
+         "--ctx-size", f->limits.kv_tokens,
+         "a GPU's KV cache capacity in tokens, as ridge serve --ctx-size (default: 90 % of the "
+         "memory the weights leave)")
+      ->check(positive);
   sub.add_flag("--json", f->json, "print JSON");
   sub.add_flag("--no-power-cap", f->no_power_cap,
                "steps ignore the card's power cap (by default a step takes at least what its FLOPs and "

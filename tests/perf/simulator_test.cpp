@@ -259,6 +259,75 @@ TEST(Planner, RanksConfigurationsAndNamesTheBindingResource) {
   EXPECT_NE(t.find("-33%"), std::string::npos);  // predicted / measured - 1 = 1/1.5 - 1
 }
 
+// The engine's limits as ridge serve takes them (--max-num-seqs, --max-num-batched-tokens,
+// --ctx-size): each one given replaces the planner's candidates for it, and the KV capacity in
+// tokens bounds how many sequences run at once.
+TEST(Planner, EngineLimitsPinTheCandidatesAndTheKvCapacity) {
+  const auto searched = candidate_configs(1, std::nullopt);
+  EXPECT_EQ(std::count_if(
+                searched.begin(), searched.end(),
+                [](const ServingConfig& c) { return c.mode == ServingConfig::Mode::aggregated; }),
+            9);
+  for (const auto& c : searched) EXPECT_EQ(c.kv_tokens, 0);
+  const auto pinned = candidate_configs(1, std::nullopt, {384, 4096, 163840});
+  int aggregated = 0;
+  for (const auto& c : pinned) {
+    EXPECT_EQ(c.max_batch, 384) << c.describe();
+    EXPECT_EQ(c.token_budget, 4096) << c.describe();
+    EXPECT_EQ(c.kv_tokens, 163840) << c.describe();
+    EXPECT_NE(c.describe().find("KV 163840 tok"), std::string::npos) << c.describe();
+    aggregated += c.mode == ServingConfig::Mode::aggregated;
+  }
+  EXPECT_EQ(aggregated, 1);
+  // One limit alone: the others are still searched.
+  const auto seqs = candidate_configs(1, std::nullopt, {128, 0, 0});
+  std::vector<int64_t> budgets;
+  for (const auto& c : seqs) {
+    EXPECT_EQ(c.max_batch, 128) << c.describe();
+    if (c.mode == ServingConfig::Mode::aggregated) budgets.push_back(c.token_budget);
+  }
+  EXPECT_EQ(budgets, (std::vector<int64_t>{512, 2048, 8192}));
+  EXPECT_THROW(candidate_configs(1, std::nullopt, {-1, 0, 0}), Error);
+
+  // Two requests of 1,000 + 100 tokens arriving together: a KV cache of 1,100 tokens runs them
+  // one after the other (the second waits for the first's whole life), 2,200 side by side.
+  const auto cfg = model::ModelConfig::named("llama-2-7b");
+  const Hardware& h200 = db().get("h200");
+  Workload w;
+  w.arrival = Workload::Arrival::burst;
+  w.isl = LengthDist::fixed(1000), w.osl = LengthDist::fixed(100);
+  w.requests = 1;
+  ServingConfig sc;
+  sc.token_budget = 8192;
+  const double one = simulate(cfg, h200, w, sc, {}, {}).makespan_s;
+  w.requests = 2;
+  sc.kv_tokens = 1100;
+  const SimResult serial = simulate(cfg, h200, w, sc, {}, {});
+  EXPECT_GE(serial.makespan_s, 2 * one * 0.999);
+  EXPECT_GE(serial.ttft_p99, one * 0.99);  // the second prompt starts after the first's end
+  sc.kv_tokens = 2200;
+  const SimResult together = simulate(cfg, h200, w, sc, {}, {});
+  EXPECT_LT(together.makespan_s, 1.2 * one);
+  EXPECT_LT(together.ttft_p99, 0.2 * one);
+  // A request larger than the cache, and a cache larger than the memory the weights leave, are
+  // refused with their numbers.
+  sc.kv_tokens = 1099;
+  try {
+    simulate(cfg, h200, w, sc, {}, {});
+    ADD_FAILURE() << "a 1,100-token request ran in a 1,099-token cache";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1099"), std::string::npos) << e.what();
+  }
+  sc.kv_tokens = 1'000'000;  // 524 GB of Llama-2-7B's bf16 KV: more than an H200 holds
+  try {
+    simulate(cfg, h200, w, sc, {}, {});
+    ADD_FAILURE() << "a 1M-token KV cache fit an H200";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1000000 tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ridge::perf
 

@@ -31,6 +31,19 @@ def test_valid_plan_runs():
     assert "ISL 512" in r.stdout
 
 
+def test_engine_limits_pin_the_configurations():
+    # ridge serve's --max-num-seqs, --max-num-batched-tokens and --ctx-size: the one aggregated
+    # configuration they describe, the KV capacity named in it and in the JSON
+    r = plan("--isl", "512", "--osl", "32", "--max-num-seqs", "384", "--max-num-batched-tokens", "4096",
+             "--ctx-size", "65536", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["limits"] == {"max_num_seqs": 384, "max_num_batched_tokens": 4096, "kv_tokens": 65536}
+    configs = [k["config"] for k in j["ranked"]]
+    assert [c for c in configs if c.startswith("aggregated")] == ["aggregated x1 (chunk 4096 tok, batch 384, KV 65536 tok)"]
+    assert all("KV 65536 tok" in c for c in configs), configs
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--isl", "inf"], "--isl"),
     (["--isl", "1e30"], "--isl"),
@@ -48,6 +61,10 @@ def test_valid_plan_runs():
     (["--prefix-share", "nan"], "--prefix-share"),
     (["--prefix-share", "1.5"], "--prefix-share"),
     (["--rate", "1e300", "--duration", "1e300", "--requests", "0"], "duration"),
+    (["--max-num-seqs", "0"], "--max-num-seqs"),
+    (["--max-num-batched-tokens", "-8"], "--max-num-batched-tokens"),
+    (["--ctx-size", "0"], "--ctx-size"),
+    (["--ctx-size", "1000000"], "KV cache of 1000000 tokens"),
 ])
 def test_bad_workload_options_are_refused(args, needle):
     r = plan(*args)

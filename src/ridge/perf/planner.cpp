@@ -20,27 +20,42 @@ std::string opt_num(double v, const char* f) {
 
 }  // namespace
 
-std::vector<ServingConfig> candidate_configs(int gpus, const std::optional<Hardware>& prefill_hw) {
+std::vector<ServingConfig> candidate_configs(int gpus, const std::optional<Hardware>& prefill_hw,
+                                             const ServeLimits& limits) {
   RIDGE_CHECK(gpus >= 1 && gpus <= 1024, "plan: --gpus {} is outside 1..1024", gpus);
+  RIDGE_CHECK(
+      limits.max_num_seqs >= 0 && limits.max_num_batched_tokens >= 0 && limits.kv_tokens >= 0,
+      "plan: the engine's limits must be >= 0 (0: searched), got --max-num-seqs {}, "
+      "--max-num-batched-tokens {}, --ctx-size {}",
+      limits.max_num_seqs, limits.max_num_batched_tokens, limits.kv_tokens);
+  auto pick = [](int64_t pinned, std::vector<int64_t> searched) {
+    return pinned > 0 ? std::vector<int64_t>{pinned} : searched;
+  };
+  const int64_t budget1 = limits.max_num_batched_tokens > 0 ? limits.max_num_batched_tokens : 8192;
+  const int64_t batch1 = limits.max_num_seqs > 0 ? limits.max_num_seqs : 256;
   std::vector<ServingConfig> out;
-  for (int64_t budget : {512, 2048, 8192})
-    for (int64_t batch : {64, 256, 512}) {
+  auto add = [&](ServingConfig c) {
+    c.kv_tokens = limits.kv_tokens;
+    out.push_back(std::move(c));
+  };
+  for (int64_t budget : pick(limits.max_num_batched_tokens, {512, 2048, 8192}))
+    for (int64_t batch : pick(limits.max_num_seqs, {64, 256, 512})) {
       ServingConfig c;
       c.mode = ServingConfig::Mode::aggregated;
       c.gpus = gpus, c.token_budget = budget, c.max_batch = batch;
-      out.push_back(c);
+      add(c);
     }
   for (int p = 1; p < gpus; ++p) {
     ServingConfig c;
     c.mode = ServingConfig::Mode::disagg_gpus;
-    c.prefill_gpus = p, c.decode_gpus = gpus - p, c.token_budget = 8192, c.max_batch = 256;
-    out.push_back(c);
+    c.prefill_gpus = p, c.decode_gpus = gpus - p, c.token_budget = budget1, c.max_batch = batch1;
+    add(c);
   }
   for (double f : {0.25, 0.5, 0.75}) {
     ServingConfig c;
     c.mode = ServingConfig::Mode::disagg_sms;
-    c.gpus = gpus, c.prefill_fraction = f, c.token_budget = 8192, c.max_batch = 256;
-    out.push_back(c);
+    c.gpus = gpus, c.prefill_fraction = f, c.token_budget = budget1, c.max_batch = batch1;
+    add(c);
   }
   if (prefill_hw) {
     // Heterogeneous: the prefill device (e.g. Rubin CPX) next to the decode GPUs, as many of
@@ -49,9 +64,9 @@ std::vector<ServingConfig> candidate_configs(int gpus, const std::optional<Hardw
     for (int p : {gpus, std::max(1, gpus / 2)}) {
       ServingConfig c;
       c.mode = ServingConfig::Mode::disagg_gpus;
-      c.prefill_gpus = p, c.decode_gpus = gpus, c.token_budget = 8192, c.max_batch = 256;
+      c.prefill_gpus = p, c.decode_gpus = gpus, c.token_budget = budget1, c.max_batch = batch1;
       c.prefill_hw = prefill_hw, c.kv_link = link;
-      out.push_back(c);
+      add(c);
       if (gpus == 1) break;
     }
   }
@@ -63,6 +78,17 @@ PlanResult plan(const PlanRequest& req) {
   // that cannot run a valid workload is skipped below.
   req.workload.validate();
   req.slo.validate();
+  if (req.limits.kv_tokens > 0) {  // once here, not once per configuration that fails on it
+    const double need =
+        double(req.limits.kv_tokens) * kv_bytes_per_token(req.model, req.opt.precision);
+    const double free = req.hw.memory_bytes - weight_bytes(req.model, req.opt.precision);
+    RIDGE_CHECK(
+        need <= free,
+        "plan: --ctx-size {}: a KV cache of {} tokens ({:.1f} GB at {}) does not fit beside the "
+        "weights in {}'s {:.0f} GB ({:.1f} GB left)",
+        req.limits.kv_tokens, req.limits.kv_tokens, need / 1e9, req.opt.precision.name, req.hw.id,
+        req.hw.memory_bytes / 1e9, std::max(0.0, free / 1e9));
+  }
   PlanResult r;
   r.request = req;
   const auto& w = req.workload;
@@ -74,7 +100,7 @@ PlanResult plan(const PlanRequest& req) {
   r.compute_bound_batch = decode_compute_bound_batch(req.model, req.hw, req.opt);
 
   std::vector<std::string> skipped;  // why configurations were skipped, each reason once
-  for (const auto& c : candidate_configs(req.gpus, req.prefill_hw)) {
+  for (const auto& c : candidate_configs(req.gpus, req.prefill_hw, req.limits)) {
     PlanCandidate k;
     k.config = c;
     try {
@@ -202,13 +228,24 @@ nlohmann::json to_json(const PlanResult& r) {
           {"precision", q.opt.precision.name},
           {"critical_intensity", q.hw.critical_intensity(q.opt.precision.math)},
           {"decode_compute_bound_batch", r.compute_bound_batch},
-          {"workload", {{"isl", q.workload.isl.describe()}, {"osl", q.workload.osl.describe()},
-                        {"rate_rps", q.workload.rate}, {"prefix_share", q.workload.prefix_share},
-                        {"requests", q.workload.count()}, {"seed", q.workload.seed}}},
-          {"slo", {{"ttft_s", q.slo.ttft_s}, {"tpot_s", q.slo.tpot_s}, {"attainment", q.slo.attainment}}},
+          {"workload",
+           {{"isl", q.workload.isl.describe()},
+            {"osl", q.workload.osl.describe()},
+            {"rate_rps", q.workload.rate},
+            {"prefix_share", q.workload.prefix_share},
+            {"requests", q.workload.count()},
+            {"seed", q.workload.seed}}},
+          {"slo",
+           {{"ttft_s", q.slo.ttft_s}, {"tpot_s", q.slo.tpot_s}, {"attainment", q.slo.attainment}}},
           {"gpus", q.gpus},
-          {"decode_step", to_json(r.decode_step)}, {"decode_batch", r.decode_batch},
-          {"prefill_step", to_json(r.prefill_step)}, {"ranked", ranked}};
+          {"limits",
+           {{"max_num_seqs", q.limits.max_num_seqs},
+            {"max_num_batched_tokens", q.limits.max_num_batched_tokens},
+            {"kv_tokens", q.limits.kv_tokens}}},
+          {"decode_step", to_json(r.decode_step)},
+          {"decode_batch", r.decode_batch},
+          {"prefill_step", to_json(r.prefill_step)},
+          {"ranked", ranked}};
 }
 
 std::string format_plan(const PlanResult& r) {

@@ -16,6 +16,15 @@
 
 namespace ridge::perf {
 
+// The engine's limits as `ridge serve` would be given them (--max-num-seqs,
+// --max-num-batched-tokens, --ctx-size): each one set (> 0) replaces the planner's candidates for
+// it, so that a configuration already chosen can be predicted as it will run.
+struct ServeLimits {
+  int64_t max_num_seqs = 0;
+  int64_t max_num_batched_tokens = 0;
+  int64_t kv_tokens = 0;  // a GPU's KV capacity in tokens
+};
+
 struct PlanRequest {
   model::ModelConfig model;
   std::string model_name;
@@ -26,6 +35,7 @@ struct PlanRequest {
   Slo slo;
   int gpus = 8;
   int top = 16;            // at most this many configurations get a max-goodput search
+  ServeLimits limits;
   int search_iterations = 5;
 };
 
@@ -61,7 +71,8 @@ struct PlanResult {
   int64_t compute_bound_batch = -1;  // decode batch where the GEMMs turn compute-bound
 };
 
-std::vector<ServingConfig> candidate_configs(int gpus, const std::optional<Hardware>& prefill_hw);
+std::vector<ServingConfig> candidate_configs(int gpus, const std::optional<Hardware>& prefill_hw,
+                                             const ServeLimits& limits = {});
 PlanResult plan(const PlanRequest& req);
 
 // Goodput of every prefill:decode split of `gpus` GPUs (1..gpus-1 prefill GPUs) and, with

@@ -173,14 +173,17 @@ int ServingConfig::total_gpus() const {
 }
 
 std::string ServingConfig::describe() const {
+  const std::string kv = kv_tokens > 0 ? fmt::format(", KV {} tok", kv_tokens) : "";
   switch (mode) {
     case Mode::aggregated:
-      return fmt::format("aggregated x{} (chunk {} tok, batch {})", gpus, token_budget, max_batch);
+      return fmt::format("aggregated x{} (chunk {} tok, batch {}{})", gpus, token_budget, max_batch,
+                         kv);
     case Mode::disagg_gpus:
-      return fmt::format("disagg {}P:{}D GPUs{} ({} KV)", prefill_gpus, decode_gpus,
-                         prefill_hw ? fmt::format(" (prefill on {})", prefill_hw->id) : "", kv_link);
+      return fmt::format("disagg {}P:{}D GPUs{} ({} KV{})", prefill_gpus, decode_gpus,
+                         prefill_hw ? fmt::format(" (prefill on {})", prefill_hw->id) : "", kv_link,
+                         kv);
     case Mode::disagg_sms:
-      return fmt::format("disagg by SMs x{} ({:.0f}% prefill)", gpus, prefill_fraction * 100);
+      return fmt::format("disagg by SMs x{} ({:.0f}% prefill{})", gpus, prefill_fraction * 100, kv);
   }
   return "?";
 }
@@ -242,7 +245,19 @@ class Sim {
     if (free <= 0)
       fail("the model's weights ({:.1f} GB at {}) do not fit in {}'s {:.0f} GB", weight_bytes(cfg_, opt_.precision) / 1e9,
            opt_.precision.name, hw.id, hw.memory_bytes / 1e9);
-    in.kv_capacity = int64_t(free * sc_.kv_memory_fraction * kv_share / kv_tok_);
+    if (sc_.kv_tokens > 0) {
+      const double need = double(sc_.kv_tokens) * kv_tok_;
+      if (need > free)
+        fail(
+            "a KV cache of {} tokens ({:.1f} GB at {}) does not fit beside the weights in {}'s "
+            "{:.0f} GB "
+            "({:.1f} GB left)",
+            sc_.kv_tokens, need / 1e9, opt_.precision.name, hw.id, hw.memory_bytes / 1e9,
+            free / 1e9);
+      in.kv_capacity = int64_t(double(sc_.kv_tokens) * kv_share);
+    } else {
+      in.kv_capacity = int64_t(free * sc_.kv_memory_fraction * kv_share / kv_tok_);
+    }
     inst_.push_back(std::move(in));
   }
 

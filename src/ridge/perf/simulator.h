@@ -89,6 +89,9 @@ struct ServingConfig {
   std::string kv_link = "nvlink";
   std::optional<Hardware> prefill_hw;  // disagg_gpus: a different prefill device
   double kv_memory_fraction = 0.9;     // of the memory the weights leave
+  // KV capacity of a GPU in tokens, as `ridge serve --ctx-size` sets it (0: kv_memory_fraction of
+  // the memory the weights leave). A GPU split by SMs shares it as it shares that memory.
+  int64_t kv_tokens = 0;
   int total_gpus() const;
   std::string describe() const;
 };
