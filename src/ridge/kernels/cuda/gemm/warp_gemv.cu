@@ -276,24 +276,6 @@ bool row_parts() {
   return on;
 }
 
-// RIDGE_WARP_BALANCED=1: the grid takes the fewest blocks that need no more rounds than every
-// resident block would. A warp then has ⌊items / Wt⌋ or one more item, the busiest warp as many as
-// with the full grid, and the last round is nearly full. Llama-2-7B's SwiGLU GEMV (22,016 rows) on
-// 132 SMs: 264 blocks (2,112 warps) take 10.42 rounds, the eleventh 42 % full; 251 blocks (2,008
-// warps) take 10.96. Run 45's SwiGLU rows took the busiest warp from 12 rows to 11 (the mean 10.42)
-// and ~2 µs a layer off the chain on an H100. If the tail cost in proportion, the 0.58 rows left
-// above the mean would be ~1 µs a layer; less where the 896 warps of the thin round (7.3 MB in
-// flight) already keep HBM busy (docs/KERNELS.md, "Session 56"). Each row is still summed by one
-// warp in one order: the outputs are the full grid's bit for bit (the sums-of-squares parts group
-// the rows by block differently). Opt-in until it has run on a GPU (session 56 was lent none).
-bool balanced_grid() {
-  static const bool on = [] {
-    const char* v = std::getenv("RIDGE_WARP_BALANCED");
-    return v && *v == '1';
-  }();
-  return on;
-}
-
 // RIDGE_WARP_GEMV_BLOCKS_PER_SM=n (A/B runs): at most n blocks a SM.
 int blocks_per_sm_cap() {
   static const int cap = [] {
@@ -342,11 +324,7 @@ void launch(const SkinnyArgs& a, bool pdl, int blocks_per_sm, cudaStream_t strea
   if (blocks_per_sm > 0) per_sm = std::min(per_sm, blocks_per_sm);
   if (const int cap = blocks_per_sm_cap(); cap > 0) per_sm = std::min(per_sm, cap);
   const int items = E == Epi::rope ? a.N / 2 : a.N;
-  const int full = std::max(1, std::min(sms * per_sm, (items + kWarps - 1) / kWarps));
-  // The fewest blocks that take the items in as many rounds as the full grid (balanced_grid).
-  const int rounds = (items + full * kWarps - 1) / (full * kWarps);
-  const int grid =
-      balanced_grid() ? std::max(1, (items + rounds * kWarps - 1) / (rounds * kWarps)) : full;
+  const int grid = std::max(1, std::min(sms * per_sm, (items + kWarps - 1) / kWarps));
   // RIDGE_WARP_TRACE=1 (diagnostic): launches outside stream capture are traced and summarized on
   // stderr (this synchronizes the stream).
   static const bool tracing = detail::block_trace_requested("RIDGE_WARP_TRACE");
