@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "ridge/core/error.h"
 #include "ridge/server/load_sweep.h"
@@ -116,6 +117,61 @@ TEST(SweepSummary, NoneMeetingIsNull) {
   ridge::server::summarize(rep);
   EXPECT_EQ(rep.best_rate, 0);
   EXPECT_TRUE(rep.to_json()["best_rate"].is_null());
+}
+
+// The TTFT trend (ridge::server::ttft_trend): the least-squares slope of TTFT against arrival time
+// over the completed requests, in arrival order whatever the records' order, with the medians of
+// the first and last quarters; undefined for a handful of requests or arrivals all at once.
+TEST(TtftTrend, SlopeAndQuartersOfAGrowingQueue) {
+  using ridge::server::RequestRecord;
+  std::vector<RequestRecord> recs;
+  // 40 arrivals 0.25 s apart over 10 s, TTFT 50 ms + 20 ms per s of arrival (a queue growing),
+  // listed last first, with two failed requests whose TTFT would break the line.
+  for (int i = 39; i >= 0; --i) {
+    RequestRecord r;
+    r.ok = true;
+    r.start = 0.25 * i;
+    r.ttft = (50 + 20 * r.start) / 1e3;
+    recs.push_back(r);
+    if (i % 20 == 0) {
+      RequestRecord bad;
+      bad.start = r.start;
+      bad.ttft = 9.0;
+      recs.push_back(bad);
+    }
+  }
+  ridge::server::TtftTrend t = ridge::server::ttft_trend(recs);
+  ASSERT_TRUE(t.defined);
+  EXPECT_NEAR(t.slope_ms_per_s, 20.0, 1e-9);
+  // First quarter: arrivals 0 .. 2.25 s, median arrival 1.125 s -> 72.5 ms; last: 7.5 .. 9.75 s,
+  // median 8.625 s -> 222.5 ms.
+  EXPECT_NEAR(t.first_quarter_p50_ms, 72.5, 1e-9);
+  EXPECT_NEAR(t.last_quarter_p50_ms, 222.5, 1e-9);
+  // A sustained load: TTFT alternating 40 / 60 ms around a flat line has no slope.
+  for (size_t i = 0; i < recs.size(); ++i) recs[i].ttft = (i % 2 ? 0.04 : 0.06);
+  for (auto& r : recs) r.ok = true;
+  t = ridge::server::ttft_trend(recs);
+  ASSERT_TRUE(t.defined);
+  EXPECT_LT(std::abs(t.slope_ms_per_s), 1.0);
+  // Arrivals all at once (offline) and fewer than 8 requests: no trend.
+  for (auto& r : recs) r.start = 0.5;
+  EXPECT_FALSE(ridge::server::ttft_trend(recs).defined);
+  recs.resize(7);
+  for (size_t i = 0; i < recs.size(); ++i) recs[i].start = double(i);
+  EXPECT_FALSE(ridge::server::ttft_trend(recs).defined);
+  // The report carries it into the JSON and the sweep's table.
+  LoadReport r = phase(100, 20);
+  r.ttft_trend.defined = true;
+  r.ttft_trend.slope_ms_per_s = 12.5;
+  EXPECT_DOUBLE_EQ(r.to_json()["ttft_trend"]["slope_ms_per_s"].get<double>(), 12.5);
+  SweepReport rep;
+  SweepPoint p;
+  p.rate = 5;
+  p.report = r;
+  rep.points.push_back(p);
+  ridge::server::summarize(rep);
+  EXPECT_NE(rep.table().find("+12.5"), std::string::npos) << rep.table();
+  EXPECT_TRUE(phase(100, 20).to_json()["ttft_trend"].is_null());
 }
 
 // What run_sweep throws ("" when it returns): a refused configuration names what is wrong, which

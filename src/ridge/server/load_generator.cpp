@@ -56,6 +56,34 @@ LatencyStats latency_stats(std::vector<double> v) {
   return s;
 }
 
+TtftTrend ttft_trend(const std::vector<RequestRecord>& records) {
+  std::vector<std::pair<double, double>> pts;  // (arrival s, TTFT ms), completed requests
+  for (const auto& r : records)
+    if (r.ok) pts.emplace_back(r.start, r.ttft * 1e3);
+  TtftTrend t;
+  if (pts.size() < 8) return t;
+  std::sort(pts.begin(), pts.end());
+  const double n = double(pts.size());
+  double mx = 0, my = 0;
+  for (const auto& [x, y] : pts) mx += x, my += y;
+  mx /= n, my /= n;
+  double sxx = 0, sxy = 0;
+  for (const auto& [x, y] : pts) sxx += (x - mx) * (x - mx), sxy += (x - mx) * (y - my);
+  // Arrivals within a millisecond of each other (offline: all at once) give no slope.
+  if (sxx <= n * 1e-6) return t;
+  t.defined = true;
+  t.slope_ms_per_s = sxy / sxx;
+  const size_t q = pts.size() / 4;
+  auto median = [&](size_t lo, size_t hi) {
+    std::vector<double> v;
+    for (size_t i = lo; i < hi; ++i) v.push_back(pts[i].second);
+    return latency_stats(std::move(v)).p50;
+  };
+  t.first_quarter_p50_ms = median(0, q);
+  t.last_quarter_p50_ms = median(pts.size() - q, pts.size());
+  return t;
+}
+
 namespace {
 
 const char* kWords[] = {"the", "of", "and", "to", "in", "is", "you", "that", "it", "he",
@@ -471,6 +499,7 @@ LoadReport run_load(const LoadConfig& c) {
   rep.tpot_ms = latency_stats(std::move(tpot));
   rep.itl_ms = latency_stats(std::move(itl));
   rep.e2e_ms = latency_stats(std::move(e2e));
+  rep.ttft_trend = ttft_trend(rep.records);
   return rep;
 }
 
@@ -524,6 +553,13 @@ ojson LoadReport::to_json() const {
   j["tpot_ms"] = stats_json(tpot_ms);
   j["itl_ms"] = stats_json(itl_ms);
   j["e2e_ms"] = stats_json(e2e_ms);
+  if (ttft_trend.defined) {
+    j["ttft_trend"] = {{"slope_ms_per_s", ttft_trend.slope_ms_per_s},
+                       {"first_quarter_p50_ms", ttft_trend.first_quarter_p50_ms},
+                       {"last_quarter_p50_ms", ttft_trend.last_quarter_p50_ms}};
+  } else {
+    j["ttft_trend"] = nullptr;
+  }
   if (energy_j) {
     j["energy_j"] = *energy_j;
     j["mean_power_w"] = duration_s > 0 ? *energy_j / duration_s : 0.0;
@@ -563,6 +599,12 @@ std::string LoadReport::table() const {
   row("TPOT", tpot_ms);
   row("ITL", itl_ms);
   row("E2E", e2e_ms);
+  if (ttft_trend.defined)
+    t += fmt::format(
+        "TTFT trend    {:+.2f} ms per s of arrivals (p50 {:.2f} ms in the first quarter "
+        "of arrivals, {:.2f} in the last): a slope that does not vanish is a growing "
+        "queue\n",
+        ttft_trend.slope_ms_per_s, ttft_trend.first_quarter_p50_ms, ttft_trend.last_quarter_p50_ms);
   for (const auto& e : sample_errors) t += fmt::format("error: {}\n", e);
   return t;
 }

@@ -61,6 +61,18 @@ struct LatencyStats {
   int64_t count = 0;
 };
 
+// Whether a queue builds over a run: the least-squares slope of the completed requests' TTFT
+// against their arrival times, and the median TTFT of the first and the last quarter of them by
+// arrival. A load the server sustains has a slope near 0; an overload that a short phase still
+// passes within its SLOs shows as TTFT growing with arrival time (the queue grows by the excess
+// rate). Undefined (defined = false) with fewer than 8 requests or arrivals all at once.
+struct TtftTrend {
+  bool defined = false;
+  double slope_ms_per_s = 0;
+  double first_quarter_p50_ms = 0, last_quarter_p50_ms = 0;
+};
+TtftTrend ttft_trend(const std::vector<RequestRecord>& records);
+
 struct LoadReport {
   LoadConfig config;
   std::vector<RequestRecord> records;
@@ -71,6 +83,7 @@ struct LoadReport {
   double goodput = 0;  // requests/s meeting every SLO
   int64_t good = 0;
   LatencyStats ttft_ms, tpot_ms, itl_ms, e2e_ms;
+  TtftTrend ttft_trend;
   std::vector<std::string> sample_errors;
   // Energy of the run, where the server reports its GPU's energy counter in /metrics
   // (ridge_gpu_energy_joules_total, read before and after; absent for other servers).
