@@ -79,15 +79,11 @@ PlanResult plan(const PlanRequest& req) {
   req.workload.validate();
   req.slo.validate();
   if (req.limits.kv_tokens > 0) {  // once here, not once per configuration that fails on it
-    const double need =
-        double(req.limits.kv_tokens) * kv_bytes_per_token(req.model, req.opt.precision);
-    const double free = req.hw.memory_bytes - weight_bytes(req.model, req.opt.precision);
-    RIDGE_CHECK(
-        need <= free,
-        "plan: --ctx-size {}: a KV cache of {} tokens ({:.1f} GB at {}) does not fit beside the "
-        "weights in {}'s {:.0f} GB ({:.1f} GB left)",
-        req.limits.kv_tokens, req.limits.kv_tokens, need / 1e9, req.opt.precision.name, req.hw.id,
-        req.hw.memory_bytes / 1e9, std::max(0.0, free / 1e9));
+    try {
+      check_kv_cache_fits(req.model, req.hw, req.opt.precision, req.limits.kv_tokens);
+    } catch (const Error& e) {
+      fail("plan: --ctx-size {}: {}", req.limits.kv_tokens, e.what());
+    }
   }
   PlanResult r;
   r.request = req;

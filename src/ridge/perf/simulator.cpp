@@ -172,6 +172,17 @@ int ServingConfig::total_gpus() const {
   return mode == Mode::disagg_gpus ? prefill_gpus + decode_gpus : gpus;
 }
 
+void check_kv_cache_fits(const model::ModelConfig& cfg, const Hardware& hw, const Precision& p,
+                         int64_t kv_tokens) {
+  const double need = double(kv_tokens) * kv_bytes_per_token(cfg, p);
+  const double free = hw.memory_bytes - weight_bytes(cfg, p);
+  if (need > free)
+    fail(
+        "a KV cache of {} tokens ({:.1f} GB at {}) does not fit beside the weights in {}'s "
+        "{:.0f} GB ({:.1f} GB left)",
+        kv_tokens, need / 1e9, p.name, hw.id, hw.memory_bytes / 1e9, std::max(0.0, free / 1e9));
+}
+
 std::string ServingConfig::describe() const {
   const std::string kv = kv_tokens > 0 ? fmt::format(", KV {} tok", kv_tokens) : "";
   switch (mode) {
@@ -246,14 +257,7 @@ class Sim {
       fail("the model's weights ({:.1f} GB at {}) do not fit in {}'s {:.0f} GB", weight_bytes(cfg_, opt_.precision) / 1e9,
            opt_.precision.name, hw.id, hw.memory_bytes / 1e9);
     if (sc_.kv_tokens > 0) {
-      const double need = double(sc_.kv_tokens) * kv_tok_;
-      if (need > free)
-        fail(
-            "a KV cache of {} tokens ({:.1f} GB at {}) does not fit beside the weights in {}'s "
-            "{:.0f} GB "
-            "({:.1f} GB left)",
-            sc_.kv_tokens, need / 1e9, opt_.precision.name, hw.id, hw.memory_bytes / 1e9,
-            free / 1e9);
+      check_kv_cache_fits(cfg_, hw, opt_.precision, sc_.kv_tokens);
       in.kv_capacity = int64_t(double(sc_.kv_tokens) * kv_share);
     } else {
       in.kv_capacity = int64_t(free * sc_.kv_memory_fraction * kv_share / kv_tok_);

@@ -121,6 +121,11 @@ struct SimResult {
 SimResult simulate(const model::ModelConfig& cfg, const Hardware& hw, const Workload& w,
                    const ServingConfig& sc, const CostOptions& opt, const Slo& slo);
 
+// Throws, with both sizes, when a KV cache of kv_tokens tokens (ServingConfig::kv_tokens) does not
+// fit in hw's memory beside the weights at this precision.
+void check_kv_cache_fits(const model::ModelConfig& cfg, const Hardware& hw, const Precision& p,
+                         int64_t kv_tokens);
+
 struct GoodputResult {
   double rate = 0;          // highest offered rate meeting the attainment (requests/s)
   double rate_per_gpu = 0;
