@@ -232,6 +232,62 @@ TEST_P(BlockTypeTest, ConverterMatchesReferenceAndMatmulMatchesDouble) {
 INSTANTIATE_TEST_SUITE_P(AllBlockTypes, BlockTypeTest, ::testing::ValuesIn(test::kBlockTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// A decode step's tokens share one pass over each weight row (dot_row_tokens): every token's
+// output must be what it gets alone, bit for bit, for 1-4 tokens and every weight type, with and
+// without a bias and accumulating into out. That is what keeps a request's greedy tokens
+// independent of how many others share its decode steps. Rows of 1 to 3 quant blocks of 256 and
+// of 4,096 elements reach the kernels' block loops' starts, ends and prefetches.
+class DecodeBatchTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(DecodeBatchTest, EachTokenEqualsItsOwnStepBitwise) {
+  const DType t = GetParam();
+  CpuBackend be(2);
+  std::uniform_int_distribution<int> rows(1, 40);
+  for (int64_t K : {int64_t(256), int64_t(768), int64_t(4096)}) {
+    const int N = rows(rng());
+    std::vector<uint8_t> w;
+    if (is_quantized(t)) {
+      w = test::random_blocks(t, N * K, rng(), 0.002f, 0.5f);
+    } else {
+      w = quantize(t, randn(size_t(N * K), 0.5f)).bytes;
+    }
+    Tensor wt(w.data(), t, {N, K});
+    auto bias = randn(size_t(N));
+    Tensor bt(bias.data(), DType::f32, {N});
+    for (int T = 1; T <= cpu::kMaxDotTokens; ++T) {
+      for (const bool accumulate : {false, true}) {
+        auto x = randn(size_t(T * K));
+        const auto start = randn(size_t(T * N));
+        std::vector<float> out = start;
+        Tensor xt(x.data(), DType::f32, {T, K}), ot(out.data(), DType::f32, {T, N});
+        if (accumulate)
+          be.matmul_add({}, xt, wt, ot);
+        else
+          be.matmul({}, xt, wt, &bt, ot);
+        for (int i = 0; i < T; ++i) {
+          std::vector<float> alone(start.begin() + i * N, start.begin() + (i + 1) * N);
+          Tensor x1(&x[size_t(i * K)], DType::f32, {1, K}), o1(alone.data(), DType::f32, {1, N});
+          if (accumulate)
+            be.matmul_add({}, x1, wt, o1);
+          else
+            be.matmul({}, x1, wt, &bt, o1);
+          EXPECT_EQ(std::memcmp(&out[size_t(i * N)], alone.data(), size_t(N) * 4), 0)
+              << "token " << i << " of " << T << ", K " << K
+              << (accumulate ? ", accumulating" : "");
+        }
+        for (float v : out) ASSERT_FALSE(std::isnan(v));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, DecodeBatchTest,
+                         ::testing::Values(DType::f32, DType::f16, DType::bf16, DType::q8_0,
+                                           DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1,
+                                           DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k,
+                                           DType::q6_k, DType::iq4_nl, DType::iq4_xs),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
 TEST(CpuBackend, MatmulWritesIntoColumnSliceOnly) {
   CpuBackend be(2);
   const int T = 3, K = 32, N = 5, LD = 12;

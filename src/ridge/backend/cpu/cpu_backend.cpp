@@ -222,22 +222,27 @@ void CpuBackend::matmul_impl(const Tensor& x, const Tensor& w, const Tensor* bia
     matmul_fp8(x, w, bias ? b.data() : nullptr, out, accumulate);
     return;
   }
-  if (T <= 4) {
-    // Decode: the weight row is converted inside the dot product (one pass over the weights).
+  if (T <= cpu::kMaxDotTokens) {
+    // Decode: the weight row is converted inside the dot products, once for all T tokens (one
+    // pass over the weights; each token's sums in the same order whatever T is).
     std::vector<float> sums(size_t(T * (K / 32 + 1)));
     if (cpu::needs_block_sums(w.dtype))
       for (int64_t t = 0; t < T; ++t) cpu::block_sums(frow(x, t), &sums[size_t(t * (K / 32 + 1))], K);
+    const float* xs[cpu::kMaxDotTokens];
+    const float* bs[cpu::kMaxDotTokens];
+    for (int64_t t = 0; t < T; ++t) xs[t] = frow(x, t), bs[t] = &sums[size_t(t * (K / 32 + 1))];
     pool_.parallel_for(
         N,
         [&](int64_t n0, int64_t n1) {
-          for (int64_t n = n0; n < n1; ++n)
+          float v[cpu::kMaxDotTokens];
+          for (int64_t n = n0; n < n1; ++n) {
+            cpu::dot_row_tokens(w.dtype, w.row(n), xs, bs, int(T), K, v);
             for (int64_t t = 0; t < T; ++t) {
-              const float v = cpu::dot_row(w.dtype, w.row(n), frow(x, t),
-                                           &sums[size_t(t * (K / 32 + 1))], K) +
-                              (bias ? b[n] : 0.0f);
               float& o = frow(out, t)[n];
-              o = accumulate ? o + v : v;
+              const float s = v[t] + (bias ? b[n] : 0.0f);
+              o = accumulate ? o + s : s;
             }
+          }
         },
         16);
     return;

@@ -355,52 +355,100 @@ RIDGE_SIMD void dot_4x2_avx2(const float* w, int64_t ldw, const float* x0, const
     }
 }
 
-// sum_b d_b * (q_b · x_b) + m_b * sum(x_b)
-RIDGE_SIMD float dot_q4_1_avx2(const uint8_t* w, const float* x, const float* bsum, int64_t n) {
+// The decode dot products below take NT tokens (1..4) against one pass over a weight row: a
+// block's values are unpacked once for all of them, and each token's sums run in exactly the
+// order of the one-token form, so a token's result does not depend on how many share the pass
+// (dot_row_tokens). x[t] and bsum[t] are token t's row and block sums; out[t] its result.
+
+// 32 values as fp32: unsigned bytes (nibbles, q4_k/q5_k) or signed bytes (q5, q6_k, q2/q3_k,
+// iq4), in element order, 8 a vector.
+RIDGE_SIMD inline void unpack_u8(__m256i q, __m256 v[4]) {
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  v[0] = nibbles_to_f32(lo);
+  v[1] = nibbles_to_f32(_mm_srli_si128(lo, 8));
+  v[2] = nibbles_to_f32(hi);
+  v[3] = nibbles_to_f32(_mm_srli_si128(hi, 8));
+}
+RIDGE_SIMD inline void unpack_i8(__m256i q, __m256 v[4]) {
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+  v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+  v[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+  v[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+}
+// 32 values · 32 floats as 8-lane partial sums, one chain ...
+RIDGE_SIMD inline __m256 dot32(const __m256 v[4], const float* x) {
+  __m256 acc = _mm256_mul_ps(v[0], _mm256_loadu_ps(x));
+  acc = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(x + 8), acc);
+  acc = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(x + 16), acc);
+  return _mm256_fmadd_ps(v[3], _mm256_loadu_ps(x + 24), acc);
+}
+// ... or the first 16 and the last 16 as separate partial sums.
+RIDGE_SIMD inline void dot32_halves(const __m256 v[4], const float* x, __m256& first,
+                                    __m256& second) {
+  first = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(x + 8), _mm256_mul_ps(v[0], _mm256_loadu_ps(x)));
+  second =
+      _mm256_fmadd_ps(v[3], _mm256_loadu_ps(x + 24), _mm256_mul_ps(v[2], _mm256_loadu_ps(x + 16)));
+}
+// 16 bytes of nibbles (element j: the low nibble of byte j, element 16 + j: the high one).
+RIDGE_SIMD inline __m256i nibbles32(const uint8_t* p) {
   const __m128i mask = _mm_set1_epi8(15);
-  __m256 total = _mm256_setzero_ps();
-  float msum = 0;
-  for (int64_t b = 0; b < n / 32; ++b, w += 20, x += 32) {
-    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
-    const __m256 d = _mm256_set1_ps(f16c(load_u16(w)));
-    msum += f16c(load_u16(w + 2)) * bsum[b];
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 4));
-    const __m128i lo = _mm_and_si128(q, mask);
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-    __m256 acc = _mm256_mul_ps(nibbles_to_f32(lo), _mm256_loadu_ps(x));
-    acc = _mm256_fmadd_ps(nibbles_to_f32(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(x + 8), acc);
-    acc = _mm256_fmadd_ps(nibbles_to_f32(hi), _mm256_loadu_ps(x + 16), acc);
-    acc = _mm256_fmadd_ps(nibbles_to_f32(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), acc);
-    total = _mm256_fmadd_ps(d, acc, total);
-  }
-  return hsum(total) + msum;
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
 }
 
-RIDGE_SIMD float dot_q4_0_avx2(const uint8_t* w, const float* x, int64_t n) {
-  const __m128i mask = _mm_set1_epi8(15);
-  const __m256 eight = _mm256_set1_ps(8.0f);
-  __m256 total = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / 32; ++b, w += 18, x += 32) {
+// q4_1: sum_b d_b * (q_b · x_b) + m_b * sum(x_b)
+template <int NT>
+RIDGE_SIMD void dot_q4_1_avx2(const uint8_t* w, const float* const* x, const float* const* bsum,
+                              int64_t n, float* out) {
+  __m256 total[NT];
+  float msum[NT];
+  for (int t = 0; t < NT; ++t) {
+    total[t] = _mm256_setzero_ps(), msum[t] = 0;
+  }
+  for (int64_t b = 0; b < n / 32; ++b, w += 20) {
     _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
     const __m256 d = _mm256_set1_ps(f16c(load_u16(w)));
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
-    const __m128i lo = _mm_and_si128(q, mask);
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-    __m256 acc = _mm256_mul_ps(_mm256_sub_ps(nibbles_to_f32(lo), eight), _mm256_loadu_ps(x));
-    acc = _mm256_fmadd_ps(_mm256_sub_ps(nibbles_to_f32(_mm_srli_si128(lo, 8)), eight), _mm256_loadu_ps(x + 8), acc);
-    acc = _mm256_fmadd_ps(_mm256_sub_ps(nibbles_to_f32(hi), eight), _mm256_loadu_ps(x + 16), acc);
-    acc = _mm256_fmadd_ps(_mm256_sub_ps(nibbles_to_f32(_mm_srli_si128(hi, 8)), eight), _mm256_loadu_ps(x + 24), acc);
-    total = _mm256_fmadd_ps(d, acc, total);
+    const float m = f16c(load_u16(w + 2));
+    __m256 v[4];
+    unpack_u8(nibbles32(w + 4), v);
+    for (int t = 0; t < NT; ++t) {
+      msum[t] += m * bsum[t][b];
+      total[t] = _mm256_fmadd_ps(d, dot32(v, x[t] + 32 * b), total[t]);
+    }
   }
-  return hsum(total);
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hsum(total[t]) + msum[t];
+  }
+}
+
+// q4_0: sum_b d_b * ((q_b - 8) · x_b)
+template <int NT>
+RIDGE_SIMD void dot_q4_0_avx2(const uint8_t* w, const float* const* x, int64_t n, float* out) {
+  const __m256 eight = _mm256_set1_ps(8.0f);
+  __m256 total[NT];
+  for (int t = 0; t < NT; ++t) {
+    total[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < n / 32; ++b, w += 18) {
+    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
+    const __m256 d = _mm256_set1_ps(f16c(load_u16(w)));
+    __m256 v[4];
+    unpack_u8(nibbles32(w + 2), v);
+    for (auto& e : v) e = _mm256_sub_ps(e, eight);
+    for (int t = 0; t < NT; ++t) {
+      total[t] = _mm256_fmadd_ps(d, dot32(v, x[t] + 32 * b), total[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hsum(total[t]);
+  }
 }
 
 // The 32 values 0..31 of a q5_0/q5_1 block as bytes (element j in byte j): the low nibbles of
 // qs, then the high ones, each with bit j of qh as its fifth bit.
 RIDGE_SIMD inline __m256i q5_bytes(const uint8_t* qs, uint32_t qh) {
-  const __m128i mask = _mm_set1_epi8(15);
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
+  const __m256i nib = nibbles32(qs);
   // byte j <- byte j / 8 of qh; all ones where bit j % 8 of it is set
   const __m256i spread = _mm256_shuffle_epi8(
       _mm256_set1_epi32(int(qh)), _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
@@ -410,49 +458,48 @@ RIDGE_SIMD inline __m256i q5_bytes(const uint8_t* qs, uint32_t qh) {
   return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
 }
 
-// sum_b d_b * (q_b · x_b) (+ m_b * sum(x_b) for q5_1), q_b = the block's values (- 16 for q5_0)
-RIDGE_SIMD float dot_q5_avx2(const uint8_t* w, const float* x, const float* bsum, int64_t n,
-                             bool with_min) {
+// q5_0 / q5_1: sum_b d_b * (q_b · x_b) (+ m_b * sum(x_b) for q5_1), q_b = the block's values
+// (- 16 for q5_0)
+template <int NT>
+RIDGE_SIMD void dot_q5_avx2(const uint8_t* w, const float* const* x, const float* const* bsum,
+                            int64_t n, bool with_min, float* out) {
   const int64_t bytes = with_min ? 24 : 22;
   const int off = with_min ? 4 : 2;
   const __m256i bias = _mm256_set1_epi8(with_min ? 0 : 16);
-  __m256 total = _mm256_setzero_ps();
-  float msum = 0;
-  for (int64_t b = 0; b < n / 32; ++b, w += bytes, x += 32) {
+  __m256 total[NT];
+  float msum[NT];
+  for (int t = 0; t < NT; ++t) {
+    total[t] = _mm256_setzero_ps(), msum[t] = 0;
+  }
+  for (int64_t b = 0; b < n / 32; ++b, w += bytes) {
     const __m256 d = _mm256_set1_ps(f16c(load_u16(w)));
-    if (with_min) msum += f16c(load_u16(w + 2)) * bsum[b];
+    const float m = with_min ? f16c(load_u16(w + 2)) : 0.0f;
     uint32_t qh;
     std::memcpy(&qh, w + off, 4);
-    const __m256i q = _mm256_sub_epi8(q5_bytes(w + off + 4, qh), bias);  // signed bytes
-    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-    __m256 acc = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))),
-                          _mm256_loadu_ps(x + 8), acc);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(x + 16), acc);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))),
-                          _mm256_loadu_ps(x + 24), acc);
-    total = _mm256_fmadd_ps(d, acc, total);
+    __m256 v[4];
+    unpack_i8(_mm256_sub_epi8(q5_bytes(w + off + 4, qh), bias), v);  // signed bytes
+    for (int t = 0; t < NT; ++t) {
+      if (with_min) msum[t] += m * bsum[t][b];
+      total[t] = _mm256_fmadd_ps(d, dot32(v, x[t] + 32 * b), total[t]);
+    }
   }
-  return hsum(total) + msum;
-}
-
-// 32 unsigned bytes · 32 floats, as 8-lane partial sums.
-RIDGE_SIMD inline __m256 dot32_u8(__m256i q, const float* x) {
-  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-  __m256 acc = _mm256_mul_ps(nibbles_to_f32(lo), _mm256_loadu_ps(x));
-  acc = _mm256_fmadd_ps(nibbles_to_f32(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(x + 8), acc);
-  acc = _mm256_fmadd_ps(nibbles_to_f32(hi), _mm256_loadu_ps(x + 16), acc);
-  return _mm256_fmadd_ps(nibbles_to_f32(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), acc);
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hsum(total[t]) + msum[t];
+  }
 }
 
 // q4_k / q5_k: sum over 32-element sub-blocks s of (d*sc_s) * (q_s · x_s) - (dmin*mn_s) * sum(x_s).
-RIDGE_SIMD float dot_q4_k_avx2(const uint8_t* w, const float* x, const float* bsum, int64_t n,
-                               bool five) {
+template <int NT>
+RIDGE_SIMD void dot_q4_k_avx2(const uint8_t* w, const float* const* x, const float* const* bsum,
+                              int64_t n, bool five, float* out) {
   const int64_t bytes = five ? 176 : 144;
   const __m256i mask = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-  __m256 total = _mm256_setzero_ps();
-  float msum = 0;
-  for (int64_t b = 0; b < n / 256; ++b, w += bytes, x += 256, bsum += 8) {
+  __m256 total[NT];
+  float msum[NT];
+  for (int t = 0; t < NT; ++t) {
+    total[t] = _mm256_setzero_ps(), msum[t] = 0;
+  }
+  for (int64_t b = 0; b < n / 256; ++b, w += bytes) {
     for (int line = 0; line < 3; ++line)
       _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + 64 * line, _MM_HINT_T0);
     const float d = f16c(load_u16(w)), dmin = f16c(load_u16(w + 2));
@@ -470,31 +517,35 @@ RIDGE_SIMD float dot_q4_k_avx2(const uint8_t* w, const float* x, const float* bs
       int sc0 = 0, mn0 = 0, sc1 = 0, mn1 = 0;
       quant::k4_scale_min(w + 4, 2 * c, sc0, mn0);
       quant::k4_scale_min(w + 4, 2 * c + 1, sc1, mn1);
-      total = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc0)), dot32_u8(lo, x + 64 * c), total);
-      total = _mm256_fmadd_ps(_mm256_set1_ps(d * float(sc1)), dot32_u8(hi, x + 64 * c + 32), total);
-      msum += dmin * float(mn0) * bsum[2 * c] + dmin * float(mn1) * bsum[2 * c + 1];
+      const __m256 d0 = _mm256_set1_ps(d * float(sc0)), d1 = _mm256_set1_ps(d * float(sc1));
+      const float m0 = dmin * float(mn0), m1 = dmin * float(mn1);
+      __m256 vl[4], vh[4];
+      unpack_u8(lo, vl);
+      unpack_u8(hi, vh);
+      for (int t = 0; t < NT; ++t) {
+        const float* xc = x[t] + 256 * b + 64 * c;
+        const float* sc = bsum[t] + 8 * b + 2 * c;
+        total[t] = _mm256_fmadd_ps(d0, dot32(vl, xc), total[t]);
+        total[t] = _mm256_fmadd_ps(d1, dot32(vh, xc + 32), total[t]);
+        msum[t] += m0 * sc[0] + m1 * sc[1];
+      }
     }
   }
-  return hsum(total) - msum;
-}
-
-// 32 signed bytes · 32 floats: the first 16 and the last 16 as separate 8-lane partial sums.
-RIDGE_SIMD inline void dot32_i8_halves(__m256i q, const float* x, __m256& first, __m256& second) {
-  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-  first = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))),
-                          _mm256_loadu_ps(x + 8),
-                          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x)));
-  second = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))),
-                           _mm256_loadu_ps(x + 24),
-                           _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(x + 16)));
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hsum(total[t]) - msum[t];
+  }
 }
 
 // q6_k: element 128h + 32j + l is nibble j / 2 of ql[64h + 32(j % 2) + l] with bits 2j of
 // qh[32h + l] above it, minus 32; every 16 elements have their own int8 scale.
-RIDGE_SIMD float dot_q6_k_avx2(const uint8_t* w, const float* x, int64_t n) {
+template <int NT>
+RIDGE_SIMD void dot_q6_k_avx2(const uint8_t* w, const float* const* x, int64_t n, float* out) {
   const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
-  __m256 total = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / 256; ++b, w += 210, x += 256) {
+  __m256 total[NT];
+  for (int t = 0; t < NT; ++t) {
+    total[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < n / 256; ++b, w += 210) {
     for (int line = 0; line < 4; ++line)
       _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + 64 * line, _MM_HINT_T0);
     const float d = f16c(load_u16(w + 208));
@@ -506,27 +557,39 @@ RIDGE_SIMD float dot_q6_k_avx2(const uint8_t* w, const float* x, int64_t n) {
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * h + 32 * (j & 1)));
         const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (j >> 1))), low4);
         const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), low2);
-        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), bias);
-        __m256 first, second;
-        dot32_i8_halves(q, x + 128 * h + 32 * j, first, second);
+        __m256 v[4];
+        unpack_i8(_mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), bias), v);
         const int s = 8 * h + 2 * j;
-        total = _mm256_fmadd_ps(_mm256_set1_ps(d * float(scales[s])), first, total);
-        total = _mm256_fmadd_ps(_mm256_set1_ps(d * float(scales[s + 1])), second, total);
+        const __m256 d0 = _mm256_set1_ps(d * float(scales[s]));
+        const __m256 d1 = _mm256_set1_ps(d * float(scales[s + 1]));
+        for (int t = 0; t < NT; ++t) {
+          __m256 first, second;
+          dot32_halves(v, x[t] + 256 * b + 128 * h + 32 * j, first, second);
+          total[t] = _mm256_fmadd_ps(d0, first, total[t]);
+          total[t] = _mm256_fmadd_ps(d1, second, total[t]);
+        }
       }
     }
   }
-  return hsum(total);
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hsum(total[t]);
+  }
 }
 
 // q2_k / q3_k: element 128h + 32k + l is bits 2k of qs[32h + l] (q3_k: minus 4 unless bit 4h + k
 // of hmask[l] is set); 16 groups of 16 with a scale each (q2_k: and a min, through the group's
 // sum of x).
-RIDGE_SIMD float dot_q2_q3_k_avx2(const uint8_t* w, const float* x, int64_t n, bool three) {
+template <int NT>
+RIDGE_SIMD void dot_q2_q3_k_avx2(const uint8_t* w, const float* const* x, int64_t n, bool three,
+                                 float* out) {
   const int64_t bytes = three ? 110 : 84;
   const __m256i two_bits = _mm256_set1_epi8(3), one_bit = _mm256_set1_epi8(1);
   const __m256i four = _mm256_set1_epi8(4);
-  __m256 total = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / 256; ++b, w += bytes, x += 256) {
+  __m256 total[NT];
+  for (int t = 0; t < NT; ++t) {
+    total[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < n / 256; ++b, w += bytes) {
     float dl[16], ml[16];
     q2_q3_scales(w, three, dl, ml);
     const uint8_t* qs = w + (three ? 32 : 16);
@@ -541,22 +604,30 @@ RIDGE_SIMD float dot_q2_q3_k_avx2(const uint8_t* w, const float* x, int64_t n, b
               _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(4 * h + k)), one_bit);
           q = _mm256_sub_epi8(_mm256_add_epi8(q, _mm256_slli_epi16(hb, 2)), four);
         }
-        const float* xk = x + 128 * h + 32 * k;
-        __m256 first, second;
-        dot32_i8_halves(q, xk, first, second);
+        __m256 v[4];
+        unpack_i8(q, v);
         const int s = 8 * h + 2 * k;
-        total = _mm256_fmadd_ps(_mm256_set1_ps(dl[s]), first, total);
-        total = _mm256_fmadd_ps(_mm256_set1_ps(dl[s + 1]), second, total);
-        if (!three) {
-          const __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(xk + 8));
-          const __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(xk + 16), _mm256_loadu_ps(xk + 24));
-          total = _mm256_fnmadd_ps(_mm256_set1_ps(ml[s]), x0, total);
-          total = _mm256_fnmadd_ps(_mm256_set1_ps(ml[s + 1]), x1, total);
+        const __m256 d0 = _mm256_set1_ps(dl[s]), d1 = _mm256_set1_ps(dl[s + 1]);
+        const __m256 m0 = _mm256_set1_ps(ml[s]), m1 = _mm256_set1_ps(ml[s + 1]);
+        for (int t = 0; t < NT; ++t) {
+          const float* xk = x[t] + 256 * b + 128 * h + 32 * k;
+          __m256 first, second;
+          dot32_halves(v, xk, first, second);
+          total[t] = _mm256_fmadd_ps(d0, first, total[t]);
+          total[t] = _mm256_fmadd_ps(d1, second, total[t]);
+          if (!three) {
+            const __m256 x0 = _mm256_add_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(xk + 8));
+            const __m256 x1 = _mm256_add_ps(_mm256_loadu_ps(xk + 16), _mm256_loadu_ps(xk + 24));
+            total[t] = _mm256_fnmadd_ps(m0, x0, total[t]);
+            total[t] = _mm256_fnmadd_ps(m1, x1, total[t]);
+          }
         }
       }
     }
   }
-  return hsum(total);
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hsum(total[t]);
+  }
 }
 
 // iq4_nl / iq4_xs: the 16 levels looked up per nibble with a byte shuffle; every 32 elements
@@ -575,43 +646,108 @@ RIDGE_SIMD inline __m256i iq4_levels(const uint8_t* qs) {
                           _mm_shuffle_epi8(table, _mm_and_si128(q, mask)));
 }
 
-RIDGE_SIMD float dot_iq4_avx2(const uint8_t* w, const float* x, int64_t n, bool xs) {
-  __m256 total = _mm256_setzero_ps();
-  if (!xs) {
-    for (int64_t b = 0; b < n / 32; ++b, w += 18, x += 32) {
-      __m256 first, second;
-      dot32_i8_halves(iq4_levels(w + 2), x, first, second);
-      total = _mm256_fmadd_ps(_mm256_set1_ps(f16c(load_u16(w))), _mm256_add_ps(first, second),
-                              total);
-    }
-    return hsum(total);
+// One scaled 32-element group of an iq4 row into each token's total.
+template <int NT>
+RIDGE_SIMD inline void iq4_group(const uint8_t* qs, __m256 scale, const float* const* x, int64_t at,
+                                 __m256 total[NT]) {
+  __m256 v[4];
+  unpack_i8(iq4_levels(qs), v);
+  for (int t = 0; t < NT; ++t) {
+    __m256 first, second;
+    dot32_halves(v, x[t] + at, first, second);
+    total[t] = _mm256_fmadd_ps(scale, _mm256_add_ps(first, second), total[t]);
   }
-  for (int64_t b = 0; b < n / 256; ++b, w += 136, x += 256) {
-    const float d = f16c(load_u16(w));
-    const int scales_h = w[2] | (w[3] << 8);
-    for (int s = 0; s < 8; ++s) {
-      const int ls = ((w[4 + (s >> 1)] >> (4 * (s & 1))) & 15) | (((scales_h >> (2 * s)) & 3) << 4);
-      __m256 first, second;
-      dot32_i8_halves(iq4_levels(w + 8 + 16 * s), x + 32 * s, first, second);
-      total = _mm256_fmadd_ps(_mm256_set1_ps(d * float(ls - 32)), _mm256_add_ps(first, second), total);
-    }
-  }
-  return hsum(total);
 }
 
-RIDGE_SIMD float dot_q8_0_avx2(const uint8_t* w, const float* x, int64_t n) {
-  __m256 total = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n / 32; ++b, w += 34, x += 32) {
+template <int NT>
+RIDGE_SIMD void dot_iq4_avx2(const uint8_t* w, const float* const* x, int64_t n, bool xs,
+                             float* out) {
+  __m256 total[NT];
+  for (int t = 0; t < NT; ++t) {
+    total[t] = _mm256_setzero_ps();
+  }
+  if (!xs) {
+    for (int64_t b = 0; b < n / 32; ++b, w += 18)
+      iq4_group<NT>(w + 2, _mm256_set1_ps(f16c(load_u16(w))), x, 32 * b, total);
+  } else {
+    for (int64_t b = 0; b < n / 256; ++b, w += 136) {
+      const float d = f16c(load_u16(w));
+      const int scales_h = w[2] | (w[3] << 8);
+      for (int s = 0; s < 8; ++s) {
+        const int ls =
+            ((w[4 + (s >> 1)] >> (4 * (s & 1))) & 15) | (((scales_h >> (2 * s)) & 3) << 4);
+        iq4_group<NT>(w + 8 + 16 * s, _mm256_set1_ps(d * float(ls - 32)), x, 256 * b + 32 * s,
+                      total);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hsum(total[t]);
+  }
+}
+
+// q8_0: sum_b d_b * (q_b · x_b)
+template <int NT>
+RIDGE_SIMD void dot_q8_0_avx2(const uint8_t* w, const float* const* x, int64_t n, float* out) {
+  __m256 total[NT];
+  for (int t = 0; t < NT; ++t) {
+    total[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < n / 32; ++b, w += 34) {
     _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
     const __m256 d = _mm256_set1_ps(f16c(load_u16(w)));
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < 32; i += 8) {
-      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 2 + i));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_loadu_ps(x + i), acc);
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i)
+      v[i] = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 2 + 8 * i))));
+    for (int t = 0; t < NT; ++t) {
+      const float* xb = x[t] + 32 * b;
+      __m256 acc = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) acc = _mm256_fmadd_ps(v[i], _mm256_loadu_ps(xb + 8 * i), acc);
+      total[t] = _mm256_fmadd_ps(d, acc, total[t]);
     }
-    total = _mm256_fmadd_ps(d, acc, total);
   }
-  return hsum(total);
+  for (int t = 0; t < NT; ++t) {
+    out[t] = hsum(total[t]);
+  }
+}
+
+// The quantized decode dot products of NT tokens; false where the type has no fused kernel.
+template <int NT>
+RIDGE_SIMD bool dot_tokens_avx2(DType dtype, const uint8_t* q, const float* const* x,
+                                const float* const* bsum, int64_t n, float* out) {
+  switch (dtype) {
+    case DType::q4_1:
+      dot_q4_1_avx2<NT>(q, x, bsum, n, out);
+      return true;
+    case DType::q4_0:
+      dot_q4_0_avx2<NT>(q, x, n, out);
+      return true;
+    case DType::q8_0:
+      dot_q8_0_avx2<NT>(q, x, n, out);
+      return true;
+    case DType::q5_0:
+    case DType::q5_1:
+      dot_q5_avx2<NT>(q, x, bsum, n, dtype == DType::q5_1, out);
+      return true;
+    case DType::q4_k:
+    case DType::q5_k:
+      dot_q4_k_avx2<NT>(q, x, bsum, n, dtype == DType::q5_k, out);
+      return true;
+    case DType::q6_k:
+      dot_q6_k_avx2<NT>(q, x, n, out);
+      return true;
+    case DType::iq4_nl:
+    case DType::iq4_xs:
+      dot_iq4_avx2<NT>(q, x, n, dtype == DType::iq4_xs, out);
+      return true;
+    case DType::q2_k:
+    case DType::q3_k:
+      dot_q2_q3_k_avx2<NT>(q, x, n, dtype == DType::q3_k, out);
+      return true;
+    default:
+      return false;
+  }
 }
 
 RIDGE_SIMD float dot_half_avx2(const uint16_t* w, const float* x, int64_t n, bool bf16) {
@@ -829,28 +965,11 @@ float dot_row(DType dtype, const void* w, const float* x, const float* bsum, int
         return dot_half_avx2(static_cast<const uint16_t*>(w), x, n, false);
       case DType::bf16:
         return dot_half_avx2(static_cast<const uint16_t*>(w), x, n, true);
-      case DType::q4_1:
-        return dot_q4_1_avx2(q, x, bsum, n);
-      case DType::q4_0:
-        return dot_q4_0_avx2(q, x, n);
-      case DType::q8_0:
-        return dot_q8_0_avx2(q, x, n);
-      case DType::q5_0:
-      case DType::q5_1:
-        return dot_q5_avx2(q, x, bsum, n, dtype == DType::q5_1);
-      case DType::q4_k:
-      case DType::q5_k:
-        return dot_q4_k_avx2(q, x, bsum, n, dtype == DType::q5_k);
-      case DType::q6_k:
-        return dot_q6_k_avx2(q, x, n);
-      case DType::iq4_nl:
-      case DType::iq4_xs:
-        return dot_iq4_avx2(q, x, n, dtype == DType::iq4_xs);
-      case DType::q2_k:
-      case DType::q3_k:
-        return dot_q2_q3_k_avx2(q, x, n, dtype == DType::q3_k);
-      default:
+      default: {
+        float r;
+        if (dot_tokens_avx2<1>(dtype, q, &x, &bsum, n, &r)) return r;
         break;
+      }
     }
   }
 #endif
@@ -866,6 +985,35 @@ float dot_row(DType dtype, const void* w, const float* x, const float* bsum, int
   std::vector<float> row(static_cast<size_t>(n));
   dequantize_row_reference(dtype, w, row.data(), n);
   return dot(row.data(), x, n);
+}
+
+void dot_row_tokens(DType dtype, const void* w, const float* const* x, const float* const* bsum,
+                    int nt, int64_t n, float* out) {
+  RIDGE_CHECK(nt >= 1 && nt <= kMaxDotTokens, "dot_row_tokens: {} tokens (1..{})", nt,
+              kMaxDotTokens);
+#if RIDGE_X86
+  if (g_simd) {
+    const auto* q = static_cast<const uint8_t*>(w);
+    bool done = false;
+    switch (nt) {
+      case 1:
+        done = dot_tokens_avx2<1>(dtype, q, x, bsum, n, out);
+        break;
+      case 2:
+        done = dot_tokens_avx2<2>(dtype, q, x, bsum, n, out);
+        break;
+      case 3:
+        done = dot_tokens_avx2<3>(dtype, q, x, bsum, n, out);
+        break;
+      default:
+        done = dot_tokens_avx2<4>(dtype, q, x, bsum, n, out);
+        break;
+    }
+    if (done) return;
+  }
+#endif
+  // f32 / f16 / bf16 (and no SIMD): the row stays in L1 between the tokens.
+  for (int t = 0; t < nt; ++t) out[t] = dot_row(dtype, w, x[t], bsum ? bsum[t] : nullptr, n);
 }
 
 void dot_rows(const float* q, const float* rows, int64_t stride, int64_t count, int64_t n,

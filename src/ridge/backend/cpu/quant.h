@@ -18,6 +18,12 @@ float dot(const float* a, const float* b, int64_t n);
 // intermediate row where a fused kernel exists). block_sums: for q4_1, q5_1, q4_k and q5_k the
 // sums of x over each 32 elements (n / 32 values, see block_sums()); ignored for other types.
 float dot_row(DType dtype, const void* w, const float* x, const float* block_sums, int64_t n);
+// out[t] = dot_row(dtype, w, x[t], block_sums[t], n) for t < nt (1..kMaxDotTokens), bit for bit,
+// from one pass over the row: a quantized row's blocks are unpacked once for all the tokens, so a
+// decode step of 4 sequences costs ~1.9x one, not 4x (the default model; docs/BENCHMARKS.md).
+constexpr int kMaxDotTokens = 4;
+void dot_row_tokens(DType dtype, const void* w, const float* const* x,
+                    const float* const* block_sums, int nt, int64_t n, float* out);
 // Whether dot_row needs block_sums for this type.
 inline bool needs_block_sums(DType dtype) {
   return dtype == DType::q4_1 || dtype == DType::q5_1 || dtype == DType::q4_k || dtype == DType::q5_k;
